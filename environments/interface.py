@@ -1,0 +1,158 @@
+"""The environment capability's typed interface.
+
+An *environment* is a running copy of the application under repair, built from a :class:`RecoverySpec`
+(recorded inputs) and a workspace checkout. Providers (local processes, Docker) implement
+:class:`EnvironmentProvider`; the workflow only ever sees these models.
+
+Contracts every provider honours:
+
+- ``provision`` is idempotent per ``op_id``: a second call with the same ``op_id`` adopts the resources the
+  first call created (found by their ownership record / labels) instead of creating more. A resource that
+  carries the same name but belongs to another run is a conflict, never adopted.
+- Before creating anything, ``provision`` checks the run's tombstone: once ``cleanup_run`` has tombstoned a
+  run, no late attempt can create resources for it (:class:`RunFencedError`).
+- ``check`` re-probes readiness against the live resources; nothing is trusted from recorded state.
+- ``cleanup_run`` removes only what the run owns, is idempotent, and reports what could not be removed.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+
+class ReadinessProbe(BaseModel):
+    """HTTP readiness probe: GET ``path`` until it answers ``expected_status`` or ``deadline_s`` passes."""
+
+    path: str = "/"
+    expected_status: int = 200
+    deadline_s: float = 30.0
+
+
+class ResourceLimits(BaseModel):
+    memory_mb: int = 512
+    pids: int = 256
+    cpus: float = 1.0
+
+
+class ImageRecipe(BaseModel):
+    """How to build the environment's base image (Docker provider); ignored by the local provider."""
+
+    base: Literal["debian-bookworm"] = "debian-bookworm"
+    packages: list[str] = Field(default_factory=lambda: ["python3"])
+
+
+class AppRecipe(BaseModel):
+    """What a repository declares about itself in ``durafix.yaml`` at its root."""
+
+    setup: list[str] = Field(default_factory=list)
+    start: str
+    port: int = 8000
+    readiness: ReadinessProbe = Field(default_factory=ReadinessProbe)
+    test: str
+    fixtures: list[str] = Field(default_factory=list)
+    env: dict[str, str] = Field(default_factory=dict)
+    secrets: dict[str, str] = Field(
+        default_factory=dict, description="name -> reference (e.g. 'env:NAME'); values are never stored"
+    )
+    limits: ResourceLimits = Field(default_factory=ResourceLimits)
+    image: ImageRecipe = Field(default_factory=ImageRecipe)
+    lock_files: list[str] = Field(default_factory=list, description="files hashed into the dependency lock hash")
+
+
+class RecoverySpec(BaseModel):
+    """Everything needed to rebuild an environment on any worker: recipe + repository + exact revision."""
+
+    version: Literal[1] = 1
+    repository: str
+    clone_url: str
+    base_revision: str
+    recipe: AppRecipe
+    dependency_lock_hash: str | None = None
+
+
+class ResourceKind(StrEnum):
+    PROCESS = "process"
+    CONTAINER = "container"
+    NETWORK = "network"
+    VOLUME = "volume"
+    WORKSPACE = "workspace"
+
+
+class OwnedResource(BaseModel):
+    """A resource created by a run, with the identity it was labelled with."""
+
+    kind: ResourceKind
+    provider: str
+    resource_id: str
+    run_id: str
+    op_id: str
+    detail: dict[str, str] = Field(default_factory=dict)
+
+
+class EnvironmentStatus(StrEnum):
+    READY = "ready"
+    NOT_READY = "not-ready"
+    GONE = "gone"
+
+
+class EnvironmentHandle(BaseModel):
+    env_id: str
+    provider: str
+    run_id: str
+    op_id: str
+    base_url: str
+    resources: list[OwnedResource] = Field(default_factory=list)
+
+
+class CleanupReport(BaseModel):
+    run_id: str
+    removed: list[OwnedResource] = Field(default_factory=list)
+    remaining: list[OwnedResource] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        return not self.remaining
+
+
+class EnvironmentError(Exception):
+    """Base of environment failures."""
+
+
+class RunFencedError(EnvironmentError):
+    """The run was cleaned up (tombstoned); a late attempt must not create anything."""
+
+
+class ResourceConflictError(EnvironmentError):
+    """A resource with this run's name exists but belongs to someone else."""
+
+
+class NotReadyError(EnvironmentError):
+    """The environment did not become ready before the probe's deadline."""
+
+
+class EnvironmentProvider(Protocol):
+    name: str
+
+    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
+        """Start (or adopt) the environment for ``op_id`` from ``workspace`` and wait for readiness."""
+        ...
+
+    def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
+        """Re-probe the live environment; never answers from recorded state."""
+        ...
+
+    def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
+        """Resources this provider holds for ``run_id`` (all runs when ``None``)."""
+        ...
+
+    def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
+        """Stop one environment; idempotent."""
+        ...
+
+    def cleanup_run(self, run_id: str) -> CleanupReport:
+        """Tombstone ``run_id`` then remove everything it owns; idempotent, never widens its target."""
+        ...
