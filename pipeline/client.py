@@ -1,0 +1,113 @@
+"""Talking to Temporal: connect, start or attach to a run, read its state, approve, reject, cancel.
+
+Starting is idempotent per report: the workflow ID comes from the report's source and the start uses
+``USE_EXISTING`` on conflict, so a second trigger for the same issue attaches to the running workflow.
+Approvals are Updates with an ID derived from their source (review ID or delivery), so the same approval
+delivered twice is recorded once (Temporal deduplicates Update IDs within a run; the handler is idempotent too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.service import RPCError, RPCStatusCode
+
+from pipeline.config import DurafixConfig
+from pipeline.ids import workflow_id_for
+from pipeline.inputs import ApprovalAck, RepairInput
+from pipeline.policies import RunPolicy
+from pipeline.state import Approval, Rejection, RunState
+from pipeline.steps import TaskQueue
+
+
+async def connect(config: DurafixConfig) -> Client:
+    return await Client.connect(
+        config.temporal_address, namespace=config.temporal_namespace, data_converter=pydantic_data_converter
+    )
+
+
+@dataclass(frozen=True)
+class Started:
+    workflow_id: str
+    run_id: str
+    attached: bool
+
+
+def run_policy(config: DurafixConfig) -> RunPolicy:
+    policy = RunPolicy.fast() if config.fast_timeouts else RunPolicy()
+    policy.max_repair_attempts = config.max_repair_attempts
+    return policy
+
+
+async def start_run(
+    client: Client,
+    config: DurafixConfig,
+    repository: str,
+    issue_number: int,
+    *,
+    base_branch: str = "main",
+    trigger: str = "cli",
+    policy: RunPolicy | None = None,
+) -> Started:
+    """Start ``repair_bug`` for the report, or attach to the run that already handles it."""
+    workflow_id = workflow_id_for(repository, issue_number)
+    existing = handle_for(client, workflow_id)
+    try:
+        desc = await existing.describe()
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+    policy = policy or run_policy(config)
+    # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
+    handle: WorkflowHandle[object, RunState] = await client.start_workflow(
+        "repair_bug",
+        RepairInput(
+            repository=repository,
+            issue_number=issue_number,
+            base_branch=base_branch,
+            trigger=trigger,
+            policy=policy,
+            environment_provider=config.environment_provider,
+        ),
+        id=workflow_id,
+        task_queue=TaskQueue.ORCHESTRATION.value,
+        result_type=RunState,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+        execution_timeout=timedelta(seconds=policy.run_deadline_s),
+    )
+    return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
+
+
+def handle_for(client: Client, workflow_id: str) -> WorkflowHandle[object, RunState]:
+    return client.get_workflow_handle(workflow_id, result_type=RunState)
+
+
+async def get_state(client: Client, workflow_id: str) -> RunState:
+    return await handle_for(client, workflow_id).query("state", result_type=RunState)
+
+
+async def approve(client: Client, workflow_id: str, approval: Approval) -> ApprovalAck:
+    update_id = f"approve:{approval.review_id or approval.head_sha}"
+    return await handle_for(client, workflow_id).execute_update(
+        "approve", approval, id=update_id, result_type=ApprovalAck
+    )
+
+
+async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:
+    await handle_for(client, workflow_id).signal("reject", rejection)
+
+
+async def cancel(client: Client, workflow_id: str) -> None:
+    await handle_for(client, workflow_id).cancel()
+
+
+async def status_of(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
+    desc = await handle_for(client, workflow_id).describe()
+    return desc.status

@@ -1,0 +1,91 @@
+"""Configuration: one state directory, a ``config.json`` in it (written by ``durafix dev up``), env overrides.
+
+Precedence: environment variables > ``STATE/config.json`` > defaults. The state directory is
+``$DURAFIX_STATE_DIR`` or ``.durafix`` under the current directory. Secrets (tokens, keys) may be given by
+environment only; ``config.json`` written by the dev stack holds the local stack's throwaway tokens.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+
+class DurafixConfig(BaseModel):
+    state_dir: Path
+    temporal_address: str = "127.0.0.1:7233"
+    temporal_namespace: str = "default"
+    forge_api_url: str = "https://api.github.com"
+    forge_git_base: str = "https://github.com"
+    forge_token: str = ""
+    webhook_secret: str = ""
+    trigger_label: str = "durafix"
+    model_base_url: str = "https://api.openai.com/v1"
+    model_api_key: str = ""
+    model_name: str = "gpt-4o-mini"
+    evidence_url: str = ""
+    evidence_public_url: str = ""
+    environment_provider: str = "local"
+    docker_host: str = ""
+    max_repair_attempts: int = 3
+    fast_timeouts: bool = False
+    extra: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def config_file(self) -> Path:
+        return self.state_dir / "config.json"
+
+    def clone_url(self, repository: str) -> str:
+        return f"{self.forge_git_base.rstrip('/')}/{repository}.git"
+
+    def resolved_evidence_url(self) -> str:
+        return self.evidence_url or (self.state_dir / "evidence").resolve().as_uri()
+
+    def save(self) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        data = self.model_dump(mode="json", exclude={"state_dir"})
+        tmp = self.config_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n")
+        tmp.chmod(0o600)
+        tmp.replace(self.config_file)
+
+
+_ENV = {
+    "DURAFIX_TEMPORAL_ADDRESS": "temporal_address",
+    "DURAFIX_TEMPORAL_NAMESPACE": "temporal_namespace",
+    "DURAFIX_FORGE_API_URL": "forge_api_url",
+    "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
+    "DURAFIX_FORGE_TOKEN": "forge_token",
+    "DURAFIX_WEBHOOK_SECRET": "webhook_secret",
+    "DURAFIX_TRIGGER_LABEL": "trigger_label",
+    "OPENAI_BASE_URL": "model_base_url",
+    "OPENAI_API_KEY": "model_api_key",
+    "DURAFIX_MODEL": "model_name",
+    "DURAFIX_EVIDENCE_URL": "evidence_url",
+    "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
+    "DURAFIX_ENVIRONMENT_PROVIDER": "environment_provider",
+    "DURAFIX_DOCKER_HOST": "docker_host",
+    "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
+    "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
+}
+
+
+def default_state_dir() -> Path:
+    return Path(os.environ.get("DURAFIX_STATE_DIR", ".durafix")).resolve()
+
+
+def load_config(state_dir: Path | None = None) -> DurafixConfig:
+    """Read ``STATE/config.json`` (if any) and apply environment overrides."""
+    state = (state_dir or default_state_dir()).resolve()
+    data: dict[str, object] = {}
+    path = state / "config.json"
+    if path.exists():
+        data.update(json.loads(path.read_text()))
+    for env, field in _ENV.items():
+        if env in os.environ and os.environ[env] != "":
+            data[field] = os.environ[env]
+    data["state_dir"] = state
+    return DurafixConfig.model_validate(data)

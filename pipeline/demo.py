@@ -1,0 +1,200 @@
+"""``durafix demo``: the whole pipeline, offline, on the embedded stack.
+
+Boots the stack, pushes the sample app (``examples/cart``) into the GitHub emulator, registers the webhook
+receiver, opens an issue with the trigger label (its webhook starts the run), waits for the draft PR,
+approves it as a reviewer through the emulator's review API (that webhook carries the approval), waits for
+the merge, and reads back from the forge what the run left there.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from pipeline.config import DurafixConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SAMPLE = REPO_ROOT / "examples" / "cart"
+SAMPLE_FILES = ["app.py", "cart.py", "durafix.yaml", "README.md", "tests/__init__.py", "tests/test_cart.py"]
+OWNER = "maintainer"
+REPO_NAME = "cart"
+
+
+def _log(msg: str) -> None:
+    print(f"demo: {msg}", file=sys.stderr, flush=True)
+
+
+def _api(config: DurafixConfig, method: str, path: str, token: str, body: dict[str, Any] | None = None) -> Any:
+    req = urllib.request.Request(
+        f"{config.forge_api_url}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
+        method=method,
+    )
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        raw = resp.read()
+        return json.loads(raw) if raw else None
+
+
+def _ensure_user(config: DurafixConfig, admin: str, login: str) -> str:
+    try:
+        _api(config, "POST", "/admin/users", admin, {"login": login, "email": f"{login}@localhost"})
+    except urllib.error.HTTPError as err:
+        if err.code != 422:
+            raise
+    return str(_api(config, "POST", f"/admin/users/{login}/authorizations", admin, {"scopes": ["repo"]})["token"])
+
+
+def seed_repository(config: DurafixConfig, admin_token: str, reviewer: str, webhook_url: str) -> str:
+    """Create ``maintainer/cart`` with the sample app on ``main`` (once), collaborators and the webhook."""
+    owner_token = _ensure_user(config, admin_token, OWNER)
+    repository = f"{OWNER}/{REPO_NAME}"
+    try:
+        _api(config, "GET", f"/repos/{repository}", owner_token)
+        exists = True
+    except urllib.error.HTTPError as err:
+        if err.code != 404:
+            raise
+        exists = False
+    if not exists:
+        _api(config, "POST", "/user/repos", owner_token, {"name": REPO_NAME, "private": False})
+        _push_sample(config, repository, owner_token)
+        _log(f"pushed the sample app to {config.forge_git_base}/{repository}")
+    for login in ("durafix-bot", reviewer):
+        _api(config, "PUT", f"/repos/{repository}/collaborators/{login}", owner_token, {"permission": "push"})
+    hooks = _api(config, "GET", f"/repos/{repository}/hooks", owner_token) or []
+    if not any(h.get("config", {}).get("url") == webhook_url for h in hooks):
+        _api(
+            config,
+            "POST",
+            f"/repos/{repository}/hooks",
+            owner_token,
+            {
+                "name": "web",
+                "active": True,
+                "events": ["issues", "pull_request", "pull_request_review"],
+                "config": {"url": webhook_url, "content_type": "json", "secret": config.webhook_secret},
+            },
+        )
+    return repository
+
+
+def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for rel in SAMPLE_FILES:
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(SAMPLE / rel, work / rel)
+        env = {
+            "GIT_AUTHOR_NAME": "Maintainer",
+            "GIT_AUTHOR_EMAIL": "maintainer@localhost",
+            "GIT_COMMITTER_NAME": "Maintainer",
+            "GIT_COMMITTER_EMAIL": "maintainer@localhost",
+            "GIT_CONFIG_COUNT": "1",
+            "GIT_CONFIG_KEY_0": "http.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {_basic(token)}",
+            "PATH": "/usr/bin:/bin",
+            "HOME": tmp,
+        }
+        for cmd in (
+            ["git", "init", "-q", "-b", "main"],
+            ["git", "add", "-A"],
+            ["git", "commit", "-q", "-m", "Sample shop with a cart"],
+            ["git", "push", "-q", f"{config.forge_git_base}/{repository}.git", "main"],
+        ):
+            subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True)
+
+
+def _basic(token: str) -> str:
+    import base64
+
+    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
+
+
+def _issue_text() -> tuple[str, str]:
+    text = (SAMPLE / "ISSUE.md").read_text()
+    title, _, body = text.partition("\n")
+    return title.lstrip("# ").strip(), body.strip() + "\n"
+
+
+def run_demo(config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: str, evidence: str) -> int:
+    from infra import processes, stack
+    from pipeline.demo_run import DemoRun
+
+    state_dir = config.state_dir
+    _log(f"booting the embedded stack in {state_dir}")
+    config = stack.up(state_dir, quiet=as_json)
+    config.environment_provider = env_provider
+    if evidence == "s3":
+        from infra.s3 import SeaweedS3
+
+        s3 = SeaweedS3(state_dir / "s3")
+        s3.start()
+        s3.create_bucket("durafix-evidence")
+        config.evidence_url = f"s3://durafix-evidence/runs?endpoint={s3.endpoint_url}"
+    if env_provider == "docker":
+        from infra.docker.engine import DockerEngine
+
+        config.docker_host = DockerEngine(state_dir / "docker").ensure_running()
+    config.fast_timeouts = True
+    config.save()
+    stack_state = stack.read_stack(state_dir)
+    receiver_port = processes.free_port()
+    children: list[processes.ServiceRecord] = []
+    try:
+        py = sys.executable
+        base = [py, "-m", "pipeline", "--state-dir", str(state_dir)]
+        worker = processes.spawn(
+            "worker", [*base, "worker"], log=state_dir / "logs" / "demo-worker.log", port=0, url=""
+        )
+        children.append(worker)
+        receiver = processes.spawn(
+            "receiver",
+            [*base, "serve", "--port", str(receiver_port)],
+            log=state_dir / "logs" / "demo-receiver.log",
+            port=receiver_port,
+            url=f"http://127.0.0.1:{receiver_port}/webhook",
+        )
+        children.append(receiver)
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 30)
+        repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url)
+        title, body = _issue_text()
+        result = DemoRun(config, repository, stack_state.reviewer_token).run(title, body, quiet=as_json)
+    finally:
+        if not keep:
+            for child in children:
+                processes.stop(child)
+            stack.down(state_dir, quiet=as_json)
+    if as_json:
+        print(json.dumps(result, indent=2))
+    else:
+        _print_summary(result)
+        if keep:
+            print(f"\nthe stack is still running (state {state_dir}); stop it with `durafix dev down`")
+    return 0 if result["outcome"] == "merged" else 1
+
+
+def _print_summary(r: dict[str, Any]) -> None:
+    print(f"\nrun       {r['workflow_id']}")
+    print(f"outcome   {r['outcome']}  ({r['detail']})")
+    print(f"ticket    {r['ticket']}")
+    print(f"branch    {r['branch']}")
+    print(f"PR        {r['pr']}")
+    print(f"approved  {r['approved_sha']}")
+    print(f"merged    {r['merged_sha']}")
+    c = r["counts"]
+    print(
+        f"forge     tickets {c['tickets']}, PRs {c['prs']}, evidence comments {c['evidence_comments']}, "
+        f"branches {c['branches']}"
+    )
+    print(f"evidence  {len(r['evidence'])} artifacts; report {r.get('report_url', '-')}")
+    for e in r["evidence"]:
+        print(f"          {e['kind']:12} {e['sha256'][:16]}  {e['name']}")
+    print(f"took      {r['seconds']:.1f}s")

@@ -1,0 +1,116 @@
+"""One demo run, driven from outside as a user and a reviewer would: through the forge's API only."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from typing import Any
+
+from github import Auth, Github
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from pipeline import client as runs
+from pipeline.config import DurafixConfig
+from pipeline.ids import branch_for, workflow_id_for
+from pipeline.state import RunState
+
+
+class DemoFailed(RuntimeError):
+    pass
+
+
+class DemoRun:
+    def __init__(self, config: DurafixConfig, repository: str, reviewer_token: str) -> None:
+        self.config = config
+        self.repository = repository
+        self.reviewer = Github(base_url=config.forge_api_url, auth=Auth.Token(reviewer_token), retry=None)
+        self.bot = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
+
+    def run(self, title: str, body: str, *, quiet: bool, timeout_s: float = 600) -> dict[str, Any]:
+        return asyncio.run(self._run(title, body, quiet=quiet, timeout_s=timeout_s))
+
+    async def _run(self, title: str, body: str, *, quiet: bool, timeout_s: float) -> dict[str, Any]:
+        started = time.monotonic()
+        client = await runs.connect(self.config)
+        repo = self.bot.get_repo(self.repository)
+        issue = repo.create_issue(title=title, body=body, labels=[self.config.trigger_label])
+        workflow_id = workflow_id_for(self.repository, issue.number)
+        self._say(quiet, f"opened issue #{issue.number} with label {self.config.trigger_label!r}: {title}")
+        state = await self._wait(client, workflow_id, started, timeout_s, quiet, until_review=True)
+        approved_sha = None
+        if state.pending_approval is not None:
+            pr_number = state.pending_approval.pr_number
+            pr = self.reviewer.get_repo(self.repository).get_pull(pr_number)
+            approved_sha = pr.head.sha
+            self._say(quiet, f"reviewer approves PR #{pr_number} at {approved_sha[:12]} through the forge")
+            pr.create_review(commit=repo.get_commit(approved_sha), event="APPROVE", body="Evidence checks out.")
+            state = await self._wait(client, workflow_id, started, timeout_s, quiet, until_review=False)
+        return self._result(state, workflow_id, issue.number, approved_sha, time.monotonic() - started)
+
+    async def _wait(
+        self, client: Client, workflow_id: str, started: float, timeout_s: float, quiet: bool, *, until_review: bool
+    ) -> RunState:
+        last = ""
+        deadline = started + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                state = await runs.get_state(client, workflow_id)
+                status = await runs.status_of(client, workflow_id)
+            except Exception:  # the webhook may not have started the run yet
+                await asyncio.sleep(0.5)
+                continue
+            line = state.phase.value + (f" -> {state.outcome.value}" if state.outcome else "")
+            if line != last:
+                self._say(quiet, f"[{time.monotonic() - started:6.1f}s] {line}")
+                last = line
+            if status != WorkflowExecutionStatus.RUNNING:
+                return state
+            if until_review and state.pending_approval is not None:
+                return state
+            await asyncio.sleep(0.5)
+        raise DemoFailed(f"the run did not finish within {timeout_s:.0f}s (last phase {last})")
+
+    def _result(
+        self, state: RunState, workflow_id: str, issue: int, approved_sha: str | None, seconds: float
+    ) -> dict[str, Any]:
+        from reviews.adapter import ForgeAdapter
+        from reviews.models import ForgeConfig
+
+        adapter = ForgeAdapter(
+            ForgeConfig(
+                api_url=self.config.forge_api_url,
+                token=self.config.forge_token,
+                repository=self.repository,
+                git_url=self.config.clone_url(self.repository),
+            )
+        )
+        footprint = adapter.footprint(workflow_id, issue)
+        publish = state.publish
+        return {
+            "workflow_id": workflow_id,
+            "outcome": state.outcome.value if state.outcome else None,
+            "detail": state.outcome_detail,
+            "ticket": state.ticket.url if state.ticket else None,
+            "branch": branch_for(workflow_id) if publish else None,
+            "pr": publish.pr_url if publish else None,
+            "approved_sha": state.approval.head_sha if state.approval else approved_sha,
+            "merged_sha": state.merged_sha,
+            "evidence_digest": publish.evidence_digest if publish else None,
+            "evidence": [
+                {"name": r.name, "kind": str(r.kind), "sha256": r.sha256, "key": r.key, "revision": r.revision}
+                for r in state.evidence
+            ],
+            "counts": {
+                "tickets": footprint.tickets,
+                "prs": footprint.prs,
+                "evidence_comments": footprint.evidence_comments,
+                "branches": footprint.branches,
+            },
+            "seconds": round(seconds, 1),
+        }
+
+    @staticmethod
+    def _say(quiet: bool, msg: str) -> None:
+        if not quiet:
+            print(f"demo: {msg}", file=sys.stderr, flush=True)

@@ -1,0 +1,44 @@
+"""Stable identities: workflow IDs from a report's source, operation IDs from workflow ID + step.
+
+A workflow ID is derived from where the report came from (``repair:OWNER/REPO#ISSUE``), so a second trigger
+for the same issue finds the run that already exists instead of starting another. An operation ID
+(``<workflow_id>:<step>[:<attempt>]``) names one logical external effect; every retry of that effect carries
+the same ID, which is what lets the receiving system (or our reconciliation) keep exactly one result.
+"""
+
+from __future__ import annotations
+
+import re
+
+_REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
+_WORKFLOW = re.compile(r"^repair:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#(?P<issue>\d+)$")
+
+
+def workflow_id_for(repository: str, issue_number: int) -> str:
+    """The one workflow ID for a bug report from ``repository`` issue ``issue_number``."""
+    if not _REPO.match(repository):
+        raise ValueError(f"repository must look like OWNER/REPO, got {repository!r}")
+    if issue_number <= 0:
+        raise ValueError(f"issue number must be positive, got {issue_number}")
+    return f"repair:{repository}#{issue_number}"
+
+
+def parse_workflow_id(workflow_id: str) -> tuple[str, int]:
+    """Inverse of :func:`workflow_id_for`."""
+    m = _WORKFLOW.match(workflow_id)
+    if not m:
+        raise ValueError(f"not a durafix workflow ID: {workflow_id!r}")
+    return m["repo"], int(m["issue"])
+
+
+def op_id(workflow_id: str, step: str, attempt: int | None = None) -> str:
+    """``<workflow_id>:<step>[:<attempt>]``: the operation ID of one logical external effect."""
+    if not step or ":" in step:
+        raise ValueError(f"step must be non-empty and free of ':', got {step!r}")
+    return f"{workflow_id}:{step}" if attempt is None else f"{workflow_id}:{step}:{attempt}"
+
+
+def branch_for(workflow_id: str) -> str:
+    """The branch a run publishes its candidate to (one per run, deterministic)."""
+    _, issue = parse_workflow_id(workflow_id)
+    return f"durafix/issue-{issue}"

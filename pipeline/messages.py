@@ -1,0 +1,91 @@
+"""Texts the run writes to the forge: ticket status, commit message, PR title/body, evidence comment.
+
+Pure functions of the run's state (deterministic, safe inside the workflow). Hidden markers that make
+these objects findable are added by the forge adapter, not here.
+"""
+
+from __future__ import annotations
+
+from pipeline.state import CandidateFact, Outcome, Phase, RunState
+from pipeline.steps import EvidenceResult
+
+_OUTCOME_TEXT = {
+    Outcome.MERGED: "merged: the fix is on the base branch",
+    Outcome.REJECTED: "rejected: the fix was not accepted",
+    Outcome.NEEDS_HUMAN_TRIAGE: "needs human triage",
+    Outcome.REPAIR_BUDGET_EXHAUSTED: "repair budget exhausted: no candidate passed verification",
+    Outcome.CANCELLED: "cancelled",
+    Outcome.CLEANUP_INCOMPLETE: "cleanup incomplete: some resources of this run remain",
+    Outcome.AMBIGUOUS_NEEDS_HUMAN: "ambiguous: a human must check the forge's state",
+}
+
+
+def ticket_body(state: RunState, note: str = "") -> str:
+    """The status comment kept up to date on the triggering issue."""
+    lines = [f"**durafix** is working on this report (`{state.workflow_id}`).", ""]
+    if state.outcome is not None:
+        lines.append(f"- outcome: **{_OUTCOME_TEXT[state.outcome]}**")
+        if state.outcome_detail:
+            lines.append(f"- detail: {state.outcome_detail}")
+    else:
+        lines.append(f"- phase: `{state.phase.value}`")
+    if state.target_revision:
+        lines.append(f"- base revision: `{state.target_revision}`")
+    if state.reproduction is not None:
+        lines.append(f"- reproduction on base: `{state.reproduction.status}`")
+    if state.candidates:
+        c = state.candidates[-1]
+        lines.append(
+            f"- repair attempts: {state.budgets.repair_attempts_used}/{state.budgets.repair_attempts_max}"
+            f" (last: `{c.verification}`)"
+        )
+    if state.publish is not None and state.publish.pr_url:
+        lines.append(f"- draft PR: {state.publish.pr_url} (commit `{state.publish.commit}`)")
+    if state.phase == Phase.AWAITING_REVIEW and state.pending_approval is not None:
+        lines.append(f"- awaiting review of head `{state.pending_approval.head_sha}`")
+    if state.merged_sha:
+        lines.append(f"- merged as `{state.merged_sha}`")
+    if note:
+        lines.append(f"- note: {note}")
+    return "\n".join(lines) + "\n"
+
+
+def commit_message(state: RunState, issue_title: str, summary: str) -> str:
+    first = f"Fix #{state.issue_number}: {issue_title}"[:72]
+    return f"{first}\n\n{summary.strip()}\n\nRun: {state.workflow_id}\n"
+
+
+def pr_title(issue_title: str, issue_number: int) -> str:
+    return f"Fix #{issue_number}: {issue_title}"
+
+
+def pr_body(state: RunState, candidate: CandidateFact) -> str:
+    return (
+        f"Automated repair for #{state.issue_number} by durafix (`{state.workflow_id}`).\n\n"
+        f"{candidate.summary.strip()}\n\n"
+        f"- base revision: `{state.target_revision}`\n"
+        f"- candidate commit: `{candidate.commit}` (attempt {candidate.attempt})\n"
+        "- evidence: see the evidence comment below; approve by reviewing this head.\n"
+    )
+
+
+def evidence_comment(state: RunState, candidate: CandidateFact, evidence: EvidenceResult) -> str:
+    """Links to every stored artifact with its hash, tied to the tested commit."""
+    lines = [
+        f"### durafix evidence for `{candidate.commit}`",
+        "",
+        f"- report: {evidence.report_url}",
+        f"- evidence bundle digest: `{evidence.digest}` (an approval names this)",
+        f"- base revision `{state.target_revision}`: "
+        f"`{state.reproduction.status if state.reproduction else 'unknown'}`",
+        f"- candidate `{candidate.commit}`: tests {'passed' if candidate.tests_passed else 'failed'}, "
+        f"replay `{candidate.replay.status if candidate.replay else 'not run'}`",
+        "",
+        "| artifact | kind | sha256 |",
+        "| --- | --- | --- |",
+    ]
+    for ref in state.evidence:
+        link = evidence.links.get(ref.sha256)
+        name = f"[{ref.name}]({link})" if link else ref.name
+        lines.append(f"| {name} | {ref.kind} | `{ref.sha256}` |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,89 @@
+"""Failure classes, retry policies, timeouts and budgets.
+
+Failure classes (the ``type`` of the ``ApplicationError`` an activity raises):
+
+- ``Transient``: retried with exponential backoff (5xx, 429, secondary rate limits, connection refused).
+  When the remote names a wait (``retry-after``) the activity passes it as ``next_retry_delay``.
+- ``Ambiguous``: a mutation whose outcome is unknown. It is retried, but every activity that can end
+  ambiguous is an *ensure*/conditional operation whose next attempt starts by reading external truth
+  (marker lookup, remote ref, PR state), so the retry is a reconciliation, never a blind re-send. When the
+  attempts run out the run ends ``ambiguous-needs-human``.
+- ``Permanent``: non-retryable (401, 403, 404, invalid input, a patch that does not apply).
+- ``Policy``: non-retryable; a human must decide (a foreign PR on our branch, a remote ref that moved).
+- ``EnvironmentGone``: non-retryable for the activity; the workflow re-provisions.
+- ``Infrastructure``: retried (a crashed browser is not evidence about the bug).
+
+Timeouts say what stopped: schedule-to-start (no worker on the queue), start-to-close (one attempt hung),
+heartbeat (a long attempt's worker died), schedule-to-close (the step as a whole).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from pydantic import BaseModel
+from temporalio.common import RetryPolicy
+
+NON_RETRYABLE = ["Permanent", "Policy", "EnvironmentGone", "ProcedureInvalid", "NoPatch"]
+
+
+class StepTimeouts(BaseModel):
+    """Timeouts of one activity, in seconds."""
+
+    schedule_to_start: float
+    start_to_close: float
+    schedule_to_close: float
+    heartbeat: float | None = None
+    max_attempts: int = 8
+
+    def kwargs(self) -> dict[str, object]:
+        """Keyword arguments for ``workflow.execute_activity``."""
+        out: dict[str, object] = {
+            "schedule_to_start_timeout": timedelta(seconds=self.schedule_to_start),
+            "start_to_close_timeout": timedelta(seconds=self.start_to_close),
+            "schedule_to_close_timeout": timedelta(seconds=self.schedule_to_close),
+            "retry_policy": RetryPolicy(
+                initial_interval=timedelta(seconds=1),
+                backoff_coefficient=2.0,
+                maximum_interval=timedelta(seconds=30),
+                maximum_attempts=self.max_attempts,
+                non_retryable_error_types=NON_RETRYABLE,
+            ),
+        }
+        if self.heartbeat is not None:
+            out["heartbeat_timeout"] = timedelta(seconds=self.heartbeat)
+        return out
+
+
+class RunPolicy(BaseModel):
+    """Budgets and timeouts of one run; part of the workflow input so a run keeps the policy it started with."""
+
+    max_repair_attempts: int = 3
+    model_token_budget: int = 200_000
+    reproduction_runs: int = 1
+    review_timeout_s: float = 7 * 24 * 3600.0
+    run_deadline_s: float = 14 * 24 * 3600.0
+    forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)
+    environment: StepTimeouts = StepTimeouts(
+        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=30
+    )
+    browser: StepTimeouts = StepTimeouts(
+        schedule_to_start=600, start_to_close=300, schedule_to_close=1800, heartbeat=30, max_attempts=4
+    )
+    model: StepTimeouts = StepTimeouts(
+        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=60, max_attempts=6
+    )
+
+    @classmethod
+    def fast(cls) -> RunPolicy:
+        """Short timeouts for tests: a killed worker's attempt times out in seconds, not minutes."""
+        return cls(
+            forge=StepTimeouts(schedule_to_start=120, start_to_close=10, schedule_to_close=300),
+            environment=StepTimeouts(schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=10),
+            browser=StepTimeouts(
+                schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=10, max_attempts=4
+            ),
+            model=StepTimeouts(
+                schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=15, max_attempts=6
+            ),
+        )

@@ -1,0 +1,85 @@
+"""What a worker's activities use, built lazily from config so a host constructs only what its queues need.
+
+Nothing here is cached across activity attempts in a way that trusts a dead worker: the workspace manager's
+mirror cache is an optimisation keyed by content (revisions), the browser is relaunched when it crashed, and
+environments are re-probed on every use.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipeline.config import DurafixConfig
+
+if TYPE_CHECKING:
+    from browser.runner import BrowserRunner
+    from environments.interface import EnvironmentProvider
+    from environments.workspace import WorkspaceManager
+    from evidence.interface import ArtifactStore
+    from repair.interface import RepairEngine
+    from reviews.interface import ForgePort
+
+
+class Services:
+    def __init__(self, config: DurafixConfig) -> None:
+        self.config = config
+        self._lock = threading.Lock()
+        self._providers: dict[str, EnvironmentProvider] = {}
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    @cached_property
+    def store(self) -> ArtifactStore:
+        from evidence.open import open_store
+
+        return open_store(self.config.resolved_evidence_url())
+
+    @cached_property
+    def workspaces(self) -> WorkspaceManager:
+        from environments.workspace import WorkspaceManager
+
+        return WorkspaceManager(cache_dir=self.state_dir / "cache" / "mirrors", root=self.state_dir / "workspaces")
+
+    def provider(self, name: str | None = None) -> EnvironmentProvider:
+        from environments.registry import get_provider
+
+        key = name or self.config.environment_provider
+        with self._lock:
+            if key not in self._providers:
+                self._providers[key] = get_provider(key, self.state_dir / "environments")
+            return self._providers[key]
+
+    def forge(self, repository: str) -> ForgePort:
+        from reviews.adapter import ForgeAdapter
+        from reviews.models import ForgeConfig
+
+        return ForgeAdapter(
+            ForgeConfig(
+                api_url=self.config.forge_api_url,
+                token=self.config.forge_token,
+                repository=repository,
+                git_url=self.config.clone_url(repository),
+            )
+        )
+
+    @cached_property
+    def engine(self) -> RepairEngine:
+        from repair.openai_engine import OpenAIToolEngine
+
+        return OpenAIToolEngine(
+            base_url=self.config.model_base_url,
+            api_key=self.config.model_api_key,
+            model=self.config.model_name,
+            timeout_s=120.0,
+        )
+
+    @cached_property
+    def browser(self) -> BrowserRunner:
+        from browser.runner import BrowserRunner
+
+        return BrowserRunner()

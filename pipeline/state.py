@@ -1,0 +1,172 @@
+"""The run's typed execution facts: what the workflow knows, returned by its ``state`` query.
+
+Only facts live here (IDs, revisions, statuses, counters, references with sha256); traces, logs, patches and
+screenshots live in the evidence store and appear here as :class:`ArtifactRef`.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from evidence.interface import ArtifactRef
+
+WORKFLOW_VERSION = 1
+
+
+class Phase(StrEnum):
+    INTAKE = "intake"
+    TICKET = "ticket"
+    PROVISION = "provision"
+    REPRODUCE = "reproduce"
+    REPAIR = "repair"
+    VERIFY = "verify"
+    PUBLISH = "publish"
+    AWAITING_REVIEW = "awaiting-review"
+    MERGE = "merge"
+    CLEANUP = "cleanup"
+    DONE = "done"
+
+
+class Outcome(StrEnum):
+    MERGED = "merged"
+    REJECTED = "rejected"
+    NEEDS_HUMAN_TRIAGE = "needs-human-triage"
+    REPAIR_BUDGET_EXHAUSTED = "repair-budget-exhausted"
+    CANCELLED = "cancelled"
+    CLEANUP_INCOMPLETE = "cleanup-incomplete"
+    AMBIGUOUS_NEEDS_HUMAN = "ambiguous-needs-human"
+
+
+class TicketFact(BaseModel):
+    op_id: str
+    issue_number: int
+    comment_id: int | None = None
+    url: str
+
+
+class EnvironmentFact(BaseModel):
+    env_id: str
+    provider: str
+    op_id: str
+    revision: str
+    spec_ref: ArtifactRef
+    base_url: str
+    last_status: str
+
+
+class ReproductionFact(BaseModel):
+    op_id: str
+    revision: str
+    status: str
+    procedure_ref: ArtifactRef
+    trace_refs: list[ArtifactRef] = Field(default_factory=list)
+    screenshot_refs: list[ArtifactRef] = Field(default_factory=list)
+    log_ref: ArtifactRef | None = None
+    detail: str = ""
+
+
+class CandidateFact(BaseModel):
+    attempt: int
+    op_id: str
+    patch_ref: ArtifactRef
+    summary: str
+    commit_timestamp: int
+    commit: str | None = None
+    tree: str | None = None
+    verification: str = "pending"
+    tests_passed: bool | None = None
+    test_output_ref: ArtifactRef | None = None
+    bundle_ref: ArtifactRef | None = None
+    replay: ReproductionFact | None = None
+    failure: str | None = None
+
+
+class PublishFact(BaseModel):
+    branch: str
+    commit: str
+    pr_number: int | None = None
+    pr_url: str | None = None
+    evidence_comment_id: int | None = None
+    manifest_ref: ArtifactRef | None = None
+    report_ref: ArtifactRef | None = None
+    evidence_digest: str | None = None
+
+
+class ApprovalRequest(BaseModel):
+    """What a reviewer is asked to approve: this PR at this head with this evidence."""
+
+    pr_number: int
+    head_sha: str
+    evidence_digest: str
+    requested_at: datetime
+
+
+class Approval(BaseModel):
+    """A reviewer's decision as data; ``head_sha`` is enforced by the merge."""
+
+    reviewer: str
+    head_sha: str
+    evidence_digest: str | None = None
+    source: str = "cli"
+    review_id: str | None = None
+    policy_version: int = 1
+
+
+class Rejection(BaseModel):
+    reviewer: str
+    reason: str = ""
+    source: str = "cli"
+
+
+class Budgets(BaseModel):
+    repair_attempts_used: int = 0
+    repair_attempts_max: int
+    model_prompt_tokens: int = 0
+    model_completion_tokens: int = 0
+    model_token_budget: int
+    reproduction_runs: int = 0
+    deadline: datetime | None = None
+
+
+class CleanupFact(BaseModel):
+    complete: bool
+    removed: int = 0
+    remaining: list[str] = Field(default_factory=list)
+    errors: list[str] = Field(default_factory=list)
+
+
+class PhaseMark(BaseModel):
+    phase: Phase
+    at: datetime
+
+
+class RunState(BaseModel):
+    workflow_id: str
+    run_id: str
+    workflow_version: int = WORKFLOW_VERSION
+    repository: str
+    issue_number: int
+    base_branch: str
+    phase: Phase = Phase.INTAKE
+    outcome: Outcome | None = None
+    outcome_detail: str = ""
+    target_revision: str | None = None
+    ticket: TicketFact | None = None
+    environment: EnvironmentFact | None = None
+    reproduction: ReproductionFact | None = None
+    candidates: list[CandidateFact] = Field(default_factory=list)
+    publish: PublishFact | None = None
+    pending_approval: ApprovalRequest | None = None
+    approval: Approval | None = None
+    merged_sha: str | None = None
+    budgets: Budgets
+    evidence: list[ArtifactRef] = Field(default_factory=list)
+    cleanup: CleanupFact | None = None
+    timeline: list[PhaseMark] = Field(default_factory=list)
+
+    @property
+    def candidate(self) -> CandidateFact | None:
+        return self.candidates[-1] if self.candidates else None

@@ -1,0 +1,173 @@
+"""``durafix serve``: the GitHub webhook receiver.
+
+Contract:
+- Every delivery's ``X-Hub-Signature-256`` is checked (HMAC-SHA256 of the raw body with the shared secret,
+  constant-time compare) before the body is parsed; a bad or missing signature gets 401 and does nothing.
+- ``issues`` labelled with the trigger label (``labeled``, or ``opened`` already carrying it) start the run
+  for that issue or attach to the one already running (the workflow ID is the issue's identity).
+- ``pull_request_review`` ``submitted`` with state ``approved`` on a durafix branch becomes an ``approve``
+  Update naming the review's ``commit_id`` as the approved head; ``changes_requested`` becomes a rejection.
+  The Update ID is the review's ID, so a redelivered review is recorded once.
+- Answers within GitHub's 10 s: the receiver only talks to Temporal, never waits for the run.
+- GitHub does not retry failed deliveries: a receiver that was down misses events until they are
+  redelivered (the hook-delivery API) or the issue is re-labelled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import re
+import sys
+import threading
+from collections.abc import Coroutine
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, TypeVar
+
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError
+
+from pipeline import client as runs
+from pipeline.config import DurafixConfig
+from pipeline.ids import workflow_id_for
+from pipeline.state import Approval, Rejection
+
+T = TypeVar("T")
+MAX_BODY = 25 * 1024 * 1024
+_BRANCH = re.compile(r"^durafix/issue-(\d+)$")
+
+
+def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
+    if not secret or not header or not header.startswith("sha256="):
+        return False
+    expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+    return hmac.compare_digest(expected, header.removeprefix("sha256="))
+
+
+class WebhookReceiver:
+    """Owns an asyncio loop on a thread (for the Temporal client) and an HTTP server feeding it."""
+
+    def __init__(self, config: DurafixConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.config = config
+        self._loop = asyncio.new_event_loop()
+        self._loop_thread = threading.Thread(target=self._loop.run_forever, name="webhook-loop", daemon=True)
+        self._loop_thread.start()
+        self._client: Client = self._run(runs.connect(config))
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                receiver._handle(self)
+
+            def log_message(self, format: str, *args: object) -> None:
+                print(f"webhook {format % args}", file=sys.stderr, flush=True)
+
+        self._server = ThreadingHTTPServer((host, port), Handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/webhook"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-http", daemon=True)
+        self._thread.start()
+
+    def serve_forever(self) -> None:
+        self._server.serve_forever()
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=8)
+
+    # ---- request handling ---------------------------------------------------------------------------
+
+    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+        length = int(req.headers.get("Content-Length") or 0)
+        if length > MAX_BODY:
+            return _reply(req, 413, {"message": "payload too large"})
+        body = req.rfile.read(length)
+        if not signature_ok(self.config.webhook_secret, body, req.headers.get("X-Hub-Signature-256")):
+            return _reply(req, 401, {"message": "bad signature"})
+        try:
+            payload = json.loads(body)
+        except json.JSONDecodeError:
+            return _reply(req, 400, {"message": "malformed JSON"})
+        event = req.headers.get("X-GitHub-Event", "")
+        delivery = req.headers.get("X-GitHub-Delivery", "")
+        try:
+            status, answer = self._dispatch(event, delivery, payload)
+        except (RPCError, WorkflowUpdateFailedError, TimeoutError) as err:
+            status, answer = 503, {"message": f"could not reach the workflow engine: {err}"}
+        _reply(req, status, answer)
+
+    def _dispatch(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        if event == "ping":
+            return 200, {"message": "pong"}
+        if event == "issues":
+            return self._on_issue(delivery, payload)
+        if event == "pull_request_review":
+            return self._on_review(payload)
+        return 202, {"message": f"ignored event {event}"}
+
+    def _on_issue(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        action = payload.get("action")
+        label = self.config.trigger_label
+        issue = payload.get("issue") or {}
+        labels = {lbl.get("name") for lbl in issue.get("labels") or []}
+        triggered = (action == "labeled" and (payload.get("label") or {}).get("name") == label) or (
+            action in ("opened", "reopened") and label in labels
+        )
+        if not triggered:
+            return 202, {"message": f"issues.{action} without the {label!r} label: ignored"}
+        repository = payload["repository"]["full_name"]
+        started = self._run(
+            runs.start_run(self._client, self.config, repository, int(issue["number"]), trigger=f"webhook:{delivery}")
+        )
+        return 202, {"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached}
+
+    def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        review = payload.get("review") or {}
+        pr = payload.get("pull_request") or {}
+        m = _BRANCH.match((pr.get("head") or {}).get("ref", ""))
+        if payload.get("action") != "submitted" or m is None:
+            return 202, {"message": "not a submitted review of a durafix branch: ignored"}
+        workflow_id = workflow_id_for(payload["repository"]["full_name"], int(m.group(1)))
+        reviewer = (review.get("user") or {}).get("login", "unknown")
+        state = str(review.get("state", "")).lower()
+        if state == "approved":
+            approval = Approval(
+                reviewer=reviewer,
+                head_sha=review["commit_id"],
+                source="webhook",
+                review_id=str(review.get("id")),
+            )
+            try:
+                ack = self._run(runs.approve(self._client, workflow_id, approval))
+            except WorkflowUpdateFailedError as err:
+                return 409, {"workflow_id": workflow_id, "message": f"approval refused: {err.cause or err}"}
+            return 200, {"workflow_id": workflow_id, "accepted": ack.accepted, "detail": ack.detail}
+        if state == "changes_requested":
+            reason = str(review.get("body") or "changes requested")
+            self._run(
+                runs.reject(self._client, workflow_id, Rejection(reviewer=reviewer, reason=reason, source="webhook"))
+            )
+            return 200, {"workflow_id": workflow_id, "message": "rejection recorded"}
+        return 202, {"message": f"review state {state}: ignored"}
+
+
+def _reply(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
+    data = json.dumps(body).encode()
+    req.send_response(status)
+    req.send_header("Content-Type", "application/json")
+    req.send_header("Content-Length", str(len(data)))
+    req.end_headers()
+    req.wfile.write(data)

@@ -1,0 +1,673 @@
+"""``repair_bug``: one durable workflow per bug report.
+
+This file is the state machine and nothing else: deterministic (no I/O, clocks or randomness other than
+``workflow.now()``), every external effect an activity with an operation ID ``<workflow_id>:<step>[:<n>]``.
+The run's facts live in :class:`RunState`, returned by the ``state`` query.
+
+Phases: intake -> ticket -> provision -> reproduce -> repair/verify (bounded) -> publish ->
+awaiting-review -> merge -> cleanup. Cleanup runs on every ending, cancellation included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
+    from environments.interface import CleanupReport, EnvironmentHandle
+    from evidence.interface import ArtifactRef
+    from pipeline import messages
+    from pipeline.ids import branch_for, op_id
+    from pipeline.inputs import ApprovalAck, RepairInput
+    from pipeline.state import (
+        Approval,
+        ApprovalRequest,
+        Budgets,
+        CandidateFact,
+        CleanupFact,
+        EnvironmentFact,
+        Outcome,
+        Phase,
+        PhaseMark,
+        PublishFact,
+        Rejection,
+        ReproductionFact,
+        RunState,
+        TicketFact,
+    )
+    from pipeline.steps import (
+        BuildEvidenceInput,
+        CleanupRunInput,
+        CommentResult,
+        EnsureCommentInput,
+        EnsureDraftPrInput,
+        EnsureTicketInput,
+        EvidenceResult,
+        MergeInput,
+        MergeOutcome,
+        MergeStatus,
+        PrepareProcedureInput,
+        PrepareSpecInput,
+        ProcedureResult,
+        ProposalResult,
+        ProposePatchInput,
+        ProvisionInput,
+        PublishBranchInput,
+        PublishResult,
+        PullInfo,
+        ReadPullInput,
+        ReadReportInput,
+        ReportInfo,
+        ReproduceInput,
+        ReproduceResult,
+        TaskQueue,
+        TicketResult,
+        UpdateTicketInput,
+        VerifyInput,
+        VerifyResult,
+    )
+
+R = TypeVar("R", bound=BaseModel)
+
+
+class RunEnded(Exception):
+    """Control flow: the run reached a terminal outcome before the merge."""
+
+    def __init__(self, outcome: Outcome, detail: str) -> None:
+        super().__init__(detail)
+        self.outcome = outcome
+        self.detail = detail
+
+
+def _failure_type(err: BaseException) -> str:
+    """The failure class an activity reported (its ApplicationError type), or the error's own name."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ApplicationError) and cause.type:
+            return cause.type
+        cause = cause.__cause__
+    return type(err).__name__
+
+
+def _failure_message(err: BaseException) -> str:
+    cause: BaseException | None = err
+    last = str(err)
+    while cause is not None:
+        last = str(cause) or last
+        cause = cause.__cause__
+    return last
+
+
+@workflow.defn(name="repair_bug")
+class RepairBugWorkflow:
+    @workflow.init
+    def __init__(self, inp: RepairInput) -> None:
+        info = workflow.info()
+        self._input = inp
+        self._state = RunState(
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            repository=inp.repository,
+            issue_number=inp.issue_number,
+            base_branch=inp.base_branch,
+            budgets=Budgets(
+                repair_attempts_max=inp.policy.max_repair_attempts,
+                model_token_budget=inp.policy.model_token_budget,
+            ),
+        )
+        self._approval: Approval | None = None
+        self._rejection: Rejection | None = None
+        self._report: ReportInfo | None = None
+        self._spec_ref: ArtifactRef | None = None
+        self._procedure_ref: ArtifactRef | None = None
+        self._live_envs: dict[str, EnvironmentHandle] = {}
+
+    # ---- queries, updates, signals ------------------------------------------------------------------
+
+    @workflow.query(name="state")
+    def state(self) -> RunState:
+        return self._state
+
+    @workflow.update(name="approve")
+    async def approve(self, approval: Approval) -> ApprovalAck:
+        """Record an approval. Idempotent: the same approval delivered twice is acknowledged once."""
+        if self._approval is not None and self._approval.head_sha == approval.head_sha:
+            return ApprovalAck(accepted=True, detail="approval already recorded for this head")
+        self._approval = approval
+        return ApprovalAck(accepted=True, detail=f"approved {approval.head_sha} by {approval.reviewer}")
+
+    @approve.validator
+    def _validate_approve(self, approval: Approval) -> None:
+        """Refuse (before it enters history) an approval that names anything but what awaits review."""
+        if self._approval is not None and self._approval.head_sha == approval.head_sha:
+            return
+        pending = self._state.pending_approval
+        if pending is None or self._state.phase != Phase.AWAITING_REVIEW:
+            raise ValueError(f"run is not awaiting review (phase {self._state.phase})")
+        if approval.head_sha != pending.head_sha:
+            raise ValueError(f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}")
+        if approval.evidence_digest is not None and approval.evidence_digest != pending.evidence_digest:
+            raise ValueError(
+                f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
+            )
+
+    @workflow.signal(name="reject")
+    def reject(self, rejection: Rejection) -> None:
+        if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
+            self._rejection = rejection
+
+    # ---- the run ------------------------------------------------------------------------------------
+
+    @workflow.run
+    async def run(self, inp: RepairInput) -> RunState:
+        self._state.budgets.deadline = workflow.now() + timedelta(seconds=inp.policy.run_deadline_s)
+        outcome, detail = Outcome.NEEDS_HUMAN_TRIAGE, ""
+        cancelled = False
+        try:
+            outcome, detail = await self._pipeline()
+        except RunEnded as ended:
+            outcome, detail = ended.outcome, ended.detail
+        except asyncio.CancelledError:
+            cancelled = True
+            outcome, detail = Outcome.CANCELLED, "cancellation requested"
+        except ActivityError as err:
+            kind = _failure_type(err)
+            outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
+            detail = f"step failed ({kind}): {_failure_message(err)}"
+        await self._finish(outcome, detail)
+        if cancelled:
+            raise asyncio.CancelledError()
+        return self._state
+
+    async def _pipeline(self) -> tuple[Outcome, str]:
+        inp = self._input
+        wf = self._state.workflow_id
+
+        self._enter(Phase.INTAKE)
+        report = await self._forge(
+            "forge.read_report",
+            ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
+            ReportInfo,
+        )
+        self._report = report
+        self._state.target_revision = report.base_revision
+
+        self._enter(Phase.TICKET)
+        ticket_op = op_id(wf, "ticket")
+        ticket = await self._forge(
+            "forge.ensure_ticket",
+            EnsureTicketInput(
+                op_id=ticket_op,
+                repository=inp.repository,
+                issue_number=inp.issue_number,
+                title=report.title,
+                body=messages.ticket_body(self._state),
+            ),
+            TicketResult,
+        )
+        self._state.ticket = TicketFact(
+            op_id=ticket_op, issue_number=ticket.issue_number, comment_id=ticket.comment_id, url=ticket.url
+        )
+
+        procedure = await self._browser(
+            "browser.prepare_procedure",
+            PrepareProcedureInput(run_id=wf, report_body=report.body),
+            ProcedureResult,
+        )
+        if procedure.procedure_ref is None:
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
+        self._procedure_ref = procedure.procedure_ref
+        self._record(procedure.procedure_ref)
+
+        self._enter(Phase.PROVISION)
+        spec_ref = await self._env(
+            "env.prepare_spec",
+            PrepareSpecInput(
+                run_id=wf,
+                op_id=op_id(wf, "spec"),
+                repository=inp.repository,
+                clone_url=report.clone_url,
+                base_revision=report.base_revision,
+            ),
+            ArtifactRef,
+        )
+        self._spec_ref = spec_ref
+        self._record(spec_ref)
+
+        self._enter(Phase.REPRODUCE)
+        base = await self._reproduce_on(report.base_revision, None, "base")
+        self._state.reproduction = base
+        if base.status != "reproduced":
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the report did not reproduce on {report.base_revision[:12]}: {base.status} ({base.detail})",
+            )
+        await self._update_ticket()
+
+        candidate = await self._repair_loop(report)
+
+        self._enter(Phase.PUBLISH)
+        await self._publish(report, candidate)
+        await self._update_ticket()
+
+        return await self._review_and_merge()
+
+    # ---- repair -------------------------------------------------------------------------------------
+
+    async def _repair_loop(self, report: ReportInfo) -> CandidateFact:
+        wf = self._state.workflow_id
+        budgets = self._state.budgets
+        failures: list[str] = []
+        assert self._spec_ref is not None
+        for attempt in range(1, budgets.repair_attempts_max + 1):
+            spent = budgets.model_prompt_tokens + budgets.model_completion_tokens
+            if spent >= budgets.model_token_budget:
+                raise RunEnded(
+                    Outcome.REPAIR_BUDGET_EXHAUSTED,
+                    f"model token budget spent ({spent} >= {budgets.model_token_budget})",
+                )
+            self._enter(Phase.REPAIR)
+            budgets.repair_attempts_used = attempt
+            repair_op = op_id(wf, "repair", attempt)
+            try:
+                proposal = await self._model(
+                    "model.propose_patch",
+                    ProposePatchInput(
+                        run_id=wf,
+                        op_id=repair_op,
+                        attempt=attempt,
+                        spec_ref=self._spec_ref,
+                        issue_title=report.title,
+                        issue_body=report.body,
+                        previous_failures=failures,
+                        token_budget=budgets.model_token_budget - spent,
+                    ),
+                    ProposalResult,
+                )
+            except ActivityError as err:
+                if _failure_type(err) not in ("NoPatch", "Permanent"):
+                    raise
+                failures.append(f"attempt {attempt}: no usable patch ({_failure_message(err)})")
+                continue
+            budgets.model_prompt_tokens += proposal.prompt_tokens
+            budgets.model_completion_tokens += proposal.completion_tokens
+            self._record(proposal.patch_ref)
+            candidate = CandidateFact(
+                attempt=attempt,
+                op_id=repair_op,
+                patch_ref=proposal.patch_ref,
+                summary=proposal.summary,
+                commit_timestamp=int(workflow.now().timestamp()),
+            )
+            self._state.candidates.append(candidate)
+            failure = await self._verify(report, candidate)
+            if failure is None:
+                candidate.verification = "passed"
+                return candidate
+            candidate.verification = "failed"
+            candidate.failure = failure
+            failures.append(f"attempt {attempt}: {failure}")
+        raise RunEnded(
+            Outcome.REPAIR_BUDGET_EXHAUSTED,
+            f"{budgets.repair_attempts_max} repair attempt(s) failed verification: " + "; ".join(failures),
+        )
+
+    async def _verify(self, report: ReportInfo, candidate: CandidateFact) -> str | None:
+        """Verify a candidate on a fresh workspace: tests, then the reproduction replayed. None means passed."""
+        wf = self._state.workflow_id
+        assert self._spec_ref is not None
+        self._enter(Phase.VERIFY)
+        verified = await self._env(
+            "env.verify_candidate",
+            VerifyInput(
+                run_id=wf,
+                op_id=op_id(wf, "verify", candidate.attempt),
+                spec_ref=self._spec_ref,
+                patch_ref=candidate.patch_ref,
+                message=messages.commit_message(self._state, report.title, candidate.summary),
+                commit_timestamp=candidate.commit_timestamp,
+            ),
+            VerifyResult,
+        )
+        candidate.commit = verified.commit
+        candidate.tree = verified.tree
+        candidate.tests_passed = verified.tests_passed
+        candidate.test_output_ref = verified.test_output_ref
+        candidate.bundle_ref = verified.bundle_ref
+        self._record(verified.test_output_ref)
+        self._record(verified.bundle_ref)
+        if not verified.tests_passed:
+            return f"tests failed: {verified.test_summary}"
+        replay = await self._reproduce_on(verified.commit, candidate.patch_ref, f"candidate-{candidate.attempt}")
+        candidate.replay = replay
+        if replay.status == "reproduced":
+            return "the bug still reproduces on the candidate"
+        if replay.status != "not_reproduced":
+            return f"replay on the candidate was {replay.status}: {replay.detail}"
+        return None
+
+    # ---- environments and reproduction --------------------------------------------------------------
+
+    async def _reproduce_on(self, revision: str, patch_ref: ArtifactRef | None, label: str) -> ReproductionFact:
+        """Provision, reproduce, tear down. An environment found dead is provisioned anew, once."""
+        wf = self._state.workflow_id
+        assert self._spec_ref is not None and self._procedure_ref is not None
+        last_detail = ""
+        for env_attempt in (1, 2):
+            handle = await self._env(
+                "env.provision",
+                ProvisionInput(
+                    run_id=wf,
+                    op_id=op_id(wf, f"env-{label}", env_attempt),
+                    spec_ref=self._spec_ref,
+                    patch_ref=patch_ref,
+                    provider=self._input.environment_provider,
+                ),
+                EnvironmentHandle,
+            )
+            self._live_envs[handle.env_id] = handle
+            self._state.environment = EnvironmentFact(
+                env_id=handle.env_id,
+                provider=handle.provider,
+                op_id=handle.op_id,
+                revision=revision,
+                spec_ref=self._spec_ref,
+                base_url=handle.base_url,
+                last_status="ready",
+            )
+            repro_op = op_id(wf, f"reproduce-{label}", env_attempt)
+            try:
+                result = await self._browser(
+                    "browser.reproduce",
+                    ReproduceInput(
+                        run_id=wf,
+                        op_id=repro_op,
+                        revision=revision,
+                        procedure_ref=self._procedure_ref,
+                        environment=handle,
+                    ),
+                    ReproduceResult,
+                )
+            except ActivityError as err:
+                if _failure_type(err) != "EnvironmentGone":
+                    raise
+                last_detail = _failure_message(err)
+                self._state.environment.last_status = "gone"
+                await self._teardown(handle)
+                continue
+            await self._teardown(handle)
+            self._state.budgets.reproduction_runs += result.runs
+            for ref in result.artifacts:
+                self._record(ref)
+            return ReproductionFact(
+                op_id=repro_op,
+                revision=revision,
+                status=result.status,
+                procedure_ref=self._procedure_ref,
+                trace_refs=result.trace_refs,
+                screenshot_refs=result.screenshot_refs,
+                log_ref=result.log_ref,
+                detail=result.detail,
+            )
+        raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"environment for {label} kept dying: {last_detail}")
+
+    async def _teardown(self, handle: EnvironmentHandle) -> None:
+        await self._env("env.teardown", handle, CleanupReport)
+        self._live_envs.pop(handle.env_id, None)
+        if self._state.environment is not None and self._state.environment.env_id == handle.env_id:
+            self._state.environment.last_status = "torn-down"
+
+    # ---- publish, review, merge ---------------------------------------------------------------------
+
+    async def _publish(self, report: ReportInfo, candidate: CandidateFact) -> None:
+        wf = self._state.workflow_id
+        inp = self._input
+        assert candidate.commit is not None and self._procedure_ref is not None and self._spec_ref is not None
+        base = self._state.reproduction
+        replay = candidate.replay
+        assert base is not None and replay is not None and candidate.test_output_ref is not None
+        evidence = await self._env(
+            "evidence.build",
+            BuildEvidenceInput(
+                run_id=wf,
+                repository=inp.repository,
+                issue_number=inp.issue_number,
+                base_revision=report.base_revision,
+                candidate_commit=candidate.commit,
+                procedure_ref=self._procedure_ref,
+                base_reproduction=[
+                    *base.trace_refs,
+                    *base.screenshot_refs,
+                    *([base.log_ref] if base.log_ref else []),
+                ],
+                candidate_reproduction=[
+                    *replay.trace_refs,
+                    *replay.screenshot_refs,
+                    *([replay.log_ref] if replay.log_ref else []),
+                ],
+                base_status=base.status,
+                candidate_status=replay.status,
+                patch_ref=candidate.patch_ref,
+                test_output_ref=candidate.test_output_ref,
+                tests_passed=bool(candidate.tests_passed),
+                spec_ref=self._spec_ref,
+            ),
+            EvidenceResult,
+        )
+        self._record(evidence.manifest_ref)
+        self._record(evidence.report_ref)
+        branch = branch_for(wf)
+        self._state.publish = PublishFact(
+            branch=branch,
+            commit=candidate.commit,
+            manifest_ref=evidence.manifest_ref,
+            report_ref=evidence.report_ref,
+            evidence_digest=evidence.digest,
+        )
+        await self._forge(
+            "forge.publish_branch",
+            PublishBranchInput(
+                op_id=op_id(wf, "push"),
+                run_id=wf,
+                repository=inp.repository,
+                clone_url=report.clone_url,
+                branch=branch,
+                base_revision=report.base_revision,
+                patch_ref=candidate.patch_ref,
+                expected_commit=candidate.commit,
+                message=messages.commit_message(self._state, report.title, candidate.summary),
+                commit_timestamp=candidate.commit_timestamp,
+                expected_old=None,
+            ),
+            PublishResult,
+        )
+        pr = await self._forge(
+            "forge.ensure_draft_pr",
+            EnsureDraftPrInput(
+                op_id=op_id(wf, "pr"),
+                run_id=wf,
+                repository=inp.repository,
+                branch=branch,
+                base=inp.base_branch,
+                title=messages.pr_title(report.title, inp.issue_number),
+                body=messages.pr_body(self._state, candidate),
+            ),
+            PullInfo,
+        )
+        self._state.publish.pr_number = pr.number
+        self._state.publish.pr_url = pr.url
+        comment = await self._forge(
+            "forge.ensure_comment",
+            EnsureCommentInput(
+                repository=inp.repository,
+                number=pr.number,
+                key=f"evidence:{candidate.commit}",
+                body=messages.evidence_comment(self._state, candidate, evidence),
+            ),
+            CommentResult,
+        )
+        self._state.publish.evidence_comment_id = comment.comment_id
+
+    async def _review_and_merge(self) -> tuple[Outcome, str]:
+        wf = self._state.workflow_id
+        publish = self._state.publish
+        assert publish is not None and publish.pr_number is not None and publish.evidence_digest is not None
+        head = publish.commit
+        renewals = 0
+        while True:
+            self._enter(Phase.AWAITING_REVIEW)
+            self._state.pending_approval = ApprovalRequest(
+                pr_number=publish.pr_number,
+                head_sha=head,
+                evidence_digest=publish.evidence_digest,
+                requested_at=workflow.now(),
+            )
+            try:
+                await workflow.wait_condition(
+                    lambda: self._approval is not None or self._rejection is not None,
+                    timeout=timedelta(seconds=self._input.policy.review_timeout_s),
+                )
+            except TimeoutError:
+                return Outcome.REJECTED, "no review before the review deadline"
+            if self._rejection is not None:
+                r = self._rejection
+                return Outcome.REJECTED, f"rejected by {r.reviewer}" + (f": {r.reason}" if r.reason else "")
+            approval = self._approval
+            assert approval is not None
+            self._state.approval = approval
+            self._state.pending_approval = None
+
+            self._enter(Phase.MERGE)
+            pr = await self._forge(
+                "forge.read_pr",
+                ReadPullInput(repository=self._input.repository, number=publish.pr_number),
+                PullInfo,
+            )
+            if pr.merged:
+                if pr.head_sha == approval.head_sha:
+                    self._state.merged_sha = pr.merge_commit_sha
+                    return Outcome.MERGED, "the PR was already merged at the approved head"
+                return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"the PR was merged by someone else at {pr.head_sha}"
+            if pr.state != "open":
+                return Outcome.REJECTED, "the PR was closed without merging"
+            merge_result = await self._forge(
+                "forge.merge",
+                MergeInput(
+                    op_id=op_id(wf, "merge", renewals + 1),
+                    repository=self._input.repository,
+                    number=publish.pr_number,
+                    approved_sha=approval.head_sha,
+                ),
+                MergeOutcome,
+            )
+            if merge_result.status in (MergeStatus.MERGED, MergeStatus.ALREADY_MERGED):
+                self._state.merged_sha = merge_result.merged_sha
+                return Outcome.MERGED, f"merged {approval.head_sha[:12]} approved by {approval.reviewer}"
+            if merge_result.status == MergeStatus.NOT_MERGEABLE:
+                return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"the PR is not mergeable: {merge_result.detail}"
+            # The head moved after the approval: the approval does not cover it, ask for a renewed review.
+            renewals += 1
+            current = await self._forge(
+                "forge.read_pr",
+                ReadPullInput(repository=self._input.repository, number=publish.pr_number),
+                PullInfo,
+            )
+            head = current.head_sha
+            self._approval = None
+            self._state.approval = None
+            await self._update_ticket(note=f"the PR head moved to {head[:12]} after approval; renewed review needed")
+
+    # ---- ending -------------------------------------------------------------------------------------
+
+    async def _finish(self, outcome: Outcome, detail: str) -> None:
+        """Clean up what the run owns, then record the honest outcome. Runs on every ending."""
+        self._enter(Phase.CLEANUP)
+        self._state.pending_approval = None
+        try:
+            report = await self._env("env.cleanup_run", CleanupRunInput(run_id=self._state.workflow_id), CleanupReport)
+            self._state.cleanup = CleanupFact(
+                complete=report.complete,
+                removed=len(report.removed),
+                remaining=[f"{r.kind}:{r.resource_id}" for r in report.remaining],
+                errors=report.errors,
+            )
+        except ActivityError as err:
+            self._state.cleanup = CleanupFact(complete=False, errors=[_failure_message(err)])
+        if not self._state.cleanup.complete:
+            detail = f"{outcome.value}: {detail}; cleanup left {self._state.cleanup.remaining or 'unknown resources'}"
+            outcome = Outcome.CLEANUP_INCOMPLETE
+        self._state.outcome = outcome
+        self._state.outcome_detail = detail
+        self._enter(Phase.DONE)
+        try:
+            await self._update_ticket()
+        except ActivityError as err:
+            self._state.outcome_detail += f" (final ticket update failed: {_failure_message(err)})"
+
+    async def _update_ticket(self, note: str = "") -> None:
+        ticket = self._state.ticket
+        if ticket is None:
+            return
+        await self._call(
+            "forge.update_ticket",
+            UpdateTicketInput(
+                repository=self._input.repository,
+                issue_number=ticket.issue_number,
+                comment_id=ticket.comment_id,
+                op_id=ticket.op_id,
+                body=messages.ticket_body(self._state, note),
+            ),
+            None,
+            TaskQueue.FORGE,
+        )
+
+    # ---- helpers ------------------------------------------------------------------------------------
+
+    def _enter(self, phase: Phase) -> None:
+        if self._state.phase != phase:
+            self._state.phase = phase
+            self._state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
+
+    def _record(self, ref: ArtifactRef) -> None:
+        if all(r.sha256 != ref.sha256 or r.name != ref.name for r in self._state.evidence):
+            self._state.evidence.append(ref)
+
+    async def _call(self, name: str, arg: BaseModel, result_type: type[R] | None, queue: TaskQueue) -> R | None:
+        timeouts = {
+            TaskQueue.FORGE: self._input.policy.forge,
+            TaskQueue.ENVIRONMENTS: self._input.policy.environment,
+            TaskQueue.BROWSER: self._input.policy.browser,
+            TaskQueue.MODEL: self._input.policy.model,
+        }[queue]
+        result: R | None = await workflow.execute_activity(
+            name,
+            arg,
+            task_queue=queue.value,
+            result_type=result_type,
+            **timeouts.kwargs(),  # type: ignore[arg-type]
+        )
+        return result
+
+    async def _typed(self, name: str, arg: BaseModel, result_type: type[R], queue: TaskQueue) -> R:
+        result = await self._call(name, arg, result_type, queue)
+        if result is None:
+            raise ApplicationError(f"activity {name} returned nothing", type="Permanent")
+        return result
+
+    async def _forge(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
+        return await self._typed(name, arg, result_type, TaskQueue.FORGE)
+
+    async def _env(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
+        return await self._typed(name, arg, result_type, TaskQueue.ENVIRONMENTS)
+
+    async def _browser(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
+        return await self._typed(name, arg, result_type, TaskQueue.BROWSER)
+
+    async def _model(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
+        return await self._typed(name, arg, result_type, TaskQueue.MODEL)
