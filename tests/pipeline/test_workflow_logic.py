@@ -1,0 +1,387 @@
+"""The workflow's state machine on a real Temporal dev server, with recording activity doubles.
+
+These tests pin the workflow's decisions (outcomes, operation IDs, approval rules, cleanup on every ending).
+The end-to-end tests in ``tests/e2e`` run the same workflow against the real forge, browser and model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
+from evidence.interface import ArtifactKind, ArtifactRef
+from pipeline.inputs import RepairInput
+from pipeline.policies import RunPolicy
+from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
+from pipeline.steps import (
+    CleanupRunInput,
+    CommentResult,
+    EnsureCommentInput,
+    EnsureDraftPrInput,
+    EnsureTicketInput,
+    EvidenceResult,
+    MergeInput,
+    MergeOutcome,
+    MergeStatus,
+    PrepareProcedureInput,
+    PrepareSpecInput,
+    ProcedureResult,
+    ProposalResult,
+    ProposePatchInput,
+    ProvisionInput,
+    PublishBranchInput,
+    PublishResult,
+    PullInfo,
+    ReadPullInput,
+    ReadReportInput,
+    ReportInfo,
+    ReproduceInput,
+    ReproduceResult,
+    TaskQueue,
+    TicketResult,
+    UpdateTicketInput,
+    VerifyInput,
+    VerifyResult,
+)
+from pipeline.workflow import RepairBugWorkflow
+
+pytestmark = pytest.mark.e2e
+
+BASE = "a" * 40
+CANDIDATE = "c" * 40
+
+
+def ref(name: str, kind: ArtifactKind = ArtifactKind.OTHER) -> ArtifactRef:
+    digest = (name.encode().hex() * 64)[:64]
+    return ArtifactRef(
+        key=f"sha256/{digest}",
+        sha256=digest,
+        size=1,
+        kind=kind,
+        media_type="application/octet-stream",
+        name=name,
+        run_id="r",
+        revision=None,
+        created_at="2026-01-01T00:00:00Z",
+    )
+
+
+@dataclass
+class Script:
+    """What the doubles answer, and what they saw."""
+
+    reproduces_on_base: bool = True
+    fixes_on_attempt: int | None = 1
+    merge_answers: list[MergeStatus] = field(default_factory=lambda: [MergeStatus.MERGED])
+    fail_spec: bool = False
+    head: str = CANDIDATE
+    calls: list[tuple[str, Any]] = field(default_factory=list)
+    live_envs: set[str] = field(default_factory=set)
+
+    def names(self) -> list[str]:
+        return [n for n, _ in self.calls]
+
+
+def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
+    @activity.defn(name="forge.read_report")
+    async def read_report(i: ReadReportInput) -> ReportInfo:
+        s.calls.append(("read_report", i))
+        return ReportInfo(title="Cart total wrong", body="steps", author="u", base_revision=BASE, clone_url="x")
+
+    @activity.defn(name="forge.ensure_ticket")
+    async def ensure_ticket(i: EnsureTicketInput) -> TicketResult:
+        s.calls.append(("ensure_ticket", i))
+        return TicketResult(issue_number=i.issue_number, comment_id=7, url="http://forge/issue/1#c7")
+
+    @activity.defn(name="forge.update_ticket")
+    async def update_ticket(i: UpdateTicketInput) -> None:
+        s.calls.append(("update_ticket", i))
+
+    @activity.defn(name="forge.publish_branch")
+    async def publish_branch(i: PublishBranchInput) -> PublishResult:
+        s.calls.append(("publish_branch", i))
+        return PublishResult(commit=i.expected_commit, pushed=True)
+
+    @activity.defn(name="forge.ensure_draft_pr")
+    async def ensure_draft_pr(i: EnsureDraftPrInput) -> PullInfo:
+        s.calls.append(("ensure_draft_pr", i))
+        return PullInfo(number=3, url="http://forge/pull/3", head_sha=CANDIDATE, state="open", draft=True, merged=False)
+
+    @activity.defn(name="forge.ensure_comment")
+    async def ensure_comment(i: EnsureCommentInput) -> CommentResult:
+        s.calls.append(("ensure_comment", i))
+        return CommentResult(comment_id=11, created=True)
+
+    @activity.defn(name="forge.read_pr")
+    async def read_pr(i: ReadPullInput) -> PullInfo:
+        s.calls.append(("read_pr", i))
+        return PullInfo(number=3, url="u", head_sha=s.head, state="open", draft=True, merged=False)
+
+    @activity.defn(name="forge.merge")
+    async def merge(i: MergeInput) -> MergeOutcome:
+        s.calls.append(("merge", i))
+        status = s.merge_answers.pop(0)
+        if status == MergeStatus.HEAD_MOVED:
+            s.head = "d" * 40  # someone pushed to the branch after the approval
+        return MergeOutcome(status=status, merged_sha="m" * 40 if status == MergeStatus.MERGED else None)
+
+    @activity.defn(name="env.prepare_spec")
+    async def prepare_spec(i: PrepareSpecInput) -> ArtifactRef:
+        s.calls.append(("prepare_spec", i))
+        if s.fail_spec:
+            raise ApplicationError("durafix.yaml is missing", type="Permanent", non_retryable=True)
+        return ref("spec", ArtifactKind.SPEC)
+
+    @activity.defn(name="env.provision")
+    async def provision(i: ProvisionInput) -> EnvironmentHandle:
+        s.calls.append(("provision", i))
+        s.live_envs.add(i.op_id)
+        return EnvironmentHandle(env_id=i.op_id, provider="fake", run_id=i.run_id, op_id=i.op_id, base_url="http://x")
+
+    @activity.defn(name="env.teardown")
+    async def teardown(h: EnvironmentHandle) -> CleanupReport:
+        s.calls.append(("teardown", h))
+        s.live_envs.discard(h.env_id)
+        return CleanupReport(run_id=h.run_id)
+
+    @activity.defn(name="env.verify_candidate")
+    async def verify(i: VerifyInput) -> VerifyResult:
+        s.calls.append(("verify", i))
+        return VerifyResult(
+            commit=CANDIDATE,
+            tree="t" * 40,
+            tests_passed=True,
+            test_summary="3 passed",
+            test_output_ref=ref("tests"),
+            bundle_ref=ref("bundle"),
+        )
+
+    @activity.defn(name="env.cleanup_run")
+    async def cleanup_run(i: CleanupRunInput) -> CleanupReport:
+        s.calls.append(("cleanup_run", i))
+        removed = [
+            OwnedResource(kind=ResourceKind.PROCESS, provider="fake", resource_id=e, run_id=i.run_id, op_id=e)
+            for e in sorted(s.live_envs)
+        ]
+        s.live_envs.clear()
+        return CleanupReport(run_id=i.run_id, removed=removed)
+
+    @activity.defn(name="evidence.build")
+    async def build(i: Any) -> EvidenceResult:
+        s.calls.append(("build_evidence", i))
+        return EvidenceResult(
+            manifest_ref=ref("manifest"), report_ref=ref("report"), digest="e" * 64, report_url="http://r"
+        )
+
+    @activity.defn(name="browser.prepare_procedure")
+    async def prepare_procedure(i: PrepareProcedureInput) -> ProcedureResult:
+        s.calls.append(("prepare_procedure", i))
+        return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE))
+
+    @activity.defn(name="browser.reproduce")
+    async def reproduce(i: ReproduceInput) -> ReproduceResult:
+        s.calls.append(("reproduce", i))
+        on_base = i.revision == BASE
+        attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if not on_base else 0
+        if on_base:
+            present = s.reproduces_on_base
+        else:
+            present = s.fixes_on_attempt is None or attempt < s.fixes_on_attempt
+        status = "reproduced" if present else "not_reproduced"
+        return ReproduceResult(status=status, detail="", artifacts=[], trace_refs=[], screenshot_refs=[], runs=1)
+
+    @activity.defn(name="model.propose_patch")
+    async def propose(i: ProposePatchInput) -> ProposalResult:
+        s.calls.append(("propose", i))
+        return ProposalResult(
+            patch_ref=ref(f"patch-{i.attempt}", ArtifactKind.PATCH),
+            summary="multiply by quantity",
+            files_changed=["cart.py"],
+            prompt_tokens=100,
+            completion_tokens=20,
+            model="m",
+        )
+
+    return {
+        TaskQueue.FORGE: [
+            read_report,
+            ensure_ticket,
+            update_ticket,
+            publish_branch,
+            ensure_draft_pr,
+            ensure_comment,
+            read_pr,
+            merge,
+        ],
+        TaskQueue.ENVIRONMENTS: [prepare_spec, provision, teardown, verify, cleanup_run, build],
+        TaskQueue.BROWSER: [prepare_procedure, reproduce],
+        TaskQueue.MODEL: [propose],
+    }
+
+
+@dataclass
+class Harness:
+    client: Client
+    script: Script
+
+    async def start(self, issue: int | None = None, **policy: Any) -> str:
+        issue = issue or (uuid.uuid4().int % 1_000_000) + 1
+        wf_id = f"repair:acme/shop#{issue}"
+        await self.client.start_workflow(
+            "repair_bug",
+            RepairInput(repository="acme/shop", issue_number=issue, policy=RunPolicy.fast().model_copy(update=policy)),
+            id=wf_id,
+            task_queue=TaskQueue.ORCHESTRATION.value,
+            execution_timeout=timedelta(minutes=2),
+        )
+        return wf_id
+
+    async def state(self, wf_id: str) -> RunState:
+        return await self.client.get_workflow_handle(wf_id).query("state", result_type=RunState)
+
+    async def wait_phase(self, wf_id: str, phase: Phase, timeout: float = 30) -> RunState:
+        for _ in range(int(timeout * 10)):
+            st = await self.state(wf_id)
+            if st.phase == phase:
+                return st
+            await asyncio.sleep(0.1)
+        raise AssertionError(f"{wf_id} never reached {phase}; last {st.phase}")
+
+    async def result(self, wf_id: str) -> RunState:
+        return await self.client.get_workflow_handle(wf_id, result_type=RunState).result()
+
+
+@pytest.fixture
+async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
+    script = Script()
+    workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+    for queue, acts in doubles(script).items():
+        workers.append(Worker(temporal_client, task_queue=queue.value, activities=acts))
+    runs = [asyncio.create_task(w.run()) for w in workers]
+    try:
+        yield Harness(temporal_client, script)
+    finally:
+        await asyncio.gather(*(w.shutdown() for w in workers))
+        await asyncio.gather(*runs, return_exceptions=True)
+
+
+async def approve(h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1") -> Any:
+    return await h.client.get_workflow_handle(wf_id).execute_update(
+        "approve", Approval(reviewer="rev", head_sha=sha, review_id=review_id), id=f"approve:{review_id}"
+    )
+
+
+async def test_happy_path_merges_the_approved_head_and_cleans_up(harness: Harness) -> None:
+    wf = await harness.start()
+    st = await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    assert st.pending_approval is not None and st.pending_approval.head_sha == CANDIDATE
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    assert final.merged_sha == "m" * 40
+    merges = [c for n, c in harness.script.calls if n == "merge"]
+    assert [m.approved_sha for m in merges] == [CANDIDATE]
+    assert merges[0].op_id == f"{wf}:merge:1"
+    ticket = next(c for n, c in harness.script.calls if n == "ensure_ticket")
+    assert ticket.op_id == f"{wf}:ticket"
+    assert final.cleanup is not None and final.cleanup.complete
+    assert harness.script.live_envs == set()
+
+
+async def test_report_that_does_not_reproduce_needs_triage_and_opens_no_pr(harness: Harness) -> None:
+    harness.script.reproduces_on_base = False
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
+    assert "did not reproduce" in final.outcome_detail
+    assert "ensure_draft_pr" not in harness.script.names()
+    assert "propose" not in harness.script.names()
+    assert harness.script.names()[-1] == "update_ticket"
+
+
+async def test_repair_that_never_verifies_exhausts_the_budget(harness: Harness) -> None:
+    harness.script.fixes_on_attempt = None
+    final = await harness.result(await harness.start(max_repair_attempts=2))
+    assert final.outcome == Outcome.REPAIR_BUDGET_EXHAUSTED
+    assert [c.verification for c in final.candidates] == ["failed", "failed"]
+    assert "publish_branch" not in harness.script.names()
+    proposals = [c for n, c in harness.script.calls if n == "propose"]
+    assert proposals[1].previous_failures and "still reproduces" in proposals[1].previous_failures[0]
+
+
+async def test_same_approval_twice_is_recorded_once(harness: Harness) -> None:
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    first = await approve(harness, wf, review_id="42")
+    second = await approve(harness, wf, review_id="42")
+    assert first == second
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    assert harness.script.names().count("merge") == 1
+
+
+async def test_approval_of_another_head_is_refused(harness: Harness) -> None:
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    with pytest.raises(WorkflowUpdateFailedError):
+        await approve(harness, wf, sha="b" * 40, review_id="x")
+    st = await harness.state(wf)
+    assert st.phase == Phase.AWAITING_REVIEW and st.approval is None
+    await harness.client.get_workflow_handle(wf).signal("reject", Rejection(reviewer="rev", reason="no"))
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.REJECTED
+
+
+async def test_moved_head_asks_for_a_renewed_review(harness: Harness) -> None:
+    harness.script.merge_answers = [MergeStatus.HEAD_MOVED, MergeStatus.MERGED]
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    for _ in range(100):
+        st = await harness.state(wf)
+        if st.pending_approval is not None and st.pending_approval.head_sha != CANDIDATE:
+            break
+        await asyncio.sleep(0.1)
+    assert st.pending_approval is not None
+    new_head = st.pending_approval.head_sha
+    await approve(harness, wf, sha=new_head, review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    merges = [c for n, c in harness.script.calls if n == "merge"]
+    assert [m.approved_sha for m in merges] == [CANDIDATE, new_head]
+
+
+async def test_cancellation_cleans_up_and_reports_cancelled(harness: Harness) -> None:
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    handle = harness.client.get_workflow_handle(wf)
+    await handle.cancel()
+    for _ in range(100):
+        desc = await handle.describe()
+        if desc.status != WorkflowExecutionStatus.RUNNING:
+            break
+        await asyncio.sleep(0.1)
+    assert desc.status == WorkflowExecutionStatus.CANCELED
+    st = await harness.state(wf)
+    assert st.outcome == Outcome.CANCELLED
+    assert "cleanup_run" in harness.script.names()
+    assert harness.script.live_envs == set()
+
+
+async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harness) -> None:
+    harness.script.fail_spec = True
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
+    assert "Permanent" in final.outcome_detail and "durafix.yaml is missing" in final.outcome_detail
+    assert harness.script.names().count("prepare_spec") == 1  # non-retryable: tried once
+    assert "cleanup_run" in harness.script.names()
