@@ -1,0 +1,92 @@
+"""Reading chat-completion requests and writing answers in OpenAI's exact response shape.
+
+Token counts are deterministic so budgets can be tested: one token per whitespace-separated word. A prompt
+counts the words of every message's text and of the arguments of every tool call it carries; a completion
+counts its text plus each tool call's name and arguments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from typing import Any
+
+from infra.modelserver.script import Turn
+
+
+def count_tokens(text: str) -> int:
+    return len(text.split())
+
+
+def _text_of(content: object) -> str:
+    """A message's text, whether ``content`` is a string or a list of content parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return ""
+
+
+def first_text(messages: list[dict[str, Any]], role: str) -> str:
+    """The text of the first message with ``role`` ("" when there is none)."""
+    return next((_text_of(m.get("content")) for m in messages if m.get("role") == role), "")
+
+
+def assistant_turns(messages: list[dict[str, Any]]) -> int:
+    return sum(1 for m in messages if m.get("role") == "assistant")
+
+
+def prompt_tokens(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for m in messages:
+        total += count_tokens(_text_of(m.get("content")))
+        for call in m.get("tool_calls") or []:
+            total += count_tokens(str(call.get("function", {}).get("arguments", "")))
+    return total
+
+
+def completion_body(model: str, turn: Turn, turn_index: int, request_digest: str, prompt: int) -> dict[str, Any]:
+    """The ``chat.completion`` object answering with ``turn``.
+
+    IDs derive from the request body's digest, so the same request always gets the same answer.
+    """
+    arguments = [json.dumps(call.arguments, ensure_ascii=False) for call in turn.tool_calls]
+    tool_calls = [
+        {
+            "id": f"call_{turn_index}_{i}_{request_digest[:12]}",
+            "type": "function",
+            "function": {"name": call.name, "arguments": args},
+        }
+        for i, (call, args) in enumerate(zip(turn.tool_calls, arguments, strict=True))
+    ]
+    completion = count_tokens(turn.content or "") + sum(
+        count_tokens(call.name) + count_tokens(args) for call, args in zip(turn.tool_calls, arguments, strict=True)
+    )
+    message: dict[str, Any] = {"role": "assistant", "content": turn.content, "refusal": None}
+    if tool_calls:
+        message["tool_calls"] = tool_calls
+    return {
+        "id": f"chatcmpl-{request_digest[:24]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": "tool_calls" if tool_calls else "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
+    }
+
+
+def digest(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """OpenAI's error envelope, which the openai SDK turns into the exception's ``message`` and ``code``."""
+    return {"error": {"message": message, "type": type_, "param": param, "code": code}}

@@ -1,0 +1,3 @@
+from tests.modelserver.support import serve
+
+__all__ = ["serve"]
