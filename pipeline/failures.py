@@ -39,3 +39,13 @@ def infrastructure(message: str) -> ApplicationError:
 
 def no_patch(message: str) -> ApplicationError:
     return ApplicationError(message, type="NoPatch", non_retryable=True)
+
+
+def not_ready(message: str) -> ApplicationError:
+    """The app did not become ready: a finding about this revision (or its patch), not retried blindly."""
+    return ApplicationError(message, type="NotReady", non_retryable=True)
+
+
+def budget(message: str) -> ApplicationError:
+    """A budget (tokens, turns) ran out: the repair loop ends, it is not retried."""
+    return ApplicationError(message, type="Budget", non_retryable=True)

@@ -24,7 +24,7 @@ from datetime import timedelta
 from pydantic import BaseModel
 from temporalio.common import RetryPolicy
 
-NON_RETRYABLE = ["Permanent", "Policy", "EnvironmentGone", "ProcedureInvalid", "NoPatch"]
+NON_RETRYABLE = ["Permanent", "Policy", "EnvironmentGone", "NotReady", "ProcedureInvalid", "NoPatch", "Budget"]
 
 
 class StepTimeouts(BaseModel):

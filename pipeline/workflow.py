@@ -291,7 +291,11 @@ class RepairBugWorkflow:
                     ProposalResult,
                 )
             except ActivityError as err:
-                if _failure_type(err) not in ("NoPatch", "Permanent"):
+                kind = _failure_type(err)
+                self._count_tokens(err)
+                if kind == "Budget":
+                    raise RunEnded(Outcome.REPAIR_BUDGET_EXHAUSTED, _failure_message(err)) from err
+                if kind not in ("NoPatch", "Permanent"):
                     raise
                 failures.append(f"attempt {attempt}: no usable patch ({_failure_message(err)})")
                 continue
@@ -360,17 +364,30 @@ class RepairBugWorkflow:
         assert self._spec_ref is not None and self._procedure_ref is not None
         last_detail = ""
         for env_attempt in (1, 2):
-            handle = await self._env(
-                "env.provision",
-                ProvisionInput(
-                    run_id=wf,
-                    op_id=op_id(wf, f"env-{label}", env_attempt),
-                    spec_ref=self._spec_ref,
-                    patch_ref=patch_ref,
-                    provider=self._input.environment_provider,
-                ),
-                EnvironmentHandle,
-            )
+            env_op = op_id(wf, f"env-{label}", env_attempt)
+            try:
+                handle = await self._env(
+                    "env.provision",
+                    ProvisionInput(
+                        run_id=wf,
+                        op_id=env_op,
+                        spec_ref=self._spec_ref,
+                        patch_ref=patch_ref,
+                        provider=self._input.environment_provider,
+                    ),
+                    EnvironmentHandle,
+                )
+            except ActivityError as err:
+                if _failure_type(err) != "NotReady":
+                    raise
+                # The app at this revision never became ready: a finding about the revision, not a crash.
+                return ReproductionFact(
+                    op_id=env_op,
+                    revision=revision,
+                    status="app-not-ready",
+                    procedure_ref=self._procedure_ref,
+                    detail=_failure_message(err),
+                )
             self._live_envs[handle.env_id] = handle
             self._state.environment = EnvironmentFact(
                 env_id=handle.env_id,
@@ -633,6 +650,18 @@ class RepairBugWorkflow:
         if self._state.phase != phase:
             self._state.phase = phase
             self._state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
+
+    def _count_tokens(self, err: BaseException) -> None:
+        """Tokens spent by a failed model call still count against the budget."""
+        cause: BaseException | None = err
+        while cause is not None:
+            if isinstance(cause, ApplicationError) and cause.details:
+                spent = cause.details[0]
+                if isinstance(spent, dict):
+                    self._state.budgets.model_prompt_tokens += int(spent.get("prompt_tokens", 0))
+                    self._state.budgets.model_completion_tokens += int(spent.get("completion_tokens", 0))
+                return
+            cause = cause.__cause__
 
     def _record(self, ref: ArtifactRef) -> None:
         if all(r.sha256 != ref.sha256 or r.name != ref.name for r in self._state.evidence):

@@ -1,0 +1,108 @@
+"""Temporal activities of the browser queue.
+
+- ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block and store it by content
+  (idempotent: the same procedure always gives the same reference).
+- ``browser.reproduce``: re-checks that the environment answers before running (never trusting the
+  recorded handle: an app killed behind our back is reported as ``EnvironmentGone`` so the workflow
+  provisions anew), runs the procedure in a fresh browser context, heartbeats per step (so cancellation
+  reaches it), and stores traces, screenshots and the log. Only complete, hash-verified artifacts are
+  referenced: a worker killed mid-run leaves nothing referenced, and the retry starts over. A browser crash
+  is an ``Infrastructure`` failure, retried, never reported as "not reproduced".
+"""
+
+from __future__ import annotations
+
+import tempfile
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from temporalio import activity
+
+from browser.procedure import Procedure, ProcedureError, extract_procedure
+from browser.results import BrowserInfraError
+from evidence.interface import ArtifactKind, ArtifactRef
+from pipeline import failures
+from pipeline.services import Services
+from pipeline.steps import PrepareProcedureInput, ProcedureResult, ReproduceInput, ReproduceResult
+
+
+def app_answers(base_url: str, path: str, timeout_s: float = 5.0) -> str | None:
+    """None when the app answers HTTP at all (any status); otherwise why not."""
+    try:
+        with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError) as err:
+        return str(getattr(err, "reason", err))
+
+
+class BrowserActivities:
+    def __init__(self, services: Services) -> None:
+        self.services = services
+
+    def all(self) -> Sequence[Callable[..., object]]:
+        return [self.prepare_procedure, self.reproduce]
+
+    @activity.defn(name="browser.prepare_procedure")
+    def prepare_procedure(self, inp: PrepareProcedureInput) -> ProcedureResult:
+        try:
+            procedure = extract_procedure(inp.report_body)
+        except ProcedureError as err:
+            return ProcedureResult(procedure_ref=None, error=f"invalid durafix-repro block: {err}")
+        if procedure is None:
+            return ProcedureResult(procedure_ref=None, error="the report has no ```durafix-repro block")
+        ref = self.services.store.put_bytes(
+            procedure.model_dump_json(indent=2).encode(),
+            kind=ArtifactKind.PROCEDURE,
+            run_id=inp.run_id,
+            name="procedure.json",
+            media_type="application/json",
+        )
+        return ProcedureResult(procedure_ref=ref)
+
+    @activity.defn(name="browser.reproduce")
+    def reproduce(self, inp: ReproduceInput) -> ReproduceResult:
+        store = self.services.store
+        procedure = Procedure.model_validate_json(store.read_bytes(inp.procedure_ref))
+        down = app_answers(inp.environment.base_url, inp.readiness_path)
+        if down is not None:
+            raise failures.environment_gone(f"{inp.environment.env_id} does not answer at {inp.environment.base_url}: {down}")
+
+        def on_step(index: int, description: str) -> None:
+            # Heartbeating is also how a sync activity learns it was cancelled.
+            activity.heartbeat(f"step {index}: {description}")
+
+        with tempfile.TemporaryDirectory(prefix="durafix-repro-") as tmp:
+            try:
+                result = self.services.browser.run(procedure, inp.environment.base_url, Path(tmp), on_step=on_step)
+            except BrowserInfraError as err:
+                raise failures.infrastructure(f"browser failed: {err}") from err
+            down = app_answers(inp.environment.base_url, inp.readiness_path)
+            if down is not None:
+                raise failures.environment_gone(f"{inp.environment.env_id} died during the reproduction: {down}")
+            traces = [self._put(p, ArtifactKind.TRACE, inp, "application/zip") for p in result.trace_paths]
+            shots = [self._put(p, ArtifactKind.SCREENSHOT, inp, "image/png") for p in result.screenshot_paths]
+            log = self._put(result.log_path, ArtifactKind.LOG, inp, "application/json")
+        return ReproduceResult(
+            status=result.status.value,
+            detail=result.detail,
+            artifacts=[*traces, *shots, log],
+            trace_refs=traces,
+            screenshot_refs=shots,
+            log_ref=log,
+            runs=len(result.runs),
+        )
+
+    def _put(self, path: Path, kind: ArtifactKind, inp: ReproduceInput, media_type: str) -> ArtifactRef:
+        label = inp.op_id.rsplit(":", 2)[-2] if inp.op_id.count(":") >= 2 else "run"
+        return self.services.store.put_file(
+            path,
+            kind=kind,
+            run_id=inp.run_id,
+            name=f"{label}-{path.name}",
+            revision=inp.revision,
+            media_type=media_type,
+        )
