@@ -43,7 +43,7 @@ def _api(config: DurafixConfig, method: str, path: str, token: str, body: dict[s
         return json.loads(raw) if raw else None
 
 
-def _ensure_user(config: DurafixConfig, admin: str, login: str) -> str:
+def ensure_user(config: DurafixConfig, admin: str, login: str) -> str:
     try:
         _api(config, "POST", "/admin/users", admin, {"login": login, "email": f"{login}@localhost"})
     except urllib.error.HTTPError as err:
@@ -52,10 +52,12 @@ def _ensure_user(config: DurafixConfig, admin: str, login: str) -> str:
     return str(_api(config, "POST", f"/admin/users/{login}/authorizations", admin, {"scopes": ["repo"]})["token"])
 
 
-def seed_repository(config: DurafixConfig, admin_token: str, reviewer: str, webhook_url: str) -> str:
-    """Create ``maintainer/cart`` with the sample app on ``main`` (once), collaborators and the webhook."""
-    owner_token = _ensure_user(config, admin_token, OWNER)
-    repository = f"{OWNER}/{REPO_NAME}"
+def seed_repository(
+    config: DurafixConfig, admin_token: str, reviewer: str, webhook_url: str, name: str = REPO_NAME
+) -> str:
+    """Create ``maintainer/<name>`` with the sample app on ``main`` (once), collaborators and the webhook."""
+    owner_token = ensure_user(config, admin_token, OWNER)
+    repository = f"{OWNER}/{name}"
     try:
         _api(config, "GET", f"/repos/{repository}", owner_token)
         exists = True
@@ -64,7 +66,7 @@ def seed_repository(config: DurafixConfig, admin_token: str, reviewer: str, webh
             raise
         exists = False
     if not exists:
-        _api(config, "POST", "/user/repos", owner_token, {"name": REPO_NAME, "private": False})
+        _api(config, "POST", "/user/repos", owner_token, {"name": name, "private": False})
         _push_sample(config, repository, owner_token)
         _log(f"pushed the sample app to {config.forge_git_base}/{repository}")
     for login in ("durafix-bot", reviewer):
@@ -118,7 +120,7 @@ def _basic(token: str) -> str:
     return base64.b64encode(f"x-access-token:{token}".encode()).decode()
 
 
-def _issue_text() -> tuple[str, str]:
+def issue_text() -> tuple[str, str]:
     text = (SAMPLE / "ISSUE.md").read_text()
     title, _, body = text.partition("\n")
     return title.lstrip("# ").strip(), body.strip() + "\n"
@@ -165,7 +167,7 @@ def run_demo(config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: 
         children.append(receiver)
         processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 30)
         repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url)
-        title, body = _issue_text()
+        title, body = issue_text()
         result = DemoRun(config, repository, stack_state.reviewer_token).run(title, body, quiet=as_json)
     finally:
         if not keep:

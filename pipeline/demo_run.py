@@ -74,18 +74,9 @@ class DemoRun:
     def _result(
         self, state: RunState, workflow_id: str, issue: int, approved_sha: str | None, seconds: float
     ) -> dict[str, Any]:
-        from reviews.adapter import ForgeAdapter
-        from reviews.models import ForgeConfig
+        from pipeline.services import Services
 
-        adapter = ForgeAdapter(
-            ForgeConfig(
-                api_url=self.config.forge_api_url,
-                token=self.config.forge_token,
-                repository=self.repository,
-                git_url=self.config.clone_url(self.repository),
-            )
-        )
-        footprint = adapter.footprint(workflow_id, issue)
+        footprint = Services(self.config).forge(self.repository).footprint(workflow_id, issue)
         publish = state.publish
         return {
             "workflow_id": workflow_id,
@@ -102,10 +93,10 @@ class DemoRun:
                 for r in state.evidence
             ],
             "counts": {
-                "tickets": footprint.tickets,
-                "prs": footprint.prs,
-                "evidence_comments": footprint.evidence_comments,
-                "branches": footprint.branches,
+                "tickets": len(footprint.tickets),
+                "prs": len(footprint.pull_requests),
+                "evidence_comments": len(footprint.evidence_comments),
+                "branches": len(footprint.branches),
             },
             "seconds": round(seconds, 1),
         }

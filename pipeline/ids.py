@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from reviews.markers import run_branch_prefix
+
 _REPO = re.compile(r"^[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+$")
 _WORKFLOW = re.compile(r"^repair:(?P<repo>[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+)#(?P<issue>\d+)$")
 
@@ -39,6 +41,6 @@ def op_id(workflow_id: str, step: str, attempt: int | None = None) -> str:
 
 
 def branch_for(workflow_id: str) -> str:
-    """The branch a run publishes its candidate to (one per run, deterministic)."""
-    _, issue = parse_workflow_id(workflow_id)
-    return f"durafix/issue-{issue}"
+    """The branch a run publishes its candidate to: one per run, under the run's own ``durafix/<run>/``
+    prefix, which is what the forge adapter's footprint and cleanup count as the run's."""
+    return f"{run_branch_prefix(workflow_id)}fix"

@@ -12,6 +12,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from pydantic import SecretStr
+
 from pipeline.config import DurafixConfig
 
 if TYPE_CHECKING:
@@ -20,13 +22,14 @@ if TYPE_CHECKING:
     from environments.workspace import WorkspaceManager
     from evidence.interface import ArtifactStore
     from repair.interface import RepairEngine
-    from reviews.interface import ForgePort
+    from reviews.adapter import GitHubForge
 
 
 class Services:
     def __init__(self, config: DurafixConfig) -> None:
         self.config = config
         self._lock = threading.Lock()
+        self._local = threading.local()
         self._providers: dict[str, EnvironmentProvider] = {}
 
     @property
@@ -37,7 +40,7 @@ class Services:
     def store(self) -> ArtifactStore:
         from evidence.open import open_store
 
-        return open_store(self.config.resolved_evidence_url())
+        return open_store(self.config.resolved_evidence_url(), public_url=self.config.evidence_public_url or None)
 
     @cached_property
     def workspaces(self) -> WorkspaceManager:
@@ -54,18 +57,22 @@ class Services:
                 self._providers[key] = get_provider(key, self.state_dir / "environments")
             return self._providers[key]
 
-    def forge(self, repository: str) -> ForgePort:
-        from reviews.adapter import ForgeAdapter
-        from reviews.models import ForgeConfig
+    def forge(self, repository: str) -> GitHubForge:
+        """The adapter for ``repository``; one per thread, since a PyGithub client is not thread-safe."""
+        from reviews.adapter import GitHubForge
+        from reviews.config import ForgeConfig
 
-        return ForgeAdapter(
-            ForgeConfig(
-                api_url=self.config.forge_api_url,
-                token=self.config.forge_token,
-                repository=repository,
-                git_url=self.config.clone_url(repository),
+        cache: dict[str, GitHubForge] = self._local.__dict__.setdefault("forges", {})
+        if repository not in cache:
+            cache[repository] = GitHubForge(
+                ForgeConfig(
+                    api_url=self.config.forge_api_url,
+                    token=SecretStr(self.config.forge_token),
+                    repository=repository,
+                    git_url=self.config.clone_url(repository),
+                )
             )
-        )
+        return cache[repository]
 
     @cached_property
     def engine(self) -> RepairEngine:

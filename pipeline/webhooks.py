@@ -19,7 +19,6 @@ import asyncio
 import hashlib
 import hmac
 import json
-import re
 import sys
 import threading
 from collections.abc import Coroutine
@@ -31,12 +30,11 @@ from temporalio.service import RPCError
 
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.ids import workflow_id_for
 from pipeline.state import Approval, Rejection
+from reviews.markers import PULL, find_marker
 
 T = TypeVar("T")
 MAX_BODY = 25 * 1024 * 1024
-_BRANCH = re.compile(r"^durafix/issue-(\d+)$")
 
 
 def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
@@ -137,10 +135,12 @@ class WebhookReceiver:
     def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         review = payload.get("review") or {}
         pr = payload.get("pull_request") or {}
-        m = _BRANCH.match((pr.get("head") or {}).get("ref", ""))
-        if payload.get("action") != "submitted" or m is None:
-            return 202, {"message": "not a submitted review of a durafix branch: ignored"}
-        workflow_id = workflow_id_for(payload["repository"]["full_name"], int(m.group(1)))
+        marker = find_marker(pr.get("body"), PULL)
+        if payload.get("action") != "submitted" or marker is None or "run" not in marker.attrs:
+            return 202, {"message": "not a submitted review of a durafix PR: ignored"}
+        workflow_id = marker.attrs["run"]
+        if not workflow_id.startswith(f"repair:{payload['repository']['full_name']}#"):
+            return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
         reviewer = (review.get("user") or {}).get("login", "unknown")
         state = str(review.get("state", "")).lower()
         if state == "approved":

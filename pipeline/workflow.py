@@ -524,7 +524,7 @@ class RepairBugWorkflow:
             EnsureCommentInput(
                 repository=inp.repository,
                 number=pr.number,
-                key=f"evidence:{candidate.commit}",
+                key=f"{wf}:evidence:{candidate.commit}",
                 body=messages.evidence_comment(self._state, candidate, evidence),
             ),
             CommentResult,

@@ -1,0 +1,178 @@
+"""End-to-end fixtures: the embedded stack (real Temporal dev server, GitHub emulator, scripted model server,
+evidence server) started as real processes, workers and the webhook receiver as subprocesses.
+
+Each test gets its own repository in the emulator, so runs never share forge state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from github import Auth, Github
+
+from environments.files import path_key
+from environments.processes import MARKER_VAR
+from infra import processes, stack
+from infra.processes import ServiceRecord
+from pipeline.config import DurafixConfig
+from pipeline.demo import OWNER, ensure_user, seed_repository
+from tests.conftest import require
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+MODEL_DIR = REPO_ROOT / "examples" / "cart" / "model"
+NEVER_FIXABLE = "never-fixable"
+
+
+def combined_model_script(dest: Path) -> Path:
+    """Reports whose text says ``never-fixable`` get the bad fix; every other report gets the real fix."""
+    bad = yaml.safe_load((MODEL_DIR / "bad-fix.yaml").read_text())
+    good = yaml.safe_load((MODEL_DIR / "fix.yaml").read_text())
+    conversations = []
+    for conv in bad["conversations"]:
+        conv = dict(conv)
+        conv["match"] = {**(conv.get("match") or {}), "user": NEVER_FIXABLE}
+        conversations.append(conv)
+    conversations.extend(good["conversations"])
+    dest.write_text(yaml.safe_dump({"model": good.get("model", "durafix-scripted"), "conversations": conversations}))
+    return dest
+
+
+@dataclass
+class E2EStack:
+    config: DurafixConfig
+    admin_token: str
+    reviewer_token: str
+    receiver: ServiceRecord
+    workers: list[ServiceRecord] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    def spawn_worker(self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None) -> ServiceRecord:
+        """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
+        accepted the named adapter operation (once per operation, across processes)."""
+        n = len(self.workers)
+        env: dict[str, str] = {}
+        if kill_after:
+            assert kill_dir is not None
+            argv = [sys.executable, str(Path(__file__).parent / "killable_worker.py")]
+            env = {"DURAFIX_TEST_KILL_AFTER": ",".join(kill_after), "DURAFIX_TEST_KILL_DIR": str(kill_dir)}
+        else:
+            argv = [sys.executable, "-m", "pipeline"]
+        rec = processes.spawn(
+            f"worker-{n}",
+            [*argv, "--state-dir", str(self.state_dir), "worker"],
+            log=self.state_dir / "logs" / f"test-worker-{n}.log",
+            port=0,
+            url="",
+            env={**env, "PYTHONPATH": str(REPO_ROOT)},
+        )
+        self.workers.append(rec)
+        return rec
+
+    def stop_workers(self) -> None:
+        for rec in self.workers:
+            processes.stop(rec, grace_s=15)
+        self.workers.clear()
+
+    def new_repository(self) -> str:
+        return seed_repository(
+            self.config, self.admin_token, "reviewer", self.receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
+        )
+
+    def owner_token(self) -> str:
+        """A token of the repositories' owner (it administers their hooks)."""
+        return ensure_user(self.config, self.admin_token, OWNER)
+
+    def github(self, token: str | None = None) -> Github:
+        return Github(base_url=self.config.forge_api_url, auth=Auth.Token(token or self.config.forge_token), retry=None)
+
+    def deliveries_log(self) -> str:
+        return processes.log_tail(Path(self.receiver.log), 40)
+
+
+@pytest.fixture(scope="session")
+def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state = tmp_path_factory.mktemp("durafix-e2e")
+    script = combined_model_script(state / "model-script.yaml")
+    try:
+        config = stack.up(state, model_script=script, quiet=True)
+    except processes.ServiceError as err:
+        stack.down(state, quiet=True)
+        require(False, f"the embedded stack could not start: {err}")
+        raise
+    config.fast_timeouts = True
+    config.max_repair_attempts = 2
+    config.save()
+    st = stack.read_stack(state)
+    port = processes.free_port()
+    receiver = processes.spawn(
+        "receiver",
+        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
+        log=state / "logs" / "test-receiver.log",
+        port=port,
+        url=f"http://127.0.0.1:{port}/webhook",
+    )
+    processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
+    try:
+        yield e2e
+    finally:
+        e2e.stop_workers()
+        processes.stop(receiver)
+        stack.down(state, quiet=True)
+
+
+@pytest.fixture
+def stack_with_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
+    e2e_stack.spawn_worker()
+    try:
+        yield e2e_stack
+    finally:
+        e2e_stack.stop_workers()
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def owned_processes(run_id: str) -> list[int]:
+    """PIDs of live processes carrying the run's ownership marker in their environment."""
+    needle = f"{MARKER_VAR}={path_key(run_id)}/".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def kill(rec: ServiceRecord) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(rec.pid, signal.SIGKILL)

@@ -1,0 +1,258 @@
+"""repair_bug end to end on the real parts: Temporal dev server, the GitHub emulator over HTTP (webhooks
+included), real git, Debian Chromium, the scripted model server over HTTP, local processes for the app.
+
+Assertions are about external truth read back from the forge (tickets, branches, PRs, comments, the merged
+tree) and the machine (processes, workspaces), not only the workflow's own state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from infra import processes
+from pipeline import client as runs
+from pipeline.demo import issue_text
+from pipeline.ids import branch_for, workflow_id_for
+from pipeline.state import Approval, Outcome, Phase, RunState
+from tests.e2e.conftest import NEVER_FIXABLE, E2EStack, owned_processes, wait_for
+from tests.replay.record import record_history
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+
+RUN_TIMEOUT_S = 300
+
+
+async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s: float = RUN_TIMEOUT_S) -> RunState:
+    """Poll the run's state until ``predicate(state, status)`` holds."""
+    deadline = time.monotonic() + timeout_s
+    last: RunState | None = None
+    while time.monotonic() < deadline:
+        try:
+            last = await runs.get_state(client, workflow_id)
+            status = await runs.status_of(client, workflow_id)
+        except Exception:  # the webhook may not have started the run yet
+            await asyncio.sleep(0.5)
+            continue
+        if predicate(last, status):
+            return last
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{workflow_id}: condition not met in {timeout_s}s; last state {last!r}")
+
+
+def finished(_: RunState, status: WorkflowExecutionStatus | None) -> bool:
+    return status is not None and status != WorkflowExecutionStatus.RUNNING
+
+
+def awaiting_review(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
+    return state.pending_approval is not None or finished(state, status)
+
+
+def open_report(stack: E2EStack, repository: str, title: str | None = None, body: str | None = None) -> int:
+    default_title, default_body = issue_text()
+    repo = stack.github().get_repo(repository)
+    issue = repo.create_issue(
+        title=title or default_title, body=body or default_body, labels=[stack.config.trigger_label]
+    )
+    return issue.number
+
+
+def footprint(stack: E2EStack, repository: str, workflow_id: str, issue: int) -> Any:
+    from pipeline.services import Services
+
+    return Services(stack.config).forge(repository).footprint(workflow_id, issue)
+
+
+def run_workspaces(stack: E2EStack, workflow_id: str) -> list[Path]:
+    from environments.files import path_key
+
+    run_dir = stack.state_dir / "workspaces" / path_key(workflow_id)
+    if not run_dir.exists():
+        return []
+    return [p for p in run_dir.iterdir() if p.is_dir()]
+
+
+def redeliver_review_webhooks(stack: E2EStack, repository: str) -> list[int]:
+    """Redeliver every pull_request_review delivery through GitHub's hook-delivery API; the statuses."""
+    gh_api = stack.config.forge_api_url
+    owner_token = stack.owner_token()
+
+    def call(method: str, path: str, tok: str) -> Any:
+        req = urllib.request.Request(f"{gh_api}{path}", method=method, headers={"Authorization": f"token {tok}"})
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            raw = resp.read()
+            return json.loads(raw) if raw else None
+
+    hooks = call("GET", f"/repos/{repository}/hooks", owner_token)
+    statuses = []
+    for hook in hooks:
+        for d in call("GET", f"/repos/{repository}/hooks/{hook['id']}/deliveries", owner_token):
+            if d["event"] == "pull_request_review":
+                call("POST", f"/repos/{repository}/hooks/{hook['id']}/deliveries/{d['id']}/attempts", owner_token)
+                statuses.append(d["status_code"])
+    return statuses
+
+
+async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    issue = open_report(stack, repository)
+    wf = workflow_id_for(repository, issue)
+
+    state = await state_when(client, wf, awaiting_review)
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.reproduction is not None and state.reproduction.status == "reproduced"
+    head = state.pending_approval.head_sha
+
+    reviewer = stack.github(stack.reviewer_token).get_repo(repository)
+    pr = reviewer.get_pull(state.pending_approval.pr_number)
+    assert pr.head.sha == head and pr.draft
+    pr.create_review(commit=reviewer.get_commit(head), event="APPROVE", body="LGTM")
+
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.approval is not None and final.approval.head_sha == head and final.approval.source == "webhook"
+
+    # The same approval delivered again (a redelivery through the hook-delivery API) changes nothing.
+    assert redeliver_review_webhooks(stack, repository)
+    time.sleep(2)
+    repo = stack.github().get_repo(repository)
+    merged = repo.get_pull(pr.number)
+    assert merged.merged and merged.merge_commit_sha == final.merged_sha
+    assert repo.get_branch("main").commit.sha == final.merged_sha
+    fixed = repo.get_contents("cart.py", ref="main")
+    assert not isinstance(fixed, list)
+    assert "line_total(item) for item in items" in fixed.decoded_content.decode()
+
+    fp = footprint(stack, repository, wf, issue)
+    assert len(fp.tickets) == 1
+    assert fp.pull_requests == [pr.number]
+    assert len(fp.evidence_comments) == 1
+    assert fp.branches == [branch_for(wf)]
+    ticket = repo.get_issue(issue).get_comment(final.ticket.comment_id if final.ticket else 0)
+    assert "merged" in ticket.body
+
+    assert {r.kind for r in final.evidence} >= {"trace", "screenshot", "patch", "manifest", "report"}
+    assert owned_processes(wf) == []
+    assert run_workspaces(stack, wf) == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path")
+
+
+async def test_report_that_does_not_reproduce_ends_in_triage_without_pr(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    # A report claiming the total should read $23.75: that is what the page shows, so nothing reproduces.
+    _, body = issue_text()
+    body = body.replace("not_equals: $40.00", "not_equals: $23.75")
+    issue = open_report(stack, repository, title="Cart total should be $23.75", body=body)
+    wf = workflow_id_for(repository, issue)
+
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert final.reproduction is not None and final.reproduction.status == "not_reproduced"
+    assert final.candidates == []
+    fp = footprint(stack, repository, wf, issue)
+    assert fp.pull_requests == [] and fp.branches == []
+    assert len(fp.tickets) == 1
+    repo = stack.github().get_repo(repository)
+    assert final.ticket is not None and final.ticket.comment_id is not None
+    assert "needs human triage" in repo.get_issue(issue).get_comment(final.ticket.comment_id).body
+    assert owned_processes(wf) == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "not-reproduced")
+
+
+async def test_repair_that_never_verifies_exhausts_the_budget_without_pr(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    title, body = issue_text()
+    issue = open_report(stack, repository, title=f"{title} ({NEVER_FIXABLE})", body=body)
+    wf = workflow_id_for(repository, issue)
+
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.REPAIR_BUDGET_EXHAUSTED, final.outcome_detail
+    assert len(final.candidates) == 2
+    assert all(c.verification == "failed" for c in final.candidates)
+    fp = footprint(stack, repository, wf, issue)
+    assert fp.pull_requests == [] and fp.branches == []
+    assert owned_processes(wf) == []
+    assert run_workspaces(stack, wf) == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "budget-exhausted")
+
+
+async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
+    e2e_stack: E2EStack, tmp_path: Path
+) -> None:
+    """SIGKILL right after the forge accepted the ticket, the push and the PR (before each activity
+    completed); fresh workers finish the run, and the forge holds exactly one of each."""
+    stack = e2e_stack
+    kills = ["ensure_ticket", "publish_branch", "ensure_draft_pr"]
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    worker = stack.spawn_worker(kill_after=kills, kill_dir=tmp_path)
+    try:
+        issue = open_report(stack, repository)
+        wf = workflow_id_for(repository, issue)
+        deadline = time.monotonic() + RUN_TIMEOUT_S * 2
+        state: RunState | None = None
+        while time.monotonic() < deadline:
+            if not processes.is_alive(worker):
+                worker = stack.spawn_worker(kill_after=kills, kill_dir=tmp_path)
+            try:
+                state = await runs.get_state(client, wf)
+            except Exception:
+                await asyncio.sleep(0.5)
+                continue
+            if state.pending_approval is not None or state.outcome is not None:
+                break
+            await asyncio.sleep(0.5)
+        assert state is not None and state.pending_approval is not None, state
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kills)
+        approval = Approval(reviewer="reviewer", head_sha=state.pending_approval.head_sha, review_id="cli-1")
+        await runs.approve(client, wf, approval)
+        final = await state_when(client, wf, finished)
+    finally:
+        stack.stop_workers()
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    fp = footprint(stack, repository, wf, issue)
+    assert len(fp.tickets) == 1, fp
+    assert len(fp.pull_requests) == 1, fp
+    assert fp.branches == [branch_for(wf)], fp
+    assert len(fp.evidence_comments) == 1, fp
+    repo = stack.github().get_repo(repository)
+    mine = [c for c in repo.get_issue(issue).get_comments() if "durafix:ticket" in c.body]
+    assert len(mine) == 1
+    assert len([p for p in repo.get_pulls(state="all")]) == 1
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "killed-workers")
+
+
+async def test_cancellation_removes_every_owned_process_and_workspace(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    issue = open_report(stack, repository)
+    wf = workflow_id_for(repository, issue)
+
+    def env_live(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
+        return (state.environment is not None and state.environment.last_status == "ready") or finished(state, status)
+
+    await state_when(client, wf, env_live)
+    wait_for(lambda: owned_processes(wf), 30, "the app process of the run")
+    await runs.cancel(client, wf)
+    final = await state_when(client, wf, finished)
+    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
+    assert final.outcome == Outcome.CANCELLED, final.outcome_detail
+    assert final.phase == Phase.DONE
+    assert final.cleanup is not None and final.cleanup.complete and final.cleanup.removed >= 1
+    assert owned_processes(wf) == []
+    assert run_workspaces(stack, wf) == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "cancelled")
