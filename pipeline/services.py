@@ -46,7 +46,7 @@ class Services:
     def workspaces(self) -> WorkspaceManager:
         from environments.workspace import WorkspaceManager
 
-        return WorkspaceManager(cache_dir=self.state_dir / "cache" / "mirrors", root=self.state_dir / "workspaces")
+        return WorkspaceManager(cache_dir=self.state_dir / "cache", root=self.state_dir / "workspaces")
 
     def provider(self, name: str | None = None) -> EnvironmentProvider:
         from environments.registry import get_provider
@@ -54,7 +54,9 @@ class Services:
         key = name or self.config.environment_provider
         with self._lock:
             if key not in self._providers:
-                self._providers[key] = get_provider(key, self.state_dir / "environments")
+                self._providers[key] = get_provider(
+                    key, self.state_dir / "environments", docker_host=self.config.docker_host or None
+                )
             return self._providers[key]
 
     def forge(self, repository: str) -> GitHubForge:

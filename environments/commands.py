@@ -1,0 +1,87 @@
+"""Running a recipe's shell commands: environment, own session, output to a log file.
+
+A command's environment is built, not inherited: only a few neutral worker variables pass through
+(``PATH``, ``HOME``, locale, ``TZ``, ``TMPDIR``), so a worker's own credentials never reach the application
+under repair; the recipe's ``env`` and resolved secrets are added on top. Each command runs under
+``/bin/sh -c`` in its own session (``start_new_session=True``), so its whole process group can be signalled
+without touching the worker. Spawned long-running children are reaped by a daemon thread, so a dead one
+never lingers as a zombie that looks alive.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from environments.interface import AppRecipe
+from environments.processes import MARKER_VAR, start_time, stop_owned
+from environments.secrets import resolve_secrets
+
+_PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
+TAIL_BYTES = 4096
+
+
+def command_env(recipe: AppRecipe, *, marker: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for one of ``recipe``'s commands; secrets resolved now from the worker's environment."""
+    env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    env.update(recipe.env)
+    env.update(resolve_secrets(recipe.secrets, os.environ))
+    if extra:
+        env.update(extra)
+    env[MARKER_VAR] = marker
+    return env
+
+
+def spawn(command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+    """Start ``command`` in its own session, appending its output to ``log_path``; reap it when it exits.
+
+    Returns the process and its start time, read before the reaper may collect it: a command that dies at
+    once is still identified exactly, rather than confused with a later process reusing its pid.
+    """
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        log.write(f"$ {command}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", command],
+            cwd=cwd,
+            env=dict(env),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    started_at = start_time(proc.pid)
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc, started_at
+
+
+def run_to_completion(
+    command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path, timeout_s: float
+) -> tuple[int | None, float]:
+    """Run ``command`` to its end; return (exit code, or ``None`` if it timed out and was killed; seconds).
+
+    On timeout the command's whole process group (and anything carrying its marker) is stopped.
+    """
+    started = time.monotonic()
+    proc, _ = spawn(command, cwd=cwd, env=env, log_path=log_path)
+    try:
+        code: int | None = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        stop_owned(env[MARKER_VAR], pgid=proc.pid, grace_s=2.0)
+        code = None
+    return code, time.monotonic() - started
+
+
+def tail(path: Path, limit: int = TAIL_BYTES) -> str:
+    """The last ``limit`` bytes of ``path`` as text (empty if the file does not exist)."""
+    try:
+        with path.open("rb") as fh:
+            fh.seek(max(0, fh.seek(0, os.SEEK_END) - limit))
+            return fh.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""

@@ -1,0 +1,291 @@
+"""The local-process provider: the application runs as plain processes on the worker (no isolation).
+
+Per run, under ``state_dir/<run-key>/``: one JSON ownership record per operation (pid, process group, start
+time, port, workspace), the operation's log, lock files and, once cleaned up, the run's tombstone.
+
+Contracts (see :mod:`environments.interface`):
+
+- ``provision`` refuses a tombstoned run before starting anything, runs the recipe's setup commands, starts
+  the start command with a free port in ``$PORT``, and writes the ownership record *before* waiting for
+  readiness, so a crash while waiting leaves a process that cleanup can find. Every process also carries
+  the run/operation marker in its environment (see :mod:`environments.processes`), which covers the
+  instant between spawning and recording and any process that leaves its group.
+- Idempotent per ``op_id``: a recorded process that is still the same process (pid + start time), runs
+  from the same workspace directory (path + inode) and answers the probe is adopted; anything else
+  recorded for the operation is stopped and replaced.
+- ``check`` re-probes the live process; ``teardown`` and ``cleanup_run`` stop a process group with SIGTERM,
+  then SIGKILL after a grace period, verify nothing is left, and only then drop the record.
+- ``cleanup_run`` writes the tombstone first, then waits for in-flight provisions of the run (they hold
+  the run lock shared), then stops everything recorded or marked for that run and nothing else.
+
+Secrets are resolved from the worker's environment when a command starts and are never recorded.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from environments.commands import command_env, run_to_completion, spawn, tail
+from environments.files import locked, path_key, read_json, write_json_atomic
+from environments.interface import (
+    CleanupReport,
+    EnvironmentError,
+    EnvironmentHandle,
+    EnvironmentStatus,
+    NotReadyError,
+    OwnedResource,
+    ReadinessProbe,
+    RecoverySpec,
+    ResourceConflictError,
+    ResourceKind,
+    RunFencedError,
+)
+from environments.processes import StopOutcome, is_running, stop_owned
+from environments.readiness import probe_once, wait_ready
+
+PROVIDER_NAME = "local"
+
+
+class SetupError(EnvironmentError):
+    """A setup command of the recipe failed or timed out; the message holds the log tail."""
+
+
+class LocalProcessProvider:
+    """Runs environments as local process groups; state and logs under ``state_dir``."""
+
+    name = PROVIDER_NAME
+
+    def __init__(self, state_dir: Path, *, setup_timeout_s: float = 600.0, stop_grace_s: float = 5.0) -> None:
+        self.state_dir = state_dir.absolute()
+        self.setup_timeout_s = setup_timeout_s
+        self.stop_grace_s = stop_grace_s
+
+    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
+        """Adopt the live environment recorded for ``op_id``, or start a new one and wait for readiness.
+
+        Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` (the process
+        is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
+        """
+        ws = Path(workspace).absolute()
+        if not ws.is_dir():
+            raise EnvironmentError(f"workspace {ws} does not exist")
+        run_dir = self._run_dir(run_id)
+        key = path_key(op_id)
+        with locked(run_dir / "run.lock", shared=True):
+            if (run_dir / "tombstone.json").exists():
+                raise RunFencedError(f"run {run_id} was cleaned up; refusing to provision {op_id}")
+            with locked(run_dir / f"{key}.lock"):
+                record = read_json(run_dir / f"{key}.json")
+                if record is not None:
+                    if (record["run_id"], record["op_id"]) != (run_id, op_id):
+                        raise ResourceConflictError(
+                            f"process record for {op_id} belongs to {record['run_id']} / {record['op_id']}"
+                        )
+                    if _adoptable(record, ws, spec):
+                        return _handle(record)
+                    survivors = self._stop(record).survivors
+                    if survivors:
+                        raise EnvironmentError(f"earlier processes {sorted(survivors)} of {op_id} survived SIGKILL")
+                    (run_dir / f"{key}.json").unlink()
+                return self._start(run_dir, key, run_id=run_id, op_id=op_id, spec=spec, ws=ws)
+
+    def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
+        """READY if the handle's process is alive and answers the probe now; GONE if it no longer exists."""
+        record = read_json(self._run_dir(handle.run_id) / f"{path_key(handle.op_id)}.json")
+        if record is None or _url(record) != handle.base_url or not _alive(record):
+            return EnvironmentStatus.GONE
+        if probe_once(handle.base_url, _probe(record)):
+            return EnvironmentStatus.READY
+        return EnvironmentStatus.NOT_READY
+
+    def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
+        """Recorded processes for ``run_id`` (all runs when ``None``); ``detail['state']`` is live or dead."""
+        if run_id is not None:
+            run_dirs = [self._run_dir(run_id)]
+        elif self.state_dir.is_dir():
+            run_dirs = sorted(p for p in self.state_dir.iterdir() if p.is_dir())
+        else:
+            run_dirs = []
+        owned = []
+        for run_dir in run_dirs:
+            for record_path in sorted(run_dir.glob("*.json")):
+                if record_path.name != "tombstone.json" and (record := read_json(record_path)) is not None:
+                    owned.append(_resource(record))
+        return owned
+
+    def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
+        """Stop the operation's processes and drop its record (the log stays); idempotent."""
+        run_dir = self._run_dir(handle.run_id)
+        key = path_key(handle.op_id)
+        report = CleanupReport(run_id=handle.run_id)
+        with locked(run_dir / "run.lock", shared=True), locked(run_dir / f"{key}.lock"):
+            record = read_json(run_dir / f"{key}.json")
+            if record is not None:
+                self._stop_into(report, run_dir, key, record)
+            # Processes marked for the operation but unrecorded (a crash between spawn and record).
+            _report_unrecorded(report, stop_owned(_marker(run_dir, key), grace_s=self.stop_grace_s), handle.op_id)
+        return report
+
+    def cleanup_run(self, run_id: str) -> CleanupReport:
+        """Tombstone ``run_id``, then stop and forget everything it owns; idempotent, other runs untouched."""
+        run_dir = self._run_dir(run_id)
+        report = CleanupReport(run_id=run_id)
+        write_json_atomic(run_dir / "tombstone.json", {"run_id": run_id, "at": time.time()})
+        with locked(run_dir / "run.lock"):
+            for record_path in sorted(run_dir.glob("*.json")):
+                if record_path.name != "tombstone.json" and (record := read_json(record_path)) is not None:
+                    self._stop_into(report, run_dir, record_path.stem, record)
+            # Processes marked for this run but never recorded (a crash between spawn and record).
+            swept = stop_owned(f"{run_dir.name}/", prefix=True, grace_s=self.stop_grace_s)
+            _report_unrecorded(report, swept, "(unrecorded)")
+            for leftover in [*run_dir.glob("*.log"), *run_dir.glob("*.lock")]:
+                if leftover.name != "run.lock" and not leftover.with_suffix(".json").exists():
+                    leftover.unlink()
+        return report
+
+    def _start(
+        self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path
+    ) -> EnvironmentHandle:
+        recipe = spec.recipe
+        marker = _marker(run_dir, key)
+        log_path = run_dir / f"{key}.log"
+        for command in recipe.setup:
+            code, _ = run_to_completion(
+                command,
+                cwd=ws,
+                env=command_env(recipe, marker=marker),
+                log_path=log_path,
+                timeout_s=self.setup_timeout_s,
+            )
+            if code != 0:
+                stop_owned(marker, grace_s=self.stop_grace_s)
+                outcome = "timed out" if code is None else f"exited {code}"
+                raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
+        port = _free_port()
+        proc, started_at = spawn(
+            recipe.start, cwd=ws, env=command_env(recipe, marker=marker, extra={"PORT": str(port)}), log_path=log_path
+        )
+        record: dict[str, Any] = {
+            "run_id": run_id,
+            "op_id": op_id,
+            "pid": proc.pid,
+            "pgid": proc.pid,
+            "start_time": started_at,
+            "port": port,
+            "marker": marker,
+            "workspace": str(ws),
+            "workspace_inode": ws.stat().st_ino,
+            "log": str(log_path),
+            "probe": recipe.readiness.model_dump(mode="json"),
+        }
+        write_json_atomic(run_dir / f"{key}.json", record)
+        if not wait_ready(_url(record), recipe.readiness, still_running=lambda: _alive(record)):
+            if not self._stop(record).survivors:
+                (run_dir / f"{key}.json").unlink()
+            raise NotReadyError(
+                f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
+                f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}"
+            )
+        return _handle(record)
+
+    def _stop(self, record: dict[str, Any]) -> StopOutcome:
+        return stop_owned(
+            record["marker"], pgid=record["pgid"], leader_start=record["start_time"], grace_s=self.stop_grace_s
+        )
+
+    def _stop_into(self, report: CleanupReport, run_dir: Path, key: str, record: dict[str, Any]) -> None:
+        """Stop one recorded environment; drop its record only when nothing of it is left."""
+        resource = _resource(record)
+        survivors = self._stop(record).survivors
+        if survivors:
+            report.remaining.append(resource)
+            report.errors.append(f"{record['op_id']}: processes {sorted(survivors)} survived SIGKILL")
+        else:
+            (run_dir / f"{key}.json").unlink(missing_ok=True)
+            report.removed.append(resource)
+
+    def _run_dir(self, run_id: str) -> Path:
+        return self.state_dir / path_key(run_id)
+
+
+def _adoptable(record: dict[str, Any], ws: Path, spec: RecoverySpec) -> bool:
+    return (
+        _alive(record)
+        and record["workspace"] == str(ws)
+        and record["workspace_inode"] == ws.stat().st_ino
+        and probe_once(_url(record), spec.recipe.readiness)
+    )
+
+
+def _alive(record: dict[str, Any]) -> bool:
+    return is_running(int(record["pid"]), int(record["start_time"]))
+
+
+def _url(record: dict[str, Any]) -> str:
+    return f"http://127.0.0.1:{record['port']}"
+
+
+def _probe(record: dict[str, Any]) -> ReadinessProbe:
+    return ReadinessProbe.model_validate(record["probe"])
+
+
+def _marker(run_dir: Path, key: str) -> str:
+    return f"{run_dir.name}/{key}"
+
+
+def _free_port() -> int:
+    # The port is released before the application binds it; a race with another binder shows up as a
+    # readiness failure, never as a wrong environment (the probe goes to the recorded port).
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _resource(record: dict[str, Any]) -> OwnedResource:
+    return OwnedResource(
+        kind=ResourceKind.PROCESS,
+        provider=PROVIDER_NAME,
+        resource_id=f"pid:{record['pid']}@{record['start_time']}",
+        run_id=record["run_id"],
+        op_id=record["op_id"],
+        detail={
+            "pid": str(record["pid"]),
+            "pgid": str(record["pgid"]),
+            "port": str(record["port"]),
+            "log": record["log"],
+            "state": "live" if _alive(record) else "dead",
+        },
+    )
+
+
+def _handle(record: dict[str, Any]) -> EnvironmentHandle:
+    return EnvironmentHandle(
+        env_id=f"{PROVIDER_NAME}:{record['marker']}",
+        provider=PROVIDER_NAME,
+        run_id=record["run_id"],
+        op_id=record["op_id"],
+        base_url=_url(record),
+        resources=[_resource(record)],
+    )
+
+
+def _report_unrecorded(report: CleanupReport, outcome: StopOutcome, op_id: str) -> None:
+    """Add marked-but-unrecorded processes to ``report`` as removed or remaining."""
+
+    def resource(pid: int) -> OwnedResource:
+        return OwnedResource(
+            kind=ResourceKind.PROCESS,
+            provider=PROVIDER_NAME,
+            resource_id=f"pid:{pid}",
+            run_id=report.run_id,
+            op_id=op_id,
+            detail={"pid": str(pid), "recorded": "no"},
+        )
+
+    report.removed.extend(resource(pid) for pid in sorted(outcome.stopped))
+    report.remaining.extend(resource(pid) for pid in sorted(outcome.survivors))
+    report.errors.extend(f"process {pid} survived SIGKILL" for pid in sorted(outcome.survivors))

@@ -1,0 +1,37 @@
+"""Providers by name. The Docker provider is imported only when asked for, so workers without the Docker
+SDK or engine can still run local environments."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+from typing import cast
+
+from environments.interface import EnvironmentError, EnvironmentProvider
+from environments.local import LocalProcessProvider
+
+PROVIDERS = ("local", "docker")
+
+
+class ProviderUnavailableError(EnvironmentError):
+    """The named provider exists but cannot be used on this worker."""
+
+
+def get_provider(name: str, state_dir: Path, *, docker_host: str | None = None) -> EnvironmentProvider:
+    """The provider called ``name`` keeping its state under ``state_dir``.
+
+    ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to.
+    """
+    if name == "local":
+        return LocalProcessProvider(state_dir)
+    if name == "docker":
+        host = docker_host or os.environ.get("DOCKER_HOST")
+        if not host:
+            raise ProviderUnavailableError("the docker provider needs a docker_host (or $DOCKER_HOST)")
+        try:
+            module = importlib.import_module("environments.docker")
+        except ImportError as exc:
+            raise ProviderUnavailableError(f"the docker provider cannot be loaded: {exc}") from exc
+        return cast(EnvironmentProvider, module.DockerProvider(state_dir, host))
+    raise ValueError(f"unknown environment provider {name!r}; known: {', '.join(PROVIDERS)}")
