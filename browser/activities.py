@@ -69,7 +69,9 @@ class BrowserActivities:
         procedure = Procedure.model_validate_json(store.read_bytes(inp.procedure_ref))
         down = app_answers(inp.environment.base_url, inp.readiness_path)
         if down is not None:
-            raise failures.environment_gone(f"{inp.environment.env_id} does not answer at {inp.environment.base_url}: {down}")
+            raise failures.environment_gone(
+                f"{inp.environment.env_id} does not answer at {inp.environment.base_url}: {down}"
+            )
 
         def on_step(index: int, description: str) -> None:
             # Heartbeating is also how a sync activity learns it was cancelled.

@@ -90,14 +90,16 @@ def handle_for(client: Client, workflow_id: str) -> WorkflowHandle[object, RunSt
 
 
 async def get_state(client: Client, workflow_id: str) -> RunState:
-    return await handle_for(client, workflow_id).query("state", result_type=RunState)
+    state: RunState = await handle_for(client, workflow_id).query("state", result_type=RunState)
+    return state
 
 
 async def approve(client: Client, workflow_id: str, approval: Approval) -> ApprovalAck:
     update_id = f"approve:{approval.review_id or approval.head_sha}"
-    return await handle_for(client, workflow_id).execute_update(
+    ack: ApprovalAck = await handle_for(client, workflow_id).execute_update(
         "approve", approval, id=update_id, result_type=ApprovalAck
     )
+    return ack
 
 
 async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:

@@ -36,23 +36,15 @@ class StepTimeouts(BaseModel):
     heartbeat: float | None = None
     max_attempts: int = 8
 
-    def kwargs(self) -> dict[str, object]:
-        """Keyword arguments for ``workflow.execute_activity``."""
-        out: dict[str, object] = {
-            "schedule_to_start_timeout": timedelta(seconds=self.schedule_to_start),
-            "start_to_close_timeout": timedelta(seconds=self.start_to_close),
-            "schedule_to_close_timeout": timedelta(seconds=self.schedule_to_close),
-            "retry_policy": RetryPolicy(
-                initial_interval=timedelta(seconds=1),
-                backoff_coefficient=2.0,
-                maximum_interval=timedelta(seconds=30),
-                maximum_attempts=self.max_attempts,
-                non_retryable_error_types=NON_RETRYABLE,
-            ),
-        }
-        if self.heartbeat is not None:
-            out["heartbeat_timeout"] = timedelta(seconds=self.heartbeat)
-        return out
+    def retry_policy(self) -> RetryPolicy:
+        """Exponential backoff for the retryable classes; the others fail at once."""
+        return RetryPolicy(
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=30),
+            maximum_attempts=self.max_attempts,
+            non_retryable_error_types=NON_RETRYABLE,
+        )
 
 
 class RunPolicy(BaseModel):

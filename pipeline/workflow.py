@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
@@ -93,6 +93,16 @@ def _failure_type(err: BaseException) -> str:
             return cause.type
         cause = cause.__cause__
     return type(err).__name__
+
+
+def _is_cancellation(err: BaseException) -> bool:
+    """An activity that ended because the workflow's cancellation reached it."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, CancelledError):
+            return True
+        cause = cause.__cause__
+    return False
 
 
 def _failure_message(err: BaseException) -> str:
@@ -177,9 +187,13 @@ class RepairBugWorkflow:
             cancelled = True
             outcome, detail = Outcome.CANCELLED, "cancellation requested"
         except ActivityError as err:
-            kind = _failure_type(err)
-            outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
-            detail = f"step failed ({kind}): {_failure_message(err)}"
+            if _is_cancellation(err):
+                cancelled = True
+                outcome, detail = Outcome.CANCELLED, "cancellation requested"
+            else:
+                kind = _failure_type(err)
+                outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
+                detail = f"step failed ({kind}): {_failure_message(err)}"
         await self._finish(outcome, detail)
         if cancelled:
             raise asyncio.CancelledError()
@@ -679,7 +693,11 @@ class RepairBugWorkflow:
             arg,
             task_queue=queue.value,
             result_type=result_type,
-            **timeouts.kwargs(),  # type: ignore[arg-type]
+            schedule_to_start_timeout=timedelta(seconds=timeouts.schedule_to_start),
+            start_to_close_timeout=timedelta(seconds=timeouts.start_to_close),
+            schedule_to_close_timeout=timedelta(seconds=timeouts.schedule_to_close),
+            heartbeat_timeout=timedelta(seconds=timeouts.heartbeat) if timeouts.heartbeat else None,
+            retry_policy=timeouts.retry_policy(),
         )
         return result
 

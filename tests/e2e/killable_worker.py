@@ -1,6 +1,6 @@
 """A ``durafix worker`` that SIGKILLs itself right after the forge accepted a mutation.
 
-Test-only: it wraps the named ``ForgeAdapter`` methods so that, the first time each returns (the forge has
+Test-only: it wraps the named ``GitHubForge`` methods so that, the first time each returns (the forge has
 applied the mutation, the activity has not completed), the process dies with SIGKILL. One marker file per
 operation in ``DURAFIX_TEST_KILL_DIR`` makes each kill happen once across successive worker processes.
 """
@@ -14,12 +14,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from reviews.adapter import ForgeAdapter
+from reviews.adapter import GitHubForge
 
 
 def _dying_after(name: str, original: Callable[..., Any], marker_dir: Path) -> Callable[..., Any]:
     @functools.wraps(original)
-    def wrapper(self: ForgeAdapter, *args: Any, **kwargs: Any) -> Any:
+    def wrapper(self: GitHubForge, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
         marker = marker_dir / name
         if not marker.exists():
@@ -34,7 +34,7 @@ def install() -> None:
     marker_dir = Path(os.environ["DURAFIX_TEST_KILL_DIR"])
     marker_dir.mkdir(parents=True, exist_ok=True)
     for name in os.environ["DURAFIX_TEST_KILL_AFTER"].split(","):
-        setattr(ForgeAdapter, name, _dying_after(name, getattr(ForgeAdapter, name), marker_dir))
+        setattr(GitHubForge, name, _dying_after(name, getattr(GitHubForge, name), marker_dir))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,229 @@
+"""One pass over a procedure in a fresh context of the shared browser, and what a reproduction collects.
+
+A ``RunSession`` never lets a browser failure pass for a finding about the app: a Playwright error counts as
+the app's doing only while the browser is connected, the page is open and alive, and the driver still
+answers (a dead driver or browser surfaces as ``TargetClosedError``). Anything else raises
+``BrowserInfraError`` and marks the session ``browser_lost`` unless only its own page crashed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+from playwright._impl._errors import TargetClosedError
+from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.async_api import Error as PlaywrightError
+
+from browser.checks import Verdict, evaluate, wait_until_holds
+from browser.procedure import EXPECTATIONS, Click, Fill, Goto, Press, Procedure, Select, Step, WaitFor, procedure_digest
+from browser.recorder import RunRecorder
+from browser.results import AssertionOutcome, BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome
+
+VIEWPORT = ViewportSize(width=1280, height=800)
+T = TypeVar("T")
+Announce = Callable[[int, str], Awaitable[None]]
+
+
+class Collected:
+    """Everything one reproduction (all its runs) collects; written to ``log.json`` whatever the outcome."""
+
+    def __init__(self, procedure: Procedure, base_url: str, out_dir: Path) -> None:
+        self.procedure = procedure
+        self.base_url = base_url.rstrip("/") + "/"
+        self.out_dir = out_dir
+        self.log_path = out_dir / "log.json"
+        self.browser_version: str | None = None
+        self.runs: list[RunOutcome] = []
+        self.recorders: list[RunRecorder] = []
+        self.traces: list[Path] = []
+        self.screenshots: list[Path] = []
+
+    def result(self, status: ReproductionStatus, detail: str, duration_s: float) -> ReproductionResult:
+        return ReproductionResult(
+            status=status,
+            runs=self.runs,
+            trace_paths=self.traces,
+            screenshot_paths=self.screenshots,
+            log_path=self.log_path,
+            duration_s=duration_s,
+            detail=detail,
+        )
+
+    def write_log(self, result: ReproductionResult | None) -> None:
+        """``result`` is None when the reproduction was cancelled."""
+        log = {
+            "procedure": self.procedure.name,
+            "procedure_digest": procedure_digest(self.procedure),
+            "base_url": self.base_url,
+            "browser_version": self.browser_version,
+            "status": result.status.value if result is not None else "cancelled",
+            "detail": result.detail if result is not None else None,
+            "runs": [
+                {
+                    "run": index + 1,
+                    "outcome": self.runs[index].model_dump(mode="json") if index < len(self.runs) else None,
+                    "events": recorder.events,
+                    "events_dropped": recorder.dropped,
+                }
+                for index, recorder in enumerate(self.recorders)
+            ],
+        }
+        self.log_path.write_text(json.dumps(log, indent=2, default=str))
+
+
+class RunSession:
+    def __init__(self, browser: Browser, run: int, collected: Collected) -> None:
+        self.browser = browser
+        self.run = run
+        self.collected = collected
+        self.recorder = RunRecorder(collected.base_url)
+        self.browser_lost = False
+        self._context: BrowserContext | None = None
+        self._page: Page | None = None
+
+    async def open(self) -> None:
+        """Open a fresh context with tracing and a page; any failure here is ours (BrowserInfraError)."""
+        try:
+            self._context = await self.browser.new_context(base_url=self.collected.base_url, viewport=VIEWPORT)
+            self.recorder.attach(self._context)
+            await self._context.tracing.start(
+                screenshots=True, snapshots=True, title=f"{self.collected.procedure.name} (run {self.run})"
+            )
+            self._page = await self._context.new_page()
+        except PlaywrightError as err:
+            self.browser_lost = True
+            if self._context is not None:
+                with contextlib.suppress(PlaywrightError):
+                    await asyncio.wait_for(self._context.close(), timeout=5)
+            raise BrowserInfraError(f"could not open a browser page: {_first_line(err)}") from err
+        self.recorder.attach_page(self._page)
+
+    async def execute(self, announce: Announce) -> RunOutcome:
+        """Perform the steps (announcing each first), then evaluate ``bug_present`` once."""
+        procedure = self.collected.procedure
+        started = time.monotonic()
+        steps = procedure.steps
+        for index, step in enumerate(steps):
+            description = step.describe()
+            await announce(index, f"run {self.run}/{procedure.runs} step {index + 1}/{len(steps)}: {description}")
+            self.recorder.add("step", index=index, description=description)
+            error = await self._perform(step, f"run-{self.run}-step-{index + 1}")
+            if error is not None:
+                self.recorder.add("step_failed", index=index, error=error)
+                await self._screenshot(f"run-{self.run}-step-{index + 1}-failed")
+                return RunOutcome(
+                    run=self.run,
+                    bug_present=False,
+                    failed_step=index,
+                    error=f"step {index + 1} ({description}): {error}",
+                    duration_s=time.monotonic() - started,
+                )
+        assertions = []
+        for index, check in enumerate(procedure.bug_present):
+            found = await self._check(evaluate(check, self.page, self.recorder))
+            shot = await self._screenshot(f"run-{self.run}-assert-{index + 1}")
+            outcome = AssertionOutcome(
+                index=index,
+                description=check.describe(),
+                holds=found.holds,
+                actual=found.actual,
+                error=found.error,
+                screenshot=shot,
+            )
+            self.recorder.add("assertion", **outcome.model_dump(mode="json", exclude={"screenshot"}))
+            assertions.append(outcome)
+        unevaluated = next((a for a in assertions if a.holds is None), None)
+        return RunOutcome(
+            run=self.run,
+            bug_present=all(a.holds is True for a in assertions),
+            error=None if unevaluated is None else f"assertion {unevaluated.description}: {unevaluated.error}",
+            assertions=assertions,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def close(self) -> None:
+        """Save the trace and close the context, unless the browser is gone (then there is nothing to save)."""
+        if self._context is None or self.browser_lost or not self.browser.is_connected():
+            return
+        trace = self.collected.out_dir / f"run-{self.run}-trace.zip"
+        with contextlib.suppress(PlaywrightError):
+            await self._context.tracing.stop(path=trace)
+            self.collected.traces.append(trace)
+        with contextlib.suppress(PlaywrightError):
+            await self._context.close()
+
+    @property
+    def page(self) -> Page:
+        assert self._page is not None, "open() the session first"
+        return self._page
+
+    async def _perform(self, step: Step, shot_name: str) -> str | None:
+        """None when the step was performed; otherwise why the app did not let it be."""
+        if isinstance(step, EXPECTATIONS):
+            found = await self._check(wait_until_holds(step, self.page, self.recorder))
+            await self._screenshot(shot_name)
+            if found.holds:
+                return None
+            return found.error or f"did not hold within {step.timeout_ms} ms (actual: {found.actual!r})"
+        try:
+            await self._attempt(_act(step, self.page, self.collected.base_url))
+        except PlaywrightError as err:
+            return _first_line(err)
+        return None
+
+    async def _check(self, check: Coroutine[Any, Any, Verdict]) -> Verdict:
+        """A check the app makes impossible (an ambiguous selector, say) could not be evaluated."""
+        try:
+            return await self._attempt(check)
+        except PlaywrightError as err:
+            return Verdict(None, None, _first_line(err))
+
+    async def _attempt(self, action: Coroutine[Any, Any, T]) -> T:
+        """Await ``action``; a Playwright error becomes BrowserInfraError when the browser, not the app, failed."""
+        try:
+            return await action
+        except PlaywrightError as err:
+            page_gone = self.page.is_closed() or self.recorder.crashed
+            if isinstance(err, TargetClosedError) or page_gone or not self.browser.is_connected():
+                self.browser_lost = not (self.recorder.crashed and self.browser.is_connected())
+                self.recorder.add("browser_failed", error=_first_line(err), browser_lost=self.browser_lost)
+                raise BrowserInfraError(f"the browser failed: {_first_line(err)}") from err
+            raise
+
+    async def _screenshot(self, name: str) -> Path | None:
+        path = self.collected.out_dir / f"{name}.png"
+        try:
+            await self._attempt(self.page.screenshot(path=path))
+        except PlaywrightError as err:
+            # A screenshot is evidence, not part of the verdict: note the gap and go on.
+            self.recorder.add("screenshot_failed", name=path.name, error=_first_line(err))
+            return None
+        self.collected.screenshots.append(path)
+        return path
+
+
+async def _act(step: Step, page: Page, base_url: str) -> None:
+    if isinstance(step, Goto):
+        await page.goto(base_url.rstrip("/") + step.path, timeout=step.timeout_ms)
+    elif isinstance(step, Click):
+        await page.locator(step.selector).click(timeout=step.timeout_ms)
+    elif isinstance(step, Fill):
+        await page.locator(step.selector).fill(step.value, timeout=step.timeout_ms)
+    elif isinstance(step, Press):
+        await page.locator(step.selector).press(step.key, timeout=step.timeout_ms)
+    elif isinstance(step, Select):
+        await page.locator(step.selector).select_option(step.value, timeout=step.timeout_ms)
+    elif isinstance(step, WaitFor):
+        await page.locator(step.selector).wait_for(state=step.state, timeout=step.timeout_ms)
+
+
+def _first_line(err: PlaywrightError) -> str:
+    """Playwright messages append a multi-line call log; the first line says what went wrong."""
+    lines = err.message.strip().splitlines()
+    return lines[0] if lines else type(err).__name__

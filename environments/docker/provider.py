@@ -1,0 +1,384 @@
+"""The Docker environment provider: one container per operation, one network per run, owned by labels.
+
+Ownership. Every container, network and volume the provider creates carries ``durafix.managed=1``,
+``durafix.run=<run_id>`` and ``durafix.op=<op_id>``; :func:`~environments.docker.naming.container_name`
+derives the container's name from the op_id. Listing and cleanup select by label and re-check the labels of
+whatever the engine returns, so a cleanup never widens beyond its run.
+
+Idempotency and reconciliation. ``provision`` looks the op's container up by name before building
+anything: one carrying this run's and op's labels is adopted (started if it is stopped or was only
+created; an op_id names one set of inputs, so an adopted container is not rebuilt); one carrying other labels
+is a :class:`ResourceConflictError`. When another worker creates the same name between lookup and create,
+the engine's name conflict sends us back to adoption. A worker killed anywhere in between leaves at most one
+named container, which the next attempt adopts.
+
+Fencing. The tombstone check (:class:`~environments.docker.fencing.RunFence`) spans the whole
+check-then-create step, so once ``cleanup_run`` has started no late attempt creates anything for the run.
+
+Readiness is always re-probed over HTTP against the container's live address; the probe settings travel as
+labels on the container itself, so ``check`` needs nothing from recorded state.
+
+Networking, and what it isolates. The engine runs with ``--bridge=none --iptables=false`` so that the host
+firewall is never changed; published ports are therefore unavailable. Each run gets its own *internal*
+bridge network, and the app listens on its recipe port on the container's own address, which the host
+reaches directly (``base_url = http://<container-ip>:<port>``; the worker must run on the engine's host).
+What this does *not* give, because Docker enforces internal-network isolation with the iptables rules that
+are switched off here: the container keeps a default route via the bridge's host address, so it can reach
+services listening on the host's addresses, and the host forwards its packets onward without NAT. Outside
+peers see an unroutable private source address and cannot answer, which in practice blocks outbound
+connections to other networks, but it is not a firewall: hosts that route the bridge's private range back
+(another run's bridge on the same host included) are reachable. Runs that need hard network isolation need
+an engine with iptables enabled or a host firewall.
+
+Hardening applied to every container: memory (swap included), pids and CPU limits from the recipe, all
+capabilities dropped, ``no-new-privileges``, an unprivileged user (``65534:65534``), a read-only root
+filesystem with a ``tmpfs`` on ``/tmp`` (``HOME`` points there), a minimal init as PID 1, bounded logs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import docker
+from docker.errors import APIError, NotFound
+from docker.types import LogConfig
+from requests.exceptions import RequestException
+
+from environments.docker.fencing import RunFence
+from environments.docker.naming import (
+    MANAGED_LABEL,
+    OP_LABEL,
+    RUN_LABEL,
+    container_name,
+    network_name,
+    owned_by,
+    ownership_labels,
+    run_filter,
+)
+from environments.files import locked, path_key
+from environments.interface import (
+    AppRecipe,
+    CleanupReport,
+    EnvironmentError,
+    EnvironmentHandle,
+    EnvironmentStatus,
+    NotReadyError,
+    OwnedResource,
+    ReadinessProbe,
+    RecoverySpec,
+    ResourceConflictError,
+    ResourceKind,
+    RunFencedError,
+)
+from environments.readiness import probe_once, wait_ready
+from infra.docker.images import APP_DIR, ImageBuilder
+
+PROVIDER_NAME = "docker"
+APP_USER = "65534:65534"
+PORT_LABEL = "durafix.port"
+PROBE_PATH_LABEL = "durafix.probe.path"
+PROBE_STATUS_LABEL = "durafix.probe.status"
+_LOG_TAIL = 30
+_TMP_MOUNT = "rw,nosuid,nodev,size=64m"
+
+
+class UnsupportedRecipeError(EnvironmentError):
+    """The recipe asks for something this provider does not do (permanent for these inputs)."""
+
+
+class DockerProvider:
+    """:class:`~environments.interface.EnvironmentProvider` over the engine at ``docker_host``.
+
+    ``state_dir`` holds the run tombstones (``runs/``) and, unless ``image_cache_dir`` names another place,
+    the image cache (``cache/``).
+    """
+
+    name = PROVIDER_NAME
+
+    def __init__(
+        self,
+        state_dir: Path,
+        docker_host: str,
+        *,
+        image_cache_dir: Path | None = None,
+        mirror: str | None = None,
+        stop_timeout_s: float = 10.0,
+        read_only_rootfs: bool = True,
+    ) -> None:
+        self.state_dir = state_dir.absolute()
+        self.client = docker.DockerClient(base_url=docker_host, timeout=300)
+        self.images = ImageBuilder(self.client, image_cache_dir or self.state_dir / "cache", mirror=mirror)
+        self.fence = RunFence(self.state_dir / "runs")
+        self.stop_timeout_s = stop_timeout_s
+        self.read_only_rootfs = read_only_rootfs
+
+    def close(self) -> None:
+        self.client.close()
+
+    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
+        """Create or adopt the op's container, start it if needed, and wait until its probe answers.
+
+        Raises ``RunFencedError`` (run cleaned up), ``ResourceConflictError`` (name held by someone else),
+        ``NotReadyError`` (exited or not ready by the probe deadline; the container is kept for adoption or
+        cleanup), ``UnsupportedRecipeError``, or ``ImageBuildError``.
+        """
+        recipe = spec.recipe
+        if recipe.secrets:
+            raise UnsupportedRecipeError(
+                "the docker provider does not inject secrets: Docker would keep their values in the container's "
+                "stored configuration"
+            )
+        if not Path(workspace).is_dir():
+            raise EnvironmentError(f"workspace {workspace} does not exist")
+        name = container_name(op_id)
+        with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
+            container = self._adopt(name, run_id, op_id)
+            if container is None:
+                image = self.images.ensure_app(recipe, Path(workspace))
+                network = self._ensure_network(run_dir, run_id, op_id)
+                container = self._create(name, image, network, run_id, op_id, recipe)
+            if container.status != "running":
+                container.start()
+        base_url = self._wait_ready(container, run_id, op_id, recipe.readiness)
+        return EnvironmentHandle(
+            env_id=name,
+            provider=PROVIDER_NAME,
+            run_id=run_id,
+            op_id=op_id,
+            base_url=base_url,
+            resources=[_container_resource(container), self._network_resource(run_id, op_id)],
+        )
+
+    def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
+        """GONE when the op's container no longer exists (or the name now holds another's); else probe it."""
+        try:
+            container = self.client.containers.get(handle.env_id)
+        except NotFound:
+            return EnvironmentStatus.GONE
+        if not owned_by(container.labels, handle.run_id, handle.op_id):
+            return EnvironmentStatus.GONE
+        base_url = _base_url(container)
+        if container.status != "running" or base_url is None:
+            return EnvironmentStatus.NOT_READY
+        ready = probe_once(base_url, _probe_from_labels(container.labels))
+        return EnvironmentStatus.READY if ready else EnvironmentStatus.NOT_READY
+
+    def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
+        """Containers, networks and volumes labelled as managed (for ``run_id`` only, when given)."""
+        owned: list[OwnedResource] = []
+        filters = run_filter(run_id)
+        for container in self.client.containers.list(all=True, filters=filters, ignore_removed=True):
+            if _is_managed(container.labels, run_id):
+                owned.append(_container_resource(container))
+        for network in self.client.networks.list(filters=filters):
+            if _is_managed(network.attrs.get("Labels"), run_id):
+                owned.append(_labelled_resource(ResourceKind.NETWORK, network.name, network.id, network.attrs))
+        for volume in self.client.volumes.list(filters=filters):
+            if _is_managed(volume.attrs.get("Labels"), run_id):
+                owned.append(_labelled_resource(ResourceKind.VOLUME, volume.name, volume.id, volume.attrs))
+        return owned
+
+    def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
+        """Stop and remove the op's container (never another's); the run's network stays for ``cleanup_run``."""
+        report = CleanupReport(run_id=handle.run_id)
+        try:
+            container = self.client.containers.get(handle.env_id)
+        except NotFound:
+            return report
+        if owned_by(container.labels, handle.run_id, handle.op_id):
+            self._remove_container(container, report)
+        return report
+
+    def cleanup_run(self, run_id: str) -> CleanupReport:
+        """Tombstone ``run_id``, then remove its containers, networks and volumes; idempotent.
+
+        A container is stopped (SIGTERM, SIGKILL after ``stop_timeout_s``) and force-removed; one the engine
+        cannot stop or remove stays in ``remaining`` with the engine's error, as does a network still in use
+        by it. Calling again after the cause is gone finishes the job.
+        """
+        report = CleanupReport(run_id=run_id)
+        filters = run_filter(run_id)
+        with self.fence.cleaning(run_id):
+            for container in self.client.containers.list(all=True, filters=filters, ignore_removed=True):
+                if owned_by(container.labels, run_id):
+                    self._remove_container(container, report)
+            for network in self.client.networks.list(filters=filters):
+                if owned_by(network.attrs.get("Labels"), run_id):
+                    resource = _labelled_resource(ResourceKind.NETWORK, network.name, network.id, network.attrs)
+                    _remove(network.remove, resource, report)
+            for volume in self.client.volumes.list(filters=filters):
+                if owned_by(volume.attrs.get("Labels"), run_id):
+                    resource = _labelled_resource(ResourceKind.VOLUME, volume.name, volume.id, volume.attrs)
+                    _remove(volume.remove, resource, report)
+        return report
+
+    def _adopt(self, name: str, run_id: str, op_id: str) -> Any:
+        try:
+            container = self.client.containers.get(name)
+        except NotFound:
+            return None
+        if not owned_by(container.labels, run_id, op_id):
+            labels = container.labels or {}
+            raise ResourceConflictError(
+                f"container {name} exists but belongs to run={labels.get(RUN_LABEL)!r} op={labels.get(OP_LABEL)!r}"
+            )
+        return container
+
+    def _ensure_network(self, run_dir: Path, run_id: str, op_id: str) -> str:
+        name = network_name(run_id)
+        with locked(run_dir / "network.lock"):
+            # The names filter matches substrings, hence the exact comparison.
+            existing = [n for n in self.client.networks.list(names=[name]) if n.name == name]
+            for network in existing:
+                if not owned_by(network.attrs.get("Labels"), run_id):
+                    raise ResourceConflictError(f"network {name} exists but is not labelled for run {run_id}")
+            if not existing:
+                self.client.networks.create(
+                    name, driver="bridge", internal=True, check_duplicate=True, labels=ownership_labels(run_id, op_id)
+                )
+        return name
+
+    def _create(self, name: str, image: str, network: str, run_id: str, op_id: str, recipe: AppRecipe) -> Any:
+        limits = recipe.limits
+        labels = {
+            **ownership_labels(run_id, op_id),
+            PORT_LABEL: str(recipe.port),
+            PROBE_PATH_LABEL: recipe.readiness.path,
+            PROBE_STATUS_LABEL: str(recipe.readiness.expected_status),
+        }
+        try:
+            return self.client.containers.create(
+                image,
+                ["/bin/sh", "-c", recipe.start],
+                name=name,
+                labels=labels,
+                environment={**recipe.env, "PORT": str(recipe.port), "HOME": "/tmp"},
+                working_dir=APP_DIR,
+                user=APP_USER,
+                network=network,
+                init=True,
+                mem_limit=f"{limits.memory_mb}m",
+                memswap_limit=f"{limits.memory_mb}m",
+                pids_limit=limits.pids,
+                nano_cpus=int(limits.cpus * 1_000_000_000),
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                read_only=self.read_only_rootfs,
+                tmpfs={"/tmp": _TMP_MOUNT},
+                log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "2"}),
+            )
+        except APIError as exc:
+            if exc.status_code != 409:
+                raise
+            # Another worker created the name after our lookup: its container is ours to adopt (or a conflict).
+            adopted = self._adopt(name, run_id, op_id)
+            if adopted is None:
+                raise
+            return adopted
+
+    def _network_resource(self, run_id: str, op_id: str) -> OwnedResource:
+        name = network_name(run_id)
+        network = self.client.networks.get(name)
+        return _labelled_resource(ResourceKind.NETWORK, name, network.id, network.attrs)
+
+    def _wait_ready(self, container: Any, run_id: str, op_id: str, probe: ReadinessProbe) -> str:
+        def still_running() -> bool:
+            try:
+                container.reload()
+            except NotFound:
+                return False
+            return bool(container.status == "running")
+
+        base_url = _base_url(container) if still_running() else None
+        if base_url is not None and wait_ready(base_url, probe, still_running=still_running):
+            return base_url
+        try:
+            container.reload()
+        except NotFound:
+            if self.fence.is_tombstoned(run_id):
+                raise RunFencedError(f"run {run_id} was cleaned up while {op_id} was starting") from None
+            raise NotReadyError(f"container {container.name} disappeared while starting") from None
+        state = container.attrs.get("State", {})
+        raise NotReadyError(
+            f"{container.name} ({container.status}, exit code {state.get('ExitCode')}) did not answer GET "
+            f"{probe.path} with {probe.expected_status} within {probe.deadline_s:.0f}s; last output:\n"
+            f"{_logs_tail(container)}"
+        )
+
+    def _remove_container(self, container: Any, report: CleanupReport) -> None:
+        resource = _container_resource(container)
+
+        def stop_and_remove() -> None:
+            container.stop(timeout=max(1, round(self.stop_timeout_s)))
+            container.remove(force=True)
+
+        _remove(stop_and_remove, resource, report)
+
+
+def _remove(action: Any, resource: OwnedResource, report: CleanupReport) -> None:
+    """Run a removal; already-gone counts as removed, any engine error leaves the resource in ``remaining``."""
+    try:
+        action()
+    except NotFound:
+        report.removed.append(resource)
+    except (APIError, RequestException) as exc:
+        report.remaining.append(resource)
+        report.errors.append(f"{resource.kind.value} {resource.resource_id}: {exc}")
+    else:
+        report.removed.append(resource)
+
+
+def _is_managed(labels: dict[str, str] | None, run_id: str | None) -> bool:
+    labels = labels or {}
+    if run_id is not None:
+        return owned_by(labels, run_id)
+    return labels.get(MANAGED_LABEL) == "1" and RUN_LABEL in labels and OP_LABEL in labels
+
+
+def _base_url(container: Any) -> str | None:
+    labels = container.labels or {}
+    networks = container.attrs.get("NetworkSettings", {}).get("Networks") or {}
+    address = (networks.get(network_name(labels.get(RUN_LABEL, ""))) or {}).get("IPAddress")
+    if not address or PORT_LABEL not in labels:
+        return None
+    return f"http://{address}:{labels[PORT_LABEL]}"
+
+
+def _probe_from_labels(labels: dict[str, str]) -> ReadinessProbe:
+    return ReadinessProbe(path=labels[PROBE_PATH_LABEL], expected_status=int(labels[PROBE_STATUS_LABEL]))
+
+
+def _logs_tail(container: Any) -> str:
+    try:
+        return bytes(container.logs(tail=_LOG_TAIL)).decode(errors="replace")
+    except (APIError, RequestException) as exc:
+        return f"(logs unavailable: {exc})"
+
+
+def _container_resource(container: Any) -> OwnedResource:
+    labels = container.labels or {}
+    return OwnedResource(
+        kind=ResourceKind.CONTAINER,
+        provider=PROVIDER_NAME,
+        resource_id=str(container.name),
+        run_id=labels.get(RUN_LABEL, ""),
+        op_id=labels.get(OP_LABEL, ""),
+        detail={"id": str(container.id), "status": str(container.status), "image": _image_name(container)},
+    )
+
+
+def _image_name(container: Any) -> str:
+    return str(container.attrs.get("Config", {}).get("Image", ""))
+
+
+def _labelled_resource(kind: ResourceKind, name: str, resource_id: str, attrs: dict[str, Any]) -> OwnedResource:
+    labels = attrs.get("Labels") or {}
+    return OwnedResource(
+        kind=kind,
+        provider=PROVIDER_NAME,
+        resource_id=str(name),
+        run_id=labels.get(RUN_LABEL, ""),
+        op_id=labels.get(OP_LABEL, ""),
+        detail={"id": str(resource_id)},
+    )

@@ -1,0 +1,63 @@
+"""``durafix evidence ...``: serve the local store, apply retention.
+
+- ``serve [--root DIR] [--host H] [--port P]``: the evidence server (default root: the configured local
+  store); prints its base URL.
+- ``gc --keep KIND=DAYS ...``: delete artifacts of each named kind last put more than DAYS ago from the
+  configured store (local or S3); kinds not named are kept. Prints the deleted keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from evidence.interface import ArtifactKind
+from evidence.open import open_store
+from evidence.serve import serve
+from pipeline.config import load_config
+
+
+def _retention(text: str) -> tuple[ArtifactKind, float]:
+    kind, sep, days = text.partition("=")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected KIND=DAYS, got {text!r}")
+    try:
+        return ArtifactKind(kind), float(days)
+    except ValueError as err:
+        kinds = ", ".join(k.value for k in ArtifactKind)
+        raise argparse.ArgumentTypeError(f"bad retention {text!r} (kinds: {kinds}; days a number)") from err
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="durafix evidence", description="The evidence store.")
+    sub = parser.add_subparsers(dest="action", required=True)
+    s = sub.add_parser("serve", help="serve the local evidence store over HTTP")
+    s.add_argument("--root", type=Path, help="store directory (default: the configured local store)")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=0, help="0 picks a free port")
+    g = sub.add_parser("gc", help="delete expired artifacts")
+    g.add_argument("--keep", type=_retention, action="append", required=True, metavar="KIND=DAYS")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    config = load_config()
+    url = config.resolved_evidence_url()
+    if args.action == "serve":
+        root: Path | None = args.root
+        if root is None:
+            parts = urlsplit(url)
+            if parts.scheme != "file":
+                print(f"durafix evidence serve: the configured store {url} is not local; pass --root", file=sys.stderr)
+                return 2
+            root = Path(unquote(parts.path))
+        serve(root, args.host, args.port)
+        return 0
+    store = open_store(url, public_url=config.evidence_public_url or None)
+    for key in store.delete_expired(datetime.now(UTC), dict(args.keep)):
+        print(key)
+    return 0

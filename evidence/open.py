@@ -1,0 +1,53 @@
+"""Open the configured artifact store from one URL.
+
+- ``file:///abs/path`` -> :class:`LocalArtifactStore` at that directory;
+- ``s3://bucket/optional/prefix?endpoint=http://host:port&region=us-east-1`` -> :class:`S3ArtifactStore`,
+  with credentials from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``) when
+  set, else boto3's default chain.
+
+``public_url`` is the base URL of the evidence server over a local store, so ``url_for`` links resolve for
+a reviewer's browser; S3 stores ignore it (they answer presigned URLs).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from evidence.interface import ArtifactStore
+from evidence.local import LocalArtifactStore
+from evidence.s3 import S3ArtifactStore, S3Credentials
+
+
+def open_store(url: str, *, public_url: str | None = None) -> ArtifactStore:
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost"):
+            raise ValueError(f"file URL must name a local path, got host {parts.netloc!r}: {url}")
+        return LocalArtifactStore(Path(unquote(parts.path)), public_url=public_url)
+    if parts.scheme == "s3":
+        if not parts.netloc:
+            raise ValueError(f"s3 URL names no bucket: {url}")
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        unknown = set(query) - {"endpoint", "region"}
+        if unknown:
+            raise ValueError(f"unknown s3 URL parameters {sorted(unknown)} in {url}")
+        return S3ArtifactStore(
+            bucket=parts.netloc,
+            prefix=unquote(parts.path),
+            endpoint_url=query.get("endpoint"),
+            region=query.get("region", "us-east-1"),
+            credentials=credentials_from_env(),
+        )
+    raise ValueError(f"unsupported evidence store URL {url!r}: use file:///path or s3://bucket/prefix")
+
+
+def credentials_from_env() -> S3Credentials | None:
+    key_id = os.environ.get("AWS_ACCESS_KEY_ID")
+    secret = os.environ.get("AWS_SECRET_ACCESS_KEY")
+    if not key_id or not secret:
+        return None
+    return S3Credentials(
+        access_key_id=key_id, secret_access_key=secret, session_token=os.environ.get("AWS_SESSION_TOKEN") or None
+    )

@@ -1,0 +1,326 @@
+"""Environment images built from Debian packages and a workspace, without any registry.
+
+Two layers, both content-addressed and both reused when present:
+
+- The *base image* ``durafix/base:<h>``, where ``h`` is :func:`recipe_hash` of the :class:`ImageRecipe`
+  (distribution + sorted package set). Built by ``debootstrap --variant=minbase --include=<packages>`` from
+  the Debian mirror apt is configured with, tarred, and imported with ``docker import``. The root filesystem
+  tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
+  instead of bootstrapping again.
+- The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app``, the
+  recipe's ``setup`` commands as ``RUN`` steps, built with ``network_mode="none"`` (setup cannot download
+  anything). ``d`` digests exactly what goes into the image: the base image ID, the setup commands and the
+  workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds and a changed byte always
+  does.
+
+Builds of one tag are serialised across processes with a lock file under ``STATE/cache``; whoever gets the
+lock second finds the image (or tarball) present and reuses it. Cache files are written to a temporary
+name and renamed, so a crash never leaves a partial tarball under the final name. Images are a shared
+cache, not owned by any run: ``cleanup_run`` leaves them in place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any, cast
+
+import docker
+from docker.errors import APIError, BuildError, ImageNotFound
+
+from environments.files import locked
+from environments.interface import AppRecipe, EnvironmentError, ImageRecipe
+from infra.processes import log_tail
+
+BASE_REPOSITORY = "durafix/base"
+APP_REPOSITORY = "durafix/app"
+APP_DIR = "/app"
+# Images are a cache, not a run's resource: they carry their own label, never the ownership labels.
+IMAGE_LABEL = "durafix.image"
+_FORMAT = 1
+_SUITES = {"debian-bookworm": "bookworm"}
+_OPTIONS = re.compile(r"\[[^\]]*\]")
+_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Never part of an app image: version-control metadata is large and changes without the tree changing.
+_EXCLUDED_DIRS = {".git"}
+_SPOOL_BYTES = 64 * 1024 * 1024
+
+
+class ImageBuildError(EnvironmentError):
+    """An image could not be built; the message carries the failing tool's output tail."""
+
+
+def suite_for(recipe: ImageRecipe) -> str:
+    return _SUITES[recipe.base]
+
+
+def recipe_hash(recipe: ImageRecipe) -> str:
+    """12 hex digits identifying the base image's contents: distribution and package set (order-free)."""
+    packages = sorted(set(recipe.packages))
+    for package in packages:
+        if not _PACKAGE.match(package):
+            raise ValueError(f"not a Debian package name: {package!r}")
+    canonical = json.dumps({"format": _FORMAT, "base": recipe.base, "packages": packages}, sort_keys=True)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:12]
+
+
+def apt_mirror(suite: str, apt_dir: Path = Path("/etc/apt")) -> str:
+    """The first Debian mirror apt is configured to use for ``suite`` (``main`` component).
+
+    Reads one-line ``sources.list`` entries and deb822 ``*.sources`` stanzas; raises ``ImageBuildError``
+    when none serves ``suite``.
+    """
+    files = [apt_dir / "sources.list", *sorted((apt_dir / "sources.list.d").glob("*.list"))]
+    for path in files:
+        for line in _read_lines(path):
+            fields = _OPTIONS.sub(" ", line.split("#", 1)[0]).split()
+            if len(fields) >= 4 and fields[0] == "deb" and fields[2] == suite and "main" in fields[3:]:
+                return fields[1]
+    for path in sorted((apt_dir / "sources.list.d").glob("*.sources")):
+        for stanza in _deb822_stanzas(_read_lines(path)):
+            types = stanza.get("types", "").split()
+            serves = "deb" in types and suite in stanza.get("suites", "").split()
+            if serves and "main" in stanza.get("components", "").split() and stanza.get("enabled", "yes") != "no":
+                return stanza["uris"].split()[0]
+    raise ImageBuildError(f"no apt source for Debian {suite} (main) under {apt_dir}")
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+
+
+def _deb822_stanzas(lines: list[str]) -> Iterator[dict[str, str]]:
+    stanza: dict[str, str] = {}
+    key = ""
+    for line in [*lines, ""]:
+        if not line.strip():
+            if stanza:
+                yield stanza
+            stanza, key = {}, ""
+        elif line.startswith("#"):
+            continue
+        elif line[0] in " \t" and key:
+            stanza[key] += " " + line.strip()
+        elif ":" in line:
+            key, value = line.split(":", 1)
+            key = key.strip().lower()
+            stanza[key] = value.strip()
+
+
+def workspace_entries(workspace: Path) -> list[Path]:
+    """The workspace paths an app image holds, sorted: everything but ``.git``, special files skipped."""
+    entries: list[Path] = []
+    for root, dirs, files in os.walk(workspace):
+        dirs[:] = sorted(d for d in dirs if d not in _EXCLUDED_DIRS)
+        base = Path(root)
+        for name in dirs:
+            entries.append(base / name)
+        for name in sorted(files):
+            path = base / name
+            mode = path.lstat().st_mode
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                entries.append(path)
+    return sorted(entries, key=lambda p: p.relative_to(workspace).as_posix())
+
+
+def _normal_mode(mode: int) -> int:
+    """Permissions the image gets, independent of the worker's umask: readable by the unprivileged app user."""
+    if stat.S_ISDIR(mode) or mode & 0o111:
+        return 0o755
+    return 0o644
+
+
+def tree_digest(workspace: Path) -> str:
+    """SHA-256 over each entry's relative path, type, normalised mode and content (or link target)."""
+    digest = hashlib.sha256()
+    for path in workspace_entries(workspace):
+        mode = path.lstat().st_mode
+        rel = path.relative_to(workspace).as_posix()
+        if stat.S_ISLNK(mode):
+            kind, content = "l", os.readlink(path).encode()
+        elif stat.S_ISDIR(mode):
+            kind, content = "d", b""
+        else:
+            kind, content = "f", path.read_bytes()
+        header = f"{kind} {_normal_mode(mode):o} {rel} {len(content)}\n"
+        digest.update(header.encode())
+        digest.update(content)
+    return digest.hexdigest()
+
+
+def _dockerfile(base_tag: str, setup: list[str]) -> str:
+    lines = [f"FROM {base_tag}", f"COPY src/ {APP_DIR}/", f"WORKDIR {APP_DIR}"]
+    # JSON form keeps each command one shell invocation whatever quotes or newlines it holds.
+    lines += [f"RUN {json.dumps(['/bin/sh', '-c', command])}" for command in setup]
+    return "\n".join(lines) + "\n"
+
+
+def _build_context(workspace: Path, dockerfile: str, out: IO[bytes]) -> None:
+    """A deterministic tar: root-owned entries, mtime 0, normalised modes, ``Dockerfile`` + ``src/``."""
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+        src = tarfile.TarInfo("src")
+        src.type, src.mode = tarfile.DIRTYPE, 0o755
+        tar.addfile(src)
+        for path in workspace_entries(workspace):
+            info = tar.gettarinfo(str(path), arcname=f"src/{path.relative_to(workspace).as_posix()}")
+            info.uid = info.gid = 0
+            info.uname = info.gname = ""
+            info.mtime = 0
+            info.mode = _normal_mode(path.lstat().st_mode)
+            if info.isreg():
+                with path.open("rb") as fh:
+                    tar.addfile(info, fh)
+            else:
+                tar.addfile(info)
+
+
+class ImageBuilder:
+    """Builds and caches base and app images in the engine behind ``client``; cache files under ``cache_dir``.
+
+    ``cache_dir`` (conventionally ``STATE/cache``) may be shared by engines and processes: its locks
+    serialise builds and its files are only ever replaced whole.
+    """
+
+    def __init__(self, client: docker.DockerClient, cache_dir: Path, *, mirror: str | None = None) -> None:
+        self.client = client
+        self.cache_dir = cache_dir.absolute()
+        self.mirror = mirror
+
+    def base_tag(self, recipe: ImageRecipe) -> str:
+        return f"{BASE_REPOSITORY}:{recipe_hash(recipe)}"
+
+    def rootfs_tarball(self, recipe: ImageRecipe) -> Path:
+        return self.cache_dir / f"rootfs-{recipe_hash(recipe)}.tar"
+
+    def ensure_base(self, recipe: ImageRecipe) -> str:
+        """The base image's tag, importing the cached root filesystem (bootstrapping it first if absent)."""
+        tag = self.base_tag(recipe)
+        with locked(self.cache_dir / f"base-{recipe_hash(recipe)}.lock"):
+            if self._image_id(tag) is not None:
+                return tag
+            tarball = self._ensure_rootfs(recipe)
+            changes = [f"ENV PATH={_DEFAULT_PATH}", f"LABEL {IMAGE_LABEL}=base durafix.recipe={recipe_hash(recipe)}"]
+            repository, _, version = tag.partition(":")
+            try:
+                self.client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
+            except APIError as exc:
+                raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+            if self._image_id(tag) is None:
+                raise ImageBuildError(f"docker import of {tarball} reported success but {tag} is missing")
+        return tag
+
+    def app_tag(self, recipe: AppRecipe, workspace: Path, base_tag: str) -> str:
+        base_id = self._image_id(base_tag)
+        if base_id is None:
+            raise ImageBuildError(f"base image {base_tag} is missing")
+        canonical = json.dumps(
+            {"format": _FORMAT, "base": base_id, "setup": recipe.setup, "tree": tree_digest(workspace)},
+            sort_keys=True,
+        )
+        return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
+
+    def ensure_app(self, recipe: AppRecipe, workspace: Path) -> str:
+        """The app image's tag for ``recipe`` over ``workspace``; built (without network) only if absent."""
+        workspace = workspace.absolute()
+        base_tag = self.ensure_base(recipe.image)
+        tag = self.app_tag(recipe, workspace, base_tag)
+        with locked(self.cache_dir / f"app-{tag.partition(':')[2]}.lock"):
+            if self._image_id(tag) is not None:
+                return tag
+            with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
+                _build_context(workspace, _dockerfile(base_tag, recipe.setup), cast(IO[bytes], context))
+                context.seek(0)
+                try:
+                    self.client.images.build(
+                        fileobj=context,
+                        custom_context=True,
+                        tag=tag,
+                        network_mode="none",
+                        pull=False,
+                        rm=True,
+                        forcerm=True,
+                        labels={IMAGE_LABEL: "app"},
+                    )
+                except BuildError as exc:
+                    raise ImageBuildError(f"building {tag} failed: {exc.msg}\n{_build_log_tail(exc)}") from exc
+                except APIError as exc:
+                    raise ImageBuildError(f"building {tag} failed: {exc}") from exc
+        return tag
+
+    def _image_id(self, tag: str) -> str | None:
+        try:
+            return str(self.client.images.get(tag).id)
+        except ImageNotFound:
+            return None
+
+    def _ensure_rootfs(self, recipe: ImageRecipe) -> Path:
+        tarball = self.rootfs_tarball(recipe)
+        if tarball.exists():
+            return tarball
+        self.cache_dir.mkdir(parents=True, exist_ok=True)
+        suite = suite_for(recipe)
+        mirror = self.mirror or apt_mirror(suite)
+        rootfs = self.cache_dir / f".rootfs-{recipe_hash(recipe)}-{uuid.uuid4().hex}"
+        log = self.cache_dir / f"debootstrap-{recipe_hash(recipe)}.log"
+        partial = tarball.with_name(f".{tarball.name}.{uuid.uuid4().hex}.tmp")
+        argv = ["debootstrap", "--variant=minbase"]
+        packages = sorted(set(recipe.packages))
+        if packages:
+            argv.append(f"--include={','.join(packages)}")
+        argv += [suite, str(rootfs), mirror]
+        try:
+            with log.open("wb") as out:
+                result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=1800)
+            if result.returncode != 0:
+                detail = log_tail(rootfs / "debootstrap" / "debootstrap.log") if rootfs.exists() else ""
+                raise ImageBuildError(
+                    f"debootstrap {suite} from {mirror} failed ({result.returncode}); log {log}:\n"
+                    f"{log_tail(log)}\n{detail}"
+                )
+            _strip_package_caches(rootfs)
+            subprocess.run(
+                ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
+                check=True,
+                capture_output=True,
+            )
+            os.replace(partial, tarball)
+        except FileNotFoundError as exc:
+            raise ImageBuildError(f"{exc.filename} is not installed (Debian packages debootstrap, tar)") from exc
+        except subprocess.CalledProcessError as exc:
+            raise ImageBuildError(f"tar of {rootfs} failed: {exc.stderr.decode(errors='replace')}") from exc
+        finally:
+            partial.unlink(missing_ok=True)
+            shutil.rmtree(rootfs, ignore_errors=True)
+        return tarball
+
+
+def _strip_package_caches(rootfs: Path) -> None:
+    """Drop downloaded ``.deb`` files and package lists: a third of the tree, useless without network."""
+    for pattern in ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*_*"):
+        for path in rootfs.glob(pattern):
+            path.unlink()
+
+
+def _build_log_tail(exc: BuildError, lines: int = 25) -> str:
+    chunks: list[Any] = list(exc.build_log)
+    text = "".join(str(chunk.get("stream") or chunk.get("error") or "") for chunk in chunks if isinstance(chunk, dict))
+    return "\n".join(text.splitlines()[-lines:])

@@ -1,0 +1,133 @@
+"""The forge application behind the HTTP server: state, routing, faults and the API request cycle.
+
+One API request is: consume a matching fault (which may answer instead, before anything is applied),
+authenticate, run the route inside one store transaction, commit, wake the webhook sender, then answer, or,
+for a ``drop_after_apply`` fault, close the connection without answering although the change is committed.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import sys
+import traceback
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import (
+    routes_admin,
+    routes_git,
+    routes_graphql,
+    routes_hooks,
+    routes_issues,
+    routes_pulls,
+    routes_repos,
+    routes_reviews,
+    routes_users,
+)
+from .auth import authenticate, bearer_token
+from .faults import FaultRegistry, error_before_apply
+from .ratelimit import RateCounter
+from .router import Ctx, match
+from .store import Store
+from .view import View
+from .webhooks import Deliverer
+from .wire import ApiError, Request, Response, not_found
+
+API_PREFIX = "/api/v3"
+GRAPHQL_PATH = "/api/graphql"
+FAULTS_PATH = API_PREFIX + "/admin/faults"
+TABLES = [
+    routes_admin.routes,
+    routes_users.routes,
+    routes_repos.routes,
+    routes_git.routes,
+    routes_issues.routes,
+    routes_pulls.routes,
+    routes_reviews.routes,
+    routes_hooks.routes,
+    routes_graphql.routes,
+]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """The request was applied and committed; the connection must be closed without an answer."""
+
+
+class Forge:
+    """State (store, repositories, faults, rate counters, webhook sender) and the API request cycle."""
+
+    def __init__(self, data_dir: Path, admin_token: str) -> None:
+        if not admin_token:
+            raise ValueError("the forge needs an admin token")
+        data_dir.mkdir(parents=True, exist_ok=True)
+        self.data_dir = data_dir
+        self.repos_root = data_dir / "repos"
+        self.repos_root.mkdir(exist_ok=True)
+        self.admin_token = admin_token
+        self.base_url = ""
+        self.store = Store(data_dir / "forge.sqlite3")
+        self.faults = FaultRegistry()
+        self.rates = RateCounter()
+        self.deliverer = Deliverer(self.store)
+
+    def start(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.deliverer.start()
+
+    def stop(self) -> None:
+        self.deliverer.stop()
+        self.store.close()
+
+    def view(self, db: sqlite3.Connection, viewer: sqlite3.Row | None) -> View:
+        return View(db, self.base_url, self.repos_root, viewer)
+
+    def handle_api(self, req: Request) -> Response | Dropped:
+        request_id = uuid.uuid4().hex[:20].upper()
+        fault = None if req.path.startswith(FAULTS_PATH) else self.faults.take(req.method, req.path)
+        viewer = None
+        try:
+            is_admin = bearer_token(req.headers) == self.admin_token
+            with self.store.tx() as db:
+                viewer = None if is_admin else authenticate(db, req.headers)
+            early = error_before_apply(fault, request_id, viewer["id"] if viewer else None) if fault else None
+            response = _error(early) if early is not None else self._route(req, viewer, is_admin)
+        except ApiError as err:
+            response = _error(err)
+        except Exception:
+            # A bug must not look like a dropped connection (that is a fault's job): answer 500, keep the trace.
+            traceback.print_exc(file=sys.stderr)
+            response = _error(ApiError(500, "Server Error"))
+        if fault is not None and fault.action == "drop_after_apply":
+            return Dropped()
+        caller = f"user:{viewer['id']}" if viewer is not None else req.client_ip
+        resource = "graphql" if req.path == GRAPHQL_PATH else "core"
+        headers = self.rates.count(caller, resource, viewer is not None)
+        present = {k.lower() for k, _ in response.headers}
+        response.headers += [(k, v) for k, v in headers.items() if k not in present]
+        response.headers += [
+            ("X-GitHub-Media-Type", "github.v3; format=json"),
+            ("X-GitHub-Api-Version-Selected", "2022-11-28"),
+            ("X-GitHub-Request-Id", request_id),
+        ]
+        return response
+
+    def _route(self, req: Request, viewer: sqlite3.Row | None, is_admin: bool) -> Response:
+        path = req.path if req.path == GRAPHQL_PATH else req.path.removeprefix(API_PREFIX) or "/"
+        if path == GRAPHQL_PATH and req.path != GRAPHQL_PATH:
+            raise not_found()
+        route, params = match(TABLES, req.method, path)
+        try:
+            with self.store.tx() as db:
+                ctx = Ctx(
+                    db, self.base_url, self.repos_root, viewer, req=req, params=params, app=self, is_admin=is_admin
+                )
+                return route.handler(ctx)
+        finally:
+            if route.mutates:
+                self.deliverer.wake()
+
+
+def _error(err: ApiError) -> Response:
+    return Response.json(err.status, err.body(), list(err.headers.items()))

@@ -1,0 +1,152 @@
+"""GitHub's JSON shapes for pull requests and their reviews.
+
+``mergeable`` is computed on every read of an open pull request by a real three-way merge of the current
+base tip and the recorded head (``git merge-tree --write-tree``); GitHub computes it in the background and may
+answer ``null`` first, which clients must tolerate anyway.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from . import shapes_core as core
+from .view import View, node_id
+
+
+def base_sha(v: View, repo_row: sqlite3.Row, pull_row: sqlite3.Row) -> str:
+    """The base branch's current tip, or the recorded one once the branch is gone."""
+    current = v.git(repo_row).read_ref(f"refs/heads/{pull_row['base_ref']}")
+    return current or str(pull_row["base_sha"])
+
+
+def _branch(v: View, repo_row: sqlite3.Row, ref: str, sha: str) -> dict[str, Any]:
+    owner = v.user_row(repo_row["owner_id"])
+    return {
+        "label": f"{owner['login']}:{ref}",
+        "ref": ref,
+        "sha": sha,
+        "user": core.user(v, owner),
+        "repo": core.repo(v, repo_row),
+    }
+
+
+def mergeability(v: View, repo_row: sqlite3.Row, issue_row: sqlite3.Row, pull_row: sqlite3.Row) -> bool | None:
+    if issue_row["state"] != "open":
+        return None
+    clean, _ = v.git(repo_row).merge_tree(base_sha(v, repo_row, pull_row), pull_row["head_sha"])
+    return clean
+
+
+def pull(v: View, issue_row: sqlite3.Row, pull_row: sqlite3.Row, full: bool = True) -> dict[str, Any]:
+    repo_row = v.repo_row(issue_row["repo_id"])
+    number = issue_row["number"]
+    api = f"{v.repo_api(repo_row)}/pulls/{number}"
+    issue_api = f"{v.repo_api(repo_row)}/issues/{number}"
+    html = f"{v.repo_html(repo_row)}/pull/{number}"
+    base = base_sha(v, repo_row, pull_row)
+    reviewers = v.db.execute(
+        "SELECT user_id FROM review_requests WHERE pull_id = ? ORDER BY user_id", (pull_row["id"],)
+    ).fetchall()
+    merged = pull_row["merged_at"] is not None
+    out: dict[str, Any] = {
+        "url": api,
+        "id": pull_row["id"],
+        "node_id": node_id("PullRequest", pull_row["id"]),
+        "html_url": html,
+        "diff_url": f"{html}.diff",
+        "patch_url": f"{html}.patch",
+        "issue_url": issue_api,
+        "commits_url": f"{api}/commits",
+        "review_comments_url": f"{api}/comments",
+        "review_comment_url": f"{v.repo_api(repo_row)}/pulls/comments{{/number}}",
+        "comments_url": f"{issue_api}/comments",
+        "statuses_url": f"{v.repo_api(repo_row)}/statuses/{pull_row['head_sha']}",
+        "number": number,
+        "state": issue_row["state"],
+        "locked": False,
+        "title": issue_row["title"],
+        "user": core.user(v, v.user_row(issue_row["user_id"])),
+        "body": issue_row["body"],
+        "labels": core.issue_labels(v, repo_row, issue_row["id"]),
+        "milestone": None,
+        "active_lock_reason": None,
+        "created_at": issue_row["created_at"],
+        "updated_at": issue_row["updated_at"],
+        "closed_at": issue_row["closed_at"],
+        "merged_at": pull_row["merged_at"],
+        "merge_commit_sha": pull_row["merge_commit_sha"],
+        "assignee": None,
+        "assignees": [],
+        "requested_reviewers": [core.user(v, v.user_row(r["user_id"])) for r in reviewers],
+        "requested_teams": [],
+        "head": _branch(v, repo_row, pull_row["head_ref"], pull_row["head_sha"]),
+        "base": _branch(v, repo_row, pull_row["base_ref"], base),
+        "_links": {
+            "self": {"href": api},
+            "html": {"href": html},
+            "issue": {"href": issue_api},
+            "comments": {"href": f"{issue_api}/comments"},
+            "review_comments": {"href": f"{api}/comments"},
+            "review_comment": {"href": f"{v.repo_api(repo_row)}/pulls/comments{{/number}}"},
+            "commits": {"href": f"{api}/commits"},
+            "statuses": {"href": f"{v.repo_api(repo_row)}/statuses/{pull_row['head_sha']}"},
+        },
+        "author_association": core.author_association(v, repo_row, issue_row["user_id"]),
+        "auto_merge": None,
+        "draft": bool(pull_row["draft"]),
+    }
+    if not full:
+        return out
+    git = v.git(repo_row)
+    mergeable = mergeability(v, repo_row, issue_row, pull_row)
+    if mergeable is None:
+        state = "unknown"
+    elif pull_row["draft"]:
+        state = "draft"
+    else:
+        state = "clean" if mergeable else "dirty"
+    fork_point = git.merge_base(base, pull_row["head_sha"])
+    files = git.changes(fork_point, pull_row["head_sha"])
+    out.update(
+        {
+            "merged": merged,
+            "mergeable": mergeable,
+            "rebaseable": None,
+            "mergeable_state": state,
+            "merged_by": core.user_by_id(v, pull_row["merged_by"]),
+            "comments": v.db.execute("SELECT COUNT(*) FROM comments WHERE issue_id = ?", (issue_row["id"],)).fetchone()[
+                0
+            ],
+            "review_comments": 0,
+            "maintainer_can_modify": bool(pull_row["maintainer_can_modify"]),
+            "commits": len(git.rev_list(pull_row["head_sha"], fork_point)),
+            "additions": sum(f.additions for f in files),
+            "deletions": sum(f.deletions for f in files),
+            "changed_files": len(files),
+        }
+    )
+    return out
+
+
+def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
+    pull_row = v.db.execute("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],)).fetchone()
+    issue_row = v.db.execute("SELECT * FROM issues WHERE id = ?", (pull_row["issue_id"],)).fetchone()
+    repo_row = v.repo_row(issue_row["repo_id"])
+    pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"
+    html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#pullrequestreview-{row['id']}"
+    out: dict[str, Any] = {
+        "id": row["id"],
+        "node_id": node_id("PullRequestReview", row["id"]),
+        "user": core.user(v, v.user_row(row["user_id"])),
+        "body": row["body"],
+        "state": row["state"],
+        "html_url": html,
+        "pull_request_url": pull_api,
+        "author_association": core.author_association(v, repo_row, row["user_id"]),
+        "_links": {"html": {"href": html}, "pull_request": {"href": pull_api}},
+        "commit_id": row["commit_id"],
+    }
+    if row["submitted_at"] is not None:
+        out["submitted_at"] = row["submitted_at"]
+    return out

@@ -1,0 +1,149 @@
+"""`GitHubForge`: the `ForgePort` implementation on unmodified PyGithub and the git CLI.
+
+The operations live in small modules (tickets, comments, branches, pulls, claims); this class wires
+them to one configured client and adds the run footprint and a few thin setup helpers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from reviews.branches import Branches
+from reviews.claims import ClaimStore
+from reviews.comments import KIND as COMMENT_CLAIMS
+from reviews.comments import Comments
+from reviews.config import ForgeConfig
+from reviews.issues import IssueInfo, read_issue
+from reviews.markers import TICKET, find_marker, run_branch_prefix
+from reviews.models import CommentRef, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.pulls import Pulls
+from reviews.tickets import KIND as TICKET_CLAIMS
+from reviews.tickets import Tickets
+from reviews.transport import Transport
+
+
+class GitHubForge:
+    """One repository on GitHub or GitHub Enterprise. Thread-compatible: use one instance per thread."""
+
+    def __init__(self, config: ForgeConfig) -> None:
+        self.config = config
+        self._t = Transport(config)
+        self._claims = ClaimStore(self._t, config)
+        self._tickets = Tickets(self._t, self._claims)
+        self._comments = Comments(self._t, self._claims)
+        self._branches = Branches(self._t)
+        self._pulls = Pulls(self._t)
+
+    def close(self) -> None:
+        self._t.close()
+
+    def __enter__(self) -> GitHubForge:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    @property
+    def claims(self) -> ClaimStore:
+        return self._claims
+
+    def read_issue(self, number: int) -> IssueInfo:
+        """Read-only: the report's title, body and author."""
+        return read_issue(self._t, number)
+
+    def ensure_ticket(self, op_id: str, issue_number: int | None, title: str, body: str) -> Ticket:
+        """One ticket per op id; see `reviews.tickets` for the claim-based contract."""
+        return self._tickets.ensure(op_id, issue_number, title, body)
+
+    def update_ticket(self, ticket: Ticket, body: str) -> Ticket:
+        """Edit the ticket in place, marker preserved; idempotent."""
+        return self._tickets.update(ticket, body)
+
+    def find_ticket(self, op_id: str) -> Ticket | None:
+        return self._tickets.find(op_id)
+
+    def publish_branch(self, branch: str, commit_sha: str, expected_old: str | None, local_repo: Path) -> PublishResult:
+        """Conditional push with lease, reconciled by reading the remote ref; see `reviews.branches`."""
+        return self._branches.publish(branch, commit_sha, expected_old, local_repo)
+
+    def get_branch_sha(self, branch: str) -> str | None:
+        return self._branches.sha(branch)
+
+    def ensure_draft_pr(self, run_id: str, branch: str, base: str, title: str, body: str) -> PullRef:
+        """One open draft PR per head, owned by the run's marker; see `reviews.pulls`."""
+        return self._pulls.ensure_draft(run_id, branch, base, title, body)
+
+    def ensure_comment(self, number: int, key: str, body: str) -> CommentRef:
+        """One comment per key, never the same content twice; see `reviews.comments`."""
+        return self._comments.ensure(number, key, body)
+
+    def mark_ready_for_review(self, pr_number: int) -> None:
+        self._pulls.mark_ready(pr_number)
+
+    def get_pr(self, number: int) -> PullState:
+        return self._pulls.state(number)
+
+    def merge(self, pr_number: int, approved_sha: str, method: str = "merge") -> MergeResult:
+        """Merge only at `approved_sha`; refusals are statuses; see `reviews.pulls`."""
+        return self._pulls.merge(pr_number, approved_sha, method)
+
+    def add_labels(self, number: int, labels: list[str]) -> None:
+        """Add labels to an issue or PR. Idempotent: GitHub keeps a label once however often it is added."""
+        self._t.mutate(f"label #{number}", lambda: self._t.repo.get_issue(number).add_to_labels(*labels))
+
+    def create_issue(self, title: str, body: str, labels: list[str] | None = None) -> int:
+        """Open an issue (demo and test setup; not deduplicated) and return its number."""
+        issue = self._t.mutate(
+            "create issue", lambda: self._t.repo.create_issue(title=title, body=body, labels=labels or [])
+        )
+        return issue.number
+
+    def create_webhook(self, url: str, secret: str, events: list[str]) -> int:
+        """The repository hook delivering `events` to `url`: an existing hook for `url` is reused."""
+
+        def existing() -> int | None:
+            return next((h.id for h in self._t.repo.get_hooks() if h.config.get("url") == url), None)
+
+        found = self._t.read("list hooks", existing)
+        if found is not None:
+            return found
+        config = {"url": url, "content_type": "json", "secret": secret, "insecure_ssl": "0"}
+        hook = self._t.mutate("create hook", lambda: self._t.repo.create_hook("web", config, events, active=True))
+        return hook.id
+
+    def footprint(self, run_id: str, issue_number: int | None) -> RunFootprint:
+        """What the run left on the forge. Op ids and comment keys of a run start with `<run_id>:`;
+        evidence comment keys with `<run_id>:evidence`; branches live under `durafix/<run>/`."""
+        op_prefix = f"{run_id}:"
+        login = self._t.login()
+        tickets: list[str] = []
+        evidence: list[int] = []
+        pulls = self._pulls.list_by_run(run_id)
+        if issue_number is not None:
+
+            def scan_tickets() -> list[str]:
+                return [
+                    f"comment:{c.id}"
+                    for c in self._t.repo.get_issue(issue_number).get_comments()
+                    if c.user.login == login and _ticket_op(c.body).startswith(op_prefix)
+                ]
+
+            tickets += self._t.read(f"list tickets on #{issue_number}", scan_tickets)
+        ticket_claims = self._claims.list_claims(TICKET_CLAIMS, op_prefix)
+        tickets += [c.record.result for c in ticket_claims if c.record.result.startswith("issue:")]
+        for number in [*([issue_number] if issue_number is not None else []), *pulls]:
+            evidence += [c.id for c in self._comments.list_keyed(number, f"{run_id}:evidence")]
+        claims = [*ticket_claims, *self._claims.list_claims(COMMENT_CLAIMS, op_prefix)]
+        return RunFootprint(
+            run_id=run_id,
+            tickets=tickets,
+            pull_requests=pulls,
+            evidence_comments=evidence,
+            branches=self._branches.list(run_branch_prefix(run_id)),
+            claims=[f"refs/{c.ref}" for c in claims],
+        )
+
+
+def _ticket_op(body: str | None) -> str:
+    marker = find_marker(body, TICKET)
+    return marker.attrs.get("op", "") if marker else ""

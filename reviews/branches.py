@@ -1,0 +1,173 @@
+"""Branch publication: a conditional git push, reconciled against the remote ref over REST.
+
+Contract of `publish_branch(branch, commit_sha, expected_old, local_repo)`:
+
+- The push is conditional: `--force-with-lease=refs/heads/B:<expected_old>` (empty value: the branch must
+  not exist). The remote refuses if the branch is anywhere else, so a push never overwrites someone's work.
+- Already at `commit_sha` before pushing: done, nothing is pushed.
+- At neither `commit_sha` nor `expected_old`: `ForgeConflictError`, nothing is pushed.
+- A push that fails without a clear refusal (connection reset, HTTP 5xx, timeout) is reconciled by reading
+  the remote ref: at `commit_sha` -> done; still at `expected_old` (or absent when creating) -> the same
+  conditional push is sent again (up to `push_attempts`); anywhere else -> `ForgeConflictError`.
+
+The token reaches git only through the child's environment (`GIT_CONFIG_*` for an `http.<url>.extraHeader`
+scoped to the forge URL); it is never written to `.git/config`, a command line, or a log line.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+from pathlib import Path
+
+from github import GithubException
+
+from reviews.config import ForgeConfig
+from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError, ForgeTransientError
+from reviews.models import PublishResult
+from reviews.transport import Transport
+
+_AUTH_FAILURE = re.compile(r"returned error: (401|403|404)|Authentication failed|could not read Username", re.I)
+_NOT_CONNECTED = re.compile(r"Failed to connect|Could not resolve host|Connection refused", re.I)
+
+
+def _git_env(config: ForgeConfig) -> dict[str, str]:
+    credentials = base64.b64encode(f"x-access-token:{config.token.get_secret_value()}".encode()).decode()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_CONFIG_COUNT": "2",
+            "GIT_CONFIG_KEY_0": f"http.{config.git_url}.extraHeader",
+            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {credentials}",
+            # An empty helper list stops git from asking any stored credential helper.
+            "GIT_CONFIG_KEY_1": "credential.helper",
+            "GIT_CONFIG_VALUE_1": "",
+        }
+    )
+    return env
+
+
+class Branches:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+        self._config = transport.config
+
+    def sha(self, branch: str) -> str | None:
+        """The remote branch's commit, or None if the branch does not exist."""
+
+        def read() -> str | None:
+            try:
+                return self._t.repo.get_git_ref(f"heads/{branch}").object.sha
+            except GithubException as exc:
+                if exc.status == 404:
+                    return None
+                raise
+
+        return self._t.read(f"read branch {branch}", read)
+
+    def list(self, prefix: str) -> list[str]:
+        """Branch names starting with `prefix`."""
+
+        def read() -> list[str]:
+            try:
+                refs = list(self._t.repo.get_git_matching_refs(f"heads/{prefix}"))
+            except GithubException as exc:
+                if exc.status == 404:
+                    return []
+                raise
+            return [r.ref.removeprefix("refs/heads/") for r in refs]
+
+        return self._t.read(f"list branches {prefix}*", read)
+
+    def publish(self, branch: str, commit_sha: str, expected_old: str | None, local_repo: Path) -> PublishResult:
+        self._require_commit(local_repo, commit_sha)
+        current = self.sha(branch)
+        if current == commit_sha:
+            return PublishResult(branch=branch, sha=commit_sha, status="already_current")
+        if current != expected_old:
+            raise ForgeConflictError(
+                f"branch {branch} is at {current or 'nothing'}, expected {expected_old or 'nothing'}"
+            )
+        reconciled = False
+        for _ in range(self._config.push_attempts):
+            failure = self._push(branch, commit_sha, expected_old, local_repo)
+            if failure is None:
+                return PublishResult(branch=branch, sha=commit_sha, status="pushed", reconciled=reconciled)
+            reconciled = True
+            current = self.sha(branch)
+            if current == commit_sha:
+                return PublishResult(branch=branch, sha=commit_sha, status="pushed", reconciled=True)
+            if current != expected_old:
+                raise ForgeConflictError(
+                    f"push of {branch} failed ({failure}); branch is now at {current or 'nothing'}, "
+                    f"neither {commit_sha} nor {expected_old or 'absent'}"
+                )
+        raise ForgeAmbiguousError(
+            f"push of {branch} failed {self._config.push_attempts} times; last: {failure}; remote unchanged"
+        )
+
+    def _push(self, branch: str, commit_sha: str, expected_old: str | None, local_repo: Path) -> str | None:
+        """One conditional push. None on success; a description when the outcome needs a read of the remote.
+
+        Raises for failures that a read cannot change: the lease refused (conflict), authentication
+        (permanent), no connection at all (transient).
+        """
+        ref = f"refs/heads/{branch}"
+        command = [
+            "git",
+            "push",
+            "--porcelain",
+            "--no-verify",
+            f"--force-with-lease={ref}:{expected_old or ''}",
+            self._config.git_url,
+            f"{commit_sha}:{ref}",
+        ]
+        try:
+            done = subprocess.run(
+                command,
+                cwd=local_repo,
+                env=_git_env(self._config),
+                capture_output=True,
+                text=True,
+                timeout=self._config.push_timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"git push timed out after {self._config.push_timeout_s:.0f}s"
+        output = f"{done.stdout}\n{done.stderr}"
+        status_line = next((line for line in done.stdout.splitlines() if f":{ref}\t" in line), "")
+        if done.returncode == 0 and status_line[:1] in ("*", " ", "+", "="):
+            return None
+        if status_line.startswith("!"):
+            reason = status_line.rsplit("\t", 1)[-1]
+            if "stale info" in reason or "fetch first" in reason or "non-fast-forward" in reason:
+                raise ForgeConflictError(f"push of {branch} refused: {reason}")
+            if "declined" in reason:
+                raise ForgePermanentError(f"push of {branch} refused by the forge: {reason}")
+            # Other remote rejections (e.g. a failed ref lock under a concurrent update) are settled
+            # by reading where the branch is now.
+            return f"push rejected: {reason}"
+        if _AUTH_FAILURE.search(output):
+            raise ForgePermanentError(f"push of {branch} not authorised: {_last_line(done.stderr)}")
+        if _NOT_CONNECTED.search(output):
+            raise ForgeTransientError(f"push of {branch} could not connect: {_last_line(done.stderr)}")
+        return f"git push exited {done.returncode}: {_last_line(done.stderr)}"
+
+    @staticmethod
+    def _require_commit(local_repo: Path, commit_sha: str) -> None:
+        found = subprocess.run(
+            ["git", "cat-file", "-e", f"{commit_sha}^{{commit}}"],
+            cwd=local_repo,
+            capture_output=True,
+            check=False,
+        )
+        if found.returncode != 0:
+            raise ForgePermanentError(f"commit {commit_sha} is not in {local_repo}")
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

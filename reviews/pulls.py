@@ -1,0 +1,205 @@
+"""Draft pull requests, their state and reviews, readiness, and merging at an approved head.
+
+`ensure_draft_pr(run_id, branch, base, ...)`: GitHub keeps at most one open PR per head and base and
+refuses a second with 422 "A pull request already exists", so the create is uniquely keyed and may be
+sent again after an ambiguous outcome. The open PR for the head is looked up first; it must carry this
+run's marker `<!-- durafix:pr run=<run_id> -->`, otherwise it belongs to someone else: conflict.
+
+`merge(pr, approved_sha)`: passes `sha`, so GitHub refuses (409) if the head moved after approval. Every
+expected refusal becomes a `MergeResult` status. An ambiguous merge is reconciled by reading the PR
+(merged, head, merge commit); if it is not merged, the same conditional merge is sent once more.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from github.PullRequest import PullRequest
+
+from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgeError, ForgePermanentError
+from reviews.markers import PULL, find_marker, pull_marker, with_marker
+from reviews.models import MergeResult, PullRef, PullState, ReviewInfo
+from reviews.transport import Transport
+
+
+def _run_of(pr: PullRequest) -> str | None:
+    marker = find_marker(pr.body, PULL)
+    return marker.attrs.get("run") if marker else None
+
+
+def _pull_ref(pr: PullRequest, run_id: str, created: bool) -> PullRef:
+    return PullRef(
+        number=pr.number,
+        html_url=pr.html_url,
+        head_ref=pr.head.ref,
+        head_sha=pr.head.sha,
+        base_ref=pr.base.ref,
+        draft=bool(pr.draft),
+        run_id=run_id,
+        created=created,
+    )
+
+
+class Pulls:
+    def __init__(self, transport: Transport) -> None:
+        self._t = transport
+
+    def ensure_draft(self, run_id: str, branch: str, base: str, title: str, body: str) -> PullRef:
+        text = with_marker(body, pull_marker(run_id))
+
+        def create() -> PullRequest:
+            return self._t.repo.create_pull(base=base, head=branch, title=title, body=text, draft=True)
+
+        for _ in range(2):
+            existing = self._owned_open(run_id, branch, base)
+            if existing is not None:
+                return _pull_ref(existing, run_id, created=False)
+            try:
+                pr = self._t.mutate(f"create draft PR {branch} -> {base}", create)
+            except ForgeConflictError:
+                # 422 "A pull request already exists": someone (maybe our own earlier attempt) made it.
+                existing = self._owned_open(run_id, branch, base)
+                if existing is None:
+                    raise
+                return _pull_ref(existing, run_id, created=False)
+            except ForgeAmbiguousError:
+                # Read again, then resend: GitHub refuses a second open PR for this head and base.
+                continue
+            return _pull_ref(pr, run_id, created=True)
+        raise ForgeAmbiguousError(f"creating the PR for {branch}: outcome unknown twice and no PR visible")
+
+    def _owned_open(self, run_id: str, branch: str, base: str) -> PullRequest | None:
+        """The open PR from `branch` into `base`; conflict if it is not this run's."""
+        head = f"{self._t.config.owner}:{branch}"
+
+        def scan() -> list[PullRequest]:
+            pulls = self._t.repo.get_pulls(state="open", head=head, base=base)
+            return [p for p in pulls if p.head.ref == branch and p.base.ref == base]
+
+        found = self._t.read(f"find open PR for {head}", scan)
+        if not found:
+            return None
+        pr = found[0]
+        owner = _run_of(pr)
+        if owner != run_id:
+            raise ForgeConflictError(f"open PR #{pr.number} for {head} belongs to {owner or 'no durafix run'}")
+        return pr
+
+    def state(self, number: int) -> PullState:
+        def read() -> PullState:
+            pr = self._t.repo.get_pull(number)
+            reviews = [
+                ReviewInfo(
+                    id=r.id,
+                    user=r.user.login if r.user else "",
+                    state=r.state,
+                    commit_id=r.commit_id,
+                    submitted_at=r.submitted_at,
+                )
+                for r in pr.get_reviews()
+            ]
+            return PullState(
+                number=pr.number,
+                state="closed" if pr.state == "closed" else "open",
+                draft=bool(pr.draft),
+                merged=bool(pr.merged),
+                merge_commit_sha=pr.merge_commit_sha,
+                head_ref=pr.head.ref,
+                head_sha=pr.head.sha,
+                base_ref=pr.base.ref,
+                mergeable=pr.mergeable,
+                reviews=reviews,
+                run_id=_run_of(pr),
+            )
+
+        return self._t.read(f"read PR #{number}", read)
+
+    def list_by_run(self, run_id: str) -> list[int]:
+        """Numbers of PRs in any state whose body carries this run's marker."""
+
+        def scan() -> list[int]:
+            return [p.number for p in self._t.repo.get_pulls(state="all") if _run_of(p) == run_id]
+
+        return self._t.read(f"list PRs of run {run_id}", scan)
+
+    def mark_ready(self, number: int) -> None:
+        """Draft -> ready for review (GraphQL). Idempotent: a PR already ready is left alone."""
+        for _ in range(2):
+            pr = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+            if not pr.draft:
+                return
+            try:
+                self._t.mutate(f"mark PR #{number} ready", pr.mark_ready_for_review)
+                return
+            except ForgeAmbiguousError:
+                # The mutation is idempotent: re-read and, if still draft, send it again.
+                continue
+        raise ForgeAmbiguousError(f"marking PR #{number} ready: outcome unknown twice")
+
+    def merge(self, number: int, approved_sha: str, method: str) -> MergeResult:
+        for attempt in range(2):
+            pr = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+            if pr.merged:
+                return self._merged_result(pr, approved_sha, reconciled=attempt > 0)
+            try:
+                status = self._t.mutate(
+                    f"merge PR #{number} at {approved_sha}",
+                    partial(pr.merge, sha=approved_sha, merge_method=method),
+                )
+            except ForgeConflictError as exc:
+                head = self._head_now(number)
+                moved = "head branch was modified" in (exc.github_message or "").lower()
+                return MergeResult(
+                    status="head_moved" if moved else "not_mergeable",
+                    pr_number=number,
+                    approved_sha=approved_sha,
+                    head_sha=head,
+                    message=exc.github_message or str(exc),
+                    reconciled=attempt > 0,
+                )
+            except ForgeAmbiguousError:
+                continue
+            except ForgePermanentError as exc:
+                if exc.status != 405:
+                    raise
+                after = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+                if after.merged:
+                    # Merged by our own earlier, unanswered attempt, or by someone else before ours.
+                    return self._merged_result(after, approved_sha, reconciled=attempt > 0)
+                return MergeResult(
+                    status="not_mergeable",
+                    pr_number=number,
+                    approved_sha=approved_sha,
+                    head_sha=after.head.sha,
+                    message=exc.github_message or str(exc),
+                    reconciled=attempt > 0,
+                )
+            return MergeResult(
+                status="merged",
+                pr_number=number,
+                approved_sha=approved_sha,
+                merge_commit_sha=status.sha,
+                head_sha=approved_sha,
+                message=status.message or "",
+                reconciled=attempt > 0,
+            )
+        raise ForgeAmbiguousError(f"merge of PR #{number}: outcome unknown twice and PR not merged")
+
+    def _head_now(self, number: int) -> str | None:
+        try:
+            return self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number).head.sha)
+        except ForgeError:
+            return None
+
+    @staticmethod
+    def _merged_result(pr: PullRequest, approved_sha: str, *, reconciled: bool) -> MergeResult:
+        """A merged PR: `merged` if our unanswered merge did it, `already_merged` if it was so before."""
+        at_approved = pr.head.sha == approved_sha
+        return MergeResult(
+            status=("merged" if reconciled else "already_merged") if at_approved else "merged_at_other_head",
+            pr_number=pr.number,
+            approved_sha=approved_sha,
+            merge_commit_sha=pr.merge_commit_sha,
+            head_sha=pr.head.sha,
+            reconciled=reconciled,
+        )

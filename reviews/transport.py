@@ -1,0 +1,93 @@
+"""The PyGithub client as the adapter configures it, and the wrappers that classify every failure.
+
+Every call to GitHub goes through `read` or `mutate`, so a PyGithub or requests exception never escapes
+the adapter unclassified. PyGithub evaluates lazily (pagination, lazy completion): callers put the whole
+evaluation, not just the first call, inside the wrapper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TypeVar
+
+import requests
+from github import Auth, Github, GithubException
+from github.Repository import Repository
+from urllib3.util.retry import Retry
+
+from reviews.config import ForgeConfig
+from reviews.errors import ForgeError, from_github_exception, from_transport_exception
+
+T = TypeVar("T")
+
+
+def client_retry(config: ForgeConfig) -> Retry:
+    """urllib3 retry policy handed to PyGithub instead of its default.
+
+    PyGithub's default `GithubRetry` re-sends POST and sleeps on 403 rate limits inside the call; neither
+    is acceptable for mutations we must reconcile, nor for waits a workflow's retry policy should own.
+    Reads are retried on 500/502/504 and network errors. Connect failures are retried for all methods
+    (urllib3 retries them regardless of method): the request never left. 429/503 with `retry-after` are
+    not retried here, so their wait reaches the caller.
+    """
+    return Retry(
+        total=config.read_retries,
+        connect=config.read_retries,
+        read=config.read_retries,
+        status=config.read_retries,
+        other=0,
+        allowed_methods=frozenset({"GET", "HEAD"}),
+        status_forcelist=(500, 502, 504),
+        backoff_factor=config.retry_backoff_s,
+        respect_retry_after_header=False,
+        raise_on_status=False,
+        raise_on_redirect=False,
+    )
+
+
+class Transport:
+    """One PyGithub client bound to one repository."""
+
+    def __init__(self, config: ForgeConfig) -> None:
+        self.config = config
+        self.github = Github(
+            base_url=config.api_url.rstrip("/"),
+            auth=Auth.Token(config.token.get_secret_value()),
+            timeout=config.request_timeout_s,
+            retry=client_retry(config),
+            per_page=100,
+            seconds_between_requests=config.seconds_between_requests or None,
+            seconds_between_writes=config.seconds_between_writes or None,
+            # Lazy: an object built from a URL is fetched only when read, so each wrapped call sends
+            # exactly the requests it names (a mutation is not preceded by a hidden GET).
+            lazy=True,
+        )
+        self.repo: Repository = self.github.get_repo(config.repository)
+        self._login: str | None = config.bot_login
+
+    def read(self, what: str, fn: Callable[[], T]) -> T:
+        """Run a read; every failure is transient, permanent or conflict, never ambiguous."""
+        return self._call(what, fn, mutation=False)
+
+    def mutate(self, what: str, fn: Callable[[], T]) -> T:
+        """Run one mutation; a sent request without an answer raises `ForgeAmbiguousError`."""
+        return self._call(what, fn, mutation=True)
+
+    def _call(self, what: str, fn: Callable[[], T], *, mutation: bool) -> T:
+        try:
+            return fn()
+        except ForgeError:
+            raise
+        except GithubException as exc:
+            raise from_github_exception(exc, what) from exc
+        except requests.exceptions.RequestException as exc:
+            raise from_transport_exception(exc, what, mutation=mutation) from exc
+
+    def login(self) -> str:
+        """The login whose marked objects count as ours (configured, else the token's user)."""
+        if self._login is None:
+            self._login = self.read("read authenticated user", lambda: self.github.get_user().login)
+        return self._login
+
+    def close(self) -> None:
+        self.github.close()

@@ -1,0 +1,124 @@
+"""Base and app images: apt sources, content addressing, the root filesystem cache, offline app builds."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+
+from environments.docker import DockerProvider
+from environments.interface import AppRecipe, ImageRecipe
+from infra.docker.engine import DockerEngine
+from infra.docker.images import ImageBuilder, ImageBuildError, apt_mirror, recipe_hash, tree_digest
+
+
+def test_apt_mirror_reads_deb822_sources_for_the_suite(tmp_path: Path) -> None:
+    listing = tmp_path / "sources.list.d"
+    listing.mkdir()
+    (listing / "cloud.list").write_text("deb https://packages.example.invalid/apt cloud-bookworm main\n")
+    (listing / "debian.sources").write_text(
+        "# disabled below\nTypes: deb\nURIs: http://old.example.invalid/debian\nSuites: bookworm\n"
+        "Components: main\nEnabled: no\n\n"
+        "Types: deb deb-src\nURIs: http://mirror.example.invalid/debian\nSuites: bookworm bookworm-updates\n"
+        "Components: main contrib\n"
+    )
+    assert apt_mirror("bookworm", tmp_path) == "http://mirror.example.invalid/debian"
+
+
+def test_apt_mirror_reads_one_line_entries_with_options(tmp_path: Path) -> None:
+    (tmp_path / "sources.list").write_text(
+        "deb-src http://src.example.invalid/debian bookworm main\n"
+        "deb [arch=amd64 signed-by=/k.gpg] http://mirror.example.invalid/debian bookworm main  # primary\n"
+    )
+    assert apt_mirror("bookworm", tmp_path) == "http://mirror.example.invalid/debian"
+
+
+def test_apt_mirror_without_a_source_for_the_suite_is_an_error(tmp_path: Path) -> None:
+    (tmp_path / "sources.list").write_text("deb http://mirror.example.invalid/debian bullseye main\n")
+    with pytest.raises(ImageBuildError, match="bookworm"):
+        apt_mirror("bookworm", tmp_path)
+
+
+def test_recipe_hash_ignores_package_order_and_duplicates_but_not_the_set() -> None:
+    one = recipe_hash(ImageRecipe(packages=["python3", "curl"]))
+    assert one == recipe_hash(ImageRecipe(packages=["curl", "python3", "curl"]))
+    assert one != recipe_hash(ImageRecipe(packages=["python3"]))
+    assert len(one) == 12
+
+
+def test_recipe_hash_refuses_what_is_not_a_package_name() -> None:
+    with pytest.raises(ValueError, match="package"):
+        recipe_hash(ImageRecipe(packages=["python3,--foreign"]))
+
+
+def test_tree_digest_follows_content_and_executability_but_not_git_metadata(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text("print('hi')\n")
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    first = tree_digest(tmp_path)
+
+    (tmp_path / ".git" / "HEAD").write_text("0" * 40 + "\n")
+    assert tree_digest(tmp_path) == first
+    (tmp_path / "app.py").chmod(0o755)
+    executable = tree_digest(tmp_path)
+    assert executable != first
+    (tmp_path / "app.py").write_text("print('hello')\n")
+    assert tree_digest(tmp_path) not in {first, executable}
+
+
+@pytest.fixture
+def fresh_engine(
+    docker_engine: DockerEngine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[docker.DockerClient]:
+    """A second engine with an empty data root (short state path: containerd's socket limit)."""
+    engine = DockerEngine(tmp_path_factory.mktemp("e"))
+    client = docker.DockerClient(base_url=engine.ensure_running(), timeout=300)
+    yield client
+    client.close()
+    engine.stop()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_empty_engine_imports_the_cached_root_filesystem_without_bootstrapping(
+    provider: DockerProvider, cart_recipe: AppRecipe, fresh_engine: docker.DockerClient
+) -> None:
+    provider.images.ensure_base(cart_recipe.image)
+    # An unreachable mirror: bootstrapping again would fail.
+    offline = ImageBuilder(fresh_engine, provider.images.cache_dir, mirror="http://127.0.0.1:9/debian")
+
+    tag = offline.ensure_base(cart_recipe.image)
+
+    output = fresh_engine.containers.run(tag, ["python3", "-c", "print(6 * 7)"], network_mode="none", remove=True)
+    assert output == b"42\n"
+    assert fresh_engine.images.get(tag).labels["durafix.recipe"] == recipe_hash(cart_recipe.image)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_app_image_runs_setup_without_network_and_is_reused_until_the_workspace_changes(
+    provider: DockerProvider, cart_recipe: AppRecipe, cart_workspace: Path, tmp_path: Path
+) -> None:
+    workspace = tmp_path / "ws"
+    shutil.copytree(cart_workspace, workspace)
+    recipe = cart_recipe.model_copy(update={"setup": ["python3 -c 'import cart' && echo built > built.txt"]})
+    client = provider.client
+
+    tag = provider.images.ensure_app(recipe, workspace)
+    image_id = client.images.get(tag).id
+    assert provider.images.ensure_app(recipe, workspace) == tag
+    assert client.images.get(tag).id == image_id
+    built = client.containers.run(tag, ["cat", "/app/built.txt"], network_mode="none", remove=True)
+    assert built == b"built\n"
+
+    (workspace / "cart.py").write_text((workspace / "cart.py").read_text() + "\n# changed\n")
+    assert provider.images.ensure_app(recipe, workspace) != tag
+
+    online = recipe.model_copy(
+        update={"setup": ["python3 -c 'import socket; socket.create_connection((\"192.0.2.1\", 80), timeout=5)'"]}
+    )
+    with pytest.raises(ImageBuildError, match="unreachable"):
+        provider.images.ensure_app(online, workspace)

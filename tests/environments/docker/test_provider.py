@@ -1,0 +1,286 @@
+"""The Docker provider against a real engine: creation, adoption, conflicts, recovery, fencing, cleanup."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import httpx
+import pytest
+
+from environments.docker import DockerProvider, UnsupportedRecipeError
+from environments.docker.naming import container_name, network_name, ownership_labels, run_filter
+from environments.interface import (
+    EnvironmentHandle,
+    EnvironmentStatus,
+    RecoverySpec,
+    ResourceConflictError,
+    ResourceKind,
+    RunFencedError,
+)
+from infra.docker.engine import DockerEngine
+from tests.environments.docker.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+
+def containers_of(client: docker.DockerClient, run_id: str) -> list[docker.models.containers.Container]:
+    return list(client.containers.list(all=True, filters=run_filter(run_id)))
+
+
+def wait_for_status(provider: DockerProvider, handle: EnvironmentHandle, wanted: EnvironmentStatus) -> None:
+    deadline = time.monotonic() + 20
+    while provider.check(handle) is not wanted:
+        assert time.monotonic() < deadline, f"{handle.env_id} never became {wanted}"
+        time.sleep(0.2)
+
+
+@pytest.fixture
+def foreign_container(docker_client: docker.DockerClient) -> Iterator[list[str]]:
+    """Names of containers a test creates outside the provider; removed after the test."""
+    names: list[str] = []
+    yield names
+    for name in names:
+        docker_client.containers.get(name).remove(force=True)
+
+
+def test_cart_container_starts_and_answers_its_probe_from_the_host(
+    provider: DockerProvider, new_run: Callable[[], str], cart_spec: RecoverySpec, cart_workspace: Path
+) -> None:
+    run_id = new_run()
+    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+
+    assert httpx.get(f"{handle.base_url}/healthz", trust_env=False).text == "ok"
+    assert httpx.get(f"{handle.base_url}/api/cart", trust_env=False).json()["items"]
+    assert provider.check(handle) is EnvironmentStatus.READY
+    assert {r.kind for r in handle.resources} == {ResourceKind.CONTAINER, ResourceKind.NETWORK}
+
+
+def test_provision_twice_with_one_op_id_gives_one_container(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    first = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    second = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+
+    assert first == second
+    assert [c.name for c in containers_of(docker_client, run_id)] == [first.env_id]
+    assert len(docker_client.networks.list(filters=run_filter(run_id))) == 1
+
+
+def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
+    docker_engine: DockerEngine,
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    op_id = f"{run_id}:env:1"
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.environments.docker.kill_after_create",
+            str(provider.state_dir),
+            str(provider.images.cache_dir),
+            docker_engine.docker_host,
+            run_id,
+            op_id,
+            str(cart_workspace),
+            cart_spec.model_dump_json(),
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    orphans = containers_of(docker_client, run_id)
+    assert [(c.name, c.status) for c in orphans] == [(container_name(op_id), "created")]
+
+    handle = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+
+    survivors = containers_of(docker_client, run_id)
+    assert [c.id for c in survivors] == [orphans[0].id]
+    assert provider.check(handle) is EnvironmentStatus.READY
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [{"owner": "someone-else"}, ownership_labels("another-run", "another-run:env")],
+    ids=["unlabelled", "another-runs-labels"],
+)
+def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+    foreign_container: list[str],
+    labels: dict[str, str],
+) -> None:
+    run_id = new_run()
+    op_id = f"{run_id}:env"
+    base = provider.images.ensure_base(cart_spec.recipe.image)
+    foreign = docker_client.containers.create(base, ["true"], name=container_name(op_id), labels=labels)
+    foreign_container.append(foreign.name)
+
+    with pytest.raises(ResourceConflictError):
+        provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    report = provider.cleanup_run(run_id)
+
+    assert all(r.resource_id != foreign.name for r in report.removed)
+    assert docker_client.containers.get(foreign.name).id == foreign.id
+
+
+def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_provision_restarts_it(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    op_id = f"{run_id}:env"
+    handle = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    top = docker_client.containers.get(handle.env_id).top()
+    command = top["Titles"].index("CMD")
+    (app_pid,) = [int(p[1]) for p in top["Processes"] if p[command].startswith("python3 app.py")]
+
+    os.kill(app_pid, signal.SIGKILL)
+
+    wait_for_status(provider, handle, EnvironmentStatus.NOT_READY)
+    again = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    assert provider.check(again) is EnvironmentStatus.READY
+    assert len(containers_of(docker_client, run_id)) == 1
+
+
+def test_cleanup_run_removes_everything_of_that_run_and_nothing_of_another(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    doomed, kept = new_run(), new_run()
+    doomed_env = provider.provision(run_id=doomed, op_id=f"{doomed}:env", spec=cart_spec, workspace=str(cart_workspace))
+    kept_env = provider.provision(run_id=kept, op_id=f"{kept}:env", spec=cart_spec, workspace=str(cart_workspace))
+    # Volumes labelled for a run belong to it too (the provider itself mounts only tmpfs).
+    docker_client.volumes.create(f"vol-{doomed}", labels=ownership_labels(doomed, f"{doomed}:data"))
+    docker_client.volumes.create(f"vol-{kept}", labels=ownership_labels(kept, f"{kept}:data"))
+
+    report = provider.cleanup_run(doomed)
+
+    assert report.complete, report.errors
+    assert {(r.kind, r.resource_id) for r in report.removed} == {
+        (ResourceKind.CONTAINER, doomed_env.env_id),
+        (ResourceKind.NETWORK, network_name(doomed)),
+        (ResourceKind.VOLUME, f"vol-{doomed}"),
+    }
+    assert provider.list_owned(doomed) == []
+    assert provider.check(doomed_env) is EnvironmentStatus.GONE
+    assert provider.check(kept_env) is EnvironmentStatus.READY
+    assert {(r.kind, r.resource_id) for r in provider.list_owned(kept)} == {
+        (ResourceKind.CONTAINER, kept_env.env_id),
+        (ResourceKind.NETWORK, network_name(kept)),
+        (ResourceKind.VOLUME, f"vol-{kept}"),
+    }
+    assert provider.cleanup_run(doomed).removed == []
+
+
+def test_late_provision_after_cleanup_is_fenced_and_creates_nothing(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    provider.provision(run_id=run_id, op_id=f"{run_id}:env:1", spec=cart_spec, workspace=str(cart_workspace))
+    provider.cleanup_run(run_id)
+
+    with pytest.raises(RunFencedError):
+        provider.provision(run_id=run_id, op_id=f"{run_id}:env:2", spec=cart_spec, workspace=str(cart_workspace))
+
+    assert containers_of(docker_client, run_id) == []
+    assert docker_client.networks.list(filters=run_filter(run_id)) == []
+
+
+def test_limits_and_hardening_are_applied_to_the_container(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    container = docker_client.containers.get(handle.env_id)
+    host = container.attrs["HostConfig"]
+    limits = cart_spec.recipe.limits
+
+    assert host["Memory"] == host["MemorySwap"] == limits.memory_mb * 1024 * 1024
+    assert host["PidsLimit"] == limits.pids
+    assert host["NanoCpus"] == int(limits.cpus * 1_000_000_000)
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["ReadonlyRootfs"] is True
+    assert set(host["Tmpfs"]) == {"/tmp"}
+    assert host["NetworkMode"] == network_name(run_id)
+    assert container.attrs["Config"]["User"] == "65534:65534"
+    assert docker_client.networks.get(network_name(run_id)).attrs["Internal"] is True
+    write = container.exec_run(["/bin/sh", "-c", "touch /app/x"])
+    assert write.exit_code != 0 and b"Read-only file system" in write.output
+
+
+def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finishes(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    container = docker_client.containers.get(handle.env_id)
+    # An immutable file in the container's directory makes the engine's removal fail for real.
+    pinned = Path(docker_client.info()["DockerRootDir"]) / "containers" / container.id / "hostname"
+    subprocess.run(["chattr", "+i", str(pinned)], check=True)
+    try:
+        report = provider.cleanup_run(run_id)
+    finally:
+        subprocess.run(["chattr", "-i", str(pinned)], check=True)
+
+    assert [r.resource_id for r in report.remaining] == [handle.env_id]
+    assert "operation not permitted" in report.errors[0]
+    retry = provider.cleanup_run(run_id)
+    assert retry.complete, retry.errors
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_recipe_with_secrets_is_refused_before_anything_is_created(
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+) -> None:
+    run_id = new_run()
+    recipe = cart_spec.recipe.model_copy(update={"secrets": {"TOKEN": "env:CART_TOKEN"}})
+    spec = cart_spec.model_copy(update={"recipe": recipe})
+
+    with pytest.raises(UnsupportedRecipeError):
+        provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=spec, workspace=str(cart_workspace))
+    assert containers_of(docker_client, run_id) == []
