@@ -425,7 +425,9 @@ def main(argv: list[str] | None = None) -> None:
 def _main(argv: list[str]) -> int:
     state_dir: str | None = None
     rest = list(argv)
-    if len(rest) >= 2 and rest[0] == "--state-dir":
+    if rest and rest[0].startswith("--state-dir="):
+        state_dir, rest = rest[0].partition("=")[2], rest[1:]
+    elif len(rest) >= 2 and rest[0] == "--state-dir":
         state_dir, rest = rest[1], rest[2:]
     if rest and rest[0] in DELEGATED:
         if state_dir:

@@ -20,7 +20,8 @@ from github.Repository import Repository
 
 from infra.forge.pytest_plugin import forge
 from infra.forge.testing import ForgeHandle
-from reviews import ForgeConfig, GitHubForge
+from reviews.adapter import GitHubForge
+from reviews.config import ForgeConfig
 
 __all__ = ["Site", "forge", "git", "site"]
 

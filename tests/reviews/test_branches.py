@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reviews import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError, run_branch_prefix
+from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError
+from reviews.markers import run_branch_prefix
 from tests.reviews.conftest import Site, git
 
 BRANCH = run_branch_prefix("repair-bot-shop-1") + "attempt-1"

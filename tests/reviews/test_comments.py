@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from reviews import CommentRef
 from reviews.markers import comment_marker, with_marker
+from reviews.models import CommentRef
 from tests.reviews.conftest import Site
 
 KEY = "repair-bot-shop-1:evidence:reproduction"

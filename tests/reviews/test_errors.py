@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from reviews import (
+from reviews.errors import (
     ForgeAmbiguousError,
     ForgeConflictError,
     ForgeNotFoundError,

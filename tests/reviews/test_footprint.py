@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from reviews import run_branch_prefix
+from reviews.markers import run_branch_prefix
 from tests.reviews.conftest import Site
 
 

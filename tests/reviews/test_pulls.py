@@ -7,7 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from reviews import ForgeConflictError, ForgePermanentError, PullRef, run_branch_prefix
+from reviews.errors import ForgeConflictError, ForgePermanentError
+from reviews.markers import run_branch_prefix
+from reviews.models import PullRef
 from tests.reviews.conftest import Site
 
 RUN = "repair-bot-shop-1"

@@ -8,8 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from reviews import ForgeAmbiguousError, ForgeTransientError, Ticket
 from reviews.claims import ClaimLostError, ClaimRecord, ClaimStore
+from reviews.errors import ForgeAmbiguousError, ForgeTransientError
+from reviews.models import Ticket
 from reviews.transport import Transport
 from tests.reviews.conftest import Site
 
