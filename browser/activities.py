@@ -53,7 +53,7 @@ class BrowserActivities:
         except ProcedureError as err:
             return ProcedureResult(procedure_ref=None, error=f"invalid durafix-repro block: {err}")
         if procedure is None:
-            return ProcedureResult(procedure_ref=None, error="the report has no ```durafix-repro block")
+            return ProcedureResult(procedure_ref=None, error="the report has no ```durafix-repro block", missing=True)
         ref = self.services.store.put_bytes(
             procedure.model_dump_json(indent=2).encode(),
             kind=ArtifactKind.PROCEDURE,

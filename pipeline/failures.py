@@ -49,3 +49,8 @@ def not_ready(message: str) -> ApplicationError:
 def budget(message: str) -> ApplicationError:
     """A budget (tokens, turns) ran out: the repair loop ends, it is not retried."""
     return ApplicationError(message, type="Budget", non_retryable=True)
+
+
+def procedure_invalid(message: str) -> ApplicationError:
+    """No usable reproduction procedure: the report needs a human, retrying cannot help."""
+    return ApplicationError(message, type="ProcedureInvalid", non_retryable=True)

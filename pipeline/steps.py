@@ -215,8 +215,14 @@ class PrepareProcedureInput(BaseModel):
 
 
 class ProcedureResult(BaseModel):
+    """``missing``: the report has no procedure block at all (so one may be drafted from its prose)."""
+
     procedure_ref: ArtifactRef | None
     error: str | None = None
+    missing: bool = False
+    drafted: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class ReproduceInput(BaseModel):
@@ -239,6 +245,13 @@ class ReproduceResult(BaseModel):
 
 
 # ---- model (repair/activities.py) --------------------------------------------------------------------
+
+
+class DraftProcedureInput(BaseModel):
+    run_id: str
+    op_id: str
+    issue_title: str
+    issue_body: str
 
 
 class ProposePatchInput(BaseModel):

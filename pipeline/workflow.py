@@ -45,6 +45,7 @@ with workflow.unsafe.imports_passed_through():
         BuildEvidenceInput,
         CleanupRunInput,
         CommentResult,
+        DraftProcedureInput,
         EnsureCommentInput,
         EnsureDraftPrInput,
         EnsureTicketInput,
@@ -234,6 +235,8 @@ class RepairBugWorkflow:
             PrepareProcedureInput(run_id=wf, report_body=report.body),
             ProcedureResult,
         )
+        if procedure.procedure_ref is None and procedure.missing:
+            procedure = await self._draft_procedure(report)
         if procedure.procedure_ref is None:
             raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
         self._procedure_ref = procedure.procedure_ref
@@ -271,6 +274,26 @@ class RepairBugWorkflow:
         await self._update_ticket()
 
         return await self._review_and_merge()
+
+    async def _draft_procedure(self, report: ReportInfo) -> ProcedureResult:
+        """The report has no procedure block: ask the model to draft one from its prose."""
+        wf = self._state.workflow_id
+        try:
+            drafted = await self._model(
+                "model.draft_procedure",
+                DraftProcedureInput(
+                    run_id=wf, op_id=op_id(wf, "draft-procedure"), issue_title=report.title, issue_body=report.body
+                ),
+                ProcedureResult,
+            )
+        except ActivityError as err:
+            self._count_tokens(err)
+            if _failure_type(err) not in ("ProcedureInvalid", "Permanent"):
+                raise
+            return ProcedureResult(procedure_ref=None, error=_failure_message(err))
+        self._state.budgets.model_prompt_tokens += drafted.prompt_tokens
+        self._state.budgets.model_completion_tokens += drafted.completion_tokens
+        return drafted
 
     # ---- repair -------------------------------------------------------------------------------------
 

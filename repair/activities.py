@@ -19,7 +19,7 @@ from evidence.interface import ArtifactKind
 from pipeline import failures
 from pipeline.heartbeat import Heartbeat
 from pipeline.services import Services
-from pipeline.steps import ProposalResult, ProposePatchInput
+from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
 from repair.interface import (
     ModelPermanentError,
     ModelTransientError,
@@ -29,6 +29,7 @@ from repair.interface import (
     RepairRequest,
 )
 from repair.patch import validate_patch
+from repair.procedure_draft import ProcedureDrafter, ProcedureDraftError
 
 
 def _with_tokens(err: ApplicationError, source: RepairError) -> ApplicationError:
@@ -47,7 +48,40 @@ class ModelActivities:
         self.services = services
 
     def all(self) -> Sequence[Callable[..., object]]:
-        return [self.propose_patch]
+        return [self.propose_patch, self.draft_procedure]
+
+    @activity.defn(name="model.draft_procedure")
+    def draft_procedure(self, inp: DraftProcedureInput) -> ProcedureResult:
+        """Draft a reproduction procedure from the report's prose and store it by content.
+
+        Not idempotent at the model (a retry asks again); the workflow records the reference it gets and
+        never asks again for a run that has one. A model that never produces a valid procedure is a
+        finding (``ProcedureInvalid``): the report needs a human.
+        """
+        config = self.services.config
+        drafter = ProcedureDrafter(config.model_base_url, config.model_api_key, config.model_name, timeout_s=120.0)
+        try:
+            with Heartbeat("drafting a reproduction procedure"):
+                draft = drafter.draft(inp.issue_title, inp.issue_body, inp.op_id)
+        except ModelTransientError as err:
+            raise _with_tokens(failures.transient(f"model: {err}", err.retry_after), err) from err
+        except ProcedureDraftError as err:
+            raise _with_tokens(failures.procedure_invalid(f"no valid procedure drafted: {err}"), err) from err
+        except (ModelPermanentError, RepairBudgetError) as err:
+            raise _with_tokens(failures.permanent(f"model: {err}"), err) from err
+        ref = self.services.store.put_bytes(
+            draft.procedure.model_dump_json(indent=2).encode(),
+            kind=ArtifactKind.PROCEDURE,
+            run_id=inp.run_id,
+            name="drafted-procedure.json",
+            media_type="application/json",
+        )
+        return ProcedureResult(
+            procedure_ref=ref,
+            drafted=True,
+            prompt_tokens=draft.prompt_tokens,
+            completion_tokens=draft.completion_tokens,
+        )
 
     @activity.defn(name="model.propose_patch")
     def propose_patch(self, inp: ProposePatchInput) -> ProposalResult:

@@ -23,7 +23,7 @@ from infra import processes
 from pipeline import client as runs
 from pipeline.demo import issue_text
 from pipeline.ids import branch_for, workflow_id_for
-from pipeline.state import Approval, Outcome, Phase, RunState
+from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
 from tests.e2e.conftest import NEVER_FIXABLE, E2EStack, owned_processes, wait_for
 from tests.replay.record import record_history
 
@@ -270,3 +270,29 @@ async def test_cancellation_removes_every_owned_process_and_workspace(stack_with
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "cancelled")
+
+
+async def test_report_in_prose_gets_a_drafted_procedure_and_a_rejection_ends_the_run(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    title, body = issue_text()
+    prose = body[: body.index("```durafix-repro")].strip() + "\n"
+    issue = open_report(stack, repository, title=title, body=prose)
+    wf = workflow_id_for(repository, issue)
+
+    state = await state_when(client, wf, awaiting_review)
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.reproduction is not None and state.reproduction.status == "reproduced"
+    assert state.reproduction.procedure_ref.name == "drafted-procedure.json"
+    assert state.budgets.model_prompt_tokens > 0
+    await runs.reject(client, wf, Rejection(reviewer="reviewer", reason="not the fix we want"))
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.REJECTED, final.outcome_detail
+    assert "not the fix we want" in final.outcome_detail
+    pr = stack.github().get_repo(repository).get_pull(state.pending_approval.pr_number)
+    assert not pr.merged
+    assert owned_processes(wf) == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "drafted-procedure-rejected")

@@ -85,6 +85,7 @@ class Script:
     fixes_on_attempt: int | None = 1
     merge_answers: list[MergeStatus] = field(default_factory=lambda: [MergeStatus.MERGED])
     fail_spec: bool = False
+    stuck_resource: str | None = None
     head: str = CANDIDATE
     calls: list[tuple[str, Any]] = field(default_factory=list)
     live_envs: set[str] = field(default_factory=set)
@@ -175,7 +176,19 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             for e in sorted(s.live_envs)
         ]
         s.live_envs.clear()
-        return CleanupReport(run_id=i.run_id, removed=removed)
+        remaining = []
+        if s.stuck_resource:
+            remaining.append(
+                OwnedResource(
+                    kind=ResourceKind.CONTAINER,
+                    provider="fake",
+                    resource_id=s.stuck_resource,
+                    run_id=i.run_id,
+                    op_id="x",
+                )
+            )
+        errors = ["refused to stop"] if remaining else []
+        return CleanupReport(run_id=i.run_id, removed=removed, remaining=remaining, errors=errors)
 
     @activity.defn(name="evidence.build")
     async def build(i: Any) -> EvidenceResult:
@@ -385,3 +398,13 @@ async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harne
     assert "Permanent" in final.outcome_detail and "durafix.yaml is missing" in final.outcome_detail
     assert harness.script.names().count("prepare_spec") == 1  # non-retryable: tried once
     assert "cleanup_run" in harness.script.names()
+
+
+async def test_cleanup_that_cannot_complete_names_what_remains(harness: Harness) -> None:
+    harness.script.reproduces_on_base = False
+    harness.script.stuck_resource = "durafix-abc123"
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.CLEANUP_INCOMPLETE
+    assert final.cleanup is not None and not final.cleanup.complete
+    assert final.cleanup.remaining == ["container:durafix-abc123"]
+    assert "needs-human-triage" in final.outcome_detail and "durafix-abc123" in final.outcome_detail
