@@ -191,12 +191,12 @@ def _print_summary(r: dict[str, Any]) -> None:
     print(f"PR        {r['pr']}")
     print(f"approved  {r['approved_sha']}")
     print(f"merged    {r['merged_sha']}")
-    c = r["counts"]
     print(
-        f"forge     tickets {c['tickets']}, PRs {c['prs']}, evidence comments {c['evidence_comments']}, "
-        f"branches {c['branches']}"
+        f"forge     tickets {r['tickets']}, PRs {r['prs']}, evidence comments {r['evidence_comments']}, "
+        f"branches {r['branches']}"
     )
-    print(f"evidence  {len(r['evidence'])} artifacts; report {r.get('report_url', '-')}")
+    print(f"fix       {'on main in the merged commit' if r['fix_in_merged_commit'] else 'NOT found on main'}")
+    print(f"evidence  {len(r['evidence'])} artifacts (digest {r['evidence_digest']}); report {r['report_url']}")
     for e in r["evidence"]:
         print(f"          {e['kind']:12} {e['sha256'][:16]}  {e['name']}")
     print(f"took      {r['seconds']:.1f}s")

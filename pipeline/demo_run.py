@@ -92,14 +92,33 @@ class DemoRun:
                 {"name": r.name, "kind": str(r.kind), "sha256": r.sha256, "key": r.key, "revision": r.revision}
                 for r in state.evidence
             ],
-            "counts": {
-                "tickets": len(footprint.tickets),
-                "prs": len(footprint.pull_requests),
-                "evidence_comments": len(footprint.evidence_comments),
-                "branches": len(footprint.branches),
-            },
+            "report_url": publish.report_url if publish else None,
+            "tickets": len(footprint.tickets),
+            "prs": len(footprint.pull_requests),
+            "evidence_comments": len(footprint.evidence_comments),
+            "branches": len(footprint.branches),
+            "fix_in_merged_commit": self._fix_merged(state),
             "seconds": round(seconds, 1),
         }
+
+    def _fix_merged(self, state: RunState) -> bool | None:
+        """Whether ``main``, cloned over git, is the merged commit and contains the verified candidate."""
+        if state.merged_sha is None or state.publish is None:
+            return None
+        import subprocess
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            subprocess.run(
+                ["git", "clone", "-q", self.config.clone_url(self.repository), tmp], check=True, capture_output=True
+            )
+            head = subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=tmp, check=True, capture_output=True, text=True
+            ).stdout.strip()
+            contains = subprocess.run(
+                ["git", "merge-base", "--is-ancestor", state.publish.commit, "HEAD"], cwd=tmp, capture_output=True
+            )
+        return head == state.merged_sha and contains.returncode == 0
 
     @staticmethod
     def _say(quiet: bool, msg: str) -> None:

@@ -92,6 +92,7 @@ class PublishFact(BaseModel):
     evidence_comment_id: int | None = None
     manifest_ref: ArtifactRef | None = None
     report_ref: ArtifactRef | None = None
+    report_url: str | None = None
     evidence_digest: str | None = None
 
 

@@ -522,6 +522,7 @@ class RepairBugWorkflow:
             commit=candidate.commit,
             manifest_ref=evidence.manifest_ref,
             report_ref=evidence.report_ref,
+            report_url=evidence.report_url,
             evidence_digest=evidence.digest,
         )
         await self._forge(
