@@ -15,34 +15,23 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest, store_bundle
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactStore, IntegrityError
-from evidence.open import open_store
 from evidence.report import render_report
-from pipeline.config import DurafixConfig
+from pipeline.services import Services
 from pipeline.steps import BuildEvidenceInput, EvidenceResult
 
 
-class EvidenceServices(Protocol):
-    @property
-    def config(self) -> DurafixConfig: ...
-
-
 class EvidenceActivities:
-    def __init__(self, services: EvidenceServices) -> None:
+    def __init__(self, services: Services) -> None:
         self._services = services
-        self._store: ArtifactStore | None = None
 
     def store(self) -> ArtifactStore:
-        if self._store is None:
-            config = self._services.config
-            self._store = open_store(config.resolved_evidence_url(), public_url=config.evidence_public_url or None)
-        return self._store
+        return self._services.store
 
     def all(self) -> list[Callable[..., object]]:
         return [self.build]

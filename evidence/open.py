@@ -20,7 +20,8 @@ from evidence.local import LocalArtifactStore
 from evidence.s3 import S3ArtifactStore, S3Credentials
 
 
-def open_store(url: str, *, public_url: str | None = None) -> ArtifactStore:
+def open_store(url: str, *, public_url: str | None = None, credentials: S3Credentials | None = None) -> ArtifactStore:
+    """The store ``url`` names. S3 ``credentials`` default to the environment's (see module docstring)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
@@ -38,7 +39,7 @@ def open_store(url: str, *, public_url: str | None = None) -> ArtifactStore:
             prefix=unquote(parts.path),
             endpoint_url=query.get("endpoint"),
             region=query.get("region", "us-east-1"),
-            credentials=credentials_from_env(),
+            credentials=credentials or credentials_from_env(),
         )
     raise ValueError(f"unsupported evidence store URL {url!r}: use file:///path or s3://bucket/prefix")
 

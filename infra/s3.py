@@ -84,6 +84,11 @@ class SeaweedS3:
     def log_path(self) -> Path:
         return self.data_dir / "weed.log"
 
+    @property
+    def record(self) -> ServiceRecord | None:
+        """The running server's process record (for a stack that outlives this object)."""
+        return self._record
+
     def start(self) -> SeaweedS3:
         if self._record is not None and processes.is_alive(self._record):
             return self

@@ -85,8 +85,20 @@ def _say(quiet: bool, msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
 
-def up(state_dir: Path, *, model_script: Path | None = None, quiet: bool = False) -> DurafixConfig:
-    """Start whatever is not running yet; return the config the stack's clients use."""
+def up(
+    state_dir: Path,
+    *,
+    model_script: Path | None = None,
+    evidence: str = "local",
+    environments: str = "local",
+    quiet: bool = False,
+) -> DurafixConfig:
+    """Start whatever is not running yet; return the config the stack's clients use.
+
+    ``evidence="s3"`` adds a real S3 server (SeaweedFS, signatures checked) and points the evidence store
+    at a bucket on it; ``environments="docker"`` starts a Docker engine of the stack's own and makes Docker
+    the environment provider.
+    """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     logs = state_dir / "logs"
@@ -202,6 +214,19 @@ def up(state_dir: Path, *, model_script: Path | None = None, quiet: bool = False
 
     evidence_root = state_dir / "evidence"
     evidence_root.mkdir(exist_ok=True)
+    if evidence == "s3":
+        _up_s3(state_dir, stack, config, quiet)
+    else:
+        config.evidence_url = evidence_root.as_uri()
+        config.evidence_access_key = config.evidence_secret_key = ""
+    if environments == "docker":
+        from infra.docker.engine import DockerEngine
+
+        _say(quiet, "starting the stack's Docker engine")
+        config.docker_host = DockerEngine(state_dir / "docker").ensure_running()
+        config.environment_provider = "docker"
+    else:
+        config.environment_provider = "local"
     if running("evidence") is None:
         port = processes.free_port()
         _say(quiet, f"starting evidence server on http://127.0.0.1:{port}")
@@ -225,12 +250,30 @@ def up(state_dir: Path, *, model_script: Path | None = None, quiet: bool = False
         stack.services["evidence"] = rec
         _write_stack(state_dir, stack)
         processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
-    config.evidence_url = config.evidence_url or evidence_root.as_uri()
     config.evidence_public_url = stack.services["evidence"].url
 
     _write_stack(state_dir, stack)
     config.save()
     return config
+
+
+def _up_s3(state_dir: Path, stack: StackState, config: DurafixConfig, quiet: bool) -> None:
+    from infra.s3 import SeaweedS3
+
+    bucket = "durafix-evidence"
+    rec = stack.services.get("s3")
+    if rec is None or not processes.is_alive(rec):
+        _say(quiet, "starting the S3 server (SeaweedFS)")
+        s3 = SeaweedS3(state_dir / "s3").start()
+        s3.create_bucket(bucket)
+        assert s3.record is not None
+        rec = s3.record
+        rec.extra.update({"access_key": s3.access_key, "secret_key": s3.secret_key})
+        stack.services["s3"] = rec
+        _write_stack(state_dir, stack)
+    config.evidence_url = f"s3://{bucket}/runs?endpoint={rec.url}"
+    config.evidence_access_key = rec.extra["access_key"]
+    config.evidence_secret_key = rec.extra["secret_key"]
 
 
 def _temporal_ready(port: int) -> bool:
@@ -266,7 +309,13 @@ def _ensure_user(api_url: str, admin_token: str, login: str) -> str:
 def status(state_dir: Path) -> dict[str, dict[str, object]]:
     stack = read_stack(state_dir.resolve())
     return {
-        name: {"pid": rec.pid, "alive": processes.is_alive(rec), "url": rec.url, "log": rec.log, **rec.extra}
+        name: {
+            "pid": rec.pid,
+            "alive": processes.is_alive(rec),
+            "url": rec.url,
+            "log": rec.log,
+            **{k: v for k, v in rec.extra.items() if not k.endswith("_key")},
+        }
         for name, rec in stack.services.items()
     }
 
@@ -284,4 +333,12 @@ def down(state_dir: Path, *, quiet: bool = False) -> list[str]:
         else:
             stuck.append(name)
     _write_stack(state_dir, stack)
+    engine_dir = state_dir / "docker"
+    if engine_dir.exists():
+        from infra.docker.engine import DockerEngine
+
+        engine = DockerEngine(engine_dir)
+        if engine.is_running():
+            _say(quiet, "stopping the stack's Docker engine")
+            engine.stop()
     return stuck

@@ -111,7 +111,12 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     from infra import stack
 
     if args.action == "up":
-        cfg = stack.up(config.state_dir, model_script=Path(args.model_script) if args.model_script else None)
+        cfg = stack.up(
+            config.state_dir,
+            model_script=Path(args.model_script) if args.model_script else None,
+            evidence=args.evidence,
+            environments=args.env,
+        )
         info = stack.status(cfg.state_dir)
         if args.json:
             _print_json(info)
@@ -340,6 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("dev", help="the embedded local stack")
     dev.add_argument("action", choices=["up", "status", "down"])
     dev.add_argument("--model-script", help="script the scripted model server answers from")
+    dev.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store (up)")
+    dev.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider (up)")
     dev.add_argument("--json", action="store_true")
     dev.set_defaults(fn=cmd_dev)
 

@@ -28,6 +28,8 @@ class DurafixConfig(BaseModel):
     model_name: str = "gpt-4o-mini"
     evidence_url: str = ""
     evidence_public_url: str = ""
+    evidence_access_key: str = ""
+    evidence_secret_key: str = ""
     environment_provider: str = "local"
     docker_host: str = ""
     max_repair_attempts: int = 3

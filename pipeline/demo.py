@@ -132,19 +132,7 @@ def run_demo(config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: 
 
     state_dir = config.state_dir
     _log(f"booting the embedded stack in {state_dir}")
-    config = stack.up(state_dir, quiet=as_json)
-    config.environment_provider = env_provider
-    if evidence == "s3":
-        from infra.s3 import SeaweedS3
-
-        s3 = SeaweedS3(state_dir / "s3")
-        s3.start()
-        s3.create_bucket("durafix-evidence")
-        config.evidence_url = f"s3://durafix-evidence/runs?endpoint={s3.endpoint_url}"
-    if env_provider == "docker":
-        from infra.docker.engine import DockerEngine
-
-        config.docker_host = DockerEngine(state_dir / "docker").ensure_running()
+    config = stack.up(state_dir, evidence=evidence, environments=env_provider, quiet=as_json)
     config.fast_timeouts = True
     config.save()
     stack_state = stack.read_stack(state_dir)

@@ -39,8 +39,16 @@ class Services:
     @cached_property
     def store(self) -> ArtifactStore:
         from evidence.open import open_store
+        from evidence.s3 import S3Credentials
 
-        return open_store(self.config.resolved_evidence_url(), public_url=self.config.evidence_public_url or None)
+        creds = None
+        if self.config.evidence_access_key and self.config.evidence_secret_key:
+            creds = S3Credentials(
+                access_key_id=self.config.evidence_access_key, secret_access_key=self.config.evidence_secret_key
+            )
+        return open_store(
+            self.config.resolved_evidence_url(), public_url=self.config.evidence_public_url or None, credentials=creds
+        )
 
     @cached_property
     def workspaces(self) -> WorkspaceManager:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,11 @@ from evidence.bundle import EvidenceBundle, load_bundle
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
+from pipeline.services import Services
 from pipeline.steps import BuildEvidenceInput
 from tests.evidence.samples import solid_png, store_cart_bundle
 
 PUBLIC = "http://127.0.0.1:8765"
-
-
-@dataclass
-class _Services:
-    config: DurafixConfig
 
 
 def _input(bundle: EvidenceBundle, spec: ArtifactRef) -> BuildEvidenceInput:
@@ -53,7 +48,7 @@ def setup(tmp_path: Path) -> tuple[EvidenceActivities, LocalArtifactStore, Build
     spec = store.put_bytes(b'{"version": 1}', kind=ArtifactKind.SPEC, run_id="r")
     inp = _input(store_cart_bundle(store, solid_png(4, 4, (200, 0, 0)), solid_png(4, 4, (0, 160, 0))), spec)
     config = DurafixConfig(state_dir=tmp_path, evidence_url=root.as_uri(), evidence_public_url=PUBLIC)
-    return EvidenceActivities(_Services(config)), store, inp
+    return EvidenceActivities(Services(config)), store, inp
 
 
 def test_build_stores_manifest_and_report_and_links_every_artifact(
