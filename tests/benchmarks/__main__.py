@@ -1,0 +1,30 @@
+"""``make bench``: every benchmark, one after another, each printing medians and ratios.
+
+``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, browser, evidence, docker).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+
+BENCHMARKS = ["workspace", "browser", "evidence", "docker"]
+
+
+def main(argv: list[str]) -> int:
+    names = argv or BENCHMARKS
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        print(f"unknown benchmarks {unknown}; choose from {BENCHMARKS}", file=sys.stderr)
+        return 2
+    for name in names:
+        print(f"\n== {name} ==", flush=True)
+        started = time.monotonic()
+        importlib.import_module(f"tests.benchmarks.bench_{name}").main()
+        print(f"({name}: {time.monotonic() - started:.0f}s)", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
