@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
@@ -92,6 +93,9 @@ def _failure_type(err: BaseException) -> str:
     while cause is not None:
         if isinstance(cause, ApplicationError) and cause.type:
             return cause.type
+        if isinstance(cause, TemporalTimeoutError) and cause.type is not None:
+            # Say which timeout stopped it: schedule-to-start, start-to-close, heartbeat, schedule-to-close.
+            return f"Timeout:{cause.type.name.lower().replace('_', '-')}"
         cause = cause.__cause__
     return type(err).__name__
 

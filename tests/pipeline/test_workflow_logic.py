@@ -408,3 +408,11 @@ async def test_cleanup_that_cannot_complete_names_what_remains(harness: Harness)
     assert final.cleanup is not None and not final.cleanup.complete
     assert final.cleanup.remaining == ["container:durafix-abc123"]
     assert "needs-human-triage" in final.outcome_detail and "durafix-abc123" in final.outcome_detail
+
+
+async def test_review_that_never_comes_ends_at_the_review_deadline(harness: Harness) -> None:
+    final = await harness.result(await harness.start(review_timeout_s=2.0))
+    assert final.outcome == Outcome.REJECTED
+    assert "review deadline" in final.outcome_detail
+    assert "merge" not in harness.script.names()
+    assert final.cleanup is not None and final.cleanup.complete
