@@ -84,7 +84,15 @@ def _state_summary(state: RunState, status: WorkflowExecutionStatus | None) -> s
             f"cleanup    {'complete' if state.cleanup.complete else 'INCOMPLETE'}; removed {state.cleanup.removed}"
             + (f"; remaining {state.cleanup.remaining}" if state.cleanup.remaining else "")
         )
+    if state.cancellation:
+        lines.append("cancel     " + " -> ".join(m.step.value for m in state.cancellation))
     lines.append(f"artifacts  {len(state.evidence)} stored (sha256-addressed)")
+    if status == WorkflowExecutionStatus.TERMINATED:
+        lines.append(
+            "WARNING    the run was terminated: its own cleanup did not run and the state above is as of the\n"
+            f"           termination. Check `durafix resources --run {state.workflow_id}` and clean up with\n"
+            f"           `durafix cleanup --run {state.workflow_id}`; check the forge for a half-finished step."
+        )
     return "\n".join(lines)
 
 

@@ -139,6 +139,23 @@ class CleanupFact(BaseModel):
     errors: list[str] = Field(default_factory=list)
 
 
+class CancelStep(StrEnum):
+    """Cancellation as a state machine; each step is recorded with the time it was entered."""
+
+    REQUESTED = "cancellation-requested"
+    STOPPING_ACTIVE_WORK = "stopping-active-work"
+    PRESERVING_EVIDENCE = "preserving-required-evidence"
+    CLEANING = "cleaning-owned-resources"
+    CANCELLED = "cancelled"
+    CLEANUP_INCOMPLETE = "cleanup-incomplete"
+
+
+class CancelMark(BaseModel):
+    step: CancelStep
+    at: datetime
+    detail: str = ""
+
+
 class PhaseMark(BaseModel):
     phase: Phase
     at: datetime
@@ -166,6 +183,7 @@ class RunState(BaseModel):
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)
     cleanup: CleanupFact | None = None
+    cancellation: list[CancelMark] = Field(default_factory=list)
     timeline: list[PhaseMark] = Field(default_factory=list)
 
     @property

@@ -17,6 +17,7 @@ from typing import TypeVar
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
@@ -30,6 +31,8 @@ with workflow.unsafe.imports_passed_through():
         Approval,
         ApprovalRequest,
         Budgets,
+        CancelMark,
+        CancelStep,
         CandidateFact,
         CleanupFact,
         EnvironmentFact,
@@ -76,6 +79,8 @@ with workflow.unsafe.imports_passed_through():
     )
 
 R = TypeVar("R", bound=BaseModel)
+
+CANCELLATION_PATCH = "cancellation-state-machine"
 
 
 class RunEnded(Exception):
@@ -142,6 +147,7 @@ class RepairBugWorkflow:
         self._spec_ref: ArtifactRef | None = None
         self._procedure_ref: ArtifactRef | None = None
         self._live_envs: dict[str, EnvironmentHandle] = {}
+        self._cancellation_v2 = True
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -181,6 +187,9 @@ class RepairBugWorkflow:
 
     @workflow.run
     async def run(self, inp: RepairInput) -> RunState:
+        # Runs started before cancellation waited for active work (and noted the evidence it kept) must
+        # replay as they ran: the patch marker is recorded once, at the start of new runs.
+        self._cancellation_v2 = workflow.patched(CANCELLATION_PATCH)
         self._state.budgets.deadline = workflow.now() + timedelta(seconds=inp.policy.run_deadline_s)
         outcome, detail = Outcome.NEEDS_HUMAN_TRIAGE, ""
         cancelled = False
@@ -194,15 +203,41 @@ class RepairBugWorkflow:
         except ActivityError as err:
             if _is_cancellation(err):
                 cancelled = True
-                outcome, detail = Outcome.CANCELLED, "cancellation requested"
+                outcome, detail = Outcome.CANCELLED, f"cancellation requested during {self._state.phase.value}"
             else:
                 kind = _failure_type(err)
                 outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
                 detail = f"step failed ({kind}): {_failure_message(err)}"
+        if cancelled:
+            await self._wind_down_cancelled()
         await self._finish(outcome, detail)
         if cancelled:
+            self._cancel_step(
+                CancelStep.CANCELLED if self._state.outcome == Outcome.CANCELLED else CancelStep.CLEANUP_INCOMPLETE,
+                self._state.outcome_detail,
+            )
             raise asyncio.CancelledError()
         return self._state
+
+    async def _wind_down_cancelled(self) -> None:
+        """The first steps of cancellation; cleanup and the final step follow in ``_finish``.
+
+        Long activities are scheduled with WAIT_CANCELLATION_COMPLETED, so by the time the cancellation
+        reaches this code the active work has acknowledged it (through its heartbeat) and stopped; only then
+        is cleanup allowed to start, so it never races an activity still creating resources.
+        """
+        self._cancel_step(CancelStep.REQUESTED)
+        self._cancel_step(CancelStep.STOPPING_ACTIVE_WORK, f"stopped during {self._state.phase.value}")
+        kept = ", ".join(sorted({r.name for r in self._state.evidence})) or "none yet"
+        self._cancel_step(CancelStep.PRESERVING_EVIDENCE, f"{len(self._state.evidence)} artifact(s) kept")
+        if self._cancellation_v2:
+            try:
+                await self._update_ticket(note=f"cancelled; evidence kept in the store: {kept}")
+            except ActivityError as err:
+                self._state.outcome_detail = f"ticket note failed: {_failure_message(err)}"
+
+    def _cancel_step(self, step: CancelStep, detail: str = "") -> None:
+        self._state.cancellation.append(CancelMark(step=step, at=workflow.now(), detail=detail))
 
     async def _pipeline(self) -> tuple[Outcome, str]:
         inp = self._input
@@ -647,6 +682,8 @@ class RepairBugWorkflow:
     async def _finish(self, outcome: Outcome, detail: str) -> None:
         """Clean up what the run owns, then record the honest outcome. Runs on every ending."""
         self._enter(Phase.CLEANUP)
+        if self._state.cancellation:
+            self._cancel_step(CancelStep.CLEANING)
         self._state.pending_approval = None
         try:
             report = await self._env("env.cleanup_run", CleanupRunInput(run_id=self._state.workflow_id), CleanupReport)
@@ -726,6 +763,13 @@ class RepairBugWorkflow:
             schedule_to_close_timeout=timedelta(seconds=timeouts.schedule_to_close),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat) if timeouts.heartbeat else None,
             retry_policy=timeouts.retry_policy(),
+            # Long work must acknowledge a cancellation (via its heartbeat) before the workflow moves on to
+            # cleanup; forge calls are short and conditional, so they are abandoned at once.
+            cancellation_type=(
+                ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
+                if self._cancellation_v2 and queue != TaskQueue.FORGE
+                else ActivityCancellationType.TRY_CANCEL
+            ),
         )
         return result
 

@@ -4,58 +4,42 @@ One attempt is one conversation. The model sees the bug report (and why earlier 
 and edits the workspace through the tools in :mod:`repair.tools`, and ends by calling ``finish``; the
 proposal is then the workspace's diff against its base revision.
 
-Retries: the openai SDK's own retries are off by default (``max_retries=0``). A failed request surfaces at
-once as :class:`ModelTransientError` or :class:`ModelPermanentError` and the activity's Temporal retry policy
-decides what happens next: one place owns backoff, attempts are visible in the workflow history, and a
-``retry-after`` the endpoint sent reaches Temporal as the next retry delay instead of being slept through
-inside an attempt. A retried attempt starts a new conversation on a freshly rebuilt workspace.
+Retries: requests go through :class:`repair.openai_calls.ChatEndpoint`, whose SDK retries are off by default
+(``max_retries=0``). A failed request surfaces at once as :class:`~repair.interface.ModelTransientError` or
+:class:`~repair.interface.ModelPermanentError` and the activity's Temporal retry policy decides what happens
+next: one place owns backoff, attempts are visible in the workflow history, and a ``retry-after`` the endpoint
+sent reaches Temporal as the next retry delay instead of being slept through inside an attempt.
+A retried attempt starts a new conversation on a freshly rebuilt workspace.
 
 Budgets: every response's ``usage`` is added up; once prompt plus completion tokens exceed the request's
 ``token_budget``, or ``max_turns`` responses have come back without ``finish``, the attempt stops with
-:class:`RepairBudgetError`. An endpoint that reports no usage is refused, since the budget could not be kept.
+:class:`~repair.interface.RepairBudgetError`. An endpoint that reports no usage is refused, since the budget
+could not be kept.
 """
 
 from __future__ import annotations
 
-import email.utils
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Callable
 from pathlib import Path
 
-import openai
 from openai.types.chat import (
     ChatCompletion,
-    ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
 )
 
 from repair.config import ModelConfig
 from repair.interface import (
-    ModelPermanentError,
-    ModelTransientError,
     NoPatchError,
     RepairBudgetError,
     RepairProposal,
     RepairRequest,
 )
+from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.patch import workspace_patch
 from repair.prompts import system_prompt, user_prompt
 from repair.tools import FINISH, parse_arguments, run_tool, tool_schemas
 from repair.workspace_tools import ToolRefused, WorkspaceTools
-
-OP_ID_HEADER = "X-Durafix-Op-Id"
-_TRANSIENT_STATUSES = {408, 409, 429}
-
-
-class _Usage:
-    def __init__(self) -> None:
-        self.prompt = 0
-        self.completion = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt + self.completion
 
 
 class OpenAIToolEngine:
@@ -75,9 +59,7 @@ class OpenAIToolEngine:
         max_retries: int = 0,
         on_turn: Callable[[int], None] | None = None,
     ) -> None:
-        self.model = model
-        self.timeout_s = timeout_s
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+        self._endpoint = ChatEndpoint(base_url, api_key, model, timeout_s, max_retries)
         self._on_turn = on_turn
 
     @classmethod
@@ -90,25 +72,23 @@ class OpenAIToolEngine:
             {"role": "system", "content": system_prompt(request)},
             {"role": "user", "content": user_prompt(request)},
         ]
-        usage = _Usage()
+        usage = TokenUsage()
         turns = tool_calls = 0
-        served_by = self.model
+        served_by = self._endpoint.model
         summary: str | None = None
         while summary is None:
             if turns >= request.max_turns:
                 raise RepairBudgetError(
-                    f"the model used all {request.max_turns} turns without finishing",
-                    prompt_tokens=usage.prompt,
-                    completion_tokens=usage.completion,
+                    f"the model used all {request.max_turns} turns without finishing", **usage.spent()
                 )
             completion = self._complete(request, messages, usage)
             turns += 1
             if self._on_turn is not None:
                 self._on_turn(turns)
             served_by = completion.model
-            message = completion.choices[0].message
-            calls = self._function_calls(message, usage)
-            messages.append(_assistant_param(message, calls))
+            message = first_message(completion, usage)
+            calls = function_calls(message, usage)
+            messages.append(assistant_param(message, calls))
             if not calls:
                 # A model that stops talking without calling finish is done all the same.
                 summary = (message.content or "").strip() or "(the model gave no summary)"
@@ -120,11 +100,7 @@ class OpenAIToolEngine:
 
         patch, files = workspace_patch(workspace.root)
         if not patch:
-            raise NoPatchError(
-                f"the model finished without changing anything: {summary}",
-                prompt_tokens=usage.prompt,
-                completion_tokens=usage.completion,
-            )
+            raise NoPatchError(f"the model finished without changing anything: {summary}", **usage.spent())
         return RepairProposal(
             patch=patch,
             summary=summary,
@@ -137,57 +113,13 @@ class OpenAIToolEngine:
         )
 
     def _complete(
-        self, request: RepairRequest, messages: list[ChatCompletionMessageParam], usage: _Usage
+        self, request: RepairRequest, messages: list[ChatCompletionMessageParam], usage: TokenUsage
     ) -> ChatCompletion:
-        """One model request, its failure classified and its tokens counted against the budget."""
-        spent = {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion}
-        try:
-            completion = self._client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                tools=tool_schemas(),
-                extra_headers={OP_ID_HEADER: request.op_id},
-            )
-        except openai.APITimeoutError as e:
-            raise ModelTransientError(f"model request timed out after {self.timeout_s:g}s", **spent) from e
-        except openai.APIConnectionError as e:
-            raise ModelTransientError(f"cannot reach the model endpoint: {e}", **spent) from e
-        except openai.APIStatusError as e:
-            status = e.status_code
-            text = f"model endpoint answered {status}: {e.message}"
-            if status in _TRANSIENT_STATUSES or status >= 500:
-                retry_after = _retry_after(e.response.headers)
-                raise ModelTransientError(text, retry_after=retry_after, status=status, **spent) from e
-            raise ModelPermanentError(text, status=status, **spent) from e
-        if completion.usage is None:
-            raise ModelPermanentError("the endpoint reports no token usage, so the budget cannot be kept", **spent)
-        usage.prompt += completion.usage.prompt_tokens
-        usage.completion += completion.usage.completion_tokens
+        """One model request (classified as :mod:`repair.openai_calls` says), its tokens held to the budget."""
+        completion = self._endpoint.complete(messages, tools=tool_schemas(), op_id=request.op_id, usage=usage)
         if usage.total > request.token_budget:
-            raise RepairBudgetError(
-                f"{usage.total} tokens used; the budget is {request.token_budget}",
-                prompt_tokens=usage.prompt,
-                completion_tokens=usage.completion,
-            )
-        if not completion.choices:
-            raise ModelPermanentError(
-                "the endpoint answered without choices",
-                prompt_tokens=usage.prompt,
-                completion_tokens=usage.completion,
-            )
+            raise RepairBudgetError(f"{usage.total} tokens used; the budget is {request.token_budget}", **usage.spent())
         return completion
-
-    @staticmethod
-    def _function_calls(message: ChatCompletionMessage, usage: _Usage) -> list[ChatCompletionMessageFunctionToolCall]:
-        calls = message.tool_calls or []
-        functions = [c for c in calls if isinstance(c, ChatCompletionMessageFunctionToolCall)]
-        if len(functions) != len(calls):
-            raise ModelPermanentError(
-                "the endpoint answered with a non-function tool call; only function tools are offered",
-                prompt_tokens=usage.prompt,
-                completion_tokens=usage.completion,
-            )
-        return functions
 
 
 def _carry_out(workspace: WorkspaceTools, call: ChatCompletionMessageFunctionToolCall) -> tuple[str, str | None]:
@@ -198,43 +130,3 @@ def _carry_out(workspace: WorkspaceTools, call: ChatCompletionMessageFunctionToo
     except ToolRefused as e:
         return f"error: {e}", None
     return run_tool(workspace, name, args), args["summary"] if name == FINISH else None
-
-
-def _assistant_param(
-    message: ChatCompletionMessage, calls: list[ChatCompletionMessageFunctionToolCall]
-) -> ChatCompletionMessageParam:
-    if not calls:
-        return {"role": "assistant", "content": message.content}
-    return {
-        "role": "assistant",
-        "content": message.content,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in calls
-        ],
-    }
-
-
-def _retry_after(headers: Mapping[str, str]) -> float | None:
-    """Seconds the endpoint asked us to wait: ``retry-after-ms``, or ``retry-after`` in seconds or as a date."""
-    if (ms := _number(headers.get("retry-after-ms"))) is not None:
-        return max(ms / 1000, 0.0)
-    value = headers.get("retry-after")
-    if not value:
-        return None
-    if (seconds := _number(value)) is not None:
-        return max(seconds, 0.0)
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:  # "-0000" parses naive; HTTP dates are UTC
-        when = when.replace(tzinfo=UTC)
-    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
-
-
-def _number(value: str | None) -> float | None:
-    try:
-        return float(value) if value else None
-    except ValueError:
-        return None

@@ -14,9 +14,9 @@ Contract: ``draft`` is not idempotent at the model (asking again may get another
 again) and has no effect besides model requests, each carrying the caller's operation ID in the
 ``X-Durafix-Op-Id`` header. The caller stores a completed draft by content and records its reference under
 the operation ID, so a completed draft is never asked for again; a draft that failed may simply be asked
-for again. Endpoint failures are classified as in :mod:`repair.openai_engine` (the SDK does not retry;
-:class:`~repair.interface.ModelTransientError` carries ``retry_after``), and every failure carries the
-tokens spent before it.
+for again. Endpoint failures are classified by :mod:`repair.openai_calls`, as for the repair engine (the SDK
+does not retry; :class:`~repair.interface.ModelTransientError` carries ``retry_after``), and every failure
+carries the tokens spent before it.
 """
 
 from __future__ import annotations
@@ -24,11 +24,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import openai
 from openai.types.chat import (
-    ChatCompletion,
     ChatCompletionFunctionToolParam,
-    ChatCompletionMessage,
     ChatCompletionMessageFunctionToolCall,
     ChatCompletionMessageParam,
 )
@@ -36,8 +33,8 @@ from pydantic import BaseModel, Field
 
 from browser.procedure import Procedure, ProcedureError, parse_procedure
 from repair.config import ModelConfig
-from repair.interface import ModelPermanentError, ModelTransientError, RepairError
-from repair.openai_engine import _TRANSIENT_STATUSES, OP_ID_HEADER, _retry_after
+from repair.interface import RepairError
+from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 
 TASK_MARKER = "durafix-task: draft-procedure"
 SUBMIT = "submit_procedure"
@@ -116,9 +113,7 @@ class ProcedureDrafter:
     required). See the module docstring for the contract."""
 
     def __init__(self, base_url: str, api_key: str, model: str, timeout_s: float, max_retries: int = 0) -> None:
-        self.model = model
-        self.timeout_s = timeout_s
-        self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
+        self._endpoint = ChatEndpoint(base_url, api_key, model, timeout_s, max_retries)
 
     @classmethod
     def from_config(cls, config: ModelConfig) -> ProcedureDrafter:
@@ -136,13 +131,15 @@ class ProcedureDrafter:
             {"role": "system", "content": system_prompt()},
             {"role": "user", "content": f"Bug report: {title}\n\n{body.strip()}"},
         ]
-        spent = _Spent()
+        usage = TokenUsage()
         refusal = ""
         for round_ in range(1, max_rounds + 1):
-            completion = self._complete(messages, op_id, spent)
-            message = completion.choices[0].message
-            calls = _function_calls(message, spent)
-            messages.append(_assistant_param(message, calls))
+            completion = self._endpoint.complete(
+                messages, tools=[_SUBMIT_TOOL], tool_choice="required", op_id=op_id, usage=usage
+            )
+            message = first_message(completion, usage)
+            calls = function_calls(message, usage)
+            messages.append(assistant_param(message, calls))
             if not calls:
                 refusal = f"the answer made no tool call; call {SUBMIT} with the whole procedure"
                 messages.append({"role": "user", "content": f"error: {refusal}"})
@@ -154,8 +151,8 @@ class ProcedureDrafter:
                     procedure_yaml=text,
                     procedure=procedure,
                     rounds=round_,
-                    prompt_tokens=spent.prompt,
-                    completion_tokens=spent.completion,
+                    prompt_tokens=usage.prompt,
+                    completion_tokens=usage.completion,
                     model=completion.model,
                 )
             # Every tool call needs its own answer, or a strict endpoint refuses the next request.
@@ -164,44 +161,8 @@ class ProcedureDrafter:
             f"the model submitted no valid procedure in {max_rounds} rounds; the last answer: {refusal}",
             rounds=max_rounds,
             last_error=refusal,
-            prompt_tokens=spent.prompt,
-            completion_tokens=spent.completion,
+            **usage.spent(),
         )
-
-    def _complete(self, messages: list[ChatCompletionMessageParam], op_id: str, spent: _Spent) -> ChatCompletion:
-        """One model request, its failure classified as the repair engine classifies it, its tokens counted."""
-        tokens = {"prompt_tokens": spent.prompt, "completion_tokens": spent.completion}
-        try:
-            completion = self._client.chat.completions.create(
-                model=self.model,
-                messages=messages,
-                tools=[_SUBMIT_TOOL],
-                tool_choice="required",
-                extra_headers={OP_ID_HEADER: op_id},
-            )
-        except openai.APITimeoutError as e:
-            raise ModelTransientError(f"model request timed out after {self.timeout_s:g}s", **tokens) from e
-        except openai.APIConnectionError as e:
-            raise ModelTransientError(f"cannot reach the model endpoint: {e}", **tokens) from e
-        except openai.APIStatusError as e:
-            status = e.status_code
-            text = f"model endpoint answered {status}: {e.message}"
-            if status in _TRANSIENT_STATUSES or status >= 500:
-                raise ModelTransientError(
-                    text, retry_after=_retry_after(e.response.headers), status=status, **tokens
-                ) from e
-            raise ModelPermanentError(text, status=status, **tokens) from e
-        if completion.usage is None:
-            raise ModelPermanentError("the endpoint reports no token usage, so the draft cannot be charged", **tokens)
-        spent.prompt += completion.usage.prompt_tokens
-        spent.completion += completion.usage.completion_tokens
-        if not completion.choices:
-            raise ModelPermanentError(
-                "the endpoint answered without choices",
-                prompt_tokens=spent.prompt,
-                completion_tokens=spent.completion,
-            )
-        return completion
 
 
 def draft_procedure(config: ModelConfig, title: str, body: str, *, op_id: str, max_rounds: int = 3) -> DraftResult:
@@ -288,12 +249,6 @@ def _bounds(prop: dict[str, Any]) -> str:
     return ""
 
 
-class _Spent:
-    def __init__(self) -> None:
-        self.prompt = 0
-        self.completion = 0
-
-
 def _judge(calls: list[ChatCompletionMessageFunctionToolCall]) -> tuple[tuple[str, Procedure] | None, str]:
     """The submitted YAML and its procedure when the answer is one valid submission, else why it is not."""
     if len(calls) != 1:
@@ -311,30 +266,3 @@ def _judge(calls: list[ChatCompletionMessageFunctionToolCall]) -> tuple[tuple[st
         return (args["yaml"], parse_procedure(args["yaml"])), ""
     except ProcedureError as e:
         return None, f"the procedure is not valid: {e}"
-
-
-def _function_calls(message: ChatCompletionMessage, spent: _Spent) -> list[ChatCompletionMessageFunctionToolCall]:
-    calls = message.tool_calls or []
-    functions = [c for c in calls if isinstance(c, ChatCompletionMessageFunctionToolCall)]
-    if len(functions) != len(calls):
-        raise ModelPermanentError(
-            "the endpoint answered with a non-function tool call; only function tools are offered",
-            prompt_tokens=spent.prompt,
-            completion_tokens=spent.completion,
-        )
-    return functions
-
-
-def _assistant_param(
-    message: ChatCompletionMessage, calls: list[ChatCompletionMessageFunctionToolCall]
-) -> ChatCompletionMessageParam:
-    if not calls:
-        return {"role": "assistant", "content": message.content}
-    return {
-        "role": "assistant",
-        "content": message.content,
-        "tool_calls": [
-            {"id": c.id, "type": "function", "function": {"name": c.function.name, "arguments": c.function.arguments}}
-            for c in calls
-        ],
-    }

@@ -389,6 +389,15 @@ async def test_cancellation_cleans_up_and_reports_cancelled(harness: Harness) ->
     assert st.outcome == Outcome.CANCELLED
     assert "cleanup_run" in harness.script.names()
     assert harness.script.live_envs == set()
+    assert [m.step.value for m in st.cancellation] == [
+        "cancellation-requested",
+        "stopping-active-work",
+        "preserving-required-evidence",
+        "cleaning-owned-resources",
+        "cancelled",
+    ]
+    notes = [c.body for n, c in harness.script.calls if n == "update_ticket"]
+    assert any("evidence kept in the store" in body for body in notes)
 
 
 async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harness) -> None:

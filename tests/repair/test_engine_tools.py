@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from repair.openai_engine import OP_ID_HEADER
+from repair.openai_calls import OP_ID_HEADER
 from tests.modelserver.support import Serve, recorded, tool_turn
 from tests.repair.support import CART_SCRIPTS, engine_for, git, request_for
 

@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Protocol
 
 import docker
 import httpx
@@ -41,6 +42,24 @@ def wait_for_status(provider: DockerProvider, handle: EnvironmentHandle, wanted:
         time.sleep(0.2)
 
 
+class Provision(Protocol):
+    def __call__(
+        self, run_id: str, op_id: str | None = None, spec: RecoverySpec | None = None
+    ) -> EnvironmentHandle: ...
+
+
+@pytest.fixture
+def provision(provider: DockerProvider, cart_spec: RecoverySpec, cart_workspace: Path) -> Provision:
+    """Provisions the sample app for a run: operation ``<run_id>:env`` and the cart's spec unless named."""
+
+    def provision_run(run_id: str, op_id: str | None = None, spec: RecoverySpec | None = None) -> EnvironmentHandle:
+        return provider.provision(
+            run_id=run_id, op_id=op_id or f"{run_id}:env", spec=spec or cart_spec, workspace=str(cart_workspace)
+        )
+
+    return provision_run
+
+
 @pytest.fixture
 def foreign_container(docker_client: docker.DockerClient) -> Iterator[list[str]]:
     """Names of containers a test creates outside the provider; removed after the test."""
@@ -51,10 +70,12 @@ def foreign_container(docker_client: docker.DockerClient) -> Iterator[list[str]]
 
 
 def test_cart_container_starts_and_answers_its_probe_from_the_host(
-    provider: DockerProvider, new_run: Callable[[], str], cart_spec: RecoverySpec, cart_workspace: Path
+    provider: DockerProvider,
+    new_run: Callable[[], str],
+    provision: Provision,
 ) -> None:
     run_id = new_run()
-    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    handle = provision(run_id)
 
     assert httpx.get(f"{handle.base_url}/healthz", trust_env=False).text == "ok"
     assert httpx.get(f"{handle.base_url}/api/cart", trust_env=False).json()["items"]
@@ -63,15 +84,13 @@ def test_cart_container_starts_and_answers_its_probe_from_the_host(
 
 
 def test_provision_twice_with_one_op_id_gives_one_container(
-    provider: DockerProvider,
     new_run: Callable[[], str],
-    cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
-    first = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
-    second = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    first = provision(run_id)
+    second = provision(run_id)
 
     assert first == second
     assert [c.name for c in containers_of(docker_client, run_id)] == [first.env_id]
@@ -84,6 +103,7 @@ def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     new_run: Callable[[], str],
     cart_spec: RecoverySpec,
     cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
@@ -110,7 +130,7 @@ def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     orphans = containers_of(docker_client, run_id)
     assert [(c.name, c.status) for c in orphans] == [(container_name(op_id), "created")]
 
-    handle = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    handle = provision(run_id, op_id)
 
     survivors = containers_of(docker_client, run_id)
     assert [c.id for c in survivors] == [orphans[0].id]
@@ -126,7 +146,7 @@ def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
     provider: DockerProvider,
     new_run: Callable[[], str],
     cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
     foreign_container: list[str],
     labels: dict[str, str],
@@ -138,7 +158,7 @@ def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
     foreign_container.append(foreign.name)
 
     with pytest.raises(ResourceConflictError):
-        provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+        provision(run_id, op_id)
     report = provider.cleanup_run(run_id)
 
     assert all(r.resource_id != foreign.name for r in report.removed)
@@ -148,13 +168,11 @@ def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
 def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_provision_restarts_it(
     provider: DockerProvider,
     new_run: Callable[[], str],
-    cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
-    op_id = f"{run_id}:env"
-    handle = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    handle = provision(run_id)
     top = docker_client.containers.get(handle.env_id).top()
     command = top["Titles"].index("CMD")
     (app_pid,) = [int(p[1]) for p in top["Processes"] if p[command].startswith("python3 app.py")]
@@ -162,7 +180,7 @@ def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_prov
     os.kill(app_pid, signal.SIGKILL)
 
     wait_for_status(provider, handle, EnvironmentStatus.NOT_READY)
-    again = provider.provision(run_id=run_id, op_id=op_id, spec=cart_spec, workspace=str(cart_workspace))
+    again = provision(run_id)
     assert provider.check(again) is EnvironmentStatus.READY
     assert len(containers_of(docker_client, run_id)) == 1
 
@@ -170,13 +188,12 @@ def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_prov
 def test_cleanup_run_removes_everything_of_that_run_and_nothing_of_another(
     provider: DockerProvider,
     new_run: Callable[[], str],
-    cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     doomed, kept = new_run(), new_run()
-    doomed_env = provider.provision(run_id=doomed, op_id=f"{doomed}:env", spec=cart_spec, workspace=str(cart_workspace))
-    kept_env = provider.provision(run_id=kept, op_id=f"{kept}:env", spec=cart_spec, workspace=str(cart_workspace))
+    doomed_env = provision(doomed)
+    kept_env = provision(kept)
     # Volumes labelled for a run belong to it too (the provider itself mounts only tmpfs).
     docker_client.volumes.create(f"vol-{doomed}", labels=ownership_labels(doomed, f"{doomed}:data"))
     docker_client.volumes.create(f"vol-{kept}", labels=ownership_labels(kept, f"{kept}:data"))
@@ -203,30 +220,28 @@ def test_cleanup_run_removes_everything_of_that_run_and_nothing_of_another(
 def test_late_provision_after_cleanup_is_fenced_and_creates_nothing(
     provider: DockerProvider,
     new_run: Callable[[], str],
-    cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
-    provider.provision(run_id=run_id, op_id=f"{run_id}:env:1", spec=cart_spec, workspace=str(cart_workspace))
+    provision(run_id, f"{run_id}:env:1")
     provider.cleanup_run(run_id)
 
     with pytest.raises(RunFencedError):
-        provider.provision(run_id=run_id, op_id=f"{run_id}:env:2", spec=cart_spec, workspace=str(cart_workspace))
+        provision(run_id, f"{run_id}:env:2")
 
     assert containers_of(docker_client, run_id) == []
     assert docker_client.networks.list(filters=run_filter(run_id)) == []
 
 
 def test_limits_and_hardening_are_applied_to_the_container(
-    provider: DockerProvider,
     new_run: Callable[[], str],
+    provision: Provision,
     cart_spec: RecoverySpec,
-    cart_workspace: Path,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
-    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    handle = provision(run_id)
     container = docker_client.containers.get(handle.env_id)
     host = container.attrs["HostConfig"]
     limits = cart_spec.recipe.limits
@@ -248,12 +263,11 @@ def test_limits_and_hardening_are_applied_to_the_container(
 def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finishes(
     provider: DockerProvider,
     new_run: Callable[[], str],
-    cart_spec: RecoverySpec,
-    cart_workspace: Path,
+    provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
-    handle = provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=cart_spec, workspace=str(cart_workspace))
+    handle = provision(run_id)
     container = docker_client.containers.get(handle.env_id)
     # An immutable file in the container's directory makes the engine's removal fail for real.
     pinned = Path(docker_client.info()["DockerRootDir"]) / "containers" / container.id / "hostname"
@@ -271,10 +285,9 @@ def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finish
 
 
 def test_recipe_with_secrets_is_refused_before_anything_is_created(
-    provider: DockerProvider,
     new_run: Callable[[], str],
+    provision: Provision,
     cart_spec: RecoverySpec,
-    cart_workspace: Path,
     docker_client: docker.DockerClient,
 ) -> None:
     run_id = new_run()
@@ -282,5 +295,5 @@ def test_recipe_with_secrets_is_refused_before_anything_is_created(
     spec = cart_spec.model_copy(update={"recipe": recipe})
 
     with pytest.raises(UnsupportedRecipeError):
-        provider.provision(run_id=run_id, op_id=f"{run_id}:env", spec=spec, workspace=str(cart_workspace))
+        provision(run_id, spec=spec)
     assert containers_of(docker_client, run_id) == []

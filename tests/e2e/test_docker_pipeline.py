@@ -1,0 +1,289 @@
+"""repair_bug end to end with the app under repair in Docker containers on the stack's own Docker engine.
+
+The same real parts as ``test_pipeline.py`` (Temporal dev server, GitHub emulator with webhooks, scripted
+model server, Debian Chromium, worker and receiver subprocesses), with ``environments="docker"``: every
+``env.provision`` creates or adopts one labelled container on a private ``dockerd`` the stack started.
+
+What the engine holds is read back from the engine itself through the Docker SDK: containers, networks and
+volumes selected by the run's ``durafix.run`` label, and the engine's own ``create`` events, which count every
+container ever created for the run even after cleanup removed it.
+
+The module starts one stack (engine included) and stops it at the end. The Debian base image is imported into
+the fresh engine before any run starts, from the root filesystem tarball cached in
+``$DURAFIX_DOCKER_IMAGE_CACHE`` (default ``~/.cache/durafix/docker-images``, shared with the provider tests;
+bootstrapped there once if absent), so no activity's timeout is spent on debootstrap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+from temporalio.client import WorkflowExecutionStatus
+
+from environments.docker.naming import OP_LABEL, RUN_LABEL, container_name
+from environments.interface import AppRecipe
+from infra import processes, stack
+from infra.docker.engine import EngineError
+from infra.docker.images import ImageBuilder, ImageBuildError
+from infra.processes import ServiceRecord
+from pipeline import client as runs
+from pipeline.ids import op_id, workflow_id_for
+from pipeline.state import Approval, Outcome, Phase, RunState
+from tests.conftest import require
+from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
+
+KILLABLE_WORKER = Path(__file__).parent / "killable_docker_worker.py"
+NOTHING_LEFT: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
+
+
+def shared_image_cache() -> Path:
+    default = Path.home() / ".cache" / "durafix" / "docker-images"
+    return Path(os.environ.get("DURAFIX_DOCKER_IMAGE_CACHE", default)).absolute()
+
+
+def warm_base_image(docker_host: str) -> None:
+    """Import the sample app's base image into the engine (from the shared tarball cache)."""
+    recipe = AppRecipe.model_validate(yaml.safe_load((REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()))
+    client = docker.DockerClient(base_url=docker_host, timeout=300)
+    try:
+        ImageBuilder(client, shared_image_cache()).ensure_base(recipe.image)
+    finally:
+        client.close()
+
+
+@pytest.fixture(scope="module")
+def docker_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    require(os.geteuid() == 0, "the Docker engine needs root")
+    missing = [tool for tool in ("dockerd", "containerd", "runc", "git", "chromium") if shutil.which(tool) is None]
+    require(not missing, f"not installed: {', '.join(missing)}")
+    # Short on purpose: the engine's containerd socket path under this directory is limited to 104 bytes.
+    state = tmp_path_factory.mktemp("dfx-docker")
+    script = combined_model_script(state / "model-script.yaml")
+    try:
+        config = stack.up(state, model_script=script, environments="docker", quiet=True)
+        warm_base_image(config.docker_host)
+    except (processes.ServiceError, EngineError, ImageBuildError) as err:
+        stack.down(state, quiet=True)
+        require(False, f"the embedded stack with its Docker engine could not start: {err}")
+        raise
+    config.fast_timeouts = True
+    config.max_repair_attempts = 2
+    config.save()
+    st = stack.read_stack(state)
+    port = processes.free_port()
+    receiver = processes.spawn(
+        "receiver",
+        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
+        log=state / "logs" / "test-receiver.log",
+        port=port,
+        url=f"http://127.0.0.1:{port}/webhook",
+    )
+    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
+    try:
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        yield e2e
+    finally:
+        e2e.stop_workers()
+        processes.stop(receiver)
+        stack.down(state, quiet=True)
+
+
+@pytest.fixture(scope="module")
+def engine(docker_stack: E2EStack) -> Iterator[docker.DockerClient]:
+    client = docker.DockerClient(base_url=docker_stack.config.docker_host, timeout=60)
+    yield client
+    client.close()
+
+
+def labelled(engine: docker.DockerClient, run_id: str) -> dict[str, list[str]]:
+    """Names of the containers, networks and volumes carrying the run's label, whatever else they carry."""
+    filters = {"label": [f"{RUN_LABEL}={run_id}"]}
+    return {
+        "containers": sorted(c.name for c in engine.containers.list(all=True, filters=filters, ignore_removed=True)),
+        "networks": sorted(n.name for n in engine.networks.list(filters=filters)),
+        "volumes": sorted(v.name for v in engine.volumes.list(filters=filters)),
+    }
+
+
+def containers_per_op(engine: docker.DockerClient, run_id: str) -> Counter[str]:
+    """How many containers of the run exist right now, by their op label."""
+    found = engine.containers.list(all=True, filters={"label": [f"{RUN_LABEL}={run_id}"]}, ignore_removed=True)
+    return Counter(c.labels.get(OP_LABEL, "") for c in found)
+
+
+def running_container(engine: docker.DockerClient, run_id: str) -> bool:
+    filters = {"label": [f"{RUN_LABEL}={run_id}"], "status": ["running"]}
+    return bool(engine.containers.list(filters=filters, ignore_removed=True))
+
+
+def containers_created(engine: docker.DockerClient, run_id: str, since: int) -> Counter[str]:
+    """Every container the engine ever created for the run since ``since`` (epoch seconds), by op label.
+
+    Read from the engine's event log, which outlives the containers; every create's name is checked to be
+    the one derived from its op ID.
+    """
+    events = engine.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": [f"{RUN_LABEL}={run_id}"]},
+        decode=True,
+    )
+    created: Counter[str] = Counter()
+    for event in events:
+        attributes = event["Actor"]["Attributes"]
+        assert attributes["name"] == container_name(attributes[OP_LABEL]), attributes
+        created[attributes[OP_LABEL]] += 1
+    return created
+
+
+def provisioning_ops(run_id: str) -> set[str]:
+    """The env ops of a run whose first candidate verifies: the base reproduction and the candidate replay."""
+    return {op_id(run_id, "env-base", 1), op_id(run_id, "env-candidate-1", 1)}
+
+
+def spawn_killable_worker(stack: E2EStack, kill_dir: Path) -> ServiceRecord:
+    n = len(stack.workers)
+    rec = processes.spawn(
+        f"worker-{n}",
+        [sys.executable, str(KILLABLE_WORKER), "--state-dir", str(stack.state_dir), "worker"],
+        log=stack.state_dir / "logs" / f"test-worker-{n}.log",
+        port=0,
+        url="",
+        env={"DURAFIX_TEST_KILL_DIR": str(kill_dir), "PYTHONPATH": str(REPO_ROOT)},
+    )
+    stack.workers.append(rec)
+    return rec
+
+
+async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_volume(
+    docker_stack: E2EStack, engine: docker.DockerClient
+) -> None:
+    stack = docker_stack
+    since = int(time.time()) - 1
+    stack.spawn_worker()
+    try:
+        client = await runs.connect(stack.config)
+        repository = stack.new_repository()
+        issue = open_report(stack, repository)
+        wf = workflow_id_for(repository, issue)
+
+        state = await state_when(client, wf, awaiting_review)
+        assert state.pending_approval is not None, state.outcome_detail
+        assert state.reproduction is not None and state.reproduction.status == "reproduced"
+        assert state.environment is not None and state.environment.provider == "docker"
+        head = state.pending_approval.head_sha
+        reviewer = stack.github(stack.reviewer_token).get_repo(repository)
+        pr = reviewer.get_pull(state.pending_approval.pr_number)
+        pr.create_review(commit=reviewer.get_commit(head), event="APPROVE", body="LGTM")
+        final = await state_when(client, wf, finished)
+    finally:
+        stack.stop_workers()
+
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.approval is not None and final.approval.head_sha == head and final.approval.source == "webhook"
+    assert stack.github().get_repo(repository).get_pull(pr.number).merged
+    assert final.cleanup is not None and final.cleanup.complete, final.cleanup
+    # The app ran in the engine, once per provisioning op, and not as a local process.
+    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(provisioning_ops(wf), 1))
+    assert owned_processes(wf) == []
+    assert labelled(engine, wf) == NOTHING_LEFT
+
+
+async def test_cancelling_while_the_container_is_up_removes_everything_labelled(
+    docker_stack: E2EStack, engine: docker.DockerClient
+) -> None:
+    stack = docker_stack
+    stack.spawn_worker()
+    try:
+        client = await runs.connect(stack.config)
+        repository = stack.new_repository()
+        issue = open_report(stack, repository)
+        wf = workflow_id_for(repository, issue)
+
+        def container_up(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
+            env_ready = state.environment is not None and state.environment.last_status == "ready"
+            return (env_ready and running_container(engine, wf)) or finished(state, status)
+
+        await state_when(client, wf, container_up)
+        assert await runs.status_of(client, wf) == WorkflowExecutionStatus.RUNNING
+        await runs.cancel(client, wf)
+        final = await state_when(client, wf, finished)
+        status = await runs.status_of(client, wf)
+    finally:
+        stack.stop_workers()
+
+    assert status == WorkflowExecutionStatus.CANCELED, final
+    assert final.outcome == Outcome.CANCELLED, final.outcome_detail
+    assert final.phase == Phase.DONE
+    assert final.cleanup is not None and final.cleanup.complete and final.cleanup.removed >= 1, final.cleanup
+    assert labelled(engine, wf) == NOTHING_LEFT
+
+
+@pytest.mark.timeout(480)
+async def test_worker_killed_between_container_create_and_provision_result_leaves_one_container_per_op(
+    docker_stack: E2EStack, engine: docker.DockerClient, tmp_path: Path
+) -> None:
+    """SIGKILL right after the engine created each provisioning op's container (not yet started, nothing
+    recorded); fresh workers adopt it. The engine never holds two containers of one op, creates exactly one
+    per op, and holds none of the run's at the end."""
+    stack = docker_stack
+    since = int(time.time()) - 1
+    client = await runs.connect(stack.config)
+    repository = stack.new_repository()
+    issue = open_report(stack, repository)
+    wf = workflow_id_for(repository, issue)
+    kills = provisioning_ops(wf)
+    most_per_op = 0
+    worker = spawn_killable_worker(stack, tmp_path)
+
+    async def drive(until_review: bool) -> RunState | None:
+        """Keep one worker alive (replacing killed ones) and sample the engine until the run gets there."""
+        nonlocal worker, most_per_op
+        deadline = time.monotonic() + RUN_TIMEOUT_S
+        state: RunState | None = None
+        while time.monotonic() < deadline:
+            if not processes.is_alive(worker):
+                # Each kill costs one worker; more deaths than kills means workers die for another reason.
+                assert len(stack.workers) <= len(kills), processes.log_tail(Path(worker.log))
+                kill(worker)  # whatever the dead worker had started (a browser) goes with it
+                worker = spawn_killable_worker(stack, tmp_path)
+            most_per_op = max(most_per_op, *containers_per_op(engine, wf).values(), 0)
+            try:
+                state = await runs.get_state(client, wf)
+                status = await runs.status_of(client, wf)
+            except Exception:  # no worker answers the query yet, or the webhook has not started the run
+                await asyncio.sleep(0.3)
+                continue
+            if finished(state, status) or (until_review and state.pending_approval is not None):
+                return state
+            await asyncio.sleep(0.3)
+        return state
+
+    try:
+        state = await drive(until_review=True)
+        assert state is not None and state.pending_approval is not None, state
+        approval = Approval(reviewer="reviewer", head_sha=state.pending_approval.head_sha, review_id="cli-1")
+        await runs.approve(client, wf, approval)
+        final = await drive(until_review=False)
+    finally:
+        stack.stop_workers()
+
+    assert final is not None and final.outcome == Outcome.MERGED, final
+    assert {p.read_text() for p in tmp_path.iterdir()} == kills
+    assert most_per_op == 1
+    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(kills, 1))
+    assert final.cleanup is not None and final.cleanup.complete, final.cleanup
+    assert labelled(engine, wf) == NOTHING_LEFT

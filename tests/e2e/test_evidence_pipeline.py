@@ -1,0 +1,395 @@
+"""Evidence on real S3 through a worker crash, read back the way a reviewer reads it.
+
+One run on the embedded stack with the evidence store on SeaweedFS (SigV4 checked). Its only worker is
+SIGKILLed while ``browser.reproduce`` is running (Chromium mid-procedure); a replacement worker finishes the
+run up to awaiting-review. Then:
+
+- every ``ArtifactRef`` anywhere in the run's state is read back from the S3 store, hash-verified, and its
+  object's size equals the ref's size (the killed attempt left no reference to a partial upload);
+- the evidence comment on the draft PR links the reviewer's report (a presigned S3 URL), which real Chromium
+  renders with its screenshots, both revisions and the same bundle digest the comment and the state name;
+- an approval naming another evidence digest is refused before it enters history; the right one merges.
+
+The tests share the run (module-scoped), so they run in file order; the last one ends the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+import shutil
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+import httpx
+import pytest
+from playwright.async_api import async_playwright
+from pydantic import BaseModel
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from evidence.interface import ArtifactRef
+from evidence.s3 import S3ArtifactStore
+from infra import processes, stack
+from infra.processes import ServiceError
+from infra.s3 import weed_binary
+from pipeline import client as runs
+from pipeline.ids import workflow_id_for
+from pipeline.services import Services
+from pipeline.state import Approval, Outcome, RunState
+from tests.conftest import require
+from tests.e2e.conftest import E2EStack, kill, owned_processes, wait_for
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.slow,
+    pytest.mark.s3,
+    pytest.mark.browser,
+    # The first test also pays for the stack and the run up to awaiting-review (its module fixtures).
+    pytest.mark.timeout(600),
+]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-dev-shm-usage",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-quic",
+]
+REPRODUCE = "browser.reproduce"
+
+
+@pytest.fixture(scope="module")
+def s3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    """The embedded stack with its evidence store on SeaweedFS, plus the webhook receiver."""
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    try:
+        weed_binary()
+    except ServiceError as err:
+        require(False, str(err))
+    state = tmp_path_factory.mktemp("durafix-e2e-s3")
+    try:
+        config = stack.up(state, evidence="s3", quiet=True)
+    except ServiceError as err:
+        stack.down(state, quiet=True)
+        pytest.fail(f"the embedded stack with S3 evidence could not start: {err}", pytrace=False)
+    config.fast_timeouts = True
+    config.max_repair_attempts = 2
+    config.save()
+    st = stack.read_stack(state)
+    port = processes.free_port()
+    receiver = processes.spawn(
+        "receiver",
+        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
+        log=state / "logs" / "test-receiver.log",
+        port=port,
+        url=f"http://127.0.0.1:{port}/webhook",
+    )
+    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
+    try:
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        yield e2e
+    finally:
+        e2e.stop_workers()
+        processes.stop(receiver)
+        stack.down(state, quiet=True)
+
+
+@dataclass(frozen=True)
+class Proc:
+    """A process as seen once: pid plus start time, so a recycled pid is never taken for it."""
+
+    pid: int
+    start_ticks: int
+
+    def alive(self) -> bool:
+        return processes.process_start_ticks(self.pid) == self.start_ticks
+
+
+@dataclass
+class CrashedRun:
+    stack: E2EStack
+    client: Client
+    repository: str
+    issue: int
+    workflow_id: str
+    killed_attempt: PendingActivityInfo
+    killed_worker_pid: int
+    killed_descendants: list[Proc]
+    state: RunState
+
+
+@pytest.fixture(scope="module")
+async def crashed_run(s3_stack: E2EStack) -> AsyncIterator[CrashedRun]:
+    """A run whose only worker was SIGKILLed during ``browser.reproduce``, finished by a replacement worker
+    up to awaiting-review. Workers stay up until the module ends (the last test merges)."""
+    stack_ = s3_stack
+    client = await runs.connect(stack_.config)
+    repository = stack_.new_repository()
+    worker = stack_.spawn_worker()
+    try:
+        issue = open_report(stack_, repository)
+        wf = workflow_id_for(repository, issue)
+        running = await reproduction_running(client, wf, worker)
+        assert running.last_worker_identity.startswith(f"{worker.pid}@"), running.last_worker_identity
+        below = descendants(worker.pid)
+        kill(worker)
+        wait_for(lambda: not processes.is_alive(worker), 10, "the killed worker to be gone")
+        stack_.spawn_worker()
+        state = await state_when(client, wf, awaiting_review)
+        yield CrashedRun(
+            stack=stack_,
+            client=client,
+            repository=repository,
+            issue=issue,
+            workflow_id=wf,
+            killed_attempt=running,
+            killed_worker_pid=worker.pid,
+            killed_descendants=below,
+            state=state,
+        )
+    finally:
+        stack_.stop_workers()
+
+
+async def reproduction_running(
+    client: Client, workflow_id: str, worker: processes.ServiceRecord
+) -> PendingActivityInfo:
+    """Poll the workflow's pending activities until an attempt of ``browser.reproduce`` has started and
+    heartbeated its first step (Chromium is running the procedure)."""
+    handle = client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while time.monotonic() < deadline:
+        assert processes.is_alive(worker), processes.log_tail(Path(worker.log))
+        try:
+            desc = await handle.describe()
+        except RPCError as err:  # the webhook has not started the run yet
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            await asyncio.sleep(0.2)
+            continue
+        state = await runs.get_state(client, workflow_id)
+        assert state.reproduction is None and state.outcome is None, f"the reproduction was missed: {state!r}"
+        for act in desc.raw_description.pending_activities:
+            started = act.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
+            if act.activity_type.name == REPRODUCE and started and act.heartbeat_details.payloads:
+                return act
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{workflow_id}: {REPRODUCE} never ran in {RUN_TIMEOUT_S}s")
+
+
+def descendants(pid: int) -> list[Proc]:
+    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found: list[Proc] = []
+    todo = list(children.get(pid, []))
+    while todo:
+        child = todo.pop()
+        ticks = processes.process_start_ticks(child)
+        if ticks is not None:
+            found.append(Proc(child, ticks))
+        todo.extend(children.get(child, []))
+    return found
+
+
+def refs_in(value: object) -> list[ArtifactRef]:
+    """Every ``ArtifactRef`` reachable from ``value`` (models, lists, dicts)."""
+    if isinstance(value, ArtifactRef):
+        return [value]
+    if isinstance(value, BaseModel):
+        return [ref for name in type(value).model_fields for ref in refs_in(getattr(value, name))]
+    if isinstance(value, list | tuple):
+        return [ref for item in value for ref in refs_in(item)]
+    if isinstance(value, dict):
+        return [ref for item in value.values() for ref in refs_in(item)]
+    return []
+
+
+def s3_store(stack_: E2EStack) -> S3ArtifactStore:
+    store = Services(stack_.config).store
+    assert isinstance(store, S3ArtifactStore), f"the evidence store is not on S3: {stack_.config.evidence_url}"
+    return store
+
+
+async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_artifacts_on_s3(
+    crashed_run: CrashedRun, tmp_path: Path
+) -> None:
+    run = crashed_run
+    state = run.state
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.reproduction is not None and state.reproduction.status == "reproduced"
+    candidate = state.candidate
+    assert candidate is not None and candidate.replay is not None and state.publish is not None
+
+    # The killed attempt really was running, and the reproduction that counted was a later attempt on
+    # another worker.
+    history = await run.client.get_workflow_handle(run.workflow_id).fetch_history()
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    reproduce_starts = [
+        e.activity_task_started_event_attributes
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == REPRODUCE
+    ]
+    base_start = reproduce_starts[0]
+    assert base_start.attempt > run.killed_attempt.attempt
+    assert base_start.identity != run.killed_attempt.last_worker_identity
+    assert not base_start.identity.startswith(f"{run.killed_worker_pid}@")
+
+    refs = [
+        *refs_in(state.evidence),
+        *refs_in(state.environment),
+        *refs_in(state.reproduction),
+        *refs_in(state.candidates),
+        *refs_in(state.publish),
+    ]
+    kinds = {ref.kind.value for ref in refs}
+    assert {"procedure", "spec", "trace", "screenshot", "log", "patch", "test-output", "bundle"} <= kinds
+    assert {"manifest", "report"} <= kinds
+    store = s3_store(run.stack)
+    for i, ref in enumerate({ref.key: ref for ref in refs}.values()):
+        head = store.client.head_object(Bucket=store.bucket, Key=store.prefix + ref.key)
+        assert head["ContentLength"] == ref.size, f"{ref.name}: object has {head['ContentLength']} bytes"
+        assert head["Metadata"].get("sha256") == ref.sha256, ref.name
+        copy = store.get_to_file(ref, tmp_path / f"{i}-{ref.name}")
+        data = copy.read_bytes()
+        assert len(data) == ref.size and hashlib.sha256(data).hexdigest() == ref.sha256, ref.name
+        assert store.read_bytes(ref) == data
+    # The same artifact bytes under another name are one object: state refs never disagree on a key.
+    by_key: dict[str, set[tuple[str, int]]] = {}
+    for ref in refs:
+        by_key.setdefault(ref.key, set()).add((ref.sha256, ref.size))
+    assert all(len(v) == 1 for v in by_key.values()), by_key
+
+    # The killed worker's Chromium and driver did not outlive it.
+    assert run.killed_descendants, "the killed worker had no browser processes below it"
+    wait_for(lambda: not any(p.alive() for p in run.killed_descendants), 30, "the killed worker's browser to exit")
+
+
+def report_link_and_digest(body: str) -> tuple[str, str]:
+    link = re.search(r"^- report: (\S+)$", body, re.MULTILINE)
+    digest = re.search(r"evidence bundle digest: `([0-9a-f]{64})`", body)
+    assert link is not None and digest is not None, body
+    return link.group(1), digest.group(1)
+
+
+async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_with_the_same_digest(
+    crashed_run: CrashedRun,
+) -> None:
+    run = crashed_run
+    state = run.state
+    publish = state.publish
+    assert publish is not None and publish.pr_number is not None and state.pending_approval is not None
+    repo = run.stack.github().get_repo(run.repository)
+    comments = [c for c in repo.get_issue(publish.pr_number).get_comments() if "durafix evidence for" in c.body]
+    assert [c.id for c in comments] == [publish.evidence_comment_id]
+    assert f"durafix evidence for `{publish.commit}`" in comments[0].body
+    report_url, comment_digest = report_link_and_digest(comments[0].body)
+    assert report_url == publish.report_url
+    assert comment_digest == publish.evidence_digest == state.pending_approval.evidence_digest
+    assert publish.manifest_ref is not None and publish.manifest_ref.sha256 == comment_digest
+
+    # A presigned URL on the stack's S3 server, which refuses the same object unsigned.
+    s3_url = stack.read_stack(run.stack.state_dir).services["s3"].url
+    parts = urlsplit(report_url)
+    assert f"{parts.scheme}://{parts.netloc}" == s3_url
+    assert "X-Amz-Signature" in parse_qs(parts.query)
+    unsigned = httpx.get(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), timeout=10)
+    assert unsigned.status_code == 403, unsigned.text[:300]
+
+    executable = shutil.which("chromium")
+    assert executable is not None
+    problems: list[str] = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        try:
+            page = await browser.new_page()
+            page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+            page.on("pageerror", lambda err: problems.append(str(err)))
+            page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url}"))
+            response = await page.goto(report_url, wait_until="load")
+            assert response is not None and response.status == 200
+            assert response.headers.get("content-type", "").startswith("text/html")
+            widths: dict[str, list[int]] = {}
+            for side in ("base", "candidate"):
+                widths[side] = await page.eval_on_selector_all(
+                    f"#side-{side} img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)"
+                )
+            base_revision = await page.get_attribute("#side-base", "data-revision")
+            candidate_revision = await page.get_attribute("#side-candidate", "data-revision")
+            summary = await page.inner_text("#summary")
+            shown_digest = await page.inner_text("#bundle-digest")
+        finally:
+            await browser.close()
+
+    assert widths["base"] and widths["candidate"], widths
+    assert all(w > 0 for side in widths.values() for w in side), widths
+    assert base_revision == state.target_revision
+    assert candidate_revision == publish.commit
+    assert state.target_revision is not None and state.target_revision in summary and publish.commit in summary
+    assert shown_digest == comment_digest
+    assert problems == []
+
+
+async def test_approval_naming_other_evidence_is_refused_and_the_right_digest_merges(
+    crashed_run: CrashedRun,
+) -> None:
+    run = crashed_run
+    client, wf = run.client, run.workflow_id
+    pending = run.state.pending_approval
+    assert pending is not None
+    other = hashlib.sha256(pending.evidence_digest.encode()).hexdigest()
+
+    wrong = Approval(reviewer="reviewer", head_sha=pending.head_sha, evidence_digest=other, review_id="other-evidence")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await runs.approve(client, wf, wrong)
+    assert pending.evidence_digest in str(refused.value.cause)
+    still = await runs.get_state(client, wf)
+    assert still.pending_approval == pending and still.approval is None
+
+    right = Approval(
+        reviewer="reviewer", head_sha=pending.head_sha, evidence_digest=pending.evidence_digest, review_id="evidence-ok"
+    )
+    ack = await runs.approve(client, wf, right)
+    assert ack.accepted, ack.detail
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.approval is not None and final.approval.evidence_digest == pending.evidence_digest
+
+    # Only the right approval entered history.
+    history = await client.get_workflow_handle(wf).fetch_history()
+    accepted = [
+        e.workflow_execution_update_accepted_event_attributes.accepted_request.meta.update_id
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+    ]
+    assert accepted == ["approve:evidence-ok"]
+
+    pr = run.stack.github().get_repo(run.repository).get_pull(pending.pr_number)
+    assert pr.merged and pr.head.sha == pending.head_sha and pr.merge_commit_sha == final.merged_sha
+    assert owned_processes(wf) == []

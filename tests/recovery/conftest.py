@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import require
+from tests.environments.git_http import GitHttpServer
+from tests.environments.gitrepo import make_repo
+from tests.recovery.workers import TOKEN, Remote, Worker
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[Remote]:
+    require(shutil.which("git") is not None, "git is not installed")
+    repo = make_repo(tmp_path / "repo")
+    server = GitHttpServer(repo.bare.parent, TOKEN)
+    server.start()
+    try:
+        yield Remote(repo=repo, server=server)
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def evidence_dir(tmp_path: Path) -> Path:
+    return tmp_path / "evidence"
+
+
+@pytest.fixture
+def new_worker(tmp_path: Path, evidence_dir: Path) -> Iterator[Callable[[str], Worker]]:
+    """Start a worker on state directory ``tmp_path/<name>``; every worker is shut down at teardown."""
+    started: list[Worker] = []
+
+    def start(name: str) -> Worker:
+        worker = Worker(tmp_path / name, evidence_dir)
+        started.append(worker)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.close()
+
+
+@pytest.fixture
+def chromium() -> str:
+    path = shutil.which("chromium")
+    require(path is not None, "chromium is not installed (apt-get install chromium)")
+    assert path is not None
+    return path
