@@ -267,6 +267,8 @@ async def test_cancellation_removes_every_owned_process_and_workspace(stack_with
     assert final.outcome == Outcome.CANCELLED, final.outcome_detail
     assert final.phase == Phase.DONE
     assert final.cleanup is not None and final.cleanup.complete and final.cleanup.removed >= 1
+    assert [m.step.value for m in final.cancellation][-1] == "cancelled"
+    assert "preserving-required-evidence" in [m.step.value for m in final.cancellation]
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "cancelled")
