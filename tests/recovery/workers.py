@@ -25,13 +25,14 @@ from environments.processes import owned_pids, read_stat
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import CleanupRunInput, PrepareSpecInput, ProvisionInput
+from pipeline.steps import CleanupRunInput, PrepareProcedureInput, PrepareSpecInput, ProvisionInput, ReproduceInput
 from tests.environments.git_http import GitHttpServer
 from tests.environments.gitrepo import Repo
 
 TOKEN = "recovery-token"
 REPOSITORY = "acme/cart"
 RUN_ID = "repair:acme/cart#7"
+CART_REPORT = (Path(__file__).resolve().parents[2] / "examples" / "cart" / "ISSUE.md").read_text()
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -76,6 +77,20 @@ class Worker:
 
     def provision(self, spec_ref: ArtifactRef, op_id: str = f"{RUN_ID}:env-base:1") -> EnvironmentHandle:
         return self.run(self.env.provision, ProvisionInput(run_id=RUN_ID, op_id=op_id, spec_ref=spec_ref))
+
+    def reproduce_input(self, remote: Remote, handle: EnvironmentHandle) -> ReproduceInput:
+        """Reproduce the sample report's procedure on ``handle`` (the environment of the base revision)."""
+        report = PrepareProcedureInput(run_id=RUN_ID, report_body=CART_REPORT)
+        procedure = self.run(self.browser.prepare_procedure, report)
+        assert procedure.procedure_ref is not None, procedure.error
+        return ReproduceInput(
+            run_id=RUN_ID,
+            op_id=f"{RUN_ID}:reproduce-base:1",
+            revision=remote.repo.base,
+            procedure_ref=procedure.procedure_ref,
+            environment=handle,
+            readiness_path="/healthz",
+        )
 
     def store_patch(self, patch: str) -> ArtifactRef:
         return self.services.store.put_bytes(
