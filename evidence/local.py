@@ -29,7 +29,7 @@ from typing import BinaryIO
 
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef
 from evidence.keys import media_type_for, object_key, parse_key, utc_iso
-from evidence.streams import check_digest, copy_hashing, write_hashing
+from evidence.streams import check_digest, copy_hashing, read_chunks, write_hashing, write_verified
 
 # Leftovers of crashed puts are swept by delete_expired once they are this old (no live put takes a day).
 _STALE_TMP = timedelta(days=1)
@@ -147,17 +147,7 @@ class LocalArtifactStore:
     # ---- reads -----------------------------------------------------------------------------------------
 
     def get_to_file(self, ref: ArtifactRef, dest: Path) -> Path:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
-        tmp = Path(tmp_name)
-        try:
-            with self.open_object(ref.key) as src, os.fdopen(fd, "wb") as out:
-                sha256, size = copy_hashing(src, out)
-            check_digest(ref, sha256, size)
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return dest
+        return write_verified(ref, self._chunks(ref.key), dest)
 
     def read_bytes(self, ref: ArtifactRef) -> bytes:
         with self.open_object(ref.key) as src:
@@ -186,6 +176,10 @@ class LocalArtifactStore:
             return self.object_path(key).open("rb")
         except FileNotFoundError as err:
             raise ArtifactMissingError(f"no artifact {key} in {self.root}") from err
+
+    def _chunks(self, key: str) -> Iterator[bytes]:
+        with self.open_object(key) as src:
+            yield from read_chunks(src)
 
     def stored_meta(self, key: str) -> dict[str, object] | None:
         try:

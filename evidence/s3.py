@@ -25,8 +25,7 @@ itself (metadata kept), and ``delete_expired`` re-reads LastModified just before
 from __future__ import annotations
 
 import hashlib
-import os
-import tempfile
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,7 +37,7 @@ from pydantic import BaseModel
 
 from evidence.interface import ArtifactError, ArtifactKind, ArtifactMissingError, ArtifactRef
 from evidence.keys import media_type_for, object_key, utc_iso
-from evidence.streams import CHUNK, check_digest, hash_file, write_hashing
+from evidence.streams import CHUNK, check_digest, hash_file, write_verified
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -239,18 +238,7 @@ class S3ArtifactStore:
     # ---- reads -----------------------------------------------------------------------------------------
 
     def get_to_file(self, ref: ArtifactRef, dest: Path) -> Path:
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".partial")
-        tmp = Path(tmp_name)
-        try:
-            body = self._get(ref)["Body"]
-            with os.fdopen(fd, "wb") as out:
-                sha256, size = write_hashing(body.iter_chunks(CHUNK), out)
-            check_digest(ref, sha256, size)
-            os.replace(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-        return dest
+        return write_verified(ref, self._chunks(ref), dest)
 
     def read_bytes(self, ref: ArtifactRef) -> bytes:
         data = self._get(ref)["Body"].read()
@@ -297,6 +285,9 @@ class S3ArtifactStore:
             if _code(err) in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise
+
+    def _chunks(self, ref: ArtifactRef) -> Iterator[bytes]:
+        yield from self._get(ref)["Body"].iter_chunks(CHUNK)
 
     def _get(self, ref: ArtifactRef) -> GetObjectOutputTypeDef:
         try:

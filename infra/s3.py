@@ -85,6 +85,11 @@ class SeaweedS3:
         return self.data_dir / "weed.log"
 
     @property
+    def scratch_paths(self) -> list[Path]:
+        """Sockets weed leaves outside its data dir; whoever stops the process by pid removes these."""
+        return [*([self._socket_dir] if self._socket_dir else []), *self._stray_sockets]
+
+    @property
     def record(self) -> ServiceRecord | None:
         """The running server's process record (for a stack that outlives this object)."""
         return self._record

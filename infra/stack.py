@@ -268,7 +268,13 @@ def _up_s3(state_dir: Path, stack: StackState, config: DurafixConfig, quiet: boo
         s3.create_bucket(bucket)
         assert s3.record is not None
         rec = s3.record
-        rec.extra.update({"access_key": s3.access_key, "secret_key": s3.secret_key})
+        rec.extra.update(
+            {
+                "access_key": s3.access_key,
+                "secret_key": s3.secret_key,
+                "scratch": json.dumps([str(p) for p in s3.scratch_paths]),
+            }
+        )
         stack.services["s3"] = rec
         _write_stack(state_dir, stack)
     config.evidence_url = f"s3://{bucket}/runs?endpoint={rec.url}"
@@ -330,6 +336,10 @@ def down(state_dir: Path, *, quiet: bool = False) -> list[str]:
         _say(quiet, f"stopping {name} (pid {rec.pid})")
         if processes.stop(rec):
             del stack.services[name]
+            for leftover in json.loads(rec.extra.get("scratch", "[]")):
+                shutil.rmtree(leftover, ignore_errors=True) if Path(leftover).is_dir() else Path(leftover).unlink(
+                    missing_ok=True
+                )
         else:
             stuck.append(name)
     _write_stack(state_dir, stack)

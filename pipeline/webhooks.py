@@ -26,7 +26,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
@@ -41,7 +41,8 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
     if not secret or not header or not header.startswith("sha256="):
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
-    return hmac.compare_digest(expected, header.removeprefix("sha256="))
+    # Compare bytes: a header with non-ASCII characters is a bad signature, not a crash.
+    return hmac.compare_digest(expected.encode(), header.removeprefix("sha256=").encode("utf-8", "replace"))
 
 
 class WebhookReceiver:
@@ -89,7 +90,10 @@ class WebhookReceiver:
     # ---- request handling ---------------------------------------------------------------------------
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
-        length = int(req.headers.get("Content-Length") or 0)
+        try:
+            length = int(req.headers.get("Content-Length") or 0)
+        except ValueError:
+            return _reply(req, 400, {"message": "bad Content-Length"})
         if length > MAX_BODY:
             return _reply(req, 413, {"message": "payload too large"})
         body = req.rfile.read(length)
@@ -99,11 +103,20 @@ class WebhookReceiver:
             payload = json.loads(body)
         except json.JSONDecodeError:
             return _reply(req, 400, {"message": "malformed JSON"})
+        if not isinstance(payload, dict):
+            return _reply(req, 400, {"message": "payload is not a JSON object"})
         event = req.headers.get("X-GitHub-Event", "")
         delivery = req.headers.get("X-GitHub-Delivery", "")
         try:
             status, answer = self._dispatch(event, delivery, payload)
-        except (RPCError, WorkflowUpdateFailedError, TimeoutError) as err:
+        except (KeyError, TypeError, ValueError) as err:
+            status, answer = 400, {"message": f"payload lacks what a {event} event carries: {err!r}"}
+        except RPCError as err:
+            if err.status == RPCStatusCode.NOT_FOUND:
+                status, answer = 404, {"message": f"no such run: {err.message}"}
+            else:
+                status, answer = 503, {"message": f"could not reach the workflow engine: {err}"}
+        except (WorkflowUpdateFailedError, TimeoutError) as err:
             status, answer = 503, {"message": f"could not reach the workflow engine: {err}"}
         _reply(req, status, answer)
 

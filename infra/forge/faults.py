@@ -124,16 +124,9 @@ def error_before_apply(fault: Fault, request_id: str, user_id: int | None) -> Ap
     if fault.action == "status":
         message = {500: "Server Error", 502: "Bad Gateway", 503: "Service Unavailable"}[fault.status]
         return ApiError(fault.status, message)
-    if fault.action == "secondary_rate_limit":
+    if fault.action in ("secondary_rate_limit", "rate_limit_429"):
         return ApiError(
-            403,
-            SECONDARY_MESSAGE.format(request_id=request_id),
-            headers={"retry-after": str(fault.retry_after)},
-            documentation_url=SECONDARY_DOCS,
-        )
-    if fault.action == "rate_limit_429":
-        return ApiError(
-            429,
+            403 if fault.action == "secondary_rate_limit" else 429,
             SECONDARY_MESSAGE.format(request_id=request_id),
             headers={"retry-after": str(fault.retry_after)},
             documentation_url=SECONDARY_DOCS,

@@ -36,6 +36,13 @@ class Ctx(View):
         assert self.params is not None
         return self.params[name]
 
+    def id_param(self, name: str) -> int:
+        """The path parameter ``name`` as a numeric ID; anything else names no resource (404)."""
+        try:
+            return int(self.p(name))
+        except ValueError as exc:
+            raise not_found() from exc
+
     def require_viewer(self) -> sqlite3.Row:
         if self.viewer is None:
             raise ApiError(401, "Requires authentication")

@@ -27,10 +27,13 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 MODES = {"100644": "blob", "100755": "blob", "120000": "blob", "040000": "tree", "160000": "commit"}
 
 
-def _object(git: GitRepo, sha: Any, kind: str) -> str:
-    if not isinstance(sha, str) or not SHA.match(sha) or git.object_type(sha) != kind:
-        raise ApiError(422, "Object does not exist" if kind != "tree" else "Tree SHA does not exist")
-    return sha
+def _object(git: GitRepo, sha: Any, kind: str | None) -> str:
+    """``sha`` when it names an object of ``kind`` (of any kind when None); otherwise GitHub's 422."""
+    if isinstance(sha, str) and SHA.match(sha):
+        found = git.object_type(sha)
+        if found is not None and kind in (None, found):
+            return sha
+    raise ApiError(422, "Object does not exist" if kind != "tree" else "Tree SHA does not exist")
 
 
 @routes.add("POST", "/repos/{owner}/{repo}/git/blobs")
@@ -162,11 +165,16 @@ def _ref_json(ctx: Ctx, repo: sqlite3.Row, ref: str, sha: str) -> dict[str, Any]
     return shapes_git.git_ref(ctx, repo, ref, sha, ctx.git(repo).object_type(sha) or "commit")
 
 
+def _path_ref(ctx: Ctx, git: GitRepo) -> tuple[str, str | None]:
+    """The full name of the ref the path names and its SHA; None when the name is not valid or not there."""
+    ref = "refs/" + ctx.p("ref")
+    return ref, git.read_ref(ref) if valid_ref(ref) else None
+
+
 @routes.add("GET", "/repos/{owner}/{repo}/git/ref/{ref:path}")
 def get_ref(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
-    ref = "refs/" + ctx.p("ref")
-    sha = ctx.git(repo).read_ref(ref) if valid_ref(ref) else None
+    ref, sha = _path_ref(ctx, ctx.git(repo))
     if sha is None:
         raise not_found()
     return Response.json(200, _ref_json(ctx, repo, ref, sha))
@@ -211,8 +219,7 @@ def create_ref(ctx: Ctx) -> Response:
         raise invalid_field("Reference", "ref" if not isinstance(ref, str) else "sha", "missing_field")
     if not valid_ref(ref):
         raise ApiError(422, "Reference name must start with 'refs/' and have at least two slashes.")
-    if not SHA.match(sha) or git.object_type(sha) is None:
-        raise ApiError(422, "Object does not exist")
+    _object(git, sha, None)
     if not git.update_ref(ref, sha, None):
         raise ApiError(422, "Reference already exists")
     events.refs_changed(ctx, repo, [(ref, None, sha)], ctx.require_viewer())
@@ -223,16 +230,14 @@ def create_ref(ctx: Ctx) -> Response:
 def update_ref(ctx: Ctx) -> Response:
     repo = load_repo(ctx, "write")
     git = ctx.git(repo)
-    ref = "refs/" + ctx.p("ref")
+    ref, old = _path_ref(ctx, git)
     data = ctx.request.json_object()
     sha, force = data.get("sha"), data.get("force", False)
     if not isinstance(sha, str):
         raise invalid_field("Reference", "sha", "missing_field")
-    old = git.read_ref(ref) if valid_ref(ref) else None
     if old is None:
         raise ApiError(422, "Reference does not exist")
-    if not SHA.match(sha) or git.object_type(sha) is None:
-        raise ApiError(422, "Object does not exist")
+    _object(git, sha, None)
     if force is not True and not git.is_ancestor(old, sha):
         raise ApiError(422, "Update is not a fast forward")
     if old != sha:
@@ -247,19 +252,23 @@ def update_ref(ctx: Ctx) -> Response:
 def delete_ref(ctx: Ctx) -> Response:
     repo = load_repo(ctx, "write")
     git = ctx.git(repo)
-    ref = "refs/" + ctx.p("ref")
-    old = git.read_ref(ref) if valid_ref(ref) else None
+    ref, old = _path_ref(ctx, git)
     if old is None or not git.delete_ref(ref, old):
         raise ApiError(422, "Reference does not exist")
     events.refs_changed(ctx, repo, [(ref, old, None)], ctx.require_viewer())
     return Response.empty()
 
 
-def _commit_sha(ctx: Ctx, repo: sqlite3.Row, rev: str) -> str:
+def _statuses(ctx: Ctx, repo: sqlite3.Row) -> tuple[str, list[sqlite3.Row]]:
+    """The commit the path's ``ref`` resolves to (422 when none) and its statuses, newest first."""
+    rev = ctx.p("ref")
     sha = ctx.git(repo).resolve_commit(rev)
     if sha is None:
         raise ApiError(422, f"No commit found for SHA: {rev}")
-    return sha
+    rows = ctx.db.execute(
+        "SELECT * FROM statuses WHERE repo_id = ? AND sha = ? ORDER BY id DESC", (repo["id"], sha)
+    ).fetchall()
+    return sha, rows
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/commits")
@@ -280,20 +289,14 @@ def list_commits(ctx: Ctx) -> Response:
 @routes.add("GET", "/repos/{owner}/{repo}/statuses/{ref:path}")
 def list_statuses(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
-    sha = _commit_sha(ctx, repo, ctx.p("ref"))
-    rows = ctx.db.execute(
-        "SELECT * FROM statuses WHERE repo_id = ? AND sha = ? ORDER BY id DESC", (repo["id"], sha)
-    ).fetchall()
+    _, rows = _statuses(ctx, repo)
     return paginate(ctx, rows, lambda r: shapes_git.status(ctx, repo, r))
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/commits/{ref:path}/status")
 def combined_status(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
-    sha = _commit_sha(ctx, repo, ctx.p("ref"))
-    rows = ctx.db.execute(
-        "SELECT * FROM statuses WHERE repo_id = ? AND sha = ? ORDER BY id DESC", (repo["id"], sha)
-    ).fetchall()
+    sha, rows = _statuses(ctx, repo)
     return Response.json(200, shapes_git.combined_status(ctx, repo, sha, rows))
 
 

@@ -18,7 +18,7 @@ from .paging import paginate
 from .router import Ctx, RouteTable
 from .routes_repos import load_repo
 from .view import View
-from .wire import Response, invalid_field, not_found
+from .wire import Response, invalid_field
 
 routes = RouteTable()
 
@@ -54,16 +54,7 @@ def hook_json(ctx: Ctx, row: sqlite3.Row) -> dict[str, Any]:
 
 
 def _hook(ctx: Ctx, repo: sqlite3.Row) -> sqlite3.Row:
-    try:
-        hook_id = int(ctx.p("hook_id"))
-    except ValueError as exc:
-        raise not_found() from exc
-    row: sqlite3.Row | None = ctx.db.execute(
-        "SELECT * FROM hooks WHERE id = ? AND repo_id = ?", (hook_id, repo["id"])
-    ).fetchone()
-    if row is None:
-        raise not_found()
-    return row
+    return ctx.existing("SELECT * FROM hooks WHERE id = ? AND repo_id = ?", (ctx.id_param("hook_id"), repo["id"]))
 
 
 def _config(data: dict[str, Any], current: dict[str, Any]) -> dict[str, Any]:
@@ -213,16 +204,9 @@ def delivery_json(ctx: Ctx, row: sqlite3.Row, full: bool) -> dict[str, Any]:
 
 
 def _delivery(ctx: Ctx, hook: sqlite3.Row) -> sqlite3.Row:
-    try:
-        delivery_id = int(ctx.p("delivery_id"))
-    except ValueError as exc:
-        raise not_found() from exc
-    row: sqlite3.Row | None = ctx.db.execute(
-        "SELECT * FROM deliveries WHERE id = ? AND hook_id = ?", (delivery_id, hook["id"])
-    ).fetchone()
-    if row is None:
-        raise not_found()
-    return row
+    return ctx.existing(
+        "SELECT * FROM deliveries WHERE id = ? AND hook_id = ?", (ctx.id_param("delivery_id"), hook["id"])
+    )
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/hooks/{hook_id}/deliveries")

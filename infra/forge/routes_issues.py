@@ -14,6 +14,7 @@ from typing import Any
 from . import events, payloads
 from . import shapes_core as core
 from .auth import require_role, role_at_least
+from .listing import order_by, state_filter
 from .names import now_iso
 from .paging import paginate
 from .router import Ctx, RouteTable
@@ -31,16 +32,7 @@ def next_number(ctx: Ctx, repo: sqlite3.Row) -> int:
 
 
 def load_issue(ctx: Ctx, repo: sqlite3.Row) -> sqlite3.Row:
-    try:
-        number = int(ctx.p("number"))
-    except ValueError as exc:
-        raise not_found() from exc
-    row: sqlite3.Row | None = ctx.db.execute(
-        "SELECT * FROM issues WHERE repo_id = ? AND number = ?", (repo["id"], number)
-    ).fetchone()
-    if row is None:
-        raise not_found()
-    return row
+    return ctx.existing("SELECT * FROM issues WHERE repo_id = ? AND number = ?", (repo["id"], ctx.id_param("number")))
 
 
 def issue_row(ctx: Ctx, issue_id: int) -> sqlite3.Row:
@@ -151,12 +143,10 @@ def create_issue(ctx: Ctx) -> Response:
 def list_issues(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
     req = ctx.request
-    state = req.arg("state") or "open"
-    if state not in ("open", "closed", "all"):
-        raise invalid_field("Issue", "state")
+    state = state_filter(req, "Issue")
     sql = "SELECT * FROM issues WHERE repo_id = ?"
     args: list[Any] = [repo["id"]]
-    if state != "all":
+    if state is not None:
         sql += " AND state = ?"
         args.append(state)
     creator = req.arg("creator")
@@ -174,12 +164,8 @@ def list_issues(ctx: Ctx) -> Response:
             " WHERE labels.name = ?)"
         )
         args.append(name.strip())
-    sort = {"created": "created_at", "updated": "updated_at", "comments": "created_at"}.get(
-        req.arg("sort") or "created", "created_at"
-    )
-    direction = "ASC" if req.arg("direction") == "asc" else "DESC"
-    sql += f" ORDER BY {sort} {direction}, id {direction}"
-    rows = ctx.db.execute(sql, args).fetchall()
+    order = order_by(req, {"created": "created_at", "updated": "updated_at", "comments": "created_at"}, "id")
+    rows = ctx.db.execute(f"{sql} ORDER BY {order}", args).fetchall()
     return paginate(ctx, rows, lambda r: core.issue(ctx, r))
 
 
@@ -307,20 +293,21 @@ def list_issue_labels(ctx: Ctx) -> Response:
     return _labels_answer(ctx, repo, load_issue(ctx, repo))
 
 
-@routes.add("POST", "/repos/{owner}/{repo}/issues/{number}/labels")
-def add_labels(ctx: Ctx) -> Response:
+def _set_requested_labels(ctx: Ctx, replace: bool) -> Response:
     repo = load_repo(ctx, "triage")
     row = load_issue(ctx, repo)
-    set_labels(ctx, repo, row, _label_names(ctx.request.json()), replace=False)
+    set_labels(ctx, repo, row, _label_names(ctx.request.json()), replace=replace)
     return _labels_answer(ctx, repo, row)
+
+
+@routes.add("POST", "/repos/{owner}/{repo}/issues/{number}/labels")
+def add_labels(ctx: Ctx) -> Response:
+    return _set_requested_labels(ctx, replace=False)
 
 
 @routes.add("PUT", "/repos/{owner}/{repo}/issues/{number}/labels")
 def replace_labels(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "triage")
-    row = load_issue(ctx, repo)
-    set_labels(ctx, repo, row, _label_names(ctx.request.json()), replace=True)
-    return _labels_answer(ctx, repo, row)
+    return _set_requested_labels(ctx, replace=True)
 
 
 @routes.add("DELETE", "/repos/{owner}/{repo}/issues/{number}/labels")
@@ -349,18 +336,11 @@ def delete_label_from_issue(ctx: Ctx) -> Response:
 
 
 def _comment(ctx: Ctx, repo: sqlite3.Row) -> sqlite3.Row:
-    try:
-        comment_id = int(ctx.p("comment_id"))
-    except ValueError as exc:
-        raise not_found() from exc
-    row: sqlite3.Row | None = ctx.db.execute(
+    return ctx.existing(
         "SELECT comments.* FROM comments JOIN issues ON issues.id = comments.issue_id "
         "WHERE comments.id = ? AND issues.repo_id = ?",
-        (comment_id, repo["id"]),
-    ).fetchone()
-    if row is None:
-        raise not_found()
-    return row
+        (ctx.id_param("comment_id"), repo["id"]),
+    )
 
 
 @routes.add("POST", "/repos/{owner}/{repo}/issues/{number}/comments")

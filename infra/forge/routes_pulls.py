@@ -18,6 +18,8 @@ from typing import Any
 
 from . import events, payloads, shapes_git, shapes_pulls
 from .auth import require_role, role_at_least
+from .gitrepo import GitRepo
+from .listing import order_by, state_filter
 from .names import now_iso, valid_branch
 from .paging import paginate
 from .router import Ctx, RouteTable
@@ -30,10 +32,7 @@ routes = RouteTable()
 
 def load_pull(ctx: Ctx, repo: sqlite3.Row) -> tuple[sqlite3.Row, sqlite3.Row]:
     issue = load_issue(ctx, repo)
-    pull = ctx.db.execute("SELECT * FROM pulls WHERE issue_id = ?", (issue["id"],)).fetchone()
-    if pull is None:
-        raise not_found()
-    return issue, pull
+    return issue, ctx.existing("SELECT * FROM pulls WHERE issue_id = ?", (issue["id"],))
 
 
 def reload(ctx: Ctx, pull_id: int) -> tuple[sqlite3.Row, sqlite3.Row]:
@@ -118,12 +117,10 @@ def create_pull(ctx: Ctx) -> Response:
 def list_pulls(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
     req = ctx.request
-    state = req.arg("state") or "open"
-    if state not in ("open", "closed", "all"):
-        raise invalid_field("PullRequest", "state")
+    state = state_filter(req, "PullRequest")
     sql = "SELECT pulls.id FROM pulls JOIN issues ON issues.id = pulls.issue_id WHERE issues.repo_id = ?"
     args: list[Any] = [repo["id"]]
-    if state != "all":
+    if state is not None:
         sql += " AND issues.state = ?"
         args.append(state)
     head = req.arg("head")
@@ -138,11 +135,8 @@ def list_pulls(ctx: Ctx) -> Response:
     if base:
         sql += " AND pulls.base_ref = ?"
         args.append(base)
-    sort = {"created": "issues.created_at", "updated": "issues.updated_at"}.get(
-        req.arg("sort") or "created", "issues.created_at"
-    )
-    direction = "ASC" if req.arg("direction") == "asc" else "DESC"
-    ids = [r["id"] for r in ctx.db.execute(f"{sql} ORDER BY {sort} {direction}, pulls.id {direction}", args)]
+    order = order_by(req, {"created": "issues.created_at", "updated": "issues.updated_at"}, "pulls.id")
+    ids = [r["id"] for r in ctx.db.execute(f"{sql} ORDER BY {order}", args)]
     return paginate(ctx, ids, lambda pull_id: shapes_pulls.pull(ctx, *reload(ctx, pull_id), full=False))
 
 
@@ -201,23 +195,26 @@ def edit_pull(ctx: Ctx) -> Response:
     return Response.json(200, shapes_pulls.pull(ctx, *reload(ctx, pull["id"])))
 
 
-@routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/commits")
-def list_pull_commits(ctx: Ctx) -> Response:
+def _pull_span(ctx: Ctx) -> tuple[sqlite3.Row, sqlite3.Row, GitRepo, str | None]:
+    """The pull request named by the path, its repository and git, and where its commits start: the merge base
+    of its head with its base."""
     repo = load_repo(ctx)
     _, pull = load_pull(ctx, repo)
     git = ctx.git(repo)
-    base = shapes_pulls.base_sha(ctx, repo, pull)
-    shas = list(reversed(git.rev_list(pull["head_sha"], git.merge_base(base, pull["head_sha"]), limit=250)))
+    return repo, pull, git, git.merge_base(shapes_pulls.base_sha(ctx, repo, pull), pull["head_sha"])
+
+
+@routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/commits")
+def list_pull_commits(ctx: Ctx) -> Response:
+    repo, pull, git, start = _pull_span(ctx)
+    shas = list(reversed(git.rev_list(pull["head_sha"], start, limit=250)))
     return paginate(ctx, shas, lambda s: shapes_git.commit(ctx, repo, git.commit_info(s), with_files=False))
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/files")
 def list_pull_files(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    _, pull = load_pull(ctx, repo)
-    git = ctx.git(repo)
-    base = shapes_pulls.base_sha(ctx, repo, pull)
-    files = git.changes(git.merge_base(base, pull["head_sha"]), pull["head_sha"])
+    repo, pull, git, start = _pull_span(ctx)
+    files = git.changes(start, pull["head_sha"])
     return paginate(
         ctx,
         files,

@@ -17,23 +17,14 @@ from .paging import paginate
 from .router import Ctx, RouteTable
 from .routes_pulls import emit_pull, load_pull, reload
 from .routes_repos import load_repo
-from .wire import ApiError, Response, invalid_field, not_found, validation_failed
+from .wire import ApiError, Response, invalid_field, validation_failed
 
 routes = RouteTable()
 EVENT_STATES = {"APPROVE": "APPROVED", "REQUEST_CHANGES": "CHANGES_REQUESTED", "COMMENT": "COMMENTED"}
 
 
 def _review(ctx: Ctx, pull: sqlite3.Row) -> sqlite3.Row:
-    try:
-        review_id = int(ctx.p("review_id"))
-    except ValueError as exc:
-        raise not_found() from exc
-    row: sqlite3.Row | None = ctx.db.execute(
-        "SELECT * FROM reviews WHERE id = ? AND pull_id = ?", (review_id, pull["id"])
-    ).fetchone()
-    if row is None:
-        raise not_found()
-    return row
+    return ctx.existing("SELECT * FROM reviews WHERE id = ? AND pull_id = ?", (ctx.id_param("review_id"), pull["id"]))
 
 
 def _submit(

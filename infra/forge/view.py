@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,15 +58,19 @@ class View:
         row: sqlite3.Row = self.db.execute("SELECT * FROM repos WHERE id = ?", (repo_id,)).fetchone()
         return row
 
-    def find_repo(self, owner: str, name: str) -> sqlite3.Row:
-        row: sqlite3.Row | None = self.db.execute(
-            "SELECT repos.* FROM repos JOIN users ON users.id = repos.owner_id "
-            "WHERE users.login = ? AND repos.name = ?",
-            (owner, name),
-        ).fetchone()
+    def existing(self, sql: str, args: Sequence[object]) -> sqlite3.Row:
+        """The first row ``sql`` selects; when there is none the resource is unknown (404), as GitHub answers."""
+        row: sqlite3.Row | None = self.db.execute(sql, args).fetchone()
         if row is None:
             raise not_found()
         return row
+
+    def find_repo(self, owner: str, name: str) -> sqlite3.Row:
+        return self.existing(
+            "SELECT repos.* FROM repos JOIN users ON users.id = repos.owner_id "
+            "WHERE users.login = ? AND repos.name = ?",
+            (owner, name),
+        )
 
     def full_name(self, repo: sqlite3.Row) -> str:
         return f"{self.user_row(repo['owner_id'])['login']}/{repo['name']}"

@@ -75,9 +75,10 @@ def docker_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]
     try:
         config = stack.up(state, model_script=script, environments="docker", quiet=True)
         warm_base_image(config.docker_host)
-    except (processes.ServiceError, EngineError, ImageBuildError) as err:
+    except BaseException as err:
         stack.down(state, quiet=True)
-        require(False, f"the embedded stack with its Docker engine could not start: {err}")
+        if isinstance(err, processes.ServiceError | EngineError | ImageBuildError):
+            require(False, f"the embedded stack with its Docker engine could not start: {err}")
         raise
     config.fast_timeouts = True
     config.max_repair_attempts = 2

@@ -32,8 +32,8 @@ from playwright.async_api import async_playwright
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import Client, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from evidence.interface import ArtifactRef
 from evidence.s3 import S3ArtifactStore
@@ -171,23 +171,24 @@ async def reproduction_running(
     heartbeated its first step (Chromium is running the procedure)."""
     handle = client.get_workflow_handle(workflow_id)
     deadline = time.monotonic() + RUN_TIMEOUT_S
+    last_error: Exception | None = None
     while time.monotonic() < deadline:
         assert processes.is_alive(worker), processes.log_tail(Path(worker.log))
         try:
             desc = await handle.describe()
-        except RPCError as err:  # the webhook has not started the run yet
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
+            state = await runs.get_state(client, workflow_id)
+        except (RPCError, WorkflowQueryFailedError) as err:
+            # The webhook has not started the run yet, or its first workflow task has not run.
+            last_error = err
             await asyncio.sleep(0.2)
             continue
-        state = await runs.get_state(client, workflow_id)
         assert state.reproduction is None and state.outcome is None, f"the reproduction was missed: {state!r}"
         for act in desc.raw_description.pending_activities:
             started = act.state == PendingActivityState.PENDING_ACTIVITY_STATE_STARTED
             if act.activity_type.name == REPRODUCE and started and act.heartbeat_details.payloads:
                 return act
         await asyncio.sleep(0.1)
-    raise AssertionError(f"{workflow_id}: {REPRODUCE} never ran in {RUN_TIMEOUT_S}s")
+    raise AssertionError(f"{workflow_id}: {REPRODUCE} never ran in {RUN_TIMEOUT_S}s (last error: {last_error})")
 
 
 def descendants(pid: int) -> list[Proc]:
@@ -269,8 +270,19 @@ async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_arti
         *refs_in(state.publish),
     ]
     kinds = {ref.kind.value for ref in refs}
-    assert {"procedure", "spec", "trace", "screenshot", "log", "patch", "test-output", "bundle"} <= kinds
-    assert {"manifest", "report"} <= kinds
+    expected = {
+        "procedure",
+        "spec",
+        "trace",
+        "screenshot",
+        "log",
+        "patch",
+        "test-output",
+        "bundle",
+        "manifest",
+        "report",
+    }
+    assert expected <= kinds, kinds
     store = s3_store(run.stack)
     for i, ref in enumerate({ref.key: ref for ref in refs}.values()):
         head = store.client.head_object(Bucket=store.bucket, Key=store.prefix + ref.key)

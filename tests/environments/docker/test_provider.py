@@ -61,6 +61,12 @@ def provision(provider: DockerProvider, cart_spec: RecoverySpec, cart_workspace:
 
 
 @pytest.fixture
+def run_id(new_run: Callable[[], str]) -> str:
+    """A fresh run, cleaned up (completely) after the test."""
+    return new_run()
+
+
+@pytest.fixture
 def foreign_container(docker_client: docker.DockerClient) -> Iterator[list[str]]:
     """Names of containers a test creates outside the provider; removed after the test."""
     names: list[str] = []
@@ -70,11 +76,8 @@ def foreign_container(docker_client: docker.DockerClient) -> Iterator[list[str]]
 
 
 def test_cart_container_starts_and_answers_its_probe_from_the_host(
-    provider: DockerProvider,
-    new_run: Callable[[], str],
-    provision: Provision,
+    provider: DockerProvider, run_id: str, provision: Provision
 ) -> None:
-    run_id = new_run()
     handle = provision(run_id)
 
     assert httpx.get(f"{handle.base_url}/healthz", trust_env=False).text == "ok"
@@ -84,11 +87,8 @@ def test_cart_container_starts_and_answers_its_probe_from_the_host(
 
 
 def test_provision_twice_with_one_op_id_gives_one_container(
-    new_run: Callable[[], str],
-    provision: Provision,
-    docker_client: docker.DockerClient,
+    run_id: str, provision: Provision, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     first = provision(run_id)
     second = provision(run_id)
 
@@ -100,13 +100,12 @@ def test_provision_twice_with_one_op_id_gives_one_container(
 def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     docker_engine: DockerEngine,
     provider: DockerProvider,
-    new_run: Callable[[], str],
+    run_id: str,
     cart_spec: RecoverySpec,
     cart_workspace: Path,
     provision: Provision,
     docker_client: docker.DockerClient,
 ) -> None:
-    run_id = new_run()
     op_id = f"{run_id}:env:1"
     child = subprocess.run(
         [
@@ -144,14 +143,13 @@ def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
 )
 def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
     provider: DockerProvider,
-    new_run: Callable[[], str],
+    run_id: str,
     cart_spec: RecoverySpec,
     provision: Provision,
     docker_client: docker.DockerClient,
     foreign_container: list[str],
     labels: dict[str, str],
 ) -> None:
-    run_id = new_run()
     op_id = f"{run_id}:env"
     base = provider.images.ensure_base(cart_spec.recipe.image)
     foreign = docker_client.containers.create(base, ["true"], name=container_name(op_id), labels=labels)
@@ -166,12 +164,8 @@ def test_foreign_container_with_the_same_name_is_a_conflict_and_is_left_alone(
 
 
 def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_provision_restarts_it(
-    provider: DockerProvider,
-    new_run: Callable[[], str],
-    provision: Provision,
-    docker_client: docker.DockerClient,
+    provider: DockerProvider, run_id: str, provision: Provision, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     handle = provision(run_id)
     top = docker_client.containers.get(handle.env_id).top()
     command = top["Titles"].index("CMD")
@@ -186,10 +180,7 @@ def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_prov
 
 
 def test_cleanup_run_removes_everything_of_that_run_and_nothing_of_another(
-    provider: DockerProvider,
-    new_run: Callable[[], str],
-    provision: Provision,
-    docker_client: docker.DockerClient,
+    provider: DockerProvider, new_run: Callable[[], str], provision: Provision, docker_client: docker.DockerClient
 ) -> None:
     doomed, kept = new_run(), new_run()
     doomed_env = provision(doomed)
@@ -218,12 +209,8 @@ def test_cleanup_run_removes_everything_of_that_run_and_nothing_of_another(
 
 
 def test_late_provision_after_cleanup_is_fenced_and_creates_nothing(
-    provider: DockerProvider,
-    new_run: Callable[[], str],
-    provision: Provision,
-    docker_client: docker.DockerClient,
+    provider: DockerProvider, run_id: str, provision: Provision, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     provision(run_id, f"{run_id}:env:1")
     provider.cleanup_run(run_id)
 
@@ -235,12 +222,8 @@ def test_late_provision_after_cleanup_is_fenced_and_creates_nothing(
 
 
 def test_limits_and_hardening_are_applied_to_the_container(
-    new_run: Callable[[], str],
-    provision: Provision,
-    cart_spec: RecoverySpec,
-    docker_client: docker.DockerClient,
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     handle = provision(run_id)
     container = docker_client.containers.get(handle.env_id)
     host = container.attrs["HostConfig"]
@@ -261,12 +244,8 @@ def test_limits_and_hardening_are_applied_to_the_container(
 
 
 def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finishes(
-    provider: DockerProvider,
-    new_run: Callable[[], str],
-    provision: Provision,
-    docker_client: docker.DockerClient,
+    provider: DockerProvider, run_id: str, provision: Provision, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     handle = provision(run_id)
     container = docker_client.containers.get(handle.env_id)
     # An immutable file in the container's directory makes the engine's removal fail for real.
@@ -285,12 +264,8 @@ def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finish
 
 
 def test_recipe_with_secrets_is_refused_before_anything_is_created(
-    new_run: Callable[[], str],
-    provision: Provision,
-    cart_spec: RecoverySpec,
-    docker_client: docker.DockerClient,
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
 ) -> None:
-    run_id = new_run()
     recipe = cart_spec.recipe.model_copy(update={"secrets": {"TOKEN": "env:CART_TOKEN"}})
     spec = cart_spec.model_copy(update={"recipe": recipe})
 
