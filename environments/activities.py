@@ -8,8 +8,9 @@ trusted from a previous attempt or another worker. Idempotency:
 - ``env.provision``: idempotent per operation ID (the provider adopts what an earlier attempt started).
 - ``env.verify_candidate``: deterministic commit (same base + patch + message + timestamp, same SHA);
   stored outputs are content-addressed.
-- ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first, so a late attempt
-  of a provisioning activity cannot recreate anything afterwards.
+- ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
+  evidence store (``environments.run_fence``, checked by every creating activity on any host) and under each
+  provider's state — so a late attempt of a provisioning activity cannot recreate anything afterwards.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.mirror import RevisionNotFoundError
+from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import RecipeError, build_recovery_spec, canonical_json, spec_from_json
 from environments.workspace import PatchError, TreeMismatchError, Workspace
 from evidence.interface import ArtifactKind, ArtifactRef
@@ -103,6 +105,7 @@ class EnvironmentActivities:
         patch = store.read_bytes(inp.patch_ref).decode() if inp.patch_ref else None
         provider: EnvironmentProvider = self.services.provider(inp.provider)
         try:
+            ensure_not_fenced(store, inp.run_id, f"to provision {inp.op_id}")
             with Heartbeat("rebuilding workspace") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 beat.set(f"starting app with {provider.name}")
@@ -135,6 +138,7 @@ class EnvironmentActivities:
         spec = spec_from_json(store.read_bytes(inp.spec_ref))
         patch = store.read_bytes(inp.patch_ref).decode()
         try:
+            ensure_not_fenced(store, inp.run_id, f"to verify {inp.op_id}")
             with Heartbeat("rebuilding workspace from base + patch") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 commit = self.services.workspaces.commit(ws, inp.message, inp.commit_timestamp)
@@ -181,6 +185,8 @@ class EnvironmentActivities:
     def cleanup_run(self, inp: CleanupRunInput) -> CleanupReport:
         """Tombstone the run and remove everything it owns across providers and workspaces; idempotent."""
         total = CleanupReport(run_id=inp.run_id)
+        # The shared tombstone first: from now on no host creates anything for this run.
+        write_tombstone(self.services.store, inp.run_id)
         names = {"local", self.services.config.environment_provider}
         with Heartbeat("cleaning up owned resources"):
             for name in sorted(names):

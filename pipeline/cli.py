@@ -187,7 +187,10 @@ def cmd_start(args: argparse.Namespace, config: DurafixConfig) -> int:
         raise CliError("give --issue N or --report FILE", EXIT_USAGE)
 
     async def go(client: Client) -> int:
-        started = await runs.start_run(client, config, args.repo, issue, base_branch=args.base)
+        try:
+            started = await runs.start_run(client, config, args.repo, issue, base_branch=args.base)
+        except runs.RunAlreadyEnded as ended:
+            raise CliError(str(ended)) from ended
         if args.json:
             _print_json({"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached})
         else:

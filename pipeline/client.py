@@ -37,6 +37,16 @@ class Started:
     attached: bool
 
 
+class RunAlreadyEnded(Exception):
+    """The report already had its run; a report is repaired by one run, ever (open a new issue to retry)."""
+
+    def __init__(self, workflow_id: str, status: WorkflowExecutionStatus | None) -> None:
+        state = status.name.lower() if status else "closed"
+        super().__init__(f"{workflow_id} already ran and is {state}; open a new issue to try again")
+        self.workflow_id = workflow_id
+        self.status = status
+
+
 def run_policy(config: DurafixConfig) -> RunPolicy:
     policy = RunPolicy.fast() if config.fast_timeouts else RunPolicy()
     policy.max_repair_attempts = config.max_repair_attempts
@@ -56,14 +66,18 @@ async def start_run(
     """Start ``repair_bug`` for the report, or attach to the run that already handles it."""
     workflow_id = workflow_id_for(repository, issue_number)
     existing = handle_for(client, workflow_id)
+    desc_status: WorkflowExecutionStatus | None = None
     try:
         desc = await existing.describe()
         if desc.status == WorkflowExecutionStatus.RUNNING:
             return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
+        desc_status = desc.status
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
     policy = policy or run_policy(config)
+    if desc_status is not None:
+        raise RunAlreadyEnded(workflow_id, desc_status)
     # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
     handle: WorkflowHandle[object, RunState] = await client.start_workflow(
         "repair_bug",
@@ -79,7 +93,9 @@ async def start_run(
         task_queue=TaskQueue.ORCHESTRATION.value,
         result_type=RunState,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE_FAILED_ONLY,
+        # One run per report, ever: a run's resources are fenced by its workflow ID after its cleanup, so a
+        # second run under the same ID could not provision anything.
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         execution_timeout=timedelta(seconds=policy.run_deadline_s),
     )
     return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)

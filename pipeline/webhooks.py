@@ -140,9 +140,14 @@ class WebhookReceiver:
         if not triggered:
             return 202, {"message": f"issues.{action} without the {label!r} label: ignored"}
         repository = payload["repository"]["full_name"]
-        started = self._run(
-            runs.start_run(self._client, self.config, repository, int(issue["number"]), trigger=f"webhook:{delivery}")
-        )
+        try:
+            started = self._run(
+                runs.start_run(
+                    self._client, self.config, repository, int(issue["number"]), trigger=f"webhook:{delivery}"
+                )
+            )
+        except runs.RunAlreadyEnded as ended:
+            return 200, {"workflow_id": ended.workflow_id, "message": str(ended)}
         return 202, {"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached}
 
     def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from environments.interface import RunFencedError
+from environments.run_fence import ensure_not_fenced
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactKind
 from pipeline import failures
@@ -88,6 +90,10 @@ class ModelActivities:
         store = self.services.store
         spec = spec_from_json(store.read_bytes(inp.spec_ref))
         workspaces = self.services.workspaces
+        try:
+            ensure_not_fenced(store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        except RunFencedError as err:
+            raise failures.policy(f"run fenced: {err}") from err
         ws = workspaces.rebuild(
             run_id=inp.run_id,
             op_id=inp.op_id,

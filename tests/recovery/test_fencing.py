@@ -71,3 +71,25 @@ def test_an_attempt_waking_after_cleanup_is_fenced_and_creates_nothing(
     assert raised.value.type == "Policy" and raised.value.non_retryable
     assert "fenced" in str(raised.value)
     assert_nothing_left(restarted, handle)
+
+
+def test_an_attempt_waking_on_another_host_after_cleanup_is_fenced_by_the_shared_tombstone(
+    remote: Remote, new_worker: Callable[[str], Worker]
+) -> None:
+    """Host B never saw the cleanup (its own state directory has no tombstone): the tombstone in the shared
+    evidence store still stops it before it creates anything."""
+    host_a = new_worker("host-a")
+    spec_ref = host_a.prepare_spec(remote)
+    handle = host_a.provision(spec_ref)
+    report = host_a.run(host_a.env.cleanup_run, CleanupRunInput(run_id=RUN_ID))
+    assert report.complete, report.errors
+
+    host_b = new_worker("host-b")
+    with pytest.raises(ApplicationError) as raised:
+        late_provision(host_b, spec_ref, spec_ref, f"{RUN_ID}:env-base:2")
+    assert raised.value.type == "Policy" and "cleaned up" in str(raised.value)
+    assert run_processes() == set()
+    assert host_b.services.provider("local").list_owned(RUN_ID) == []
+    assert host_b.services.workspaces.list_owned(RUN_ID) == []
+    assert not host_b.run_dir("workspaces").exists()
+    wait_dead(app_pid(handle))
