@@ -48,7 +48,7 @@ from environments.inventory import (
     open_holders,
     render_resources,
     resource_json,
-    run_id_from,
+    run_option,
     take_inventory,
     unavailable_json,
 )
@@ -188,12 +188,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.force and not (args.yes and args.run):
         parser.error("--force only applies to --run ... --yes")
-    run_id: str | None = None
-    if args.run:
-        try:
-            run_id = run_id_from(args.run)
-        except ValueError as err:
-            parser.error(str(err))
+    run_id = run_option(parser, args.run)
     config = load_config()
     holders, unopened = open_holders(config)
     printer = Printer(as_json=args.json)

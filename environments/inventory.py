@@ -19,6 +19,7 @@ Contracts:
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -82,6 +83,16 @@ def run_id_from(text: str) -> str:
     run_id = text if text.startswith("repair:") else f"repair:{text}"
     parse_workflow_id(run_id)
     return run_id
+
+
+def run_option(parser: argparse.ArgumentParser, text: str | None) -> str | None:
+    """The run ID a command's ``--run TEXT`` names, None without it; a malformed one is the parser's usage error."""
+    if not text:
+        return None
+    try:
+        return run_id_from(text)
+    except ValueError as err:
+        parser.error(str(err))
 
 
 def is_run_id(text: str) -> bool:

@@ -20,7 +20,7 @@ from environments.inventory import (
     render_table,
     resource_json,
     resource_row,
-    run_id_from,
+    run_option,
     take_inventory,
     unavailable_json,
 )
@@ -39,12 +39,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    run_id: str | None = None
-    if args.run:
-        try:
-            run_id = run_id_from(args.run)
-        except ValueError as err:
-            parser.error(str(err))
+    run_id = run_option(parser, args.run)
     holders, unopened = open_holders(load_config())
     inventory = take_inventory(holders, unopened, run_id)
     for item in inventory.unavailable:

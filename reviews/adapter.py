@@ -115,20 +115,14 @@ class GitHubForge:
         """What the run left on the forge. Op ids and comment keys of a run start with `<run_id>:`;
         evidence comment keys with `<run_id>:evidence`; branches live under `durafix/<run>/`."""
         op_prefix = f"{run_id}:"
-        login = self._t.login()
         tickets: list[str] = []
         evidence: list[int] = []
         pulls = self._pulls.list_by_run(run_id)
         if issue_number is not None:
-
-            def scan_tickets() -> list[str]:
-                return [
-                    f"comment:{c.id}"
-                    for c in self._t.repo.get_issue(issue_number).get_comments()
-                    if c.user.login == login and _ticket_op(c.body).startswith(op_prefix)
-                ]
-
-            tickets += self._t.read(f"list tickets on #{issue_number}", scan_tickets)
+            ours = self._t.our_comments(
+                f"list tickets on #{issue_number}", issue_number, lambda body: _ticket_op(body).startswith(op_prefix)
+            )
+            tickets += [f"comment:{c.id}" for c in ours]
         ticket_claims = self._claims.list_claims(TICKET_CLAIMS, op_prefix)
         tickets += [c.record.result for c in ticket_claims if c.record.result.startswith("issue:")]
         for number in [*([issue_number] if issue_number is not None else []), *pulls]:

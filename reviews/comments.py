@@ -73,30 +73,14 @@ class Comments:
 
     def find(self, number: int, key: str) -> IssueComment | None:
         """Our oldest comment on `number` carrying `key` (any content hash)."""
-        login = self._t.login()
-
-        def scan() -> IssueComment | None:
-            matches = [
-                c
-                for c in self._t.repo.get_issue(number).get_comments()
-                if c.user.login == login and _has_key(c.body, key)
-            ]
-            return min(matches, key=lambda c: c.id) if matches else None
-
-        return self._t.read(f"find comment {key} on #{number}", scan)
+        matches = self._t.our_comments(f"find comment {key} on #{number}", number, lambda body: _has_key(body, key))
+        return min(matches, key=lambda c: c.id, default=None)
 
     def list_keyed(self, number: int, key_prefix: str) -> list[IssueComment]:
         """Our comments on `number` whose key starts with `key_prefix`."""
-        login = self._t.login()
-
-        def scan() -> list[IssueComment]:
-            return [
-                c
-                for c in self._t.repo.get_issue(number).get_comments()
-                if c.user.login == login and _key_starts(c.body, key_prefix)
-            ]
-
-        return self._t.read(f"list comments {key_prefix}* on #{number}", scan)
+        return self._t.our_comments(
+            f"list comments {key_prefix}* on #{number}", number, lambda body: _key_starts(body, key_prefix)
+        )
 
 
 def _key_of(body: str | None) -> str | None:

@@ -117,17 +117,10 @@ class Tickets:
         return _from_issue(ticket.op_id, issue, created=False)
 
     def _find_comment(self, op_id: str, issue_number: int) -> Ticket | None:
-        login = self._t.login()
-
-        def scan() -> IssueComment | None:
-            matches = [
-                c
-                for c in self._t.repo.get_issue(issue_number).get_comments()
-                if c.user.login == login and _is_ticket(c.body, op_id)
-            ]
-            return min(matches, key=lambda c: c.id) if matches else None
-
-        comment = self._t.read(f"find ticket comment on #{issue_number}", scan)
+        matches = self._t.our_comments(
+            f"find ticket comment on #{issue_number}", issue_number, lambda body: _is_ticket(body, op_id)
+        )
+        comment = min(matches, key=lambda c: c.id, default=None)
         return _from_comment(op_id, issue_number, comment, created=False) if comment else None
 
     def _find_issue(self, op_id: str, claim: ClaimState | None) -> Ticket | None:

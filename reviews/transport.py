@@ -12,6 +12,7 @@ from typing import TypeVar
 
 import requests
 from github import Auth, Github, GithubException
+from github.IssueComment import IssueComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
@@ -82,6 +83,17 @@ class Transport:
             raise from_github_exception(exc, what) from exc
         except requests.exceptions.RequestException as exc:
             raise from_transport_exception(exc, what, mutation=mutation) from exc
+
+    def our_comments(self, what: str, number: int, body_matches: Callable[[str], bool]) -> list[IssueComment]:
+        """Comments on issue or pull request ``number`` by :meth:`login` whose body passes ``body_matches``,
+        listed in one :meth:`read` (the whole pagination inside it)."""
+        login = self.login()
+
+        def scan() -> list[IssueComment]:
+            comments = self.repo.get_issue(number).get_comments()
+            return [c for c in comments if c.user.login == login and body_matches(c.body)]
+
+        return self.read(what, scan)
 
     def login(self) -> str:
         """The login whose marked objects count as ours (configured, else the token's user)."""

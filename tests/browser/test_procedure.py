@@ -32,6 +32,13 @@ bug_present:
 """
 
 
+def refusal(text: str, first_line: int = 1) -> ProcedureError:
+    """The error ``parse_procedure`` refuses ``text`` with."""
+    with pytest.raises(ProcedureError) as raised:
+        parse_procedure(text, first_line=first_line)
+    return raised.value
+
+
 def test_valid_yaml_parses_into_typed_steps_with_defaults() -> None:
     procedure = parse_procedure(VALID)
     assert procedure.steps == [
@@ -43,35 +50,28 @@ def test_valid_yaml_parses_into_typed_steps_with_defaults() -> None:
 
 
 def test_unknown_action_is_reported_at_its_line() -> None:
-    text = VALID.replace("action: wait_for", "action: hover")
-    with pytest.raises(ProcedureError) as raised:
-        parse_procedure(text)
-    assert raised.value.line == 6
-    assert "steps.1" in str(raised.value)
-    assert "hover" in str(raised.value)
+    error = refusal(VALID.replace("action: wait_for", "action: hover"))
+    assert error.line == 6
+    assert "steps.1" in str(error)
+    assert "hover" in str(error)
 
 
 def test_missing_selector_is_reported_at_the_step() -> None:
-    text = VALID.replace('    selector: "#total"\nbug_present', "bug_present")
-    with pytest.raises(ProcedureError) as raised:
-        parse_procedure(text)
-    assert raised.value.line == 6
-    assert "steps.1.wait_for.selector: Field required" in str(raised.value)
+    error = refusal(VALID.replace('    selector: "#total"\nbug_present', "bug_present"))
+    assert error.line == 6
+    assert "steps.1.wait_for.selector: Field required" in str(error)
 
 
 def test_misspelled_key_is_rejected_not_ignored() -> None:
-    text = VALID.replace("    not_equals: $40.00", "    not_equals: $40.00\n    timout_ms: 10")
-    with pytest.raises(ProcedureError) as raised:
-        parse_procedure(text)
-    assert raised.value.line == 12
-    assert "timout_ms" in str(raised.value)
+    error = refusal(VALID.replace("    not_equals: $40.00", "    not_equals: $40.00\n    timout_ms: 10"))
+    assert error.line == 12
+    assert "timout_ms" in str(error)
 
 
 def test_invalid_yaml_is_reported_with_its_line_in_the_source() -> None:
-    with pytest.raises(ProcedureError) as raised:
-        parse_procedure('version: 1\nname: x\nsteps: [\n  - action: "goto\n', first_line=40)
-    assert raised.value.line is not None and raised.value.line >= 42
-    assert "invalid YAML" in str(raised.value)
+    error = refusal('version: 1\nname: x\nsteps: [\n  - action: "goto\n', first_line=40)
+    assert error.line is not None and error.line >= 42
+    assert "invalid YAML" in str(error)
 
 
 def test_expect_text_needs_exactly_one_comparison() -> None:

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
+from browser.runner import CHROMIUM_ARGS
 from evidence.bundle import bundle_digest
 from evidence.interface import ArtifactKind, IntegrityError
 from evidence.local import LocalArtifactStore
@@ -19,17 +20,6 @@ from evidence.report import render_report
 from evidence.serve import make_server
 from tests.evidence.conftest import require
 from tests.evidence.samples import BASE, CANDIDATE, solid_png, store_cart_bundle
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 
 
 def test_report_shows_both_revisions_steps_patch_checks_and_hashes(tmp_path: Path) -> None:

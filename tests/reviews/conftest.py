@@ -9,10 +9,12 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from github import Auth, Github
@@ -24,6 +26,8 @@ from reviews.adapter import GitHubForge
 from reviews.config import ForgeConfig
 
 __all__ = ["Site", "forge", "git", "site"]
+
+T = TypeVar("T")
 
 GIT_ENV = {
     **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
@@ -86,6 +90,18 @@ class Site:
 
     def new_adapter(self, **overrides: Any) -> GitHubForge:
         return GitHubForge(self.config(**overrides))
+
+    def race(self, count: int, call: Callable[[GitHubForge], T]) -> list[T]:
+        """``call`` on ``count`` fresh adapters, released at once by a barrier; their results in order."""
+        adapters = [self.new_adapter() for _ in range(count)]
+        start = threading.Barrier(count)
+
+        def run(adapter: GitHubForge) -> T:
+            start.wait()
+            return call(adapter)
+
+        with ThreadPoolExecutor(count) as pool:
+            return list(pool.map(run, adapters))
 
     def github(self, token: str | None = None) -> Github:
         """A plain PyGithub client, for the test's own view of GitHub's state."""

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 from reviews.markers import comment_marker, with_marker
-from reviews.models import CommentRef
 from tests.reviews.conftest import Site
 
 KEY = "repair-bot-shop-1:evidence:reproduction"
@@ -39,15 +35,7 @@ def test_comment_posted_but_response_dropped_ends_with_exactly_one_comment(site:
 
 def test_overlapping_calls_with_one_key_post_one_comment(site: Site) -> None:
     site.fault("POST", rf"/issues/{site.issue}/comments$", "delay", seconds=1.0)
-    adapters = [site.new_adapter() for _ in range(3)]
-    start = threading.Barrier(len(adapters))
-
-    def call(index: int) -> CommentRef:
-        start.wait()
-        return adapters[index].ensure_comment(site.issue, KEY, "Evidence")
-
-    with ThreadPoolExecutor(len(adapters)) as pool:
-        refs = list(pool.map(call, range(len(adapters))))
+    refs = site.race(3, lambda adapter: adapter.ensure_comment(site.issue, KEY, "Evidence"))
 
     assert len({r.comment_id for r in refs}) == 1
     assert [r.action for r in refs].count("created") == 1

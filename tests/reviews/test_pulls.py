@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-
 import pytest
 
 from reviews.errors import ForgeConflictError, ForgePermanentError
 from reviews.markers import run_branch_prefix
-from reviews.models import PullRef
 from tests.reviews.conftest import Site
 
 RUN = "repair-bot-shop-1"
@@ -60,15 +56,7 @@ def test_overlapping_creates_resolve_already_exists_to_the_same_pr(site: Site) -
     _published(site)
     # The first create is held back so the second one's lookup sees nothing and also creates.
     site.fault("POST", r"/repos/bot/shop/pulls$", "delay", seconds=1.0)
-    adapters = [site.new_adapter(), site.new_adapter()]
-    start = threading.Barrier(2)
-
-    def call(index: int) -> PullRef:
-        start.wait()
-        return adapters[index].ensure_draft_pr(RUN, BRANCH, "main", "Fix", "Body")
-
-    with ThreadPoolExecutor(2) as pool:
-        refs = list(pool.map(call, range(2)))
+    refs = site.race(2, lambda adapter: adapter.ensure_draft_pr(RUN, BRANCH, "main", "Fix", "Body"))
 
     assert refs[0].number == refs[1].number
     assert _open_prs(site) == [refs[0].number]

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from reviews.claims import ClaimLostError, ClaimRecord, ClaimStore
 from reviews.errors import ForgeAmbiguousError, ForgeTransientError
-from reviews.models import Ticket
 from reviews.transport import Transport
 from tests.reviews.conftest import Site
 
@@ -89,15 +86,7 @@ def test_create_that_lands_after_a_timeout_is_found_not_duplicated(site: Site) -
 def test_overlapping_attempts_with_one_op_id_create_one_ticket(site: Site) -> None:
     # A slow create keeps the first holder busy while the others arrive and find the claim taken.
     site.fault("POST", rf"/issues/{site.issue}/comments$", "delay", seconds=1.0)
-    adapters = [site.new_adapter() for _ in range(4)]
-    start = threading.Barrier(len(adapters))
-
-    def attempt(index: int) -> Ticket:
-        start.wait()
-        return adapters[index].ensure_ticket(OP, site.issue, "t", "Status: reproducing")
-
-    with ThreadPoolExecutor(len(adapters)) as pool:
-        tickets = list(pool.map(attempt, range(len(adapters))))
+    tickets = site.race(4, lambda adapter: adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing"))
 
     assert len({t.comment_id for t in tickets}) == 1
     assert sum(t.created for t in tickets) == 1
