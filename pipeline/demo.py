@@ -184,7 +184,13 @@ def _print_summary(r: dict[str, Any]) -> None:
         f"branches {r['branches']}"
     )
     print(f"fix       {'on main in the merged commit' if r['fix_in_merged_commit'] else 'NOT found on main'}")
-    print(f"evidence  {len(r['evidence'])} artifacts (digest {r['evidence_digest']}); report {r['report_url']}")
+    kinds: dict[str, int] = {}
     for e in r["evidence"]:
-        print(f"          {e['kind']:12} {e['sha256'][:16]}  {e['name']}")
+        kinds[e["kind"]] = kinds.get(e["kind"], 0) + 1
+    print(f"evidence  {len(r['evidence'])} artifacts: " + ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    print(f"          bundle digest {r['evidence_digest']}")
+    print(f"          report {r['report_url']}")
+    for e in r["evidence"]:
+        if e["kind"] in ("patch", "manifest"):
+            print(f"          {e['kind']:9} {e['name']}  sha256 {e['sha256']}")
     print(f"took      {r['seconds']:.1f}s")
