@@ -21,7 +21,9 @@ def main(argv: list[str]) -> int:
     for name in names:
         print(f"\n== {name} ==", flush=True)
         started = time.monotonic()
-        importlib.import_module(f"tests.benchmarks.bench_{name}").main()
+        module = f"tests.benchmarks.bench_{name}"
+        sys.argv = [module]  # each benchmark parses its own options; run it with its defaults
+        importlib.import_module(module).main()
         print(f"({name}: {time.monotonic() - started:.0f}s)", flush=True)
     return 0
 
