@@ -114,7 +114,9 @@ def _reproduction(bundle: EvidenceBundle, store: ArtifactStore) -> str:
 
 def _side(side: RevisionEvidence, label: str, store: ArtifactStore) -> str:
     outcome = "as expected" if side.as_expected else "NOT as expected"
-    figures = "".join(_figure(ref, store) for ref in side.screenshots) or '<p class="note">no screenshots</p>'
+    figures = "".join(_figure(refs, store) for refs in _same_image(side.screenshots)) or (
+        '<p class="note">no screenshots</p>'
+    )
     detail = f"<pre>{_e(side.detail)}</pre>" if side.detail else ""
     return (
         f'<article class="side" id="side-{side.role}" data-revision="{_e(side.revision)}">'
@@ -135,8 +137,18 @@ def _status_text(status: str) -> str:
     }.get(status, status)
 
 
-def _figure(ref: ArtifactRef, store: ArtifactStore) -> str:
-    caption = f"<figcaption>{_e(ref.name)} <span class='sha'>{ref.sha256[:16]}</span></figcaption>"
+def _same_image(refs: list[ArtifactRef]) -> list[list[ArtifactRef]]:
+    """Screenshots grouped by content, in first-seen order: identical pixels are shown once."""
+    groups: dict[str, list[ArtifactRef]] = {}
+    for ref in refs:
+        groups.setdefault(ref.sha256, []).append(ref)
+    return list(groups.values())
+
+
+def _figure(refs: list[ArtifactRef], store: ArtifactStore) -> str:
+    ref = refs[0]
+    names = ", ".join(_e(r.name) for r in refs)
+    caption = f"<figcaption>{names} <span class='sha'>{ref.sha256[:16]}</span></figcaption>"
     if not ref.media_type.startswith("image/") or ref.size > _INLINE_IMAGE_MAX:
         return f"<figure>{_link(ref, store)}{caption}</figure>"
     data = base64.b64encode(store.read_bytes(ref)).decode("ascii")

@@ -39,6 +39,23 @@ def test_report_shows_both_revisions_steps_patch_checks_and_hashes(tmp_path: Pat
         assert ref.sha256 in page
 
 
+def test_identical_screenshots_are_shown_once_with_every_name(tmp_path: Path) -> None:
+    store = LocalArtifactStore(tmp_path / "store")
+    bundle = store_cart_bundle(store, solid_png(8, 4, (200, 0, 0)), solid_png(8, 4, (0, 160, 0)))
+    again = store.put_bytes(
+        solid_png(8, 4, (200, 0, 0)),
+        kind=ArtifactKind.SCREENSHOT,
+        run_id=bundle.run_id,
+        name="run-2-assert-1.png",
+        revision=BASE,
+        media_type="image/png",
+    )
+    bundle.base.screenshots.append(again)
+    page = render_report(bundle, store, tmp_path / "report").read_text()
+    assert len(re.findall(r'<img src="data:image/png;base64,', page)) == 2
+    assert "run-2-assert-1.png" in page and bundle.base.screenshots[0].name in page
+
+
 def test_text_from_artifacts_cannot_inject_markup(tmp_path: Path) -> None:
     store = LocalArtifactStore(tmp_path / "store")
     bundle = store_cart_bundle(store, solid_png(2, 2, (0, 0, 0)), solid_png(2, 2, (9, 9, 9)))
