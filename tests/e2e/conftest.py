@@ -13,7 +13,8 @@ import signal
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,17 +107,25 @@ class E2EStack:
         return processes.log_tail(Path(self.receiver.log), 40)
 
 
-@pytest.fixture(scope="session")
-def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-e2e")
-    script = combined_model_script(state / "model-script.yaml")
+@contextmanager
+def running_e2e_stack(
+    state: Path, *, warm: Callable[[DurafixConfig], None] | None = None, **up: Any
+) -> Iterator[E2EStack]:
+    """The embedded stack (``infra.stack.up(state, **up)``) with fast timeouts and a webhook receiver.
+
+    ``warm`` runs once the stack is up (e.g. importing a cached base image). A stack that cannot start
+    fails the test under CI with the reason (skips elsewhere); everything started is stopped at the end.
+    """
     try:
-        config = stack.up(state, model_script=script, quiet=True)
-    except processes.ServiceError as err:
+        config = stack.up(state, quiet=True, **up)
+        if warm is not None:
+            warm(config)
+    except Exception as err:
         stack.down(state, quiet=True)
         require(False, f"the embedded stack could not start: {err}")
+        raise
+    except BaseException:
+        stack.down(state, quiet=True)
         raise
     config.fast_timeouts = True
     config.max_repair_attempts = 2
@@ -130,14 +139,23 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
         port=port,
         url=f"http://127.0.0.1:{port}/webhook",
     )
-    processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
     e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
     try:
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
         yield e2e
     finally:
         e2e.stop_workers()
         processes.stop(receiver)
         stack.down(state, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state = tmp_path_factory.mktemp("durafix-e2e")
+    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+        yield e2e
 
 
 @pytest.fixture

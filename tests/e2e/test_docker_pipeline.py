@@ -32,15 +32,14 @@ from temporalio.client import WorkflowExecutionStatus
 
 from environments.docker.naming import OP_LABEL, RUN_LABEL, container_name
 from environments.interface import AppRecipe
-from infra import processes, stack
-from infra.docker.engine import EngineError
-from infra.docker.images import ImageBuilder, ImageBuildError
+from infra import processes
+from infra.docker.images import ImageBuilder
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.ids import op_id, workflow_id_for
 from pipeline.state import Approval, Outcome, Phase, RunState
 from tests.conftest import require
-from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes
+from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
@@ -71,35 +70,13 @@ def docker_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]
     require(not missing, f"not installed: {', '.join(missing)}")
     # Short on purpose: the engine's containerd socket path under this directory is limited to 104 bytes.
     state = tmp_path_factory.mktemp("dfx-docker")
-    script = combined_model_script(state / "model-script.yaml")
-    try:
-        config = stack.up(state, model_script=script, environments="docker", quiet=True)
-        warm_base_image(config.docker_host)
-    except BaseException as err:
-        stack.down(state, quiet=True)
-        if isinstance(err, processes.ServiceError | EngineError | ImageBuildError):
-            require(False, f"the embedded stack with its Docker engine could not start: {err}")
-        raise
-    config.fast_timeouts = True
-    config.max_repair_attempts = 2
-    config.save()
-    st = stack.read_stack(state)
-    port = processes.free_port()
-    receiver = processes.spawn(
-        "receiver",
-        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
-        log=state / "logs" / "test-receiver.log",
-        port=port,
-        url=f"http://127.0.0.1:{port}/webhook",
-    )
-    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
-    try:
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    with running_e2e_stack(
+        state,
+        model_script=combined_model_script(state / "model-script.yaml"),
+        environments="docker",
+        warm=lambda config: warm_base_image(config.docker_host),
+    ) as e2e:
         yield e2e
-    finally:
-        e2e.stop_workers()
-        processes.stop(receiver)
-        stack.down(state, quiet=True)
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ import asyncio
 import hashlib
 import re
 import shutil
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, kill, owned_processes, wait_for
+from tests.e2e.conftest import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
 
 pytestmark = [
@@ -80,31 +79,8 @@ def s3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     except ServiceError as err:
         require(False, str(err))
     state = tmp_path_factory.mktemp("durafix-e2e-s3")
-    try:
-        config = stack.up(state, evidence="s3", quiet=True)
-    except ServiceError as err:
-        stack.down(state, quiet=True)
-        pytest.fail(f"the embedded stack with S3 evidence could not start: {err}", pytrace=False)
-    config.fast_timeouts = True
-    config.max_repair_attempts = 2
-    config.save()
-    st = stack.read_stack(state)
-    port = processes.free_port()
-    receiver = processes.spawn(
-        "receiver",
-        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
-        log=state / "logs" / "test-receiver.log",
-        port=port,
-        url=f"http://127.0.0.1:{port}/webhook",
-    )
-    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
-    try:
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+    with running_e2e_stack(state, evidence="s3") as e2e:
         yield e2e
-    finally:
-        e2e.stop_workers()
-        processes.stop(receiver)
-        stack.down(state, quiet=True)
 
 
 @dataclass(frozen=True)

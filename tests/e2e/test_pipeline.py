@@ -148,8 +148,8 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(st
     assert fp.pull_requests == [pr.number]
     assert len(fp.evidence_comments) == 1
     assert fp.branches == [branch_for(wf)]
-    ticket = repo.get_issue(issue).get_comment(final.ticket.comment_id if final.ticket else 0)
-    assert "merged" in ticket.body
+    assert final.ticket is not None and final.ticket.comment_id is not None
+    assert "merged" in repo.get_issue(issue).get_comment(final.ticket.comment_id).body
 
     assert {r.kind for r in final.evidence} >= {"trace", "screenshot", "patch", "manifest", "report"}
     assert owned_processes(wf) == []
