@@ -121,8 +121,9 @@ class BrowserRunner:
             except BaseException:
                 future.cancel()
                 # Wait for the run to close its context before handing the exception back.
-                while _next_event(events, thread) is not None:
-                    pass
+                event = _next_event(events, thread)
+                while event is not None:
+                    event = _next_event(events, thread)
                 raise
             loop.call_soon_threadsafe(_release, ack)
         return future.result()

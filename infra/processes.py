@@ -85,17 +85,19 @@ def log_tail(log: Path, lines: int = 25) -> str:
 def wait_ready(record: ServiceRecord, probe: Callable[[], bool], timeout_s: float) -> None:
     """Poll ``probe`` until it answers True; fail with the log tail if the process dies or time runs out."""
     deadline = time.monotonic() + timeout_s
+    last_error = "the probe never answered ready"
     while time.monotonic() < deadline:
         if not is_alive(record):
             raise ServiceError(f"{record.name} died while starting; log {record.log}:\n{log_tail(Path(record.log))}")
         try:
             if probe():
                 return
-        except Exception:
-            pass
+        except Exception as err:  # a failing probe means "not yet"; keep the reason for the report
+            last_error = f"{type(err).__name__}: {err}"
         time.sleep(0.2)
     raise ServiceError(
-        f"{record.name} not ready after {timeout_s:.0f}s; log {record.log}:\n{log_tail(Path(record.log))}"
+        f"{record.name} not ready after {timeout_s:.0f}s ({last_error}); log {record.log}:\n"
+        f"{log_tail(Path(record.log))}"
     )
 
 

@@ -170,7 +170,7 @@ def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
     try:
         receiver.serve_forever()
     except KeyboardInterrupt:
-        pass
+        print("durafix webhook receiver stopping", file=sys.stderr, flush=True)
     finally:
         receiver.stop()
     return EXIT_OK

@@ -17,7 +17,7 @@ from pipeline.state import RunState
 
 
 class DemoFailed(RuntimeError):
-    pass
+    """The demo's run did not reach an end in time."""
 
 
 class DemoRun:

@@ -11,6 +11,7 @@ import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 from temporalio.client import Client
@@ -20,13 +21,17 @@ from temporalio.testing import WorkflowEnvironment
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
-def require(condition: bool, reason: str) -> None:
-    """Skip locally when a real part is unavailable; fail under CI, where every part must be there."""
-    if condition:
-        return
+def unavailable(reason: str) -> NoReturn:
+    """A real part is missing: skip locally, fail under CI (where every part must be there) with the reason."""
     if IN_CI:
         pytest.fail(f"required part unavailable under CI: {reason}", pytrace=False)
     pytest.skip(reason)
+
+
+def require(condition: bool, reason: str) -> None:
+    """:func:`unavailable` unless ``condition`` holds."""
+    if not condition:
+        unavailable(reason)
 
 
 def temporal_binary() -> str | None:

@@ -25,7 +25,7 @@ GIT_ENV = {
 
 
 class GitError(Exception):
-    pass
+    """A git plumbing command failed; the message carries its stderr."""
 
 
 @dataclass(frozen=True)

@@ -59,7 +59,7 @@ def invalid_field(resource: str, field_name: str, code: str = "invalid") -> ApiE
 
 
 class BodyTooLarge(Exception):
-    pass
+    """The request body exceeds the route's limit; answered with 413."""
 
 
 @dataclass
@@ -139,8 +139,9 @@ def read_body(rfile: IO[bytes], headers: Message, limit: int) -> tuple[IO[bytes]
             size = int(size_line.split(b";", 1)[0].strip() or b"0", 16)
             if size == 0:
                 # Trailers end with an empty line.
-                while rfile.readline(1024) not in (b"\r\n", b"\n", b""):
-                    pass
+                trailer = rfile.readline(1024)
+                while trailer not in (b"\r\n", b"\n", b""):
+                    trailer = rfile.readline(1024)
                 break
             total = _copy_limited(rfile, raw, size, limit, total)
             rfile.readline(1024)

@@ -99,7 +99,7 @@ class PagesHandler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def log_message(self, format: str, *args: object) -> None:
-        pass
+        """Silent: per-request lines would drown the test output; failures show as HTTP answers."""
 
 
 class PagesServer(ThreadingHTTPServer):

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,15 +8,14 @@ import pytest
 
 from browser.runner import BrowserRunner
 from tests.browser.apps import PagesServer, fixed_cart_copy, serve_cart, serve_pages
+from tests.conftest import unavailable
 
 
 @pytest.fixture(scope="session")
 def chromium() -> str:
     path = shutil.which("chromium")
     if path is None:
-        if os.environ.get("CI") == "true":
-            pytest.fail("chromium is not installed: the browser tests need it (apt-get install chromium)")
-        pytest.skip("chromium is not installed")
+        unavailable("chromium is not installed: the browser tests need it (apt-get install chromium)")
     return path
 
 

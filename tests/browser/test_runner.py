@@ -142,7 +142,7 @@ def test_on_step_raising_cancels_the_run_before_the_next_step(
     runner: BrowserRunner, cart_url: str, out_dir: Path
 ) -> None:
     class Cancelled(Exception):
-        pass
+        """Raised from on_step, as a heartbeat does when the activity was cancelled."""
 
     announced: list[int] = []
 

@@ -32,7 +32,7 @@ class GitHttpServer:
                 server._serve(self, _read_body(self))
 
             def log_message(self, format: str, *args: object) -> None:
-                pass
+                """Silent: per-request lines would drown the test output."""
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._httpd.server_address[1]

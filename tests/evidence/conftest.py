@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
 import boto3
 import pytest
@@ -27,6 +27,7 @@ from evidence.s3 import S3ArtifactStore, S3Credentials
 from evidence.serve import EvidenceServer, make_server
 from infra.processes import ServiceError
 from infra.s3 import SeaweedS3, weed_binary
+from tests.conftest import unavailable
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -34,19 +35,12 @@ if TYPE_CHECKING:
 MOTO_CREDENTIALS = S3Credentials(access_key_id="testing", secret_access_key="testing")
 
 
-def require(reason: str) -> NoReturn:
-    """Skip for a part that is truly unavailable here; under CI=true, fail with the reason instead."""
-    if os.environ.get("CI", "").lower() == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
     try:
         weed_binary()
     except ServiceError as err:
-        require(str(err))
+        unavailable(str(err))
     server = SeaweedS3(tmp_path_factory.mktemp("seaweedfs"))
     try:
         server.start()

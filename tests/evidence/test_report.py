@@ -18,7 +18,7 @@ from evidence.interface import ArtifactKind, IntegrityError
 from evidence.local import LocalArtifactStore
 from evidence.report import render_report
 from evidence.serve import make_server
-from tests.evidence.conftest import require
+from tests.conftest import unavailable
 from tests.evidence.samples import BASE, CANDIDATE, solid_png, store_cart_bundle
 
 
@@ -79,7 +79,7 @@ def test_report_refuses_to_show_tampered_evidence(tmp_path: Path) -> None:
 def chromium() -> Iterator[Browser]:
     executable = shutil.which("chromium")
     if executable is None:
-        require("Debian chromium is not installed")
+        unavailable("Debian chromium is not installed")
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
         yield browser

@@ -22,16 +22,11 @@ import yaml
 from environments.docker import DockerProvider
 from environments.interface import AppRecipe, RecoverySpec
 from infra.docker.engine import DockerEngine, EngineError
+from tests.conftest import unavailable
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 CART = REPO_ROOT / "examples" / "cart"
 _TOOLS = ("dockerd", "containerd", "runc", "debootstrap")
-
-
-def unavailable(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"a real Docker engine is required under CI=true: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def _missing_prerequisite() -> str | None:

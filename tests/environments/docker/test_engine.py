@@ -13,7 +13,7 @@ import pytest
 
 from infra import processes
 from infra.docker.engine import DockerEngine, EngineError, storage_driver
-from tests.environments.docker.conftest import unavailable
+from tests.conftest import unavailable
 
 
 def test_overlay2_is_chosen_when_the_kernel_has_overlayfs(tmp_path: Path) -> None:
