@@ -81,6 +81,10 @@ with workflow.unsafe.imports_passed_through():
 R = TypeVar("R", bound=BaseModel)
 
 CANCELLATION_PATCH = "cancellation-state-machine"
+# A cancellation requested while an activity runs wins even when that activity then completes normally (it
+# never heard of the cancellation: no heartbeat carried it back before it finished). Without this the run
+# took the late result and went on as if never cancelled, up to the review wait.
+LATE_COMPLETION_PATCH = "cancellation-wins-over-late-completion"
 
 
 class RunEnded(Exception):
@@ -148,6 +152,7 @@ class RepairBugWorkflow:
         self._procedure_ref: ArtifactRef | None = None
         self._live_envs: dict[str, EnvironmentHandle] = {}
         self._cancellation_v2 = True
+        self._ending = False
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -201,13 +206,15 @@ class RepairBugWorkflow:
             cancelled = True
             outcome, detail = Outcome.CANCELLED, "cancellation requested"
         except ActivityError as err:
-            if _is_cancellation(err):
+            if _is_cancellation(err) or self._cancel_requested():
                 cancelled = True
                 outcome, detail = Outcome.CANCELLED, f"cancellation requested during {self._state.phase.value}"
             else:
                 kind = _failure_type(err)
                 outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
                 detail = f"step failed ({kind}): {_failure_message(err)}"
+        # From here on activities run to record the ending; a cancellation no longer stops them.
+        self._ending = True
         if cancelled:
             await self._wind_down_cancelled()
         await self._finish(outcome, detail)
@@ -235,6 +242,17 @@ class RepairBugWorkflow:
                 await self._update_ticket(note=f"cancelled; evidence kept in the store: {kept}")
             except ActivityError as err:
                 self._state.outcome_detail = f"ticket note failed: {_failure_message(err)}"
+
+    def _cancel_requested(self) -> bool:
+        """Whether a cancellation request has reached the run (before its ending began).
+
+        Deterministic: the request is an event in the history. Checked after every activity, so a result
+        that arrives after the request (the activity finished before it learned of the cancellation) is
+        never acted on; runs recorded before this check keep replaying as they ran.
+        """
+        return (
+            not self._ending and workflow.cancellation_reason() is not None and workflow.patched(LATE_COMPLETION_PATCH)
+        )
 
     def _cancel_step(self, step: CancelStep, detail: str = "") -> None:
         self._state.cancellation.append(CancelMark(step=step, at=workflow.now(), detail=detail))
@@ -771,6 +789,8 @@ class RepairBugWorkflow:
                 else ActivityCancellationType.TRY_CANCEL
             ),
         )
+        if self._cancel_requested():
+            raise asyncio.CancelledError()
         return result
 
     async def _typed(self, name: str, arg: BaseModel, result_type: type[R], queue: TaskQueue) -> R:

@@ -39,14 +39,18 @@ class Cli:
     def run(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DURAFIX_", "OPENAI_"))}
         env["PYTHONPATH"] = str(REPO_ROOT)
-        return subprocess.run(
-            [sys.executable, "-m", "pipeline", "--state-dir", str(self.state_dir), *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            cwd=self.state_dir,
-        )
+        try:
+            return subprocess.run(
+                [sys.executable, "-m", "pipeline", "--state-dir", str(self.state_dir), *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+                env=env,
+                cwd=self.state_dir,
+            )
+        except subprocess.TimeoutExpired as err:
+            # What the command printed before it stalled (a `--watch` prints each phase change) is the clue.
+            pytest.fail(f"durafix {' '.join(args)} still running after {timeout_s} s; it printed: {err.stderr!r}")
 
     def ok(self, *args: str, timeout_s: float = 120) -> subprocess.CompletedProcess[str]:
         done = self.run(*args, timeout_s=timeout_s)
@@ -146,7 +150,7 @@ async def test_cli_cancel_ends_a_run_cancelled_and_leaves_nothing_to_clean_up(st
     assert cli.json("start", "--repo", repository, "--issue", str(issue))["attached"] is False
     await state_when(client, wf, reproducing)
 
-    cancelled = cli.ok("cancel", wf, "--wait", timeout_s=RUN_TIMEOUT_S)
+    cancelled = cli.ok("cancel", wf, "--wait", timeout_s=RUN_TIMEOUT_S - 90)
     assert f"cancellation requested for {wf}" in cancelled.stdout
     assert "; outcome cancelled" in cancelled.stdout, cancelled.stdout
     status = cli.json("status", wf)

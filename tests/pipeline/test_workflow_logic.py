@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from temporalio import activity
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
@@ -55,6 +56,7 @@ from pipeline.steps import (
     VerifyResult,
 )
 from pipeline.workflow import RepairBugWorkflow
+from tests.replay.record import record_history
 
 pytestmark = pytest.mark.e2e
 
@@ -89,6 +91,9 @@ class Script:
     head: str = CANDIDATE
     calls: list[tuple[str, Any]] = field(default_factory=list)
     live_envs: set[str] = field(default_factory=set)
+    # When set, the base reproduction blocks until the event is set and never heartbeats, so a cancellation
+    # cannot reach it: it completes normally after the run was cancelled.
+    hold_reproduce: asyncio.Event | None = None
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -206,6 +211,8 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     async def reproduce(i: ReproduceInput) -> ReproduceResult:
         s.calls.append(("reproduce", i))
         on_base = i.revision == BASE
+        if on_base and s.hold_reproduce is not None:
+            await s.hold_reproduce.wait()
         attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if not on_base else 0
         if on_base:
             present = s.reproduces_on_base
@@ -270,6 +277,16 @@ class Harness:
                 return st
             await asyncio.sleep(0.1)
         raise AssertionError(f"{wf_id} never reached {phase}; last {st.phase}")
+
+    async def ended(self, wf_id: str, timeout: float = 10) -> WorkflowExecutionStatus | None:
+        """The run's status once it is no longer running (or still running after ``timeout``)."""
+        handle = self.client.get_workflow_handle(wf_id)
+        for _ in range(int(timeout * 10)):
+            status = (await handle.describe()).status
+            if status != WorkflowExecutionStatus.RUNNING:
+                return status
+            await asyncio.sleep(0.1)
+        return status
 
     async def result(self, wf_id: str) -> RunState:
         return await self.client.get_workflow_handle(wf_id, result_type=RunState).result()
@@ -379,12 +396,7 @@ async def test_cancellation_cleans_up_and_reports_cancelled(harness: Harness) ->
     await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
     handle = harness.client.get_workflow_handle(wf)
     await handle.cancel()
-    for _ in range(100):
-        desc = await handle.describe()
-        if desc.status != WorkflowExecutionStatus.RUNNING:
-            break
-        await asyncio.sleep(0.1)
-    assert desc.status == WorkflowExecutionStatus.CANCELED
+    assert await harness.ended(wf) == WorkflowExecutionStatus.CANCELED
     st = await harness.state(wf)
     assert st.outcome == Outcome.CANCELLED
     assert "cleanup_run" in harness.script.names()
@@ -398,6 +410,35 @@ async def test_cancellation_cleans_up_and_reports_cancelled(harness: Harness) ->
     ]
     notes = [c.body for n, c in harness.script.calls if n == "update_ticket"]
     assert any("evidence kept in the store" in body for body in notes)
+
+
+async def test_cancellation_wins_over_an_activity_that_completes_after_it(harness: Harness) -> None:
+    harness.script.hold_reproduce = asyncio.Event()
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.REPRODUCE)
+    for _ in range(100):
+        if "reproduce" in harness.script.names():
+            break
+        await asyncio.sleep(0.1)
+    handle = harness.client.get_workflow_handle(wf)
+    await handle.cancel()
+    # Only once the server recorded the request for the activity's cancellation does the activity finish.
+    for _ in range(100):
+        events = [e.event_type async for e in handle.fetch_history_events()]
+        if EventType.EVENT_TYPE_ACTIVITY_TASK_CANCEL_REQUESTED in events:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"the activity's cancellation was never requested: {events}")
+    harness.script.hold_reproduce.set()
+    assert await harness.ended(wf) == WorkflowExecutionStatus.CANCELED
+    st = await harness.state(wf)
+    assert st.outcome == Outcome.CANCELLED and st.cancellation[-1].step.value == "cancelled"
+    # The late "reproduced" result was not acted on: no repair, nothing published, everything cleaned up.
+    assert st.reproduction is None
+    assert not {"propose", "verify", "publish_branch", "ensure_draft_pr"} & set(harness.script.names())
+    assert "cleanup_run" in harness.script.names() and harness.script.live_envs == set()
+    record_history(await handle.fetch_history(), "cancelled-after-late-completion")
 
 
 async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harness) -> None:
