@@ -5,9 +5,9 @@
 - ``browser.reproduce``: re-checks that the environment answers before running (never trusting the
   recorded handle: an app killed behind our back is reported as ``EnvironmentGone`` so the workflow
   provisions anew), runs the procedure in a fresh browser context, heartbeats per step (so cancellation
-  reaches it), and stores traces, screenshots and the log. Only complete, hash-verified artifacts are
-  referenced: a worker killed mid-run leaves nothing referenced, and the retry starts over. A browser crash
-  is an ``Infrastructure`` failure, retried, never reported as "not reproduced".
+  reaches it), and stores traces, screenshots, videos (when the worker records them) and the log. Only
+  complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and the
+  retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not reproduced".
 """
 
 from __future__ import annotations
@@ -87,11 +87,12 @@ class BrowserActivities:
                 raise failures.environment_gone(f"{inp.environment.env_id} died during the reproduction: {down}")
             traces = [self._put(p, ArtifactKind.TRACE, inp, "application/zip") for p in result.trace_paths]
             shots = [self._put(p, ArtifactKind.SCREENSHOT, inp, "image/png") for p in result.screenshot_paths]
+            videos = [self._put(p, ArtifactKind.VIDEO, inp, "video/webm") for p in result.video_paths]
             log = self._put(result.log_path, ArtifactKind.LOG, inp, "application/json")
         return ReproduceResult(
             status=result.status.value,
             detail=result.detail,
-            artifacts=[*traces, *shots, log],
+            artifacts=[*traces, *shots, *videos, log],
             trace_refs=traces,
             screenshot_refs=shots,
             log_ref=log,

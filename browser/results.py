@@ -55,6 +55,8 @@ class ReproductionResult(BaseModel):
     trace_paths: list[Path]
     screenshot_paths: list[Path]
     log_path: Path
+    # One WebM per run, only when the runner records video.
+    video_paths: list[Path] = []
     duration_s: float
     detail: str
 

@@ -35,6 +35,7 @@ from playwright.async_api import Error as PlaywrightError
 from browser.procedure import Procedure
 from browser.results import BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome, verdict
 from browser.session import Announce, Collected, RunSession
+from browser.video import enable_video
 
 CHROMIUM_ARGS = (
     "--no-sandbox",
@@ -60,8 +61,14 @@ class BrowserRunner:
         executable_path: str | None = None,
         max_concurrent_runs: int = 2,
         launch_timeout_s: float = 30.0,
+        video_dir: Path | None = None,
     ) -> None:
+        """``video_dir``: record a WebM video of every run, with the system ffmpeg linked into that folder
+        (raises ``VideoUnavailable`` at once when this host cannot encode video)."""
         self._executable_path = executable_path
+        self._record_video = video_dir is not None
+        if video_dir is not None:
+            enable_video(video_dir)
         self._max_concurrent_runs = max_concurrent_runs
         self._launch_timeout_ms = launch_timeout_s * 1000
         self._thread_lock = threading.Lock()
@@ -219,7 +226,7 @@ class BrowserRunner:
         async with self._slots:
             started = time.monotonic()
             out_dir.mkdir(parents=True, exist_ok=True)
-            collected = Collected(procedure, base_url, out_dir)
+            collected = Collected(procedure, base_url, out_dir, record_video=self._record_video)
             try:
                 for run in range(1, procedure.runs + 1):
                     collected.runs.append(await self._run_once(run, collected, announce))

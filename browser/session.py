@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -26,6 +27,8 @@ from browser.recorder import RunRecorder
 from browser.results import AssertionOutcome, BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome
 
 VIEWPORT = ViewportSize(width=1280, height=800)
+# Half the viewport: enough to follow the steps, a quarter of the pixels to encode.
+VIDEO_SIZE = ViewportSize(width=640, height=400)
 T = TypeVar("T")
 Announce = Callable[[int, str], Awaitable[None]]
 
@@ -33,8 +36,9 @@ Announce = Callable[[int, str], Awaitable[None]]
 class Collected:
     """Everything one reproduction (all its runs) collects; written to ``log.json`` whatever the outcome."""
 
-    def __init__(self, procedure: Procedure, base_url: str, out_dir: Path) -> None:
+    def __init__(self, procedure: Procedure, base_url: str, out_dir: Path, record_video: bool = False) -> None:
         self.procedure = procedure
+        self.record_video = record_video
         self.base_url = base_url.rstrip("/") + "/"
         self.out_dir = out_dir
         self.log_path = out_dir / "log.json"
@@ -43,6 +47,7 @@ class Collected:
         self.recorders: list[RunRecorder] = []
         self.traces: list[Path] = []
         self.screenshots: list[Path] = []
+        self.videos: list[Path] = []
 
     def result(self, status: ReproductionStatus, detail: str, duration_s: float) -> ReproductionResult:
         return ReproductionResult(
@@ -50,6 +55,7 @@ class Collected:
             runs=self.runs,
             trace_paths=self.traces,
             screenshot_paths=self.screenshots,
+            video_paths=self.videos,
             log_path=self.log_path,
             duration_s=duration_s,
             detail=detail,
@@ -90,7 +96,13 @@ class RunSession:
     async def open(self) -> None:
         """Open a fresh context with tracing and a page; any failure here is ours (BrowserInfraError)."""
         try:
-            self._context = await self.browser.new_context(base_url=self.collected.base_url, viewport=VIEWPORT)
+            recording = self.collected.record_video
+            self._context = await self.browser.new_context(
+                base_url=self.collected.base_url,
+                viewport=VIEWPORT,
+                record_video_dir=self._video_dir if recording else None,
+                record_video_size=VIDEO_SIZE if recording else None,
+            )
             self.recorder.attach(self._context)
             await self._context.tracing.start(
                 screenshots=True, snapshots=True, title=f"{self.collected.procedure.name} (run {self.run})"
@@ -157,6 +169,25 @@ class RunSession:
             self.collected.traces.append(trace)
         with contextlib.suppress(PlaywrightError):
             await self._context.close()
+        await self._keep_video()
+
+    async def _keep_video(self) -> None:
+        """Name the run's video (Playwright finishes writing it when the context closes)."""
+        if not self.collected.record_video or self._page is None or self._page.video is None:
+            return
+        target = self.collected.out_dir / f"run-{self.run}-video.webm"
+        try:
+            await self._page.video.save_as(target)
+        except PlaywrightError as err:
+            # Video is evidence for a person, not part of the verdict: note the gap and go on.
+            self.recorder.add("video_failed", error=_first_line(err))
+            return
+        shutil.rmtree(self._video_dir, ignore_errors=True)
+        self.collected.videos.append(target)
+
+    @property
+    def _video_dir(self) -> Path:
+        return self.collected.out_dir / f".run-{self.run}-video"
 
     @property
     def page(self) -> Page:

@@ -34,6 +34,7 @@ class RevisionEvidence(BaseModel):
     detail: str = ""
     traces: list[ArtifactRef] = Field(default_factory=list)
     screenshots: list[ArtifactRef] = Field(default_factory=list)
+    videos: list[ArtifactRef] = Field(default_factory=list)
     logs: list[ArtifactRef] = Field(default_factory=list)
 
     @property
@@ -49,7 +50,7 @@ class RevisionEvidence(BaseModel):
         refs: Iterable[ArtifactRef],
         detail: str = "",
     ) -> RevisionEvidence:
-        """Sort a run's artifacts by kind (anything that is not a trace or screenshot counts as a log)."""
+        """Sort a run's artifacts by kind (anything that is not a trace, screenshot or video counts as a log)."""
         evidence = cls(
             role=role,
             revision=revision,
@@ -62,6 +63,8 @@ class RevisionEvidence(BaseModel):
                 evidence.traces.append(ref)
             elif ref.kind == ArtifactKind.SCREENSHOT:
                 evidence.screenshots.append(ref)
+            elif ref.kind == ArtifactKind.VIDEO:
+                evidence.videos.append(ref)
             else:
                 evidence.logs.append(ref)
         return evidence
@@ -115,7 +118,7 @@ class EvidenceBundle(BaseModel):
         if self.spec is not None:
             refs.append(self.spec)
         for side in (self.base, self.candidate):
-            refs += [*side.traces, *side.screenshots, *side.logs]
+            refs += [*side.traces, *side.screenshots, *side.videos, *side.logs]
         refs.append(self.patch)
         refs += [c.output for c in self.checks if c.output is not None]
         seen: set[str] = set()

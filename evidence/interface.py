@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 class ArtifactKind(StrEnum):
     TRACE = "trace"
     SCREENSHOT = "screenshot"
+    VIDEO = "video"
     LOG = "log"
     PATCH = "patch"
     PROCEDURE = "procedure"

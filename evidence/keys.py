@@ -30,6 +30,7 @@ _SUFFIX_BY_MEDIA_TYPE = {
     "text/html": ".html",
     "text/plain": ".txt",
     "text/x-diff": ".diff",
+    "video/webm": ".webm",
 }
 
 _MEDIA_TYPE_BY_SUFFIX = {
@@ -46,6 +47,7 @@ _MEDIA_TYPE_BY_SUFFIX = {
     ".png": "image/png",
     ".tar": "application/x-tar",
     ".txt": "text/plain",
+    ".webm": "video/webm",
     ".webp": "image/webp",
     ".yaml": "application/yaml",
     ".yml": "application/yaml",
@@ -55,6 +57,7 @@ _MEDIA_TYPE_BY_SUFFIX = {
 _MEDIA_TYPE_BY_KIND = {
     ArtifactKind.TRACE: "application/zip",
     ArtifactKind.SCREENSHOT: "image/png",
+    ArtifactKind.VIDEO: "video/webm",
     ArtifactKind.LOG: "text/plain",
     ArtifactKind.PATCH: "text/x-diff",
     ArtifactKind.PROCEDURE: "application/yaml",

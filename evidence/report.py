@@ -232,11 +232,11 @@ def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
 def _traces(bundle: EvidenceBundle, store: ArtifactStore) -> str:
     items = []
     for side in (bundle.base, bundle.candidate):
-        for ref in [*side.traces, *side.logs]:
+        for ref in [*side.traces, *side.videos, *side.logs]:
             items.append(f"<li>{side.role} <code>{_e(side.revision[:12])}</code>: {_link(ref, store)}</li>")
     listing = "".join(items) or "<li>none recorded</li>"
     return (
-        '<section id="traces"><h2>Traces and logs</h2><ul>'
+        '<section id="traces"><h2>Traces, videos and logs</h2><ul>'
         + listing
         + '</ul><p class="note">Download a trace and open it with <code>playwright show-trace FILE</code> '
         "to step through the run's actions, DOM snapshots, console and network.</p></section>"

@@ -150,13 +150,17 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
+    from browser.video import VideoUnavailable
     from pipeline.worker import parse_queues, run_worker
 
     try:
         queues = parse_queues(args.queues)
     except ValueError as err:
         raise CliError(str(err), EXIT_USAGE) from err
-    asyncio.run(run_worker(config, queues))
+    try:
+        asyncio.run(run_worker(config, queues))
+    except VideoUnavailable as err:
+        raise CliError(f"browser_video is on but {err}", EXIT_USAGE) from err
     return EXIT_OK
 
 
@@ -326,7 +330,9 @@ def cmd_history(args: argparse.Namespace, config: DurafixConfig) -> int:
 def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
     from pipeline.demo import run_demo
 
-    return run_demo(config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence)
+    return run_demo(
+        config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
+    )
 
 
 def _delegate(module: str) -> Callable[[list[str]], int]:
@@ -417,6 +423,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
     d.add_argument("--env", choices=["local", "docker"], default="local")
     d.add_argument("--evidence", choices=["local", "s3"], default="local")
+    d.add_argument("--video", action="store_true", help="record a video of every reproduction run (needs ffmpeg)")
     d.set_defaults(fn=cmd_demo)
 
     for name in DELEGATED:

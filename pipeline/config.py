@@ -34,6 +34,8 @@ class DurafixConfig(BaseModel):
     docker_host: str = ""
     max_repair_attempts: int = 3
     fast_timeouts: bool = False
+    # Record a WebM video of every reproduction run (needs ffmpeg with VP9; the worker refuses to start without).
+    browser_video: bool = False
     extra: dict[str, str] = Field(default_factory=dict)
 
     @property
@@ -72,6 +74,7 @@ _ENV = {
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
     "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
+    "DURAFIX_BROWSER_VIDEO": "browser_video",
 }
 
 

@@ -126,7 +126,9 @@ def issue_text() -> tuple[str, str]:
     return title.lstrip("# ").strip(), body.strip() + "\n"
 
 
-def run_demo(config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: str, evidence: str) -> int:
+def run_demo(
+    config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: str, evidence: str, video: bool = False
+) -> int:
     from infra import processes, stack
     from pipeline.demo_run import DemoRun
 
@@ -134,6 +136,7 @@ def run_demo(config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: 
     _log(f"booting the embedded stack in {state_dir}")
     config = stack.up(state_dir, evidence=evidence, environments=env_provider, quiet=as_json)
     config.fast_timeouts = True
+    config.browser_video = video
     config.save()
     stack_state = stack.read_stack(state_dir)
     receiver_port = processes.free_port()

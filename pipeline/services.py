@@ -99,4 +99,5 @@ class Services:
     def browser(self) -> BrowserRunner:
         from browser.runner import BrowserRunner
 
-        return BrowserRunner()
+        video_dir = self.config.state_dir / "playwright-browsers" if self.config.browser_video else None
+        return BrowserRunner(video_dir=video_dir)

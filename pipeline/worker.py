@@ -66,6 +66,9 @@ def build_workers(
     client: Client, config: DurafixConfig, queues: Sequence[TaskQueue], executor: concurrent.futures.Executor
 ) -> list[Worker]:
     services = Services(config)
+    if TaskQueue.BROWSER in queues and config.browser_video:
+        # A host that cannot record the video asked for fails now, not on its first reproduction.
+        services.browser  # noqa: B018
     workers = []
     for queue in queues:
         if queue == TaskQueue.ORCHESTRATION:

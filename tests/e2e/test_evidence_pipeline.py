@@ -79,7 +79,11 @@ def s3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     except ServiceError as err:
         require(False, str(err))
     state = tmp_path_factory.mktemp("durafix-e2e-s3")
+    require(shutil.which("ffmpeg") is not None, "ffmpeg is not installed (apt-get install ffmpeg)")
     with running_e2e_stack(state, evidence="s3") as e2e:
+        # Workers started from here on record a video of every reproduction run.
+        e2e.config.browser_video = True
+        e2e.config.save()
         yield e2e
 
 
@@ -251,6 +255,7 @@ async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_arti
         "spec",
         "trace",
         "screenshot",
+        "video",
         "log",
         "patch",
         "test-output",
@@ -330,6 +335,10 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
                 )
             base_revision = await page.get_attribute("#side-base", "data-revision")
             candidate_revision = await page.get_attribute("#side-candidate", "data-revision")
+            videos = await page.eval_on_selector_all(
+                "#traces li",
+                "items => items.flatMap(li => [...li.querySelectorAll('a')].map(a => [li.textContent, a.href]))",
+            )
             summary = await page.inner_text("#summary")
             shown_digest = await page.inner_text("#bundle-digest")
         finally:
@@ -342,6 +351,16 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
     assert state.target_revision is not None and state.target_revision in summary and publish.commit in summary
     assert shown_digest == comment_digest
     assert problems == []
+
+    # Each revision's videos are linked (presigned) and are WebM files as stored.
+    video_links = [(text, href) for text, href in videos if "-video.webm" in text]
+    for side in ("base", "candidate"):
+        assert any(text.startswith(side) for text, _ in video_links), videos
+    for _, href in video_links:
+        fetched = httpx.get(href, timeout=30)
+        assert fetched.status_code == 200, fetched.text[:300]
+        assert fetched.headers["content-type"] == "video/webm"
+        assert fetched.content[:4] == b"\x1a\x45\xdf\xa3"  # the EBML header every WebM starts with
 
 
 async def test_approval_naming_other_evidence_is_refused_and_the_right_digest_merges(
