@@ -345,7 +345,7 @@ class RepairBugWorkflow:
             )
         except ActivityError as err:
             self._count_tokens(err)
-            if _failure_type(err) not in ("ProcedureInvalid", "Permanent"):
+            if _failure_type(err) not in ("ProcedureInvalid", "Permanent", "Budget"):
                 raise
             return ProcedureResult(procedure_ref=None, error=_failure_message(err))
         self._state.budgets.model_prompt_tokens += drafted.prompt_tokens

@@ -3,7 +3,8 @@
 A fault is posted as JSON to ``/_admin/faults``: ``{"status": 429, "count": 2, "retry_after": 3}`` answers
 the next two requests with HTTP 429 and ``Retry-After: 3``; ``{"status": 500}`` one request with a 500;
 ``{"delay_s": 5, "count": 1}`` holds the next request for five seconds before answering it normally, so a
-client with a shorter timeout sees a timeout. Faults queue up in the order posted.
+client with a shorter timeout sees a timeout. ``"after": N`` lets N requests through first (a failure in the
+middle of a conversation). Faults queue up in the order posted.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ class Fault(BaseModel):
     retry_after: float | None = Field(default=None, ge=0)
     delay_s: float | None = Field(default=None, gt=0)
     count: int = Field(default=1, ge=1)
+    after: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
     def _one_kind(self) -> Fault:
@@ -46,10 +48,13 @@ class FaultQueue:
             if not self._pending:
                 return None
             head = self._pending[0]
+            if head.after:
+                head.after -= 1
+                return None
             head.count -= 1
             if head.count == 0:
                 self._pending.pop(0)
-            return head.model_copy(update={"count": 1})
+            return head.model_copy(update={"count": 1, "after": None})
 
     def pending(self) -> list[Fault]:
         with self._lock:

@@ -173,6 +173,9 @@ class _Handler(BaseHTTPRequestHandler):
             )
             reply = _Reply(200, body)
         reply.note = {"conversation": conversation.name, "turn": turn}
+        if isinstance(reply.body, dict) and "usage" in reply.body:
+            # What the answer charged, so a test can add up what a client was billed.
+            reply.note["usage"] = reply.body["usage"]
         return reply
 
     # ---- admin ---------------------------------------------------------------------------------------

@@ -35,6 +35,13 @@ def test_server_error_fault_answers_500_once(serve: Serve) -> None:
     assert [post(server.base_url).status_code for _ in range(2)] == [500, 200]
 
 
+def test_fault_after_n_lets_that_many_requests_through_first(serve: Serve) -> None:
+    server = serve(SCRIPT)
+    inject_fault(server, status=500, count=2, after=2)
+    inject_fault(server, status=429, after=1)
+    assert [post(server.base_url).status_code for _ in range(7)] == [200, 200, 500, 500, 200, 429, 200]
+
+
 def test_delay_fault_holds_the_request_past_a_client_timeout(serve: Serve) -> None:
     server = serve(SCRIPT)
     inject_fault(server, delay_s=3)
