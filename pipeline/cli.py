@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ def _state_summary(state: RunState, status: WorkflowExecutionStatus | None) -> s
         a = state.pending_approval
         lines.append(f"awaiting   approval of PR #{a.pr_number} head {a.head_sha}")
     if state.approval:
-        lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}")
+        until = f" until {state.approval.expires_at.isoformat()}" if state.approval.expires_at else ""
+        lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")
     if state.merged_sha:
         lines.append(f"merged     {state.merged_sha}")
     b = state.budgets
@@ -270,11 +272,33 @@ def cmd_list(args: argparse.Namespace, config: DurafixConfig) -> int:
     return asyncio.run(_with_client(config, go))
 
 
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``30m``, ``2h``, ``1d`` (a positive number and one unit)."""
+    number, unit = text[:-1], text[-1:].lower()
+    try:
+        value = float(number)
+    except ValueError:
+        value = -1.0
+    if unit not in _DURATION_UNITS or value <= 0:
+        raise argparse.ArgumentTypeError(f"bad duration {text!r}: a positive number and one of s, m, h, d")
+    return timedelta(seconds=value * _DURATION_UNITS[unit])
+
+
 def cmd_approve(args: argparse.Namespace, config: DurafixConfig) -> int:
     workflow_id = run_ref(args.run)
 
     async def go(client: Client) -> int:
-        approval = Approval(reviewer=args.reviewer, head_sha=args.sha, evidence_digest=args.evidence, source="cli")
+        expires_at = datetime.now(UTC) + args.valid_for if args.valid_for is not None else None
+        approval = Approval(
+            reviewer=args.reviewer,
+            head_sha=args.sha,
+            evidence_digest=args.evidence,
+            source="cli",
+            expires_at=expires_at,
+        )
         try:
             ack = await runs.approve(client, workflow_id, approval)
         except WorkflowUpdateFailedError as err:
@@ -405,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sha", required=True, help="the head SHA you reviewed (the merge enforces it)")
     ap.add_argument("--evidence", help="the evidence bundle digest you reviewed")
     ap.add_argument("--reviewer", default=os.environ.get("USER", "cli"))
+    ap.add_argument(
+        "--valid-for",
+        type=parse_duration,
+        metavar="DURATION",
+        help="the approval expires after this long (e.g. 90m, 2h, 1d); unmerged by then, the run asks again",
+    )
     ap.set_defaults(fn=cmd_approve)
 
     rj = sub.add_parser("reject", help="reject a run's PR")

@@ -9,7 +9,7 @@ delivered twice is recorded once (Temporal deduplicates Update IDs within a run;
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, timedelta
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -111,7 +111,10 @@ async def get_state(client: Client, workflow_id: str) -> RunState:
 
 
 async def approve(client: Client, workflow_id: str, approval: Approval) -> ApprovalAck:
+    # The same decision re-sent is recorded once; a renewed one (another expiry) is a new decision.
     update_id = f"approve:{approval.review_id or approval.head_sha}"
+    if approval.expires_at is not None:
+        update_id += f":until-{approval.expires_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
     ack: ApprovalAck = await handle_for(client, workflow_id).execute_update(
         "approve", approval, id=update_id, result_type=ApprovalAck
     )

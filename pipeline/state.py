@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from enum import StrEnum
 
-from pydantic import BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field
 
 from evidence.interface import ArtifactRef
 
@@ -106,7 +106,11 @@ class ApprovalRequest(BaseModel):
 
 
 class Approval(BaseModel):
-    """A reviewer's decision as data; ``head_sha`` is enforced by the merge."""
+    """A reviewer's decision as data; ``head_sha`` is enforced by the merge.
+
+    ``expires_at`` (optional) bounds how long the decision stands: an expired approval is refused when it
+    arrives, and one that expires before the merge is made does not merge (a renewed review is asked for).
+    """
 
     reviewer: str
     head_sha: str
@@ -114,6 +118,7 @@ class Approval(BaseModel):
     source: str = "cli"
     review_id: str | None = None
     policy_version: int = 1
+    expires_at: AwareDatetime | None = None
 
 
 class Rejection(BaseModel):

@@ -178,6 +178,8 @@ class RepairBugWorkflow:
             raise ValueError(f"run is not awaiting review (phase {self._state.phase})")
         if approval.head_sha != pending.head_sha:
             raise ValueError(f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}")
+        if approval.expires_at is not None and approval.expires_at <= workflow.now():
+            raise ValueError(f"approval expired at {approval.expires_at.isoformat()}")
         if approval.evidence_digest is not None and approval.evidence_digest != pending.evidence_digest:
             raise ValueError(
                 f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
@@ -668,6 +670,15 @@ class RepairBugWorkflow:
                 return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"the PR was merged by someone else at {pr.head_sha}"
             if pr.state != "open":
                 return Outcome.REJECTED, "the PR was closed without merging"
+            if approval.expires_at is not None and workflow.now() >= approval.expires_at:
+                # The decision no longer stands: ask again for the same head rather than merge on it.
+                self._approval = None
+                self._state.approval = None
+                when = approval.expires_at.isoformat()
+                await self._update_ticket(
+                    note=f"the approval by {approval.reviewer} expired at {when}; renewed review needed"
+                )
+                continue
             merge_result = await self._forge(
                 "forge.merge",
                 MergeInput(

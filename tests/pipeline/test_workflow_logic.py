@@ -10,7 +10,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -94,6 +94,7 @@ class Script:
     # When set, the base reproduction blocks until the event is set and never heartbeats, so a cancellation
     # cannot reach it: it completes normally after the run was cancelled.
     hold_reproduce: asyncio.Event | None = None
+    read_pr_delay_s: float = 0.0
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -132,6 +133,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name="forge.read_pr")
     async def read_pr(i: ReadPullInput) -> PullInfo:
         s.calls.append(("read_pr", i))
+        await asyncio.sleep(s.read_pr_delay_s)
         return PullInfo(number=3, url="u", head_sha=s.head, state="open", draft=True, merged=False)
 
     @activity.defn(name="forge.merge")
@@ -306,9 +308,13 @@ async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
         await asyncio.gather(*runs, return_exceptions=True)
 
 
-async def approve(h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1") -> Any:
+async def approve(
+    h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1", expires_at: datetime | None = None
+) -> Any:
     return await h.client.get_workflow_handle(wf_id).execute_update(
-        "approve", Approval(reviewer="rev", head_sha=sha, review_id=review_id), id=f"approve:{review_id}"
+        "approve",
+        Approval(reviewer="rev", head_sha=sha, review_id=review_id, expires_at=expires_at),
+        id=f"approve:{review_id}",
     )
 
 
@@ -389,6 +395,38 @@ async def test_moved_head_asks_for_a_renewed_review(harness: Harness) -> None:
     assert final.outcome == Outcome.MERGED
     merges = [c for n, c in harness.script.calls if n == "merge"]
     assert [m.approved_sha for m in merges] == [CANDIDATE, new_head]
+
+
+async def test_expired_approval_is_refused_before_it_enters_history(harness: Harness) -> None:
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await approve(harness, wf, expires_at=datetime.now(UTC) - timedelta(minutes=1))
+    assert "approval expired at" in str(refused.value.cause)
+    st = await harness.state(wf)
+    assert st.phase == Phase.AWAITING_REVIEW and st.approval is None
+
+
+async def test_approval_that_expires_before_the_merge_asks_again_for_the_same_head(harness: Harness) -> None:
+    harness.script.read_pr_delay_s = 2.0  # the PR is re-read slowly: the approval lapses meanwhile
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf, expires_at=datetime.now(UTC) + timedelta(seconds=1))
+    for _ in range(100):
+        st = await harness.state(wf)
+        if st.phase == Phase.AWAITING_REVIEW and "read_pr" in harness.script.names():
+            break
+        await asyncio.sleep(0.1)
+    assert st.phase == Phase.AWAITING_REVIEW and st.approval is None
+    assert st.pending_approval is not None and st.pending_approval.head_sha == CANDIDATE
+    assert "merge" not in harness.script.names()
+    notes = [c.body for n, c in harness.script.calls if n == "update_ticket"]
+    assert any("expired at" in body and "renewed review needed" in body for body in notes)
+
+    await approve(harness, wf, review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED and final.approval is not None and final.approval.review_id == "r2"
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE]
 
 
 async def test_cancellation_cleans_up_and_reports_cancelled(harness: Harness) -> None:
