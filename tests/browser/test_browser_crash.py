@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from browser.procedure import parse_procedure
 from browser.results import BrowserInfraError, ReproductionStatus
 from browser.runner import BrowserRunner
 from tests.browser.apps import CART_DIR
+from tests.proctree import descendant_pids, is_chromium_browser, is_playwright_driver, wait_dead
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -28,62 +28,19 @@ HANGING = parse_procedure(
 )
 
 
-def _is_chromium_browser(argv: list[str]) -> bool:
-    return Path(argv[0]).name == "chromium" and not any(a.startswith("--type=") for a in argv)
-
-
-def _is_playwright_driver(argv: list[str]) -> bool:
-    return "run-driver" in argv
-
-
 PROCESS_KINDS: dict[str, Callable[[list[str]], bool]] = {
-    "browser": _is_chromium_browser,
-    "driver": _is_playwright_driver,
+    "browser": is_chromium_browser,
+    "driver": is_playwright_driver,
 }
 
 
 def our_processes(kind: str) -> set[int]:
     """Processes of ``kind`` descended from this test process (never another process's browser)."""
-    parents: dict[int, int] = {}
-    commands: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(stat[stat.rindex(")") + 2 :].split()[1])
-        commands[int(entry.name)] = argv
-
-    def descends_from_us(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
-
-    matches = PROCESS_KINDS[kind]
-    return {pid for pid, argv in commands.items() if argv and matches(argv) and descends_from_us(pid)}
+    return descendant_pids(PROCESS_KINDS[kind])
 
 
 def spawned_by_us() -> set[int]:
     return our_processes("browser") | our_processes("driver")
-
-
-def wait_dead(pid: int, deadline_s: float = 10.0) -> None:
-    """Until ``pid`` has exited (gone, or a zombie its parent has yet to reap)."""
-    stat = Path(f"/proc/{pid}/stat")
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        try:
-            if stat.read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                return
-        except FileNotFoundError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still alive after SIGKILL")
 
 
 @pytest.mark.parametrize("kind", ["browser", "driver"])

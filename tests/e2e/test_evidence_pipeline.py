@@ -34,6 +34,7 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowQueryFailedError, WorkflowUpdateFailedError
 from temporalio.service import RPCError
 
+from browser.runner import CHROMIUM_ARGS
 from evidence.interface import ArtifactRef
 from evidence.s3 import S3ArtifactStore
 from infra import processes, stack
@@ -46,6 +47,7 @@ from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
 from tests.e2e.conftest import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
+from tests.proctree import Proc, descendants
 
 pytestmark = [
     pytest.mark.e2e,
@@ -56,16 +58,6 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-quic",
-]
 REPRODUCE = "browser.reproduce"
 
 
@@ -85,17 +77,6 @@ def s3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
         e2e.config.browser_video = True
         e2e.config.save()
         yield e2e
-
-
-@dataclass(frozen=True)
-class Proc:
-    """A process as seen once: pid plus start time, so a recycled pid is never taken for it."""
-
-    pid: int
-    start_ticks: int
-
-    def alive(self) -> bool:
-        return processes.process_start_ticks(self.pid) == self.start_ticks
 
 
 @dataclass
@@ -169,29 +150,6 @@ async def reproduction_running(
                 return act
         await asyncio.sleep(0.1)
     raise AssertionError(f"{workflow_id}: {REPRODUCE} never ran in {RUN_TIMEOUT_S}s (last error: {last_error})")
-
-
-def descendants(pid: int) -> list[Proc]:
-    """Every live process below ``pid`` (children, grandchildren, ...), from ``/proc``."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found: list[Proc] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        child = todo.pop()
-        ticks = processes.process_start_ticks(child)
-        if ticks is not None:
-            found.append(Proc(child, ticks))
-        todo.extend(children.get(child, []))
-    return found
 
 
 def refs_in(value: object) -> list[ArtifactRef]:
@@ -319,7 +277,7 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
     assert executable is not None
     problems: list[str] = []
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+        browser = await p.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS))
         try:
             page = await browser.new_page()
             page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)

@@ -10,7 +10,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from tests.recovery.workers import Remote, Worker, descendants, is_chromium_browser, wait_dead
+from tests.proctree import descendant_pids, is_chromium_browser, wait_dead
+from tests.recovery.workers import Remote, Worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -21,7 +22,7 @@ def test_a_browser_killed_mid_reproduction_is_infrastructure_and_the_retry_repro
     worker = new_worker("host")
     handle = worker.provision(worker.prepare_spec(remote))
     inp = worker.reproduce_input(remote, handle)
-    browsers_before = descendants(is_chromium_browser)
+    browsers_before = descendant_pids(is_chromium_browser)
     beats: list[object] = []
     killed: list[int] = []
 
@@ -29,7 +30,7 @@ def test_a_browser_killed_mid_reproduction_is_infrastructure_and_the_retry_repro
         beats.append(details)
         if len(beats) != 2:
             return
-        ours = descendants(is_chromium_browser) - browsers_before
+        ours = descendant_pids(is_chromium_browser) - browsers_before
         assert len(ours) == 1, f"expected the runner's one browser, found {sorted(ours)}"
         victim = ours.pop()
         os.kill(victim, signal.SIGKILL)

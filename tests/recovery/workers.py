@@ -8,8 +8,6 @@ evidence store and the token-protected git remote with every other worker. Activ
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +19,7 @@ from browser.activities import BrowserActivities
 from environments.activities import EnvironmentActivities
 from environments.files import path_key
 from environments.interface import EnvironmentHandle
-from environments.processes import owned_pids, read_stat
+from environments.processes import owned_pids
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
@@ -114,47 +112,3 @@ def run_processes() -> set[int]:
 
 def app_pid(handle: EnvironmentHandle) -> int:
     return int(handle.resources[0].detail["pid"])
-
-
-def wait_dead(pid: int, deadline_s: float = 10.0) -> None:
-    """Until ``pid`` is gone or a zombie (it holds no port or file any more)."""
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        stat = read_stat(pid)
-        if stat is None or not stat.live:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"process {pid} still alive after SIGKILL")
-
-
-def descendants(matches: Callable[[list[str]], bool]) -> set[int]:
-    """Live processes descended from this test process whose argv ``matches`` (never another's)."""
-    parents: dict[int, int] = {}
-    commands: dict[int, list[str]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] in ("Z", "X"):
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        commands[int(entry.name)] = argv
-
-    def ours(pid: int) -> bool:
-        while pid > 1:
-            pid = parents.get(pid, 0)
-            if pid == os.getpid():
-                return True
-        return False
-
-    return {pid for pid, argv in commands.items() if argv and matches(argv) and ours(pid)}
-
-
-def is_chromium_browser(argv: list[str]) -> bool:
-    """The browser process itself, not one of its renderer, GPU or zygote helpers."""
-    return Path(argv[0]).name == "chromium" and not any(a.startswith("--type=") for a in argv)
