@@ -95,6 +95,7 @@ class BrowserActivities:
             artifacts=[*traces, *shots, *videos, log],
             trace_refs=traces,
             screenshot_refs=shots,
+            video_refs=videos,
             log_ref=log,
             runs=len(result.runs),
         )

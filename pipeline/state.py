@@ -64,6 +64,7 @@ class ReproductionFact(BaseModel):
     procedure_ref: ArtifactRef
     trace_refs: list[ArtifactRef] = Field(default_factory=list)
     screenshot_refs: list[ArtifactRef] = Field(default_factory=list)
+    video_refs: list[ArtifactRef] = Field(default_factory=list)
     log_ref: ArtifactRef | None = None
     detail: str = ""
 

@@ -240,6 +240,7 @@ class ReproduceResult(BaseModel):
     artifacts: list[ArtifactRef]
     trace_refs: list[ArtifactRef]
     screenshot_refs: list[ArtifactRef]
+    video_refs: list[ArtifactRef] = []
     log_ref: ArtifactRef | None = None
     runs: int
 

@@ -525,6 +525,7 @@ class RepairBugWorkflow:
                 procedure_ref=self._procedure_ref,
                 trace_refs=result.trace_refs,
                 screenshot_refs=result.screenshot_refs,
+                video_refs=result.video_refs,
                 log_ref=result.log_ref,
                 detail=result.detail,
             )
@@ -557,11 +558,13 @@ class RepairBugWorkflow:
                 base_reproduction=[
                     *base.trace_refs,
                     *base.screenshot_refs,
+                    *base.video_refs,
                     *([base.log_ref] if base.log_ref else []),
                 ],
                 candidate_reproduction=[
                     *replay.trace_refs,
                     *replay.screenshot_refs,
+                    *replay.video_refs,
                     *([replay.log_ref] if replay.log_ref else []),
                 ],
                 base_status=base.status,
