@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -23,6 +24,8 @@ class DurafixConfig(BaseModel):
     forge_token: str = ""
     webhook_secret: str = ""
     trigger_label: str = "durafix"
+    # The least repository permission whose review may approve or reject a run through the webhook.
+    approver_permission: Literal["write", "admin"] = "write"
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: str = ""
     model_name: str = "gpt-4o-mini"
@@ -65,6 +68,7 @@ _ENV = {
     "DURAFIX_FORGE_TOKEN": "forge_token",
     "DURAFIX_WEBHOOK_SECRET": "webhook_secret",
     "DURAFIX_TRIGGER_LABEL": "trigger_label",
+    "DURAFIX_APPROVER_PERMISSION": "approver_permission",
     "OPENAI_BASE_URL": "model_base_url",
     "OPENAI_API_KEY": "model_api_key",
     "DURAFIX_MODEL": "model_name",

@@ -8,7 +8,14 @@ Contract:
 - ``pull_request_review`` ``submitted`` with state ``approved`` on a durafix branch becomes an ``approve``
   Update naming the review's ``commit_id`` as the approved head; ``changes_requested`` becomes a rejection.
   The Update ID is the review's ID, so a redelivered review is recorded once.
-- Answers within GitHub's 10 s: the receiver only talks to Temporal, never waits for the run.
+- Anyone who can see a repository may submit a review, so before either reaches the run the reviewer's
+  permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
+  adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
+  403 naming reviewer, permission and what is required; a forge that cannot answer now gives 503, one
+  that refuses the read (bad token, repository or user not visible) 502, a receiver without a forge
+  token 500. In every one of these cases nothing is sent to the workflow.
+- Answers within GitHub's 10 s: the receiver reads one permission and talks to Temporal, never waits for
+  the run.
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
   redelivered (the hook-delivery API) or the issue is re-labelled.
 """
@@ -30,7 +37,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
+from pipeline.services import Services
 from pipeline.state import Approval, Rejection
+from reviews.adapter import REPO_PERMISSIONS
+from reviews.errors import ForgeError, ForgeTransientError
 from reviews.markers import PULL, find_marker
 
 T = TypeVar("T")
@@ -159,8 +169,14 @@ class WebhookReceiver:
         workflow_id = marker.attrs["run"]
         if not workflow_id.startswith(f"repair:{payload['repository']['full_name']}#"):
             return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
-        reviewer = (review.get("user") or {}).get("login", "unknown")
         state = str(review.get("state", "")).lower()
+        if state not in ("approved", "changes_requested"):
+            return 202, {"message": f"review state {state}: ignored"}
+        # No fallback name: a decision must be attributable to the account whose permission was read.
+        reviewer = str(review["user"]["login"])
+        refusal = self._refuse_reviewer(payload["repository"]["full_name"], reviewer, workflow_id)
+        if refusal is not None:
+            return refusal
         if state == "approved":
             approval = Approval(
                 reviewer=reviewer,
@@ -173,13 +189,39 @@ class WebhookReceiver:
             except WorkflowUpdateFailedError as err:
                 return 409, {"workflow_id": workflow_id, "message": f"approval refused: {err.cause or err}"}
             return 200, {"workflow_id": workflow_id, "accepted": ack.accepted, "detail": ack.detail}
-        if state == "changes_requested":
-            reason = str(review.get("body") or "changes requested")
-            self._run(
-                runs.reject(self._client, workflow_id, Rejection(reviewer=reviewer, reason=reason, source="webhook"))
-            )
-            return 200, {"workflow_id": workflow_id, "message": "rejection recorded"}
-        return 202, {"message": f"review state {state}: ignored"}
+        reason = str(review.get("body") or "changes requested")
+        self._run(runs.reject(self._client, workflow_id, Rejection(reviewer=reviewer, reason=reason, source="webhook")))
+        return 200, {"workflow_id": workflow_id, "message": "rejection recorded"}
+
+    def _refuse_reviewer(self, repository: str, reviewer: str, workflow_id: str) -> tuple[int, dict[str, Any]] | None:
+        """None when ``reviewer`` holds at least ``approver_permission`` on ``repository``; otherwise the
+        answer to give instead of sending their decision: 403 (too little permission), 503 (the forge did
+        not answer: redeliver later), 502 (the forge refused the read), 500 (no forge token configured)."""
+        required = self.config.approver_permission
+        unchecked = f"{reviewer}'s permission on {repository} could not be checked, nothing was sent to the run"
+        if not self.config.forge_token:
+            return 500, {"workflow_id": workflow_id, "message": f"no forge token configured: {unchecked}"}
+        # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
+        # thread-safe; closing it releases its connections.
+        try:
+            with Services(self.config).forge(repository) as forge:
+                permission = forge.get_permission(reviewer)
+        except ForgeTransientError as err:
+            return 503, {"workflow_id": workflow_id, "message": f"forge unavailable: {unchecked}: {err}"}
+        except ForgeError as err:
+            return 502, {"workflow_id": workflow_id, "message": f"forge refused the read: {unchecked}: {err}"}
+        if REPO_PERMISSIONS.index(permission) >= REPO_PERMISSIONS.index(required):
+            return None
+        return 403, {
+            "workflow_id": workflow_id,
+            "reviewer": reviewer,
+            "permission": permission,
+            "required": required,
+            "message": (
+                f"{reviewer} has {permission} permission on {repository}; approving or requesting changes "
+                f"on a durafix PR requires {required} or more"
+            ),
+        }
 
 
 def _reply(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:

@@ -1,18 +1,21 @@
 """`GitHubForge`: the `ForgePort` implementation on unmodified PyGithub and the git CLI.
 
 The operations live in small modules (tickets, comments, branches, pulls, claims); this class wires
-them to one configured client and adds the run footprint and a few thin setup helpers.
+them to one configured client and adds the run footprint, the permission read the webhook receiver
+checks reviewers with, and a few thin setup helpers.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, get_args
 
 from reviews.branches import Branches
 from reviews.claims import ClaimStore
 from reviews.comments import KIND as COMMENT_CLAIMS
 from reviews.comments import Comments
 from reviews.config import ForgeConfig
+from reviews.errors import ForgePermanentError
 from reviews.issues import IssueInfo, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
 from reviews.models import CommentRef, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
@@ -20,6 +23,11 @@ from reviews.pulls import Pulls
 from reviews.tickets import KIND as TICKET_CLAIMS
 from reviews.tickets import Tickets
 from reviews.transport import Transport
+
+# A user's permission on a repository as GitHub's collaborator-permission API names it (maintain is
+# reported as write, triage as read), listed from least to most, so an index compares two of them.
+RepoPermission = Literal["none", "read", "write", "admin"]
+REPO_PERMISSIONS: tuple[RepoPermission, ...] = get_args(RepoPermission)
 
 
 class GitHubForge:
@@ -50,6 +58,23 @@ class GitHubForge:
     def read_issue(self, number: int) -> IssueInfo:
         """Read-only: the report's title, body and author."""
         return read_issue(self._t, number)
+
+    def get_permission(self, login: str) -> RepoPermission:
+        """Read-only: `login`'s permission on the repository (`GET /repos/{owner}/{repo}/collaborators/
+        {user}/permission`), one of `REPO_PERMISSIONS`: `admin`; `write` (write or maintain); `read` (read
+        or triage); `none`. Only `write` and `admin` mean the user may change the repository; anyone who can
+        see it (on a public repository: anyone) may still submit reviews.
+
+        Failures are classified like every read: 5xx, rate limits and missing answers are
+        `ForgeTransientError`; 404 (no such user, or a repository the token cannot see) is
+        `ForgeNotFoundError`; 401 and any other 403 are `ForgePermanentError`. An answer naming another
+        value is a `ForgePermanentError` too, so a caller deciding access on it fails closed.
+        """
+        answer = self._t.read(f"read permission of {login}", lambda: self._t.repo.get_collaborator_permission(login))
+        for permission in REPO_PERMISSIONS:
+            if answer == permission:
+                return permission
+        raise ForgePermanentError(f"read permission of {login}: unknown permission {answer!r}", status=200)
 
     def ensure_ticket(self, op_id: str, issue_number: int | None, title: str, body: str) -> Ticket:
         """One ticket per op id; see `reviews.tickets` for the claim-based contract."""

@@ -4,6 +4,11 @@ Deliveries are GitHub's own example payloads (``tests/forge/data/webhook-example
 issue, labels and review edited per test, signed like GitHub (``X-Hub-Signature-256``: HMAC-SHA256 of the
 raw body). No worker runs unless a test needs the workflow to answer: a started run just waits, is checked
 with ``describe`` and the started event in its history, and is terminated in teardown.
+
+The receiver reads reviewers' permissions from the project's GitHub emulator, in which each test's
+repository exists, owned by ``acme`` (admin), with the receiver's bot and GitHub's example reviewer
+``Codertocat`` as write collaborators and ``reader`` as a read collaborator; ``stranger`` is a user with no
+role on it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
+from infra.forge.testing import ForgeHandle, running_forge
 from pipeline.config import DurafixConfig
 from pipeline.inputs import RepairInput
 from pipeline.state import Phase, Rejection, RunState
@@ -41,6 +48,18 @@ pytestmark = pytest.mark.e2e
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "forge" / "data" / "webhook-examples"
 TRIGGER = "durafix"
+OWNER = "acme"
+BOT = "durafix-bot"
+WRITER = "Codertocat"  # the reviewer of GitHub's example payload
+READER = "reader"
+STRANGER = "stranger"
+# What a decision sent to a run leaves in its history: a signal (reject) or an Update (approve).
+DECISION_EVENTS = (
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
+)
 
 
 def example(event: str, action: str | None = None) -> dict[str, Any]:
@@ -131,11 +150,37 @@ class Hook:
             payload["label"] = {**payload["label"], "name": label}
         return payload
 
-    def review_event(self, state: str, pr_body: str, repository: str | None = None) -> dict[str, Any]:
+    def review_event(
+        self, state: str, pr_body: str, repository: str | None = None, reviewer: str = WRITER
+    ) -> dict[str, Any]:
         payload = self.with_repository(example("pull_request_review", "submitted"), repository)
         payload["review"].update(state=state, id=secrets.randbelow(10**9), commit_id="0" * 40, body="looks wrong")
+        payload["review"]["user"]["login"] = payload["sender"]["login"] = reviewer
         payload["pull_request"]["body"] = pr_body
         return payload
+
+    async def started_run(self, issue: int) -> str:
+        """Start the run for ``issue`` through the receiver; returns a PR body carrying the run's marker."""
+        workflow_id = self.run_id(issue)
+        start = await self.deliver("issues", self.issue_event("labeled", issue, [TRIGGER], TRIGGER))
+        assert start.status == 202 and start.body["workflow_id"] == workflow_id, start
+        return f"Fix for #{issue}\n\n{pull_marker(workflow_id).render()}"
+
+
+@dataclass(frozen=True)
+class Forge:
+    """The emulator the receiver reads permissions from, with the tokens of the owner and the bot."""
+
+    handle: ForgeHandle
+    owner_token: str
+    bot_token: str
+
+    def create_repository(self, full_name: str) -> None:
+        owner, name = full_name.split("/")
+        assert owner == OWNER, full_name
+        self.handle.create_repo(self.owner_token, name, auto_init=False)
+        for login, permission in ((BOT, "push"), (WRITER, "push"), (READER, "pull")):
+            self.handle.add_collaborator(self.owner_token, full_name, login, permission)
 
 
 async def describe_status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
@@ -172,19 +217,46 @@ async def state_once_running(client: Client, workflow_id: str, timeout_s: float 
             await asyncio.sleep(0.2)
 
 
-async def events_of(client: Client, workflow_id: str, event_type: int) -> list[Any]:
+async def events_of(client: Client, workflow_id: str, *event_types: int) -> list[Any]:
     history = await client.get_workflow_handle(workflow_id).fetch_history()
-    return [ev for ev in history.events if ev.event_type == event_type]
+    return [ev for ev in history.events if ev.event_type in event_types]
+
+
+async def rejections(client: Client, workflow_id: str) -> list[Rejection]:
+    """Every rejection signalled to the run, decoded from its history."""
+    found: list[Rejection] = []
+    for event in await events_of(client, workflow_id, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED):
+        attrs = event.workflow_execution_signaled_event_attributes
+        assert attrs.signal_name == "reject"
+        found += await client.data_converter.decode(attrs.input.payloads, [Rejection])
+    return found
 
 
 @pytest.fixture(scope="module")
-def receiver(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WebhookReceiver]:
-    config = DurafixConfig(
+def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
+    with running_forge(tmp_path_factory.mktemp("forge")) as handle:
+        owner_token = handle.create_user(OWNER)
+        bot_token = handle.create_user(BOT)
+        for login in (WRITER, READER, STRANGER):
+            handle.create_user(login)
+        yield Forge(handle, owner_token, bot_token)
+
+
+@pytest.fixture(scope="module")
+def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
+    return DurafixConfig(
         state_dir=tmp_path_factory.mktemp("webhooks"),
         temporal_address=temporal_env.client.service_client.config.target_host,
+        forge_api_url=forge.handle.api_url,
+        forge_git_base=forge.handle.base_url,
+        forge_token=forge.bot_token,
         webhook_secret=secrets.token_hex(16),
         trigger_label=TRIGGER,
     )
+
+
+@contextmanager
+def serving(config: DurafixConfig) -> Iterator[WebhookReceiver]:
     rec = WebhookReceiver(config, "127.0.0.1", 0)
     rec.start()
     try:
@@ -193,9 +265,16 @@ def receiver(temporal_env: WorkflowEnvironment, tmp_path_factory: pytest.TempPat
         rec.stop()
 
 
+@pytest.fixture(scope="module")
+def receiver(config: DurafixConfig) -> Iterator[WebhookReceiver]:
+    with serving(config) as rec:
+        yield rec
+
+
 @pytest.fixture
-async def hook(receiver: WebhookReceiver, temporal_client: Client) -> AsyncIterator[Hook]:
+async def hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
     h = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=temporal_client)
+    forge.create_repository(h.repository)
     try:
         yield h
     finally:
@@ -339,20 +418,14 @@ async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(ho
     assert updates == []
 
 
-async def test_changes_requested_review_sends_the_rejection_to_the_run(hook: Hook) -> None:
-    workflow_id = hook.run_id(12)
-    start = await hook.deliver("issues", hook.issue_event("labeled", 12, [TRIGGER], TRIGGER))
-    assert start.status == 202, start
-    body = f"Fix for #12\n\n{pull_marker(workflow_id).render()}"
+async def test_changes_requested_review_by_a_writer_sends_the_rejection_to_the_run(hook: Hook) -> None:
+    body = await hook.started_run(12)
     answer = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
     assert answer.status == 200, answer
-    assert answer.body["workflow_id"] == workflow_id
-
-    [signal] = await events_of(hook.client, workflow_id, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED)
-    attrs = signal.workflow_execution_signaled_event_attributes
-    assert attrs.signal_name == "reject"
-    [rejection] = await hook.client.data_converter.decode(attrs.input.payloads, [Rejection])
-    assert rejection == Rejection(reviewer="Codertocat", reason="looks wrong", source="webhook")
+    assert answer.body["workflow_id"] == hook.run_id(12)
+    assert await rejections(hook.client, hook.run_id(12)) == [
+        Rejection(reviewer=WRITER, reason="looks wrong", source="webhook")
+    ]
 
 
 async def test_approval_for_a_run_not_awaiting_review_is_refused_with_the_validators_reason(
@@ -362,12 +435,11 @@ async def test_approval_for_a_run_not_awaiting_review_is_refused_with_the_valida
     # validator is what refuses, and a refused Update never enters the history.
     workflow_id = hook.run_id(13)
     async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
-        start = await hook.deliver("issues", hook.issue_event("labeled", 13, [TRIGGER], TRIGGER))
-        assert start.status == 202, start
+        body = await hook.started_run(13)
         state = await state_once_running(temporal_client, workflow_id)
         assert state.phase == Phase.INTAKE
 
-        body = f"Fix for #13\n\n{pull_marker(workflow_id).render()}"
+        # Codertocat has write permission: the approval passes the receiver and reaches the run.
         answer = await hook.deliver("pull_request_review", hook.review_event("approved", body))
     assert answer.status == 409, answer
     assert answer.body["workflow_id"] == workflow_id
@@ -390,3 +462,102 @@ async def test_approval_for_a_run_that_does_not_exist_is_not_found(hook: Hook) -
     body = f"Fixes the cart total.\n\n{pull_marker(missing).render()}"
     answer = await hook.deliver("pull_request_review", hook.review_event("approved", body))
     assert answer.status == 404, answer
+
+
+# ---- who may decide: the reviewer's permission on the repository ------------------------------------
+
+
+async def test_reader_can_neither_approve_nor_request_changes(hook: Hook, temporal_client: Client) -> None:
+    # The workflow runs, so an approval let through would reach its validator (409) and a rejection would
+    # be a signal in its history; the writer's rejection at the end shows that history does record one.
+    workflow_id = hook.run_id(20)
+    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+        body = await hook.started_run(20)
+        await state_once_running(temporal_client, workflow_id)
+        for state in ("approved", "changes_requested"):
+            answer = await hook.deliver("pull_request_review", hook.review_event(state, body, reviewer=READER))
+            assert answer.status == 403, (state, answer)
+            assert answer.body["reviewer"] == READER
+            assert (answer.body["permission"], answer.body["required"]) == ("read", "write")
+            assert answer.body["message"] == (
+                f"{READER} has read permission on {hook.repository}; approving or requesting changes on a "
+                "durafix PR requires write or more"
+            )
+        assert await events_of(temporal_client, workflow_id, *DECISION_EVENTS) == []
+
+        answer = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+    assert answer.status == 200, answer
+    assert [r.reviewer for r in await rejections(temporal_client, workflow_id)] == [WRITER]
+
+
+@pytest.mark.parametrize("state", ["approved", "changes_requested"])
+async def test_user_who_is_not_a_collaborator_is_refused(hook: Hook, state: str) -> None:
+    body = await hook.started_run(21)
+    answer = await hook.deliver("pull_request_review", hook.review_event(state, body, reviewer=STRANGER))
+    assert answer.status == 403, answer
+    assert (answer.body["reviewer"], answer.body["permission"]) == (STRANGER, "none")
+    assert STRANGER in answer.body["message"] and "requires write" in answer.body["message"]
+    assert await events_of(hook.client, hook.run_id(21), *DECISION_EVENTS) == []
+
+
+async def test_commented_review_is_ignored_without_asking_who_wrote_it(hook: Hook) -> None:
+    body = await hook.started_run(22)
+    answer = await hook.deliver("pull_request_review", hook.review_event("commented", body, reviewer=STRANGER))
+    assert answer.status == 202, answer
+    assert answer.body["message"] == "review state commented: ignored"
+
+
+async def test_unavailable_forge_is_503_and_nothing_reaches_the_run(hook: Hook, forge: Forge) -> None:
+    body = await hook.started_run(23)
+    forge.handle.set_faults(
+        {
+            "method": "GET",
+            "path_regex": rf"/repos/{hook.repository}/collaborators/{WRITER}/permission$",
+            "action": "status",
+            "status": 503,
+        }
+    )
+    refused = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+    assert refused.status == 503, refused
+    assert refused.body["message"].startswith("forge unavailable: ")
+    assert await events_of(hook.client, hook.run_id(23), *DECISION_EVENTS) == []
+
+    # The fault fired once: redelivering the same review succeeds, as the hook-delivery API would.
+    assert forge.handle.faults() == []
+    again = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+    assert again.status == 200, again
+    assert [r.reviewer for r in await rejections(hook.client, hook.run_id(23))] == [WRITER]
+
+
+async def test_reviewer_the_forge_does_not_know_is_502_and_nothing_reaches_the_run(hook: Hook) -> None:
+    body = await hook.started_run(24)
+    answer = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body, reviewer="ghost"))
+    assert answer.status == 502, answer
+    assert "HTTP 404" in answer.body["message"]
+    assert await events_of(hook.client, hook.run_id(24), *DECISION_EVENTS) == []
+
+
+async def test_receiver_without_a_forge_token_refuses_decisions_with_500(hook: Hook, config: DurafixConfig) -> None:
+    body = await hook.started_run(25)
+    with serving(config.model_copy(update={"forge_token": ""})) as tokenless:
+        target = Hook(url=tokenless.url, secret=hook.secret, client=hook.client, repository=hook.repository)
+        answer = await target.deliver("pull_request_review", target.review_event("changes_requested", body))
+    assert answer.status == 500, answer
+    assert answer.body["message"].startswith("no forge token configured: ")
+    assert await events_of(hook.client, hook.run_id(25), *DECISION_EVENTS) == []
+
+
+async def test_receiver_requiring_admin_refuses_a_writer_and_takes_the_owners_decision(
+    hook: Hook, config: DurafixConfig
+) -> None:
+    body = await hook.started_run(26)
+    with serving(config.model_copy(update={"approver_permission": "admin"})) as strict:
+        target = Hook(url=strict.url, secret=hook.secret, client=hook.client, repository=hook.repository)
+        refused = await target.deliver("pull_request_review", target.review_event("changes_requested", body))
+        taken = await target.deliver(
+            "pull_request_review", target.review_event("changes_requested", body, reviewer=OWNER)
+        )
+    assert refused.status == 403, refused
+    assert (refused.body["permission"], refused.body["required"]) == ("write", "admin")
+    assert taken.status == 200, taken
+    assert [r.reviewer for r in await rejections(hook.client, hook.run_id(26))] == [OWNER]
