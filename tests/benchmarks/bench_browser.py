@@ -2,8 +2,9 @@
 
 Run: ``uv run python -m tests.benchmarks.bench_browser [--runs 10]``. "Cold" builds a new BrowserRunner for
 each reproduction (driver start + Chromium launch + the procedure + shutdown), as a worker that launched a
-browser per activity would; "kept" reuses one runner whose browser is already up, as a worker does. Prints
-the median wall time of each and their ratio.
+browser per activity would; "kept" reuses one runner whose browser is already up, as a worker does; "kept
+with video" is the kept browser also recording a WebM of the run (system ffmpeg), the cost of turning video
+on. Prints the median wall time of each and their ratios to "kept".
 """
 
 from __future__ import annotations
@@ -51,10 +52,14 @@ def main() -> None:
         with BrowserRunner() as runner:
             reproduce(runner, procedure, url, out / "warm-up")
             kept = [time_kept(runner, procedure, url, out / f"kept-{i}") for i in range(args.runs)]
-    cold_median, kept_median = statistics.median(cold), statistics.median(kept)
-    print(f"reproduction, cold browser: median {cold_median * 1000:8.1f} ms over {args.runs} runs")
-    print(f"reproduction, kept browser: median {kept_median * 1000:8.1f} ms over {args.runs} runs")
-    print(f"cold / kept: {cold_median / kept_median:.2f}x")
+        with BrowserRunner(video_dir=out / "browsers") as recording:
+            reproduce(recording, procedure, url, out / "video-warm-up")
+            video = [time_kept(recording, procedure, url, out / f"video-{i}") for i in range(args.runs)]
+    cold_median, kept_median, video_median = (statistics.median(t) for t in (cold, kept, video))
+    print(f"reproduction, cold browser:            median {cold_median * 1000:8.1f} ms over {args.runs} runs")
+    print(f"reproduction, kept browser:            median {kept_median * 1000:8.1f} ms over {args.runs} runs")
+    print(f"reproduction, kept browser with video: median {video_median * 1000:8.1f} ms over {args.runs} runs")
+    print(f"cold / kept: {cold_median / kept_median:.2f}x; with video / kept: {video_median / kept_median:.2f}x")
 
 
 if __name__ == "__main__":
