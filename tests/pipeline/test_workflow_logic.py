@@ -270,7 +270,8 @@ class Harness:
         return wf_id
 
     async def state(self, wf_id: str) -> RunState:
-        return await self.client.get_workflow_handle(wf_id).query("state", result_type=RunState)
+        state: RunState = await self.client.get_workflow_handle(wf_id).query("state", result_type=RunState)
+        return state
 
     async def wait_phase(self, wf_id: str, phase: Phase, timeout: float = 30) -> RunState:
         for _ in range(int(timeout * 10)):
@@ -291,7 +292,8 @@ class Harness:
         return status
 
     async def result(self, wf_id: str) -> RunState:
-        return await self.client.get_workflow_handle(wf_id, result_type=RunState).result()
+        final: RunState = await self.client.get_workflow_handle(wf_id, result_type=RunState).result()
+        return final
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from pipeline.config import DurafixConfig
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.e2e
 class DraftWithRetries:
     @workflow.run
     async def run(self, inp: DraftProcedureInput) -> ProcedureResult:
-        return await workflow.execute_activity(
+        result: ProcedureResult = await workflow.execute_activity(
             "model.draft_procedure",
             inp,
             result_type=ProcedureResult,
@@ -37,6 +38,7 @@ class DraftWithRetries:
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3),
         )
+        return result
 
 
 async def draft(client: Client, tmp_path: Path, base_url: str) -> tuple[str, ProcedureResult | WorkflowFailureError]:
@@ -57,7 +59,7 @@ async def draft(client: Client, tmp_path: Path, base_url: str) -> tuple[str, Pro
         ):
             try:
                 result: ProcedureResult | WorkflowFailureError = await client.execute_workflow(
-                    DraftWithRetries.run, inp, id=wf_id, task_queue=queue, result_type=ProcedureResult
+                    DraftWithRetries.run, inp, id=wf_id, task_queue=queue
                 )
             except WorkflowFailureError as err:
                 result = err
@@ -116,9 +118,11 @@ async def test_a_final_failure_carries_every_attempts_tokens(
     wf_id, result = await draft(temporal_client, tmp_path, server.base_url)
 
     assert isinstance(result, WorkflowFailureError), result
-    failure = result.cause.cause
-    assert failure is not None and getattr(failure, "type", None) == "Transient"
-    details = getattr(failure, "details", ())
+    activity_failure = result.cause
+    assert isinstance(activity_failure, ActivityError), activity_failure
+    failure = activity_failure.cause
+    assert isinstance(failure, ApplicationError) and failure.type == "Transient", failure
+    details = failure.details
     records = recorded(server)
     assert [r["status"] for r in records] == [200, 500] * 3
     prompt, completion = billed(records)
