@@ -44,6 +44,10 @@ class ImageRecipe(BaseModel):
     packages: list[str] = Field(default_factory=lambda: ["python3"])
 
 
+# Where fixture commands find the app they seed.
+APP_URL_VAR = "DURAFIX_APP_URL"
+
+
 class AppRecipe(BaseModel):
     """What a repository declares about itself in ``durafix.yaml`` at its root."""
 
@@ -52,7 +56,10 @@ class AppRecipe(BaseModel):
     port: int = 8000
     readiness: ReadinessProbe = Field(default_factory=ReadinessProbe)
     test: str
-    fixtures: list[str] = Field(default_factory=list)
+    fixtures: list[str] = Field(
+        default_factory=list,
+        description="seed commands run once against the ready app (``$DURAFIX_APP_URL``), in its workspace",
+    )
     env: dict[str, str] = Field(default_factory=dict)
     secrets: dict[str, str] = Field(
         default_factory=dict, description="name -> reference (e.g. 'env:NAME'); values are never stored"
@@ -132,6 +139,11 @@ class ResourceConflictError(EnvironmentError):
 
 class NotReadyError(EnvironmentError):
     """The environment did not become ready before the probe's deadline."""
+
+
+class FixtureError(NotReadyError):
+    """A fixture (seed) command failed against the ready app: the environment is not in the state the
+    reproduction expects. The app is stopped, so no later provision adopts a half-seeded environment."""
 
 
 class EnvironmentProvider(Protocol):

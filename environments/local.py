@@ -10,6 +10,10 @@ Contracts (see :mod:`environments.interface`):
   readiness, so a crash while waiting leaves a process that cleanup can find. Every process also carries
   the run/operation marker in its environment (see :mod:`environments.processes`), which covers the
   instant between spawning and recording and any process that leaves its group.
+- Fixtures (the recipe's seed commands) run once per started app, after it is ready, in the workspace with
+  ``$PORT`` and ``$DURAFIX_APP_URL``; only then is the record marked seeded. An app whose fixtures did not
+  all succeed (one failed, or the worker died meanwhile) is never adopted: a failure stops it, and a record
+  without the mark is replaced by a fresh app, seeded anew.
 - Idempotent per ``op_id``: a recorded process that is still the same process (pid + start time), runs
   from the same workspace directory (path + inode) and answers the probe is adopted; anything else
   recorded for the operation is stopped and replaced.
@@ -31,10 +35,13 @@ from typing import Any
 from environments.commands import command_env, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
+    APP_URL_VAR,
+    AppRecipe,
     CleanupReport,
     EnvironmentError,
     EnvironmentHandle,
     EnvironmentStatus,
+    FixtureError,
     NotReadyError,
     OwnedResource,
     ReadinessProbe,
@@ -189,7 +196,27 @@ class LocalProcessProvider:
                 f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
                 f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}"
             )
+        self._seed(run_dir, key, record, recipe, ws, log_path)
         return _handle(record)
+
+    def _seed(
+        self, run_dir: Path, key: str, record: dict[str, Any], recipe: AppRecipe, ws: Path, log_path: Path
+    ) -> None:
+        """Run the recipe's fixtures against the ready app, then mark the record seeded (see the contract)."""
+        if not recipe.fixtures:
+            return
+        env = command_env(
+            recipe, marker=record["marker"], extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)}
+        )
+        for command in recipe.fixtures:
+            code, _ = run_to_completion(command, cwd=ws, env=env, log_path=log_path, timeout_s=self.setup_timeout_s)
+            if code != 0:
+                if not self._stop(record).survivors:
+                    (run_dir / f"{key}.json").unlink()
+                outcome = "timed out" if code is None else f"exited {code}"
+                raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}")
+        record["seeded"] = True
+        write_json_atomic(run_dir / f"{key}.json", record)
 
     def _stop(self, record: dict[str, Any]) -> StopOutcome:
         return stop_owned(
@@ -213,7 +240,8 @@ class LocalProcessProvider:
 
 def _adoptable(record: dict[str, Any], ws: Path, spec: RecoverySpec) -> bool:
     return (
-        _alive(record)
+        (record.get("seeded", False) or not spec.recipe.fixtures)
+        and _alive(record)
         and record["workspace"] == str(ws)
         and record["workspace_inode"] == ws.stat().st_ino
         and probe_once(_url(record), spec.recipe.readiness)

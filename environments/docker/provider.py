@@ -30,6 +30,13 @@ connections to other networks, but it is not a firewall: hosts that route the br
 (another run's bridge on the same host included) are reachable. Runs that need hard network isolation need
 an engine with iptables enabled or a host firewall.
 
+Fixtures (the recipe's seed commands) run inside the container once it answers its probe, as the app's
+user in the app directory with ``$PORT`` and ``$DURAFIX_APP_URL``, each under ``timeout``. Marks on the
+container's ``/tmp`` (a tmpfs: they vanish with the app's process) say seeding began and ended: an adopted
+container already seeded is used as it is, one whose seeding began but never ended (a worker died
+half-way) is removed and replaced by a fresh container, and a failing fixture removes the container before
+``FixtureError`` is raised, so no half-seeded app is ever handed out.
+
 Hardening applied to every container: memory (swap included), pids and CPU limits from the recipe, all
 capabilities dropped, ``no-new-privileges``, an unprivileged user (``65534:65534``), a read-only root
 filesystem with a ``tmpfs`` on ``/tmp`` (``HOME`` points there), a minimal init as PID 1, bounded logs.
@@ -58,11 +65,13 @@ from environments.docker.naming import (
 )
 from environments.files import locked, path_key
 from environments.interface import (
+    APP_URL_VAR,
     AppRecipe,
     CleanupReport,
     EnvironmentError,
     EnvironmentHandle,
     EnvironmentStatus,
+    FixtureError,
     NotReadyError,
     OwnedResource,
     ReadinessProbe,
@@ -81,6 +90,9 @@ PROBE_PATH_LABEL = "durafix.probe.path"
 PROBE_STATUS_LABEL = "durafix.probe.status"
 _LOG_TAIL = 30
 _TMP_MOUNT = "rw,nosuid,nodev,size=64m"
+# Seeding marks live on the tmpfs, so they die with the app's process.
+_SEEDING = "/tmp/.durafix-seeding"
+_SEEDED = "/tmp/.durafix-seeded"
 
 
 class UnsupportedRecipeError(EnvironmentError):
@@ -105,6 +117,7 @@ class DockerProvider:
         mirror: str | None = None,
         stop_timeout_s: float = 10.0,
         read_only_rootfs: bool = True,
+        fixture_timeout_s: float = 600.0,
     ) -> None:
         self.state_dir = state_dir.absolute()
         self.client = docker.DockerClient(base_url=docker_host, timeout=300)
@@ -112,6 +125,7 @@ class DockerProvider:
         self.fence = RunFence(self.state_dir / "runs")
         self.stop_timeout_s = stop_timeout_s
         self.read_only_rootfs = read_only_rootfs
+        self.fixture_timeout_s = fixture_timeout_s
 
     def close(self) -> None:
         self.client.close()
@@ -132,15 +146,20 @@ class DockerProvider:
         if not Path(workspace).is_dir():
             raise EnvironmentError(f"workspace {workspace} does not exist")
         name = container_name(op_id)
-        with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
-            container = self._adopt(name, run_id, op_id)
-            if container is None:
-                image = self.images.ensure_app(recipe, Path(workspace))
-                network = self._ensure_network(run_dir, run_id, op_id)
-                container = self._create(name, image, network, run_id, op_id, recipe)
-            if container.status != "running":
-                container.start()
-        base_url = self._wait_ready(container, run_id, op_id, recipe.readiness)
+        for _ in range(2):
+            with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
+                container = self._adopt(name, run_id, op_id)
+                if container is None:
+                    image = self.images.ensure_app(recipe, Path(workspace))
+                    network = self._ensure_network(run_dir, run_id, op_id)
+                    container = self._create(name, image, network, run_id, op_id, recipe)
+                if container.status != "running":
+                    container.start()
+            base_url = self._wait_ready(container, run_id, op_id, recipe.readiness)
+            if self._seed(container, run_id, recipe):
+                break
+        else:
+            raise NotReadyError(f"{name} was left half-seeded twice in a row")
         return EnvironmentHandle(
             env_id=name,
             provider=PROVIDER_NAME,
@@ -306,6 +325,28 @@ class DockerProvider:
             f"{_logs_tail(container)}"
         )
 
+    def _seed(self, container: Any, run_id: str, recipe: AppRecipe) -> bool:
+        """Run the fixtures once (see the module's contract); False when a half-seeded container was removed
+        and must be replaced."""
+        if not recipe.fixtures or _exec(container, ["test", "-e", _SEEDED])[0] == 0:
+            return True
+        if _exec(container, ["test", "-e", _SEEDING])[0] == 0:
+            self._remove_container(container, CleanupReport(run_id=run_id))
+            return False
+        _exec(container, ["touch", _SEEDING])
+        env = {**recipe.env, "PORT": str(recipe.port), "HOME": "/tmp", APP_URL_VAR: f"http://127.0.0.1:{recipe.port}"}
+        for command in recipe.fixtures:
+            limit = ["timeout", "--kill-after=5", str(max(1, round(self.fixture_timeout_s)))]
+            code, output = _exec(container, [*limit, "/bin/sh", "-c", command], env)
+            if code != 0:
+                report = CleanupReport(run_id=run_id)
+                self._remove_container(container, report)
+                outcome = "timed out" if code == 124 else f"exited {code}"
+                left = f" (the container could not be removed: {report.errors})" if report.errors else ""
+                raise FixtureError(f"fixture command {command!r} {outcome}{left}:\n{output[-4000:]}")
+        _exec(container, ["touch", _SEEDED])
+        return True
+
     def _remove_container(self, container: Any, report: CleanupReport) -> None:
         resource = _container_resource(container)
 
@@ -314,6 +355,13 @@ class DockerProvider:
             container.remove(force=True)
 
         _remove(stop_and_remove, resource, report)
+
+
+def _exec(container: Any, argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
+    """Run ``argv`` in the container as the app's user, in the app directory: (exit code, output)."""
+    result = container.exec_run(argv, user=APP_USER, workdir=APP_DIR, environment=env or {})
+    output = result.output.decode(errors="replace") if isinstance(result.output, bytes) else ""
+    return int(result.exit_code), output
 
 
 def _remove(action: Any, resource: OwnedResource, report: CleanupReport) -> None:

@@ -19,6 +19,7 @@ from environments.interface import (
     AppRecipe,
     EnvironmentHandle,
     EnvironmentStatus,
+    FixtureError,
     NotReadyError,
     ReadinessProbe,
     RecoverySpec,
@@ -290,6 +291,61 @@ def test_a_failing_setup_command_is_reported_with_its_output(
         provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
     assert "broken dependency" in str(info.value)
     assert provider.list_owned(RUN) == []
+
+
+# A fixture that needs the app up: it reads the app's cart over HTTP, then records that it ran.
+SEED = (
+    "python3 -c \"import os, urllib.request; urllib.request.urlopen(os.environ['DURAFIX_APP_URL'] + '/api/cart')\""
+    " && echo seeded on port $PORT >> seeded"
+)
+
+
+def test_fixtures_run_once_against_the_ready_app_and_adoption_does_not_rerun_them(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    spec = cart_spec(tag, fixtures=[SEED, "echo second >> seeded"])
+    op = f"{RUN}:provision"
+    handle = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
+    port = handle.base_url.rsplit(":", 1)[1]
+    assert (workspace / "seeded").read_text() == f"seeded on port {port}\nsecond\n"
+
+    again = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
+    assert again == handle
+    assert (workspace / "seeded").read_text() == f"seeded on port {port}\nsecond\n"
+
+
+def test_a_failing_fixture_stops_the_app_and_the_next_provision_seeds_a_fresh_one(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    op = f"{RUN}:provision"
+    failing = cart_spec(tag, fixtures=[SEED, "echo no seed data >&2; exit 3"])
+    with pytest.raises(FixtureError, match="exited 3") as info:
+        provider.provision(run_id=RUN, op_id=op, spec=failing, workspace=str(workspace))
+    assert "no seed data" in str(info.value)
+    assert provider.list_owned(RUN) == []
+    wait_until(lambda: tagged_pids(tag) == set())
+
+    handle = provider.provision(run_id=RUN, op_id=op, spec=cart_spec(tag, fixtures=[SEED]), workspace=str(workspace))
+    assert provider.check(handle) is EnvironmentStatus.READY
+    assert (workspace / "seeded").read_text().count("seeded on port") == 2
+
+
+def test_an_app_whose_seeding_never_finished_is_replaced_not_adopted(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    op = f"{RUN}:provision"
+    spec = cart_spec(tag, fixtures=[SEED])
+    first = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
+    # As if the worker died between starting the app and finishing its fixtures: the record lacks the mark.
+    record_path = provider.state_dir / path_key(RUN) / f"{path_key(op)}.json"
+    record = json.loads(record_path.read_text())
+    del record["seeded"]
+    record_path.write_text(json.dumps(record))
+
+    second = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
+    assert leader_pid(second) != leader_pid(first)
+    assert (workspace / "seeded").read_text().count("seeded on port") == 2
+    assert len(provider.list_owned(RUN)) == 1
 
 
 def test_an_app_that_never_becomes_ready_is_stopped(provider: LocalProcessProvider, workspace: Path, tag: str) -> None:

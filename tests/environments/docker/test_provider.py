@@ -20,6 +20,7 @@ from environments.docker.naming import container_name, network_name, ownership_l
 from environments.interface import (
     EnvironmentHandle,
     EnvironmentStatus,
+    FixtureError,
     RecoverySpec,
     ResourceConflictError,
     ResourceKind,
@@ -272,3 +273,54 @@ def test_recipe_with_secrets_is_refused_before_anything_is_created(
     with pytest.raises(UnsupportedRecipeError):
         provision(run_id, spec=spec)
     assert containers_of(docker_client, run_id) == []
+
+
+# A fixture that needs the app up: it reads the cart over HTTP, then records that it ran and as whom.
+SEED = (
+    "python3 -c \"import os, urllib.request; urllib.request.urlopen(os.environ['DURAFIX_APP_URL'] + '/api/cart')\""
+    " && echo seeded as $(id -u) >> /tmp/seeded"
+)
+
+
+def with_fixtures(spec: RecoverySpec, *fixtures: str) -> RecoverySpec:
+    return spec.model_copy(update={"recipe": spec.recipe.model_copy(update={"fixtures": list(fixtures)})})
+
+
+def seeded(docker_client: docker.DockerClient, handle: EnvironmentHandle) -> str:
+    result = docker_client.containers.get(handle.env_id).exec_run(["cat", "/tmp/seeded"])
+    return str(result.output.decode())
+
+
+def test_fixtures_run_once_inside_the_ready_container_and_adoption_does_not_rerun_them(
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
+) -> None:
+    spec = with_fixtures(cart_spec, SEED)
+    handle = provision(run_id, spec=spec)
+    assert seeded(docker_client, handle) == "seeded as 65534\n"
+
+    assert provision(run_id, spec=spec) == handle
+    assert seeded(docker_client, handle) == "seeded as 65534\n"
+
+
+def test_a_failing_fixture_removes_the_container(
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
+) -> None:
+    with pytest.raises(FixtureError, match="exited 4") as info:
+        provision(run_id, spec=with_fixtures(cart_spec, SEED, "echo no seed data; exit 4"))
+    assert "no seed data" in str(info.value)
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_a_half_seeded_container_is_replaced_not_adopted(
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
+) -> None:
+    spec = with_fixtures(cart_spec, SEED)
+    first = provision(run_id, spec=spec)
+    first_id = docker_client.containers.get(first.env_id).id
+    # As if the worker died while the fixtures ran: seeding began and never ended.
+    docker_client.containers.get(first.env_id).exec_run(["rm", "/tmp/.durafix-seeded"])
+
+    second = provision(run_id, spec=spec)
+    [container] = containers_of(docker_client, run_id)
+    assert container.id != first_id and container.name == second.env_id
+    assert seeded(docker_client, second) == "seeded as 65534\n"
