@@ -19,7 +19,9 @@ multipart upload.
 
 Retention counts from the object's LastModified. A repeated put refreshes it with a server-side copy onto
 itself (metadata kept), and ``delete_expired`` re-reads LastModified just before deleting, which narrows
-(but on S3 cannot close) the window in which a concurrent re-put of old content loses its object.
+(but on S3 cannot close) the window in which a concurrent re-put of old content loses its object. It also
+aborts multipart uploads under the prefix initiated more than a day before ``now``: a writer killed
+mid-upload cannot abort its own, and S3 keeps (and bills) the parts of an unfinished upload forever.
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ if TYPE_CHECKING:
 DEFAULT_PART_SIZE = 8 * 1024 * 1024
 # SigV4 presigned URLs cannot outlive a week.
 MAX_PRESIGN_S = 7 * 24 * 3600
+# An upload this old was abandoned: every live writer finishes or aborts its own long before.
+STALE_UPLOAD = timedelta(days=1)
 
 
 class S3Credentials(BaseModel):
@@ -274,7 +278,20 @@ class S3ArtifactStore:
                         continue
                     self.client.delete_object(Bucket=self.bucket, Key=item["Key"])
                     deleted.append(key)
+        self.abort_stale_uploads(now - STALE_UPLOAD)
         return deleted
+
+    def abort_stale_uploads(self, initiated_before: datetime) -> list[str]:
+        """Abort the multipart uploads under the prefix initiated before ``initiated_before``; their keys."""
+        aborted: list[str] = []
+        for page in self.client.get_paginator("list_multipart_uploads").paginate(
+            Bucket=self.bucket, Prefix=self.prefix
+        ):
+            for upload in page.get("Uploads", []):
+                if upload["Initiated"] < initiated_before:
+                    self._abort(upload["Key"], upload["UploadId"])
+                    aborted.append(upload["Key"].removeprefix(self.prefix))
+        return aborted
 
     # ---- helpers ---------------------------------------------------------------------------------------
 
