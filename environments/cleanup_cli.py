@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +35,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from environments.cli_output import Printer
 from environments.interface import CleanupReport, OwnedResource
 from environments.inventory import (
     Holder,
@@ -147,27 +146,6 @@ class RunOutcome:
         return data
 
 
-@dataclass
-class Printer:
-    """Text goes to stdout as it comes; with ``--json`` one document is printed at the end instead.
-    Warnings and refusals always go to stderr."""
-
-    as_json: bool
-    document: dict[str, Any] = field(default_factory=dict)
-
-    def line(self, text: str = "") -> None:
-        if not self.as_json:
-            print(text)
-
-    def warn(self, text: str) -> None:
-        print(f"durafix cleanup: {text}", file=sys.stderr)
-
-    def finish(self, code: int) -> int:
-        if self.as_json:
-            print(json.dumps(self.document, indent=2))
-        return code
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="durafix cleanup",
@@ -191,7 +169,7 @@ def main(argv: list[str]) -> int:
     run_id = run_option(parser, args.run)
     config = load_config()
     holders, unopened = open_holders(config)
-    printer = Printer(as_json=args.json)
+    printer = Printer("durafix cleanup", as_json=args.json)
     if run_id is not None:
         code = asyncio.run(_cleanup_run(config, holders, unopened, run_id, args.yes, args.force, printer))
     else:

@@ -11,13 +11,22 @@ Contracts:
   alternates, and a commit they stand on must survive a force-push on the remote.
 - Commits restored from a bundle are kept under ``refs/durafix/bundles/<sha>`` so they stay reachable; a
   plain fetch (no ``--prune``) never deletes them.
+- Every time :meth:`MirrorCache.ensure` serves a mirror it touches the mirror's stamp
+  (``<mirror>/durafix-last-used``): its mtime is when the mirror was last used, which is what
+  ``durafix cache prune`` judges age by.
+- A second lock per mirror, the *use lock*, is held shared by every ``ensure`` and by every
+  :meth:`MirrorCache.borrowed` block (a workspace being built on the mirror); pruning takes it exclusively,
+  without waiting, so it never removes a mirror while someone is being served from it or building on it.
+  Updates keep their own exclusive lock, so a fetch never waits for a checkout to finish.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from environments.files import locked, path_key
@@ -25,6 +34,8 @@ from environments.git import GitError, check_clone_url, git_env, has_commit, run
 from environments.interface import EnvironmentError
 
 _BUNDLE_REFS = "refs/durafix/bundles"
+# Inside the bare repository, so the stamp goes wherever the mirror goes (git ignores unknown files there).
+STAMP_NAME = "durafix-last-used"
 
 
 class RevisionNotFoundError(EnvironmentError):
@@ -41,8 +52,47 @@ class MirrorCache:
     def __init__(self, cache_dir: Path) -> None:
         self.cache_dir = cache_dir
 
+    @property
+    def mirrors_dir(self) -> Path:
+        return self.cache_dir / "mirrors"
+
     def path_for(self, clone_url: str) -> Path:
-        return self.cache_dir / "mirrors" / f"{path_key(clone_url)}.git"
+        return self.mirrors_dir / f"{path_key(clone_url)}.git"
+
+    def update_lock(self, mirror: Path) -> Path:
+        """The lock serialising clone, fetch and bundle import of ``mirror`` (held exclusively)."""
+        return mirror.with_name(mirror.name + ".lock")
+
+    def use_lock(self, mirror: Path) -> Path:
+        """The lock held shared while ``mirror`` is served or built on; exclusively only by pruning."""
+        return mirror.with_name(mirror.name + ".use.lock")
+
+    def stamp_path(self, mirror: Path) -> Path:
+        return mirror / STAMP_NAME
+
+    def cached(self) -> list[Path]:
+        """The mirrors present, sorted; temporary clones and mirrors being removed (dot-names) are not."""
+        if not self.mirrors_dir.is_dir():
+            return []
+        return sorted(p for p in self.mirrors_dir.glob("*.git") if p.is_dir() and not p.name.startswith("."))
+
+    def last_used(self, mirror: Path) -> tuple[float, bool]:
+        """When ``mirror`` was last served (seconds since the epoch), and whether that comes from its stamp.
+
+        Without a stamp (a mirror made before stamps existed) the directory's mtime stands in: it is at least
+        the mirror's creation time, so the fallback never makes a mirror look older than it is.
+        """
+        try:
+            return self.stamp_path(mirror).stat().st_mtime, True
+        except FileNotFoundError:
+            return mirror.stat().st_mtime, False
+
+    def clone_url_of(self, mirror: Path) -> str:
+        """The clone URL ``mirror`` was made from (its origin), or its directory name when git cannot say."""
+        try:
+            return run_git(["config", "--get", "remote.origin.url"], cwd=mirror) or mirror.name
+        except GitError:
+            return mirror.name
 
     def ensure(
         self,
@@ -52,24 +102,47 @@ class MirrorCache:
         token: str | None = None,
         bundle: Path | None = None,
     ) -> Path:
-        """Return the mirror for ``clone_url``, made to contain the commit ``revision``.
+        """Return the mirror for ``clone_url``, made to contain the commit ``revision``, and stamp it as used.
 
         Order of sources: the mirror as it is; then ``bundle`` (if given); then a fetch of all refs from
         the remote; then a fetch of ``revision`` by its ID (servers that allow reachable-SHA wants).
+        The returned mirror was stamped just now, so pruning (which only takes mirrors unused for longer than
+        its threshold) leaves it alone while the caller starts using it; callers that build a workspace on it
+        use :meth:`borrowed` instead, which also covers the time until the workspace's alternates exist.
         """
         check_clone_url(clone_url)
         mirror = self.path_for(clone_url)
+        with locked(self.use_lock(mirror), shared=True):
+            self._hold(clone_url, mirror, revision, token, bundle)
+            self.stamp_path(mirror).touch()
+        return mirror
+
+    @contextlib.contextmanager
+    def borrowed(
+        self, clone_url: str, revision: str, *, token: str | None = None, bundle: Path | None = None
+    ) -> Iterator[Path]:
+        """:meth:`ensure`, and keep the mirror from being pruned until the block ends.
+
+        For building a workspace: until its ``alternates`` file is in place, nothing on disk says the tree
+        borrows from the mirror, so the use lock (held shared; pruning needs it exclusively) says it instead.
+        """
+        check_clone_url(clone_url)
+        with locked(self.use_lock(self.path_for(clone_url)), shared=True):
+            yield self.ensure(clone_url, revision, token=token, bundle=bundle)
+
+    def _hold(self, clone_url: str, mirror: Path, revision: str, token: str | None, bundle: Path | None) -> None:
+        """Make ``mirror`` contain ``revision``: as it is, from ``bundle``, or fetched."""
         if mirror.exists() and has_commit(mirror, revision):
-            return mirror
-        with locked(mirror.with_name(mirror.name + ".lock")):
+            return
+        with locked(self.update_lock(mirror)):
             if not mirror.exists():
                 self._clone(clone_url, mirror, token)
             if has_commit(mirror, revision):
-                return mirror
+                return
             if bundle is not None:
                 self._import_bundle(mirror, bundle, clone_url, token)
                 if has_commit(mirror, revision):
-                    return mirror
+                    return
             env = git_env(clone_url=clone_url, token=token)
             run_git(["fetch", "--quiet", "origin"], cwd=mirror, env=env)
             if not has_commit(mirror, revision):
@@ -85,7 +158,6 @@ class MirrorCache:
                     ) from exc
             if not has_commit(mirror, revision):
                 raise RevisionNotFoundError(f"commit {revision} is not on {clone_url}")
-            return mirror
 
     def _clone(self, clone_url: str, mirror: Path, token: str | None) -> None:
         mirror.parent.mkdir(parents=True, exist_ok=True)

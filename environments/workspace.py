@@ -106,15 +106,19 @@ class WorkspaceManager:
                 self._record(run_dir, key, run_id=run_id, op_id=op_id, path=final)
                 _remove_leftovers(run_dir, key)
                 remove_tree(final)
-                mirror = self.mirrors.ensure(clone_url, base_revision, token=token, bundle=bundle)
                 tmp = run_dir / f".{key}.tmp-{uuid.uuid4().hex}"
-                try:
-                    tree = _build_tree(tmp, mirror, base_revision, patch)
-                    if expected_tree is not None and tree != expected_tree:
-                        raise TreeMismatchError(f"rebuilt tree {tree} differs from the recorded tree {expected_tree}")
-                    os.rename(tmp, final)
-                finally:
-                    shutil.rmtree(tmp, ignore_errors=True)
+                # Borrowed until the tree is in place: before its alternates file exists only the mirror's use
+                # lock tells ``durafix cache prune`` that this tree is about to stand on the mirror.
+                with self.mirrors.borrowed(clone_url, base_revision, token=token, bundle=bundle) as mirror:
+                    try:
+                        tree = _build_tree(tmp, mirror, base_revision, patch)
+                        if expected_tree is not None and tree != expected_tree:
+                            raise TreeMismatchError(
+                                f"rebuilt tree {tree} differs from the recorded tree {expected_tree}"
+                            )
+                        os.rename(tmp, final)
+                    finally:
+                        shutil.rmtree(tmp, ignore_errors=True)
         return Workspace(
             path=final,
             run_id=run_id,
@@ -191,6 +195,34 @@ class WorkspaceManager:
                 if record is not None:
                     owned.append(_resource(record))
         return owned
+
+    def borrowers(self, mirror: Path) -> list[Path]:
+        """The trees under ``root`` whose git borrows objects from ``mirror`` through its alternates file.
+
+        Every tree this manager makes lives in ``root/<run>/``: recorded trees, trees still being built (their
+        temporary directory already names the mirror) and trees being removed (renamed to a dot-name first),
+        so all of them are found. Paths are compared resolved, so a symlinked cache directory still matches.
+        A tree between ``git init`` and writing its alternates is not found here; :meth:`MirrorCache.borrowed`
+        covers that moment with the mirror's use lock.
+        """
+        objects = (mirror / "objects").resolve()
+        found: list[Path] = []
+        run_dirs = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
+        for run_dir in run_dirs:
+            try:
+                trees = sorted(run_dir.iterdir())
+            except FileNotFoundError:
+                continue
+            for tree in trees:
+                info = tree / ".git" / "objects" / "info"
+                try:
+                    lines = (info / "alternates").read_text(encoding="utf-8").splitlines()
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                # git reads a relative entry relative to the borrowing objects directory.
+                if any((info.parent / line.strip()).resolve() == objects for line in lines if line.strip()):
+                    found.append(tree)
+        return found
 
     def remove(self, ws: Workspace) -> None:
         """Remove one workspace's tree and record; idempotent."""

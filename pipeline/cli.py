@@ -375,6 +375,7 @@ DELEGATED = {
     "evidence": _delegate("evidence.cli"),
     "cleanup": _delegate("environments.cleanup_cli"),
     "resources": _delegate("environments.resources_cli"),
+    "cache": _delegate("environments.cache_cli"),
 }
 
 

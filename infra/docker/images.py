@@ -17,6 +17,13 @@ Builds of one tag are serialised across processes with a lock file under ``STATE
 lock second finds the image (or tarball) present and reuses it. Cache files are written to a temporary
 name and renamed, so a crash never leaves a partial tarball under the final name. Images are a shared
 cache, not owned by any run: ``cleanup_run`` leaves them in place.
+
+Last use is recorded for ``durafix cache prune``: every time :meth:`ImageBuilder.ensure_base` or
+:meth:`ImageBuilder.ensure_app` returns a tag, the tag's stamp (``base-<h>.used`` / ``app-<d>.used`` next to
+its lock) is touched under the tag's build lock, and so is the root filesystem tarball's
+(``rootfs-<h>.used``) whenever its base image is served: the tarball is what rebuilds that base on an empty
+engine, so it is in use as long as the base is. Pruning takes the same build locks (without waiting), so it
+never removes an image or tarball that is being built or has just been served.
 """
 
 from __future__ import annotations
@@ -56,10 +63,55 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Never part of an app image: version-control metadata is large and changes without the tree changing.
 _EXCLUDED_DIRS = {".git"}
 _SPOOL_BYTES = 64 * 1024 * 1024
+# The names of a tag's lock and stamp files in the cache directory: ``base-<h>.lock``, ``app-<d>.used``.
+_CACHE_PREFIXES = {BASE_REPOSITORY: "base", APP_REPOSITORY: "app"}
+_ROOTFS_NAME = re.compile(r"^rootfs-([0-9a-f]{12})\.tar$")
 
 
 class ImageBuildError(EnvironmentError):
     """An image could not be built; the message carries the failing tool's output tail."""
+
+
+def cache_key(tag: str) -> str | None:
+    """The name ``tag``'s lock and stamp files carry in the cache directory; ``None`` for a tag not built here."""
+    repository, _, version = tag.partition(":")
+    prefix = _CACHE_PREFIXES.get(repository)
+    return f"{prefix}-{version}" if prefix is not None and version else None
+
+
+def _cache_file(cache_dir: Path, tag: str, suffix: str) -> Path:
+    key = cache_key(tag)
+    if key is None:
+        raise ValueError(f"{tag} is not an image durafix builds")
+    return cache_dir / f"{key}{suffix}"
+
+
+def build_lock_path(cache_dir: Path, tag: str) -> Path:
+    """The lock serialising builds of ``tag`` (and, for a base image, of its root filesystem tarball)."""
+    return _cache_file(cache_dir, tag, ".lock")
+
+
+def stamp_path(cache_dir: Path, tag: str) -> Path:
+    """The file whose mtime is when ``tag`` was last returned by ``ensure_base`` / ``ensure_app``."""
+    return _cache_file(cache_dir, tag, ".used")
+
+
+def rootfs_tarballs(cache_dir: Path) -> list[Path]:
+    """The root filesystem tarballs in ``cache_dir`` (``rootfs-<h>.tar``), sorted; partial ones are dot-names."""
+    if not cache_dir.is_dir():
+        return []
+    return sorted(p for p in cache_dir.iterdir() if _ROOTFS_NAME.match(p.name) and p.is_file())
+
+
+def rootfs_stamp_path(tarball: Path) -> Path:
+    """``rootfs-<h>.used``: touched whenever the base image built from ``rootfs-<h>.tar`` is served."""
+    return tarball.with_suffix(".used")
+
+
+def rootfs_lock_path(tarball: Path) -> Path:
+    """The base image's build lock, which also guards its tarball (it is made and read under that lock)."""
+    recipe = tarball.stem.removeprefix("rootfs-")
+    return build_lock_path(tarball.parent, f"{BASE_REPOSITORY}:{recipe}")
 
 
 def suite_for(recipe: ImageRecipe) -> str:
@@ -214,19 +266,26 @@ class ImageBuilder:
     def ensure_base(self, recipe: ImageRecipe) -> str:
         """The base image's tag, importing the cached root filesystem (bootstrapping it first if absent)."""
         tag = self.base_tag(recipe)
-        with locked(self.cache_dir / f"base-{recipe_hash(recipe)}.lock"):
-            if self._image_id(tag) is not None:
-                return tag
-            tarball = self._ensure_rootfs(recipe)
-            changes = [f"ENV PATH={_DEFAULT_PATH}", f"LABEL {IMAGE_LABEL}=base durafix.recipe={recipe_hash(recipe)}"]
-            repository, _, version = tag.partition(":")
-            try:
-                self.client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
-            except APIError as exc:
-                raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+        with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
-                raise ImageBuildError(f"docker import of {tarball} reported success but {tag} is missing")
+                self._import_base(recipe, tag)
+            # Under the build lock, which pruning takes too: a base served now is never judged unused.
+            stamp_path(self.cache_dir, tag).touch()
+            tarball = self.rootfs_tarball(recipe)
+            if tarball.exists():
+                rootfs_stamp_path(tarball).touch()
         return tag
+
+    def _import_base(self, recipe: ImageRecipe, tag: str) -> None:
+        tarball = self._ensure_rootfs(recipe)
+        changes = [f"ENV PATH={_DEFAULT_PATH}", f"LABEL {IMAGE_LABEL}=base durafix.recipe={recipe_hash(recipe)}"]
+        repository, _, version = tag.partition(":")
+        try:
+            self.client.api.import_image(src=str(tarball), repository=repository, tag=version, changes=changes)
+        except APIError as exc:
+            raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
+        if self._image_id(tag) is None:
+            raise ImageBuildError(f"docker import of {tarball} reported success but {tag} is missing")
 
     def app_tag(self, recipe: AppRecipe, workspace: Path, base_tag: str) -> str:
         base_id = self._image_id(base_tag)
@@ -243,28 +302,31 @@ class ImageBuilder:
         workspace = workspace.absolute()
         base_tag = self.ensure_base(recipe.image)
         tag = self.app_tag(recipe, workspace, base_tag)
-        with locked(self.cache_dir / f"app-{tag.partition(':')[2]}.lock"):
-            if self._image_id(tag) is not None:
-                return tag
-            with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
-                _build_context(workspace, _dockerfile(base_tag, recipe.setup), cast(IO[bytes], context))
-                context.seek(0)
-                try:
-                    self.client.images.build(
-                        fileobj=context,
-                        custom_context=True,
-                        tag=tag,
-                        network_mode="none",
-                        pull=False,
-                        rm=True,
-                        forcerm=True,
-                        labels={IMAGE_LABEL: "app"},
-                    )
-                except BuildError as exc:
-                    raise ImageBuildError(f"building {tag} failed: {exc.msg}\n{_build_log_tail(exc)}") from exc
-                except APIError as exc:
-                    raise ImageBuildError(f"building {tag} failed: {exc}") from exc
+        with locked(build_lock_path(self.cache_dir, tag)):
+            if self._image_id(tag) is None:
+                self._build_app(recipe, workspace, base_tag, tag)
+            stamp_path(self.cache_dir, tag).touch()
         return tag
+
+    def _build_app(self, recipe: AppRecipe, workspace: Path, base_tag: str, tag: str) -> None:
+        with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
+            _build_context(workspace, _dockerfile(base_tag, recipe.setup), cast(IO[bytes], context))
+            context.seek(0)
+            try:
+                self.client.images.build(
+                    fileobj=context,
+                    custom_context=True,
+                    tag=tag,
+                    network_mode="none",
+                    pull=False,
+                    rm=True,
+                    forcerm=True,
+                    labels={IMAGE_LABEL: "app"},
+                )
+            except BuildError as exc:
+                raise ImageBuildError(f"building {tag} failed: {exc.msg}\n{_build_log_tail(exc)}") from exc
+            except APIError as exc:
+                raise ImageBuildError(f"building {tag} failed: {exc}") from exc
 
     def _image_id(self, tag: str) -> str | None:
         try:
