@@ -94,7 +94,8 @@ class Script:
     # When set, the base reproduction blocks until the event is set and never heartbeats, so a cancellation
     # cannot reach it: it completes normally after the run was cancelled.
     hold_reproduce: asyncio.Event | None = None
-    read_pr_delay_s: float = 0.0
+    # How long each successive read of the PR takes (later reads are immediate).
+    read_pr_delays_s: list[float] = field(default_factory=list)
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -133,7 +134,8 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name="forge.read_pr")
     async def read_pr(i: ReadPullInput) -> PullInfo:
         s.calls.append(("read_pr", i))
-        await asyncio.sleep(s.read_pr_delay_s)
+        if s.read_pr_delays_s:
+            await asyncio.sleep(s.read_pr_delays_s.pop(0))
         return PullInfo(number=3, url="u", head_sha=s.head, state="open", draft=True, merged=False)
 
     @activity.defn(name="forge.merge")
@@ -281,7 +283,7 @@ class Harness:
             await asyncio.sleep(0.1)
         raise AssertionError(f"{wf_id} never reached {phase}; last {st.phase}")
 
-    async def ended(self, wf_id: str, timeout: float = 10) -> WorkflowExecutionStatus | None:
+    async def ended(self, wf_id: str, timeout: float = 30) -> WorkflowExecutionStatus | None:
         """The run's status once it is no longer running (or still running after ``timeout``)."""
         handle = self.client.get_workflow_handle(wf_id)
         for _ in range(int(timeout * 10)):
@@ -410,11 +412,13 @@ async def test_expired_approval_is_refused_before_it_enters_history(harness: Har
 
 
 async def test_approval_that_expires_before_the_merge_asks_again_for_the_same_head(harness: Harness) -> None:
-    harness.script.read_pr_delay_s = 2.0  # the PR is re-read slowly: the approval lapses meanwhile
+    # The approval stands for 4 s (time enough to be accepted on a busy machine); the PR's re-read after it
+    # takes 6 s, so the approval has lapsed by the time the merge would be made.
+    harness.script.read_pr_delays_s = [6.0]
     wf = await harness.start()
     await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-    await approve(harness, wf, expires_at=datetime.now(UTC) + timedelta(seconds=1))
-    for _ in range(100):
+    await approve(harness, wf, expires_at=datetime.now(UTC) + timedelta(seconds=4))
+    for _ in range(300):
         st = await harness.state(wf)
         if st.phase == Phase.AWAITING_REVIEW and "read_pr" in harness.script.names():
             break
