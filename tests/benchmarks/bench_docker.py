@@ -42,7 +42,9 @@ def provision_seconds(provider: DockerProvider, spec: RecoverySpec, workspace: P
 
 
 def drop_images(provider: DockerProvider) -> None:
-    for image in provider.client.images.list(filters={"label": "durafix.image"}):
+    # Newest first: an app image is built on its base, and the engine refuses to remove a parent first.
+    images = provider.client.images.list(filters={"label": "durafix.image"})
+    for image in sorted(images, key=lambda i: str(i.attrs["Created"]), reverse=True):
         provider.client.images.remove(image.id, force=True)
 
 
