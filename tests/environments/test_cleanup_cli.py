@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import socket
-import subprocess
-import sys
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -31,6 +28,7 @@ from environments.processes import is_running
 from environments.spec import load_recipe
 from environments.workspace import WorkspaceManager
 from pipeline.config import DurafixConfig
+from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, make_repo
 from tests.environments.test_local_provider import tagged_pids
 
@@ -324,17 +322,7 @@ async def test_without_temporal_orphans_are_refused_and_a_run_needs_force(
 
 @pytest.mark.slow
 def test_the_durafix_command_lists_resources_as_json(owned: Owned, runs: Runs, state: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k != "DURAFIX_STATE_DIR"}
-    durafix = Path(sys.executable).parent / "durafix"
-
-    proc = subprocess.run(
-        [str(durafix), "--state-dir", str(state), "resources", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = run_durafix(state, "resources", "--json")
 
     assert proc.returncode == 0, proc.stderr
     resources = json.loads(proc.stdout)["resources"]
