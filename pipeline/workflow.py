@@ -153,6 +153,8 @@ class RepairBugWorkflow:
         self._live_envs: dict[str, EnvironmentHandle] = {}
         self._cancellation_v2 = True
         self._ending = False
+        # Said on the ticket until the end: the final update rewrites the same comment.
+        self._closing_note = ""
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -232,16 +234,18 @@ class RepairBugWorkflow:
         """The first steps of cancellation; cleanup and the final step follow in ``_finish``.
 
         Long activities are scheduled with WAIT_CANCELLATION_COMPLETED, so by the time the cancellation
-        reaches this code the active work has acknowledged it (through its heartbeat) and stopped; only then
-        is cleanup allowed to start, so it never races an activity still creating resources.
+        reaches this code the active work has ended: it acknowledged the cancellation through its heartbeat,
+        or it finished first and its late result was dropped (``_cancel_requested``). Only then is cleanup
+        allowed to start, so it never races an activity still creating resources.
         """
         self._cancel_step(CancelStep.REQUESTED)
         self._cancel_step(CancelStep.STOPPING_ACTIVE_WORK, f"stopped during {self._state.phase.value}")
         kept = ", ".join(sorted({r.name for r in self._state.evidence})) or "none yet"
         self._cancel_step(CancelStep.PRESERVING_EVIDENCE, f"{len(self._state.evidence)} artifact(s) kept")
         if self._cancellation_v2:
+            self._closing_note = f"cancelled; evidence kept in the store: {kept}"
             try:
-                await self._update_ticket(note=f"cancelled; evidence kept in the store: {kept}")
+                await self._update_ticket(note=self._closing_note)
             except ActivityError as err:
                 self._state.outcome_detail = f"ticket note failed: {_failure_message(err)}"
 
@@ -734,7 +738,7 @@ class RepairBugWorkflow:
         self._state.outcome_detail = detail
         self._enter(Phase.DONE)
         try:
-            await self._update_ticket()
+            await self._update_ticket(note=self._closing_note)
         except ActivityError as err:
             self._state.outcome_detail += f" (final ticket update failed: {_failure_message(err)})"
 
