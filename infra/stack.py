@@ -336,10 +336,10 @@ def down(state_dir: Path, *, quiet: bool = False) -> list[str]:
         _say(quiet, f"stopping {name} (pid {rec.pid})")
         if processes.stop(rec):
             del stack.services[name]
-            for leftover in json.loads(rec.extra.get("scratch", "[]")):
-                shutil.rmtree(leftover, ignore_errors=True) if Path(leftover).is_dir() else Path(leftover).unlink(
-                    missing_ok=True
-                )
+            if "scratch" in rec.extra:
+                from infra.s3 import remove_scratch
+
+                remove_scratch(Path(p) for p in json.loads(rec.extra["scratch"]))
         else:
             stuck.append(name)
     _write_stack(state_dir, stack)

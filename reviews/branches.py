@@ -22,8 +22,6 @@ import re
 import subprocess
 from pathlib import Path
 
-from github import GithubException
-
 from reviews.config import ForgeConfig
 from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError, ForgeTransientError
 from reviews.models import PublishResult
@@ -57,30 +55,16 @@ class Branches:
 
     def sha(self, branch: str) -> str | None:
         """The remote branch's commit, or None if the branch does not exist."""
-
-        def read() -> str | None:
-            try:
-                return self._t.repo.get_git_ref(f"heads/{branch}").object.sha
-            except GithubException as exc:
-                if exc.status == 404:
-                    return None
-                raise
-
-        return self._t.read(f"read branch {branch}", read)
+        return self._t.read_if_found(
+            f"read branch {branch}", lambda: self._t.repo.get_git_ref(f"heads/{branch}").object.sha
+        )
 
     def list(self, prefix: str) -> list[str]:
         """Branch names starting with `prefix`."""
-
-        def read() -> list[str]:
-            try:
-                refs = list(self._t.repo.get_git_matching_refs(f"heads/{prefix}"))
-            except GithubException as exc:
-                if exc.status == 404:
-                    return []
-                raise
-            return [r.ref.removeprefix("refs/heads/") for r in refs]
-
-        return self._t.read(f"list branches {prefix}*", read)
+        refs = self._t.read_if_found(
+            f"list branches {prefix}*", lambda: list(self._t.repo.get_git_matching_refs(f"heads/{prefix}"))
+        )
+        return [r.ref.removeprefix("refs/heads/") for r in refs or []]
 
     def publish(self, branch: str, commit_sha: str, expected_old: str | None, local_repo: Path) -> PublishResult:
         self._require_commit(local_repo, commit_sha)

@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import Literal, TypeVar
 
-from github import GithubException, InputGitTreeElement
+from github import InputGitTreeElement
 from github.GitCommit import GitCommit
 from github.GitTree import GitTree
 
@@ -152,24 +152,18 @@ class ClaimStore:
     def observe(self, kind: str, name: str) -> ClaimState | None:
         """The claim for `name` as GitHub has it now, or None if nobody ever claimed it."""
         path = self.ref_path(kind, name)
+        sha = self._t.read_if_found(f"read claim {path}", lambda: self._t.repo.get_git_ref(path).object.sha)
+        if sha is None:
+            return None
 
-        def read() -> tuple[GitCommit, ClaimRecord] | None:
-            try:
-                sha = self._t.repo.get_git_ref(path).object.sha
-            except GithubException as exc:
-                if exc.status == 404:
-                    return None
-                raise
+        def read() -> tuple[GitCommit, ClaimRecord]:
             commit = self._t.repo.get_git_commit(sha)
             record = ClaimRecord.parse(commit.message)
             if record is None or record.name != name:
                 raise ForgeConflictError(f"refs/{path} at {sha} is not a claim for {name!r}")
             return commit, record
 
-        found = self._t.read(f"read claim {path}", read)
-        if found is None:
-            return None
-        commit, record = found
+        commit, record = self._t.read(f"read claim {path}", read)
         return ClaimState(kind, path, commit, record, _server_age_s(commit))
 
     def create(self, kind: str, record: ClaimRecord) -> ClaimState | None:

@@ -15,7 +15,6 @@ from github.Issue import Issue
 from github.IssueComment import IssueComment
 
 from reviews.claims import ClaimState, ClaimStore
-from reviews.errors import ForgeNotFoundError
 from reviews.markers import TICKET, find_marker, ticket_marker, with_marker
 from reviews.models import Ticket
 from reviews.transport import Transport
@@ -131,13 +130,12 @@ class Tickets:
         login = self._t.login()
         kind, _, number = claim.record.result.partition(":")
         if kind == "issue":
-            try:
-                issue = self._t.read(
-                    f"read ticket issue #{number}", lambda: self._t.repo.get_issue(int(number)).complete()
-                )
-            except ForgeNotFoundError:
+            issue = self._t.read_if_found(
+                f"read ticket issue #{number}", lambda: self._t.repo.get_issue(int(number)).complete()
+            )
+            if issue is None or not _is_ticket(issue.body, op_id):
                 return None
-            return _from_issue(op_id, issue, created=False) if _is_ticket(issue.body, op_id) else None
+            return _from_issue(op_id, issue, created=False)
 
         def scan() -> Issue | None:
             since = claim.since - _SINCE_MARGIN

@@ -17,7 +17,7 @@ from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from reviews.config import ForgeConfig
-from reviews.errors import ForgeError, from_github_exception, from_transport_exception
+from reviews.errors import ForgeError, ForgeNotFoundError, from_github_exception, from_transport_exception
 
 T = TypeVar("T")
 
@@ -69,6 +69,13 @@ class Transport:
     def read(self, what: str, fn: Callable[[], T]) -> T:
         """Run a read; every failure is transient, permanent or conflict, never ambiguous."""
         return self._call(what, fn, mutation=False)
+
+    def read_if_found(self, what: str, fn: Callable[[], T]) -> T | None:
+        """`read`, with a 404 (the object does not exist, or the token cannot see it) answered as None."""
+        try:
+            return self.read(what, fn)
+        except ForgeNotFoundError:
+            return None
 
     def mutate(self, what: str, fn: Callable[[], T]) -> T:
         """Run one mutation; a sent request without an answer raises `ForgeAmbiguousError`."""

@@ -36,6 +36,7 @@ def test_publish_moves_the_branch_from_the_expected_commit(site: Site) -> None:
 
     assert result.status == "pushed"
     assert site.adapter.get_branch_sha(BRANCH) == second
+    assert _remote_branches(site)[BRANCH] == second
 
 
 def test_publish_refuses_when_the_remote_moved_since_the_expected_commit(site: Site) -> None:
@@ -52,6 +53,7 @@ def test_publish_refuses_when_the_remote_moved_since_the_expected_commit(site: S
         site.adapter.publish_branch(BRANCH, next_commit, None, site.workdir)
 
     assert site.adapter.get_branch_sha(BRANCH) == theirs
+    assert _remote_branches(site)[BRANCH] == theirs
 
 
 def test_push_applied_but_response_dropped_ends_with_one_branch_at_the_commit(site: Site) -> None:
@@ -75,6 +77,7 @@ def test_push_failing_before_it_applied_is_sent_again(site: Site) -> None:
 
     assert result.status == "pushed" and result.reconciled
     assert site.adapter.get_branch_sha(BRANCH) == sha
+    assert _remote_branches(site)[BRANCH] == sha
 
 
 def test_push_failing_every_time_is_ambiguous_not_silently_dropped(site: Site) -> None:
@@ -85,6 +88,7 @@ def test_push_failing_every_time_is_ambiguous_not_silently_dropped(site: Site) -
         site.new_adapter(push_attempts=2).publish_branch(BRANCH, sha, None, site.workdir)
 
     assert site.adapter.get_branch_sha(BRANCH) is None
+    assert BRANCH not in _remote_branches(site)
 
 
 def test_push_without_permission_is_permanent_and_the_token_is_never_written_or_echoed(site: Site) -> None:
@@ -99,6 +103,7 @@ def test_push_without_permission_is_permanent_and_the_token_is_never_written_or_
     config_text = (site.workdir / ".git" / "config").read_text()
     assert mallory not in config_text and site.token not in config_text
     assert site.adapter.get_branch_sha(BRANCH) is None
+    assert BRANCH not in _remote_branches(site)
 
 
 def test_a_commit_missing_from_the_local_repository_is_permanent(site: Site) -> None:

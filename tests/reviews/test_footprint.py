@@ -29,6 +29,14 @@ def test_footprint_counts_one_runs_tickets_prs_evidence_branches_and_claims(site
     assert footprint.branches == ["durafix/run-1/attempt-1"]
     assert len(footprint.claims) == 3
     assert all("/run-1-" in claim for claim in footprint.claims)
+    # The same traces as GitHub lists them, so a footprint blind to some of them would not pass.
+    repo = site.repo()
+    ticket_ids = site.marked_comments(site.issue, "durafix:ticket op=run-1:ticket")
+    assert footprint.tickets == [f"comment:{i}" for i in ticket_ids]
+    assert footprint.evidence_comments == site.marked_comments(pr, "durafix:comment key=run-1:evidence:bundle")
+    assert footprint.branches == [b.name for b in repo.get_branches() if b.name.startswith("durafix/run-1/")]
+    claim_refs = [r.ref for r in repo.get_git_matching_refs("durafix/claims/") if "/run-1-" in r.ref]
+    assert sorted(footprint.claims) == sorted(claim_refs)
 
 
 def test_footprint_of_a_run_that_left_nothing_is_empty(site: Site) -> None:

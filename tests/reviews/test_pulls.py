@@ -141,6 +141,9 @@ def test_merge_applied_but_response_dropped_reconciles_to_one_merge(site: Site) 
     merge_commit = site.repo().get_commit(result.merge_commit_sha)
     assert [p.sha for p in merge_commit.parents] == [main_before, sha]
     assert site.adapter.get_branch_sha("main") == result.merge_commit_sha
+    pull = site.repo().get_pull(ref.number)
+    assert pull.merged and pull.merge_commit_sha == result.merge_commit_sha
+    assert site.repo().get_branch("main").commit.sha == result.merge_commit_sha
 
 
 def test_merge_by_someone_else_at_another_head_is_reported_as_such(site: Site) -> None:
