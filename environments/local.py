@@ -73,8 +73,8 @@ class LocalProcessProvider:
     def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
         """Adopt the live environment recorded for ``op_id``, or start a new one and wait for readiness.
 
-        Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` (the process
-        is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
+        Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError``
+        (the process is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
         """
         ws = Path(workspace).absolute()
         if not ws.is_dir():
@@ -190,8 +190,7 @@ class LocalProcessProvider:
         }
         write_json_atomic(run_dir / f"{key}.json", record)
         if not wait_ready(_url(record), recipe.readiness, still_running=lambda: _alive(record)):
-            if not self._stop(record).survivors:
-                (run_dir / f"{key}.json").unlink()
+            self._abandon(run_dir, key, record)
             raise NotReadyError(
                 f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
                 f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}"
@@ -211,8 +210,7 @@ class LocalProcessProvider:
         for command in recipe.fixtures:
             code, _ = run_to_completion(command, cwd=ws, env=env, log_path=log_path, timeout_s=self.setup_timeout_s)
             if code != 0:
-                if not self._stop(record).survivors:
-                    (run_dir / f"{key}.json").unlink()
+                self._abandon(run_dir, key, record)
                 outcome = "timed out" if code is None else f"exited {code}"
                 raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}")
         record["seeded"] = True
@@ -222,6 +220,11 @@ class LocalProcessProvider:
         return stop_owned(
             record["marker"], pgid=record["pgid"], leader_start=record["start_time"], grace_s=self.stop_grace_s
         )
+
+    def _abandon(self, run_dir: Path, key: str, record: dict[str, Any]) -> None:
+        """Stop an app that failed to come up; drop its record unless something of it survived."""
+        if not self._stop(record).survivors:
+            (run_dir / f"{key}.json").unlink()
 
     def _stop_into(self, report: CleanupReport, run_dir: Path, key: str, record: dict[str, Any]) -> None:
         """Stop one recorded environment; drop its record only when nothing of it is left."""

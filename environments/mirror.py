@@ -110,12 +110,8 @@ class MirrorCache:
         its threshold) leaves it alone while the caller starts using it; callers that build a workspace on it
         use :meth:`borrowed` instead, which also covers the time until the workspace's alternates exist.
         """
-        check_clone_url(clone_url)
-        mirror = self.path_for(clone_url)
-        with locked(self.use_lock(mirror), shared=True):
-            self._hold(clone_url, mirror, revision, token, bundle)
-            self.stamp_path(mirror).touch()
-        return mirror
+        with self.borrowed(clone_url, revision, token=token, bundle=bundle) as mirror:
+            return mirror
 
     @contextlib.contextmanager
     def borrowed(
@@ -125,10 +121,14 @@ class MirrorCache:
 
         For building a workspace: until its ``alternates`` file is in place, nothing on disk says the tree
         borrows from the mirror, so the use lock (held shared; pruning needs it exclusively) says it instead.
+        One lock and one stamp per call: this is on every workspace rebuild.
         """
         check_clone_url(clone_url)
-        with locked(self.use_lock(self.path_for(clone_url)), shared=True):
-            yield self.ensure(clone_url, revision, token=token, bundle=bundle)
+        mirror = self.path_for(clone_url)
+        with locked(self.use_lock(mirror), shared=True):
+            self._hold(clone_url, mirror, revision, token, bundle)
+            self.stamp_path(mirror).touch()
+            yield mirror
 
     def _hold(self, clone_url: str, mirror: Path, revision: str, token: str | None, bundle: Path | None) -> None:
         """Make ``mirror`` contain ``revision``: as it is, from ``bundle``, or fetched."""

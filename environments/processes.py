@@ -28,6 +28,7 @@ _PROC = Path("/proc")
 class ProcStat:
     pid: int
     state: str
+    ppid: int
     pgid: int
     start_time: int
 
@@ -37,14 +38,14 @@ class ProcStat:
 
 
 def read_stat(pid: int) -> ProcStat | None:
-    """The process's state, group and start time; ``None`` if there is no such process."""
+    """The process's state, parent, group and start time; ``None`` if there is no such process."""
     try:
         raw = (_PROC / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError):
         return None
     # The command name (field 2) may hold spaces and parentheses; fields resume after the last ')'.
     fields = raw[raw.rindex(")") + 2 :].split()
-    return ProcStat(pid=pid, state=fields[0], pgid=int(fields[2]), start_time=int(fields[19]))
+    return ProcStat(pid=pid, state=fields[0], ppid=int(fields[1]), pgid=int(fields[2]), start_time=int(fields[19]))
 
 
 def start_time(pid: int) -> int:

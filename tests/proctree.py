@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from environments.processes import read_stat
+from environments.processes import is_running, read_stat
 
 
 @dataclass(frozen=True)
@@ -24,8 +24,7 @@ class Proc:
     argv: tuple[str, ...]
 
     def alive(self) -> bool:
-        stat = read_stat(self.pid)
-        return stat is not None and stat.live and stat.start_time == self.start_time
+        return is_running(self.pid, self.start_time)
 
 
 def live_processes() -> dict[int, tuple[int, Proc]]:
@@ -34,17 +33,14 @@ def live_processes() -> dict[int, tuple[int, Proc]]:
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
+        stat = read_stat(int(entry.name))
+        if stat is None or not stat.live:
+            continue
         try:
-            raw = (entry / "stat").read_text()
             argv = tuple(a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a)
         except OSError:
             continue
-        # The command name may hold spaces and parentheses; fields resume after the last ')'.
-        fields = raw[raw.rindex(")") + 2 :].split()
-        if fields[0] in ("Z", "X"):
-            continue
-        pid = int(entry.name)
-        table[pid] = (int(fields[1]), Proc(pid=pid, start_time=int(fields[19]), argv=argv))
+        table[stat.pid] = (stat.ppid, Proc(pid=stat.pid, start_time=stat.start_time, argv=argv))
     return table
 
 

@@ -344,6 +344,8 @@ def test_an_app_whose_seeding_never_finished_is_replaced_not_adopted(
 
     second = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
     assert leader_pid(second) != leader_pid(first)
+    # The half-seeded app was stopped, not merely forgotten.
+    assert {os.getpgid(pid) for pid in tagged_pids(tag)} == {leader_pid(second)}
     assert (workspace / "seeded").read_text().count("seeded on port") == 2
     assert len(provider.list_owned(RUN)) == 1
 

@@ -20,8 +20,7 @@ def test_a_browser_killed_mid_reproduction_is_infrastructure_and_the_retry_repro
     chromium: str, remote: Remote, new_worker: Callable[[str], Worker]
 ) -> None:
     worker = new_worker("host")
-    handle = worker.provision(worker.prepare_spec(remote))
-    inp = worker.reproduce_input(remote, handle)
+    _, inp = worker.provision_for_reproduction(remote)
     browsers_before = descendant_pids(is_chromium_browser)
     beats: list[object] = []
     killed: list[int] = []

@@ -29,8 +29,7 @@ def test_reproducing_on_an_app_killed_before_the_run_is_environment_gone(
     remote: Remote, new_worker: Callable[[str], Worker]
 ) -> None:
     worker = new_worker("host")
-    handle = worker.provision(worker.prepare_spec(remote))
-    inp = worker.reproduce_input(remote, handle)
+    handle, inp = worker.provision_for_reproduction(remote)
     kill_app(handle)
 
     with pytest.raises(ApplicationError) as raised:
@@ -46,8 +45,7 @@ def test_an_app_killed_during_the_reproduction_is_environment_gone_not_a_verdict
     chromium: str, remote: Remote, new_worker: Callable[[str], Worker]
 ) -> None:
     worker = new_worker("host")
-    handle = worker.provision(worker.prepare_spec(remote))
-    inp = worker.reproduce_input(remote, handle)
+    handle, inp = worker.provision_for_reproduction(remote)
     beats: list[object] = []
 
     def kill_before_second_step(*details: object) -> None:

@@ -90,6 +90,11 @@ class Worker:
             readiness_path="/healthz",
         )
 
+    def provision_for_reproduction(self, remote: Remote) -> tuple[EnvironmentHandle, ReproduceInput]:
+        """Provision the base revision's environment and prepare the sample report's reproduction on it."""
+        handle = self.provision(self.prepare_spec(remote))
+        return handle, self.reproduce_input(remote, handle)
+
     def store_patch(self, patch: str) -> ArtifactRef:
         return self.services.store.put_bytes(
             patch.encode(), kind=ArtifactKind.PATCH, run_id=RUN_ID, name="candidate.patch", media_type="text/x-diff"
