@@ -9,6 +9,7 @@ Chromium itself is always given by path, so the browsers path only ever serves f
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -25,8 +26,10 @@ class VideoUnavailable(RuntimeError):
     """Video was asked for but this host cannot encode it (no ffmpeg, or one without VP9)."""
 
 
+@functools.cache
 def ffmpeg_revision() -> str:
-    """The ffmpeg revision the installed Playwright driver looks for (from its ``browsers.json``)."""
+    """The ffmpeg revision the installed Playwright driver looks for (from its ``browsers.json``, read once:
+    the installed driver does not change under a running process)."""
     manifest = Path(playwright.__file__).parent / "driver" / "package" / "browsers.json"
     for entry in json.loads(manifest.read_text())["browsers"]:
         if entry["name"] == "ffmpeg":

@@ -122,11 +122,12 @@ class ModelActivities:
             name="drafted-procedure.json",
             media_type="application/json",
         )
+        spent = earlier.plus(draft.prompt_tokens, draft.completion_tokens)
         return ProcedureResult(
             procedure_ref=ref,
             drafted=True,
-            prompt_tokens=earlier.prompt_tokens + draft.prompt_tokens,
-            completion_tokens=earlier.completion_tokens + draft.completion_tokens,
+            prompt_tokens=spent.prompt_tokens,
+            completion_tokens=spent.completion_tokens,
         )
 
     @activity.defn(name="model.propose_patch")
@@ -138,6 +139,15 @@ class ModelActivities:
             ensure_not_fenced(store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         except RunFencedError as err:
             raise failures.policy(f"run fenced: {err}") from err
+        earlier = earlier_attempts_spend()
+        beat = Heartbeat(f"asking the model (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
+        # Checked before the workspace is rebuilt: a retry with no budget left needs none.
+        if earlier.total >= inp.token_budget:
+            raise _failing(
+                failures.budget(f"model budget: earlier tries of this attempt spent {earlier.total} tokens"),
+                earlier,
+                beat,
+            )
         ws = workspaces.rebuild(
             run_id=inp.run_id,
             op_id=inp.op_id,
@@ -145,15 +155,6 @@ class ModelActivities:
             base_revision=spec.base_revision,
             token=self.services.config.forge_token or None,
         )
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(f"asking the model (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
-        if earlier.total >= inp.token_budget:
-            workspaces.remove(ws)
-            raise _failing(
-                failures.budget(f"model budget: earlier tries of this attempt spent {earlier.total} tokens"),
-                earlier,
-                beat,
-            )
         try:
             with beat:
                 proposal = self.services.engine.propose(

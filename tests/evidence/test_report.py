@@ -54,6 +54,8 @@ def test_identical_screenshots_are_shown_once_with_every_name(tmp_path: Path) ->
     page = render_report(bundle, store, tmp_path / "report").read_text()
     assert len(re.findall(r'<img src="data:image/png;base64,', page)) == 2
     assert "run-2-assert-1.png" in page and bundle.base.screenshots[0].name in page
+    # Both names caption the one figure shown.
+    assert f"<figcaption>{bundle.base.screenshots[0].name}, run-2-assert-1.png <span" in page
 
 
 def test_text_from_artifacts_cannot_inject_markup(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from browser.procedure import Procedure, parse_procedure
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import DraftProcedureInput, ProcedureResult
@@ -41,10 +42,14 @@ class DraftWithRetries:
         return result
 
 
-async def draft(client: Client, tmp_path: Path, base_url: str) -> tuple[str, ProcedureResult | WorkflowFailureError]:
-    config = DurafixConfig(
+def config_for(tmp_path: Path, base_url: str) -> DurafixConfig:
+    return DurafixConfig(
         state_dir=tmp_path / "state", model_base_url=base_url, model_api_key="test-key", model_name="durafix-scripted"
     )
+
+
+async def draft(client: Client, tmp_path: Path, base_url: str) -> tuple[str, ProcedureResult | WorkflowFailureError]:
+    config = config_for(tmp_path, base_url)
     queue = f"draft-{uuid.uuid4().hex[:8]}"
     wf_id = f"draft-{uuid.uuid4().hex[:8]}"
     inp = DraftProcedureInput(run_id=wf_id, op_id=f"{wf_id}:draft-procedure", issue_title="Cart", issue_body="wrong")
@@ -95,6 +100,9 @@ async def test_a_retry_after_a_mid_conversation_failure_reports_both_attempts_to
 
     assert isinstance(result, ProcedureResult), result
     assert result.procedure_ref is not None
+    # The store holds the procedure attempt 2 submitted (read back, sha256-verified).
+    stored = Services(config_for(tmp_path, server.base_url)).store.read_bytes(result.procedure_ref)
+    assert Procedure.model_validate_json(stored) == parse_procedure(VALID)
     # The ActivityTaskStarted event of a retried activity is written once, with its last attempt.
     assert await attempts(temporal_client, wf_id) == [2]
     records = recorded(server)
