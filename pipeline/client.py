@@ -65,19 +65,16 @@ async def start_run(
 ) -> Started:
     """Start ``repair_bug`` for the report, or attach to the run that already handles it."""
     workflow_id = workflow_id_for(repository, issue_number)
-    existing = handle_for(client, workflow_id)
-    desc_status: WorkflowExecutionStatus | None = None
     try:
-        desc = await existing.describe()
-        if desc.status == WorkflowExecutionStatus.RUNNING:
-            return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
-        desc_status = desc.status
+        desc = await handle_for(client, workflow_id).describe()
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND:
             raise
+    else:
+        if desc.status == WorkflowExecutionStatus.RUNNING:
+            return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
+        raise RunAlreadyEnded(workflow_id, desc.status)
     policy = policy or run_policy(config)
-    if desc_status is not None:
-        raise RunAlreadyEnded(workflow_id, desc_status)
     # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
     handle: WorkflowHandle[object, RunState] = await client.start_workflow(
         "repair_bug",

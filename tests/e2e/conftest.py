@@ -17,18 +17,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import yaml
 from github import Auth, Github
+from temporalio.client import Client
 
 from environments.files import path_key
 from environments.processes import MARKER_VAR
 from infra import processes, stack
 from infra.processes import ServiceRecord
+from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import OWNER, ensure_user, seed_repository
+from pipeline.demo import OWNER, ensure_user, issue_text, seed_repository
+from pipeline.ids import workflow_id_for
 from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -52,6 +55,15 @@ def combined_model_script(dest: Path) -> Path:
     return dest
 
 
+class OpenedRun(NamedTuple):
+    """A report opened on a fresh repository, and the ID of the run that handles it."""
+
+    client: Client
+    repository: str
+    issue: int
+    workflow_id: str
+
+
 @dataclass
 class E2EStack:
     config: DurafixConfig
@@ -64,24 +76,28 @@ class E2EStack:
     def state_dir(self) -> Path:
         return self.config.state_dir
 
-    def spawn_worker(self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None) -> ServiceRecord:
+    def spawn_worker(
+        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, script: Path | None = None
+    ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
-        accepted the named adapter operation (once per operation, across processes)."""
+        accepted the named adapter operation (once per operation, across processes). ``script`` runs in place
+        of ``python -m pipeline`` (another killable worker); ``kill_dir`` is where kills are noted."""
         n = len(self.workers)
-        env: dict[str, str] = {}
+        env = {"PYTHONPATH": str(REPO_ROOT)}
         if kill_after:
+            env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
+            script = script or Path(__file__).parent / "killable_worker.py"
+        if script is not None:
             assert kill_dir is not None
-            argv = [sys.executable, str(Path(__file__).parent / "killable_worker.py")]
-            env = {"DURAFIX_TEST_KILL_AFTER": ",".join(kill_after), "DURAFIX_TEST_KILL_DIR": str(kill_dir)}
-        else:
-            argv = [sys.executable, "-m", "pipeline"]
+            env["DURAFIX_TEST_KILL_DIR"] = str(kill_dir)
+        argv = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "pipeline"]
         rec = processes.spawn(
             f"worker-{n}",
             [*argv, "--state-dir", str(self.state_dir), "worker"],
             log=self.state_dir / "logs" / f"test-worker-{n}.log",
             port=0,
             url="",
-            env={**env, "PYTHONPATH": str(REPO_ROOT)},
+            env=env,
         )
         self.workers.append(rec)
         return rec
@@ -95,6 +111,28 @@ class E2EStack:
         return seed_repository(
             self.config, self.admin_token, "reviewer", self.receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
         )
+
+    def open_report(
+        self, repository: str, title: str | None = None, body: str | None = None, *, labelled: bool = True
+    ) -> int:
+        """The sample report (or ``title``/``body``), with the trigger label unless ``labelled`` is false (then
+        the receiver ignores it)."""
+        default_title, default_body = issue_text()
+        labels = [self.config.trigger_label] if labelled else []
+        issue = (
+            self.github()
+            .get_repo(repository)
+            .create_issue(title=title or default_title, body=body or default_body, labels=labels)
+        )
+        assert [label.name for label in issue.labels] == labels
+        return int(issue.number)
+
+    async def open_run(self, title: str | None = None, body: str | None = None, *, labelled: bool = True) -> OpenedRun:
+        """A Temporal client, a fresh repository and a report opened on it (see :meth:`open_report`)."""
+        client = await runs.connect(self.config)
+        repository = self.new_repository()
+        issue = self.open_report(repository, title, body, labelled=labelled)
+        return OpenedRun(client, repository, issue, workflow_id_for(repository, issue))
 
     def owner_token(self) -> str:
         """A token of the repositories' owner (it administers their hooks)."""

@@ -18,12 +18,10 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
-from pipeline import client as runs
-from pipeline.demo import issue_text
 from pipeline.ids import workflow_id_for
 from pipeline.state import Phase, RunState
 from tests.e2e.conftest import REPO_ROOT, E2EStack, owned_processes, wait_for
-from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_workspaces, state_when
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
@@ -61,14 +59,6 @@ class Cli:
         return json.loads(self.ok(*args, "--json").stdout)
 
 
-def open_unlabelled_report(stack: E2EStack, repository: str) -> int:
-    """The sample report, opened without the trigger label: the receiver ignores it."""
-    title, body = issue_text()
-    issue = stack.github().get_repo(repository).create_issue(title=title, body=body)
-    assert [label.name for label in issue.labels] == []
-    return int(issue.number)
-
-
 def reproducing(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
     """Reproducing or later: the run provisions the app it reproduces the bug on (or it already ended)."""
     return state.phase not in (Phase.INTAKE, Phase.TICKET, Phase.PROVISION) or finished(state, status)
@@ -77,10 +67,7 @@ def reproducing(state: RunState, status: WorkflowExecutionStatus | None) -> bool
 async def test_cli_starts_attaches_reports_and_merges_only_the_reviewed_head(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
     cli = Cli(stack.state_dir)
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
-    issue = open_unlabelled_report(stack, repository)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run(labelled=False)
 
     # Not attached: nothing (the receiver included) had started a run for the unlabelled report before.
     started = cli.json("start", "--repo", repository, "--issue", str(issue))
@@ -143,10 +130,7 @@ async def test_cli_starts_attaches_reports_and_merges_only_the_reviewed_head(sta
 async def test_cli_cancel_ends_a_run_cancelled_and_leaves_nothing_to_clean_up(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
     cli = Cli(stack.state_dir)
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
-    issue = open_unlabelled_report(stack, repository)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run(labelled=False)
     assert cli.json("start", "--repo", repository, "--issue", str(issue))["attached"] is False
     await state_when(client, wf, reproducing)
 
@@ -157,6 +141,7 @@ async def test_cli_cancel_ends_a_run_cancelled_and_leaves_nothing_to_clean_up(st
     assert (status["status"], status["outcome"]) == ("canceled", "cancelled")
     assert status["cleanup"]["complete"] is True and status["cleanup"]["remaining"] == []
     assert owned_processes(wf) == []
+    assert run_workspaces(stack, wf) == []
 
     inventory = cli.json("resources")
     assert inventory["unavailable"] == []

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -34,13 +33,12 @@ from environments.docker.naming import OP_LABEL, RUN_LABEL, container_name
 from environments.interface import AppRecipe
 from infra import processes
 from infra.docker.images import ImageBuilder
-from infra.processes import ServiceRecord
 from pipeline import client as runs
-from pipeline.ids import op_id, workflow_id_for
+from pipeline.ids import op_id
 from pipeline.state import Approval, Outcome, Phase, RunState
 from tests.conftest import require
 from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
-from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
 
@@ -132,20 +130,6 @@ def provisioning_ops(run_id: str) -> set[str]:
     return {op_id(run_id, "env-base", 1), op_id(run_id, "env-candidate-1", 1)}
 
 
-def spawn_killable_worker(stack: E2EStack, kill_dir: Path) -> ServiceRecord:
-    n = len(stack.workers)
-    rec = processes.spawn(
-        f"worker-{n}",
-        [sys.executable, str(KILLABLE_WORKER), "--state-dir", str(stack.state_dir), "worker"],
-        log=stack.state_dir / "logs" / f"test-worker-{n}.log",
-        port=0,
-        url="",
-        env={"DURAFIX_TEST_KILL_DIR": str(kill_dir), "PYTHONPATH": str(REPO_ROOT)},
-    )
-    stack.workers.append(rec)
-    return rec
-
-
 async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_volume(
     docker_stack: E2EStack, engine: docker.DockerClient
 ) -> None:
@@ -153,10 +137,7 @@ async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_vol
     since = int(time.time()) - 1
     stack.spawn_worker()
     try:
-        client = await runs.connect(stack.config)
-        repository = stack.new_repository()
-        issue = open_report(stack, repository)
-        wf = workflow_id_for(repository, issue)
+        client, repository, _, wf = await stack.open_run()
 
         state = await state_when(client, wf, awaiting_review)
         assert state.pending_approval is not None, state.outcome_detail
@@ -186,10 +167,7 @@ async def test_cancelling_while_the_container_is_up_removes_everything_labelled(
     stack = docker_stack
     stack.spawn_worker()
     try:
-        client = await runs.connect(stack.config)
-        repository = stack.new_repository()
-        issue = open_report(stack, repository)
-        wf = workflow_id_for(repository, issue)
+        client, _, _, wf = await stack.open_run()
 
         def container_up(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
             env_ready = state.environment is not None and state.environment.last_status == "ready"
@@ -219,13 +197,10 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     per op, and holds none of the run's at the end."""
     stack = docker_stack
     since = int(time.time()) - 1
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
-    issue = open_report(stack, repository)
-    wf = workflow_id_for(repository, issue)
+    client, _, _, wf = await stack.open_run()
     kills = provisioning_ops(wf)
     most_per_op = 0
-    worker = spawn_killable_worker(stack, tmp_path)
+    worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
 
     async def drive(until_review: bool) -> RunState | None:
         """Keep one worker alive (replacing killed ones) and sample the engine until the run gets there."""
@@ -237,7 +212,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
                 # Each kill costs one worker; more deaths than kills means workers die for another reason.
                 assert len(stack.workers) <= len(kills), processes.log_tail(Path(worker.log))
                 kill(worker)  # whatever the dead worker had started (a browser) goes with it
-                worker = spawn_killable_worker(stack, tmp_path)
+                worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
             most_per_op = max(most_per_op, *containers_per_op(engine, wf).values(), 0)
             try:
                 state = await runs.get_state(client, wf)

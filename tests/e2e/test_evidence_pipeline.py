@@ -41,12 +41,11 @@ from infra import processes, stack
 from infra.processes import ServiceError
 from infra.s3 import weed_binary
 from pipeline import client as runs
-from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
 from tests.e2e.conftest import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
-from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, open_report, state_when
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
 from tests.proctree import Proc, descendants
 
 pytestmark = [
@@ -97,12 +96,9 @@ async def crashed_run(s3_stack: E2EStack) -> AsyncIterator[CrashedRun]:
     """A run whose only worker was SIGKILLed during ``browser.reproduce``, finished by a replacement worker
     up to awaiting-review. Workers stay up until the module ends (the last test merges)."""
     stack_ = s3_stack
-    client = await runs.connect(stack_.config)
-    repository = stack_.new_repository()
     worker = stack_.spawn_worker()
     try:
-        issue = open_report(stack_, repository)
-        wf = workflow_id_for(repository, issue)
+        client, repository, issue, wf = await stack_.open_run()
         running = await reproduction_running(client, wf, worker)
         assert running.last_worker_identity.startswith(f"{worker.pid}@"), running.last_worker_identity
         below = descendants(worker.pid)

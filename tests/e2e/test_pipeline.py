@@ -8,6 +8,7 @@ tree) and the machine (processes, workspaces), not only the workflow's own state
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import subprocess
 import tempfile
@@ -19,10 +20,12 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from browser.procedure import Procedure
 from infra import processes
 from pipeline import client as runs
 from pipeline.demo import issue_text
-from pipeline.ids import branch_for, workflow_id_for
+from pipeline.ids import branch_for
+from pipeline.services import Services
 from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
 from tests.e2e.conftest import NEVER_FIXABLE, E2EStack, owned_processes, wait_for
 from tests.replay.record import record_history
@@ -57,18 +60,7 @@ def awaiting_review(state: RunState, status: WorkflowExecutionStatus | None) -> 
     return state.pending_approval is not None or finished(state, status)
 
 
-def open_report(stack: E2EStack, repository: str, title: str | None = None, body: str | None = None) -> int:
-    default_title, default_body = issue_text()
-    repo = stack.github().get_repo(repository)
-    issue = repo.create_issue(
-        title=title or default_title, body=body or default_body, labels=[stack.config.trigger_label]
-    )
-    return issue.number
-
-
 def footprint(stack: E2EStack, repository: str, workflow_id: str, issue: int) -> Any:
-    from pipeline.services import Services
-
     return Services(stack.config).forge(repository).footprint(workflow_id, issue)
 
 
@@ -115,10 +107,7 @@ def redeliver_review_webhooks(stack: E2EStack, repository: str) -> list[int]:
 
 async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
-    issue = open_report(stack, repository)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run()
 
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
@@ -159,13 +148,10 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(st
 
 async def test_report_that_does_not_reproduce_ends_in_triage_without_pr(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
     # A report claiming the total should read $23.75: that is what the page shows, so nothing reproduces.
     _, body = issue_text()
     body = body.replace("not_equals: $40.00", "not_equals: $23.75")
-    issue = open_report(stack, repository, title="Cart total should be $23.75", body=body)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run(title="Cart total should be $23.75", body=body)
 
     final = await state_when(client, wf, finished)
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
@@ -183,11 +169,8 @@ async def test_report_that_does_not_reproduce_ends_in_triage_without_pr(stack_wi
 
 async def test_repair_that_never_verifies_exhausts_the_budget_without_pr(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
     title, body = issue_text()
-    issue = open_report(stack, repository, title=f"{title} ({NEVER_FIXABLE})", body=body)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run(title=f"{title} ({NEVER_FIXABLE})", body=body)
 
     final = await state_when(client, wf, finished)
     assert final.outcome == Outcome.REPAIR_BUDGET_EXHAUSTED, final.outcome_detail
@@ -208,12 +191,9 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
     completed); fresh workers finish the run, and the forge holds exactly one of each."""
     stack = e2e_stack
     kills = ["ensure_ticket", "publish_branch", "ensure_draft_pr"]
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
     worker = stack.spawn_worker(kill_after=kills, kill_dir=tmp_path)
     try:
-        issue = open_report(stack, repository)
-        wf = workflow_id_for(repository, issue)
+        client, repository, issue, wf = await stack.open_run()
         deadline = time.monotonic() + RUN_TIMEOUT_S * 2
         state: RunState | None = None
         while time.monotonic() < deadline:
@@ -251,10 +231,7 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
 
 async def test_cancellation_removes_every_owned_process_and_workspace(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
-    issue = open_report(stack, repository)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run()
 
     def env_live(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
         return (state.environment is not None and state.environment.last_status == "ready") or finished(state, status)
@@ -269,6 +246,15 @@ async def test_cancellation_removes_every_owned_process_and_workspace(stack_with
     assert final.cleanup is not None and final.cleanup.complete and final.cleanup.removed >= 1
     assert [m.step.value for m in final.cancellation][-1] == "cancelled"
     assert "preserving-required-evidence" in [m.step.value for m in final.cancellation]
+    # What it preserved is in the store, intact, and the ticket on the forge reports the cancellation.
+    store = Services(stack.config).store
+    assert final.evidence, "the run recorded no evidence before it was cancelled"
+    for ref in final.evidence:
+        assert hashlib.sha256(store.read_bytes(ref)).hexdigest() == ref.sha256, ref.name
+    assert final.ticket is not None and final.ticket.comment_id is not None
+    ticket = stack.github().get_repo(repository).get_issue(issue).get_comment(final.ticket.comment_id)
+    assert "outcome: **cancelled**" in ticket.body, ticket.body
+    assert "evidence kept in the store" in ticket.body, ticket.body
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "cancelled")
@@ -278,23 +264,24 @@ async def test_report_in_prose_gets_a_drafted_procedure_and_a_rejection_ends_the
     stack_with_worker: E2EStack,
 ) -> None:
     stack = stack_with_worker
-    client = await runs.connect(stack.config)
-    repository = stack.new_repository()
     title, body = issue_text()
     prose = body[: body.index("```durafix-repro")].strip() + "\n"
-    issue = open_report(stack, repository, title=title, body=prose)
-    wf = workflow_id_for(repository, issue)
+    client, repository, issue, wf = await stack.open_run(title=title, body=prose)
 
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
     assert state.reproduction is not None and state.reproduction.status == "reproduced"
     assert state.reproduction.procedure_ref.name == "drafted-procedure.json"
+    # The draft the run reproduced with is a valid procedure, as stored.
+    Procedure.model_validate_json(Services(stack.config).store.read_bytes(state.reproduction.procedure_ref))
     assert state.budgets.model_prompt_tokens > 0
     await runs.reject(client, wf, Rejection(reviewer="reviewer", reason="not the fix we want"))
     final = await state_when(client, wf, finished)
     assert final.outcome == Outcome.REJECTED, final.outcome_detail
     assert "not the fix we want" in final.outcome_detail
-    pr = stack.github().get_repo(repository).get_pull(state.pending_approval.pr_number)
-    assert not pr.merged
+    repo = stack.github().get_repo(repository)
+    assert not repo.get_pull(state.pending_approval.pr_number).merged
+    assert final.ticket is not None and final.ticket.comment_id is not None
+    assert "outcome: **rejected" in repo.get_issue(issue).get_comment(final.ticket.comment_id).body
     assert owned_processes(wf) == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "drafted-procedure-rejected")
