@@ -49,8 +49,8 @@ from environments.cache_prune import (
 )
 from environments.cli_output import Printer
 from environments.docker import DockerProvider
+from environments.docker.image_cache import ImageSource, TarballSource
 from environments.inventory import HOLDER_ERRORS, Unavailable, docker_configured, render_table, unavailable_json
-from infra.docker.image_cache import ImageSource, TarballSource
 from pipeline.cli import parse_duration
 from pipeline.config import DurafixConfig, load_config
 from pipeline.services import Services

@@ -2,7 +2,7 @@
 
 A worker keeps three caches that no run owns and that nothing else ever shrinks: git mirrors of the
 repositories it has seen (:class:`~environments.mirror.MirrorCache`), Docker images (base and app images,
-:class:`~infra.docker.images.ImageBuilder`) and the root filesystem tarballs base images are imported from.
+:class:`~environments.docker.images.ImageBuilder`) and the root filesystem tarballs base images are imported from.
 Each kind is a :class:`CacheSource`; this module plans and carries out their pruning the same way for all.
 
 Contracts:

@@ -53,6 +53,7 @@ from docker.types import LogConfig
 from requests.exceptions import RequestException
 
 from environments.docker.fencing import RunFence
+from environments.docker.images import APP_DIR, ImageBuilder
 from environments.docker.naming import (
     MANAGED_LABEL,
     OP_LABEL,
@@ -81,7 +82,6 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.readiness import probe_once, wait_ready
-from infra.docker.images import APP_DIR, ImageBuilder
 
 PROVIDER_NAME = "docker"
 APP_USER = "65534:65534"

@@ -29,10 +29,10 @@ import pytest
 import yaml
 from temporalio.client import WorkflowExecutionStatus
 
+from environments.docker.images import ImageBuilder
 from environments.docker.naming import OP_LABEL, RUN_LABEL, container_name
 from environments.interface import AppRecipe
 from infra import processes
-from infra.docker.images import ImageBuilder
 from pipeline import client as runs
 from pipeline.ids import op_id
 from pipeline.state import Approval, Outcome, Phase, RunState

@@ -10,9 +10,9 @@ import docker
 import pytest
 
 from environments.docker import DockerProvider
+from environments.docker.images import ImageBuilder, ImageBuildError, apt_mirror, recipe_hash, tree_digest
 from environments.interface import AppRecipe, ImageRecipe
 from infra.docker.engine import DockerEngine
-from infra.docker.images import ImageBuilder, ImageBuildError, apt_mirror, recipe_hash, tree_digest
 
 
 def test_apt_mirror_reads_deb822_sources_for_the_suite(tmp_path: Path) -> None:

@@ -1,9 +1,9 @@
 """The Docker image cache and the root filesystem tarballs as sources for ``durafix cache prune``.
 
-Both follow :class:`~infra.docker.images.ImageBuilder`'s own names and locks in its cache directory, so a
+Both follow :class:`~environments.docker.images.ImageBuilder`'s own names and locks in its cache directory, so a
 prune and a build exclude each other (see :mod:`environments.cache_prune` for the contracts all sources keep).
 
-- :class:`ImageSource`: the images in the engine that carry :data:`~infra.docker.images.IMAGE_LABEL` (base
+- :class:`ImageSource`: the images in the engine that carry :data:`~environments.docker.images.IMAGE_LABEL` (base
   and app images, and untagged leftovers of failed builds, which inherit the base's labels). Last use is the
   newest stamp of the image's tags, else the image's creation time. Never removed: an image any container
   uses, running or stopped (the engine would refuse too); a base image while another image built on it
@@ -26,7 +26,7 @@ import docker
 from docker.errors import ImageNotFound
 
 from environments.cache_prune import IMAGE, TARBALL, CacheEntry, first_and_count, try_locked
-from infra.docker.images import (
+from environments.docker.images import (
     BASE_REPOSITORY,
     IMAGE_LABEL,
     ImageBuilder,

@@ -46,9 +46,9 @@ from typing import IO, Any, cast
 import docker
 from docker.errors import APIError, BuildError, ImageNotFound
 
+from environments.commands import tail as log_tail
 from environments.files import locked
 from environments.interface import AppRecipe, EnvironmentError, ImageRecipe
-from infra.processes import log_tail
 
 BASE_REPOSITORY = "durafix/base"
 APP_REPOSITORY = "durafix/app"
