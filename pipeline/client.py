@@ -22,6 +22,9 @@ from pipeline.inputs import ApprovalAck, RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Rejection, RunState
 from pipeline.steps import TaskQueue
+from pipeline.workflow import RepairBugWorkflow
+
+RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 
 
 async def connect(config: DurafixConfig) -> Client:
@@ -76,8 +79,8 @@ async def start_run(
         raise RunAlreadyEnded(workflow_id, desc.status)
     policy = policy or run_policy(config)
     # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
-    handle: WorkflowHandle[object, RunState] = await client.start_workflow(
-        "repair_bug",
+    handle = await client.start_workflow(
+        RepairBugWorkflow.run,
         RepairInput(
             repository=repository,
             issue_number=issue_number,
@@ -88,7 +91,6 @@ async def start_run(
         ),
         id=workflow_id,
         task_queue=TaskQueue.ORCHESTRATION.value,
-        result_type=RunState,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         # One run per report, ever: a run's resources are fenced by its workflow ID after its cleanup, so a
         # second run under the same ID could not provision anything.
@@ -98,13 +100,12 @@ async def start_run(
     return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
 
 
-def handle_for(client: Client, workflow_id: str) -> WorkflowHandle[object, RunState]:
-    return client.get_workflow_handle(workflow_id, result_type=RunState)
+def handle_for(client: Client, workflow_id: str) -> RunHandle:
+    return client.get_workflow_handle_for(RepairBugWorkflow.run, workflow_id)
 
 
 async def get_state(client: Client, workflow_id: str) -> RunState:
-    state: RunState = await handle_for(client, workflow_id).query("state", result_type=RunState)
-    return state
+    return await handle_for(client, workflow_id).query(RepairBugWorkflow.state)
 
 
 async def approve(client: Client, workflow_id: str, approval: Approval) -> ApprovalAck:
@@ -112,14 +113,11 @@ async def approve(client: Client, workflow_id: str, approval: Approval) -> Appro
     update_id = f"approve:{approval.review_id or approval.head_sha}"
     if approval.expires_at is not None:
         update_id += f":until-{approval.expires_at.astimezone(UTC):%Y%m%dT%H%M%SZ}"
-    ack: ApprovalAck = await handle_for(client, workflow_id).execute_update(
-        "approve", approval, id=update_id, result_type=ApprovalAck
-    )
-    return ack
+    return await handle_for(client, workflow_id).execute_update(RepairBugWorkflow.approve, approval, id=update_id)
 
 
 async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:
-    await handle_for(client, workflow_id).signal("reject", rejection)
+    await handle_for(client, workflow_id).signal(RepairBugWorkflow.reject, rejection)
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

@@ -1,17 +1,7 @@
-"""Failure classes, retry policies, timeouts and budgets.
+"""Retry policies, timeouts and budgets.
 
-Failure classes (the ``type`` of the ``ApplicationError`` an activity raises):
-
-- ``Transient``: retried with exponential backoff (5xx, 429, secondary rate limits, connection refused).
-  When the remote names a wait (``retry-after``) the activity passes it as ``next_retry_delay``.
-- ``Ambiguous``: a mutation whose outcome is unknown. It is retried, but every activity that can end
-  ambiguous is an *ensure*/conditional operation whose next attempt starts by reading external truth
-  (marker lookup, remote ref, PR state), so the retry is a reconciliation, never a blind re-send. When the
-  attempts run out the run ends ``ambiguous-needs-human``.
-- ``Permanent``: non-retryable (401, 403, 404, invalid input, a patch that does not apply).
-- ``Policy``: non-retryable; a human must decide (a foreign PR on our branch, a remote ref that moved).
-- ``EnvironmentGone``: non-retryable for the activity; the workflow re-provisions.
-- ``Infrastructure``: retried (a crashed browser is not evidence about the bug).
+Which failures are retried is the failure classes' own property (:class:`pipeline.failures.FailureClass`);
+the retry policy's non-retryable list is derived from it.
 
 Timeouts say what stopped: schedule-to-start (no worker on the queue), start-to-close (one attempt hung),
 heartbeat (a long attempt's worker died), schedule-to-close (the step as a whole).
@@ -20,11 +10,21 @@ heartbeat (a long attempt's worker died), schedule-to-close (the step as a whole
 from __future__ import annotations
 
 from datetime import timedelta
+from enum import StrEnum
 
 from pydantic import BaseModel
 from temporalio.common import RetryPolicy
 
-NON_RETRYABLE = ["Permanent", "Policy", "EnvironmentGone", "NotReady", "ProcedureInvalid", "NoPatch", "Budget"]
+from pipeline.failures import NON_RETRYABLE
+
+
+class TimeoutClass(StrEnum):
+    """Which of a run policy's :class:`StepTimeouts` a step keeps (the field of :class:`RunPolicy`)."""
+
+    FORGE = "forge"
+    ENVIRONMENT = "environment"
+    BROWSER = "browser"
+    MODEL = "model"
 
 
 class StepTimeouts(BaseModel):
@@ -65,6 +65,10 @@ class RunPolicy(BaseModel):
     model: StepTimeouts = StepTimeouts(
         schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=60, max_attempts=6
     )
+
+    def timeouts(self, kind: TimeoutClass) -> StepTimeouts:
+        timeouts: StepTimeouts = getattr(self, kind.value)
+        return timeouts
 
     @classmethod
     def fast(cls) -> RunPolicy:

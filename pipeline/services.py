@@ -1,4 +1,6 @@
-"""What a worker's activities use, built lazily from config so a host constructs only what its queues need.
+"""The worker's wiring: collaborators built lazily from config, and the adapters of each task queue given
+them, so a host constructs only what its queues need. Nothing else reaches into this; the adapters receive
+their collaborators in their constructors.
 
 Nothing here is cached across activity attempts in a way that trusts a dead worker: the workspace manager's
 mirror cache is an optimisation keyed by content (revisions), the browser is relaunched when it crashed, and
@@ -21,7 +23,12 @@ if TYPE_CHECKING:
     from environments.interface import EnvironmentProvider
     from environments.workspace import WorkspaceManager
     from evidence.interface import ArtifactStore
+    from pipeline.activities.browser import BrowserActivities
+    from pipeline.activities.environments import EnvironmentActivities
+    from pipeline.activities.forge import ForgeActivities
+    from pipeline.activities.model import ModelActivities
     from repair.interface import RepairEngine
+    from repair.procedure_draft import ProcedureDrafter
     from reviews.adapter import GitHubForge
 
 
@@ -94,6 +101,41 @@ class Services:
             model=self.config.model_name,
             timeout_s=120.0,
         )
+
+    @cached_property
+    def drafter(self) -> ProcedureDrafter:
+        from repair.procedure_draft import ProcedureDrafter
+
+        c = self.config
+        return ProcedureDrafter(c.model_base_url, c.model_api_key, c.model_name, timeout_s=120.0)
+
+    @property
+    def git_token(self) -> str | None:
+        return self.config.forge_token or None
+
+    # ---- the adapters of each queue ------------------------------------------------------------------
+
+    def forge_activities(self) -> ForgeActivities:
+        from pipeline.activities.forge import ForgeActivities
+
+        return ForgeActivities(self.forge, self.config.clone_url, self.store, self.workspaces, self.git_token)
+
+    def environment_activities(self) -> EnvironmentActivities:
+        from pipeline.activities.environments import EnvironmentActivities
+
+        # The local provider always: a run's processes may have been started before Docker was configured.
+        providers = ["local", self.config.environment_provider]
+        return EnvironmentActivities(self.store, self.workspaces, self.provider, providers, self.git_token)
+
+    def browser_activities(self) -> BrowserActivities:
+        from pipeline.activities.browser import BrowserActivities
+
+        return BrowserActivities(self.store, lambda: self.browser)
+
+    def model_activities(self) -> ModelActivities:
+        from pipeline.activities.model import ModelActivities
+
+        return ModelActivities(self.store, self.workspaces, lambda: self.engine, lambda: self.drafter, self.git_token)
 
     @cached_property
     def browser(self) -> BrowserRunner:

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
+from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, Field
+from pydantic import AwareDatetime, BaseModel, Field, computed_field, model_validator
 
+from browser.results import ReproductionStatus
 from evidence.interface import ArtifactRef
 
 WORKFLOW_VERSION = 1
@@ -19,6 +21,7 @@ WORKFLOW_VERSION = 1
 class Phase(StrEnum):
     INTAKE = "intake"
     TICKET = "ticket"
+    PROCEDURE = "procedure"
     PROVISION = "provision"
     REPRODUCE = "reproduce"
     REPAIR = "repair"
@@ -40,6 +43,48 @@ class Outcome(StrEnum):
     AMBIGUOUS_NEEDS_HUMAN = "ambiguous-needs-human"
 
 
+class ReproductionOutcome(StrEnum):
+    """What a reproduction on one revision found: the browser's verdict, or that the app never became ready
+    (a finding about the revision, so the procedure never ran)."""
+
+    REPRODUCED = "reproduced"
+    NOT_REPRODUCED = "not_reproduced"
+    INCONCLUSIVE = "inconclusive"
+    APP_NOT_READY = "app_not_ready"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ReproductionOutcome | None:
+        # Runs recorded before the statuses were enums spelled it with hyphens.
+        return cls.APP_NOT_READY if value == "app-not-ready" else None
+
+    @classmethod
+    def of(cls, status: ReproductionStatus) -> ReproductionOutcome:
+        return cls(status.value)
+
+
+class VerificationStatus(StrEnum):
+    PENDING = "pending"
+    PASSED = "passed"
+    FAILED = "failed"
+
+
+class EnvironmentState(StrEnum):
+    """The last thing the run knows of its current environment."""
+
+    READY = "ready"
+    GONE = "gone"
+    TORN_DOWN = "torn-down"
+
+
+class CleanupStatus(StrEnum):
+    COMPLETE = "complete"
+    """Everything the run owned is gone."""
+    INCOMPLETE = "incomplete"
+    """Cleanup ran and named resources it could not remove."""
+    FAILED = "failed"
+    """Cleanup itself failed: what remains is unknown (``durafix resources --run`` tells)."""
+
+
 class TicketFact(BaseModel):
     op_id: str
     issue_number: int
@@ -54,13 +99,13 @@ class EnvironmentFact(BaseModel):
     revision: str
     spec_ref: ArtifactRef
     base_url: str
-    last_status: str
+    last_status: EnvironmentState
 
 
 class ReproductionFact(BaseModel):
     op_id: str
     revision: str
-    status: str
+    status: ReproductionOutcome
     procedure_ref: ArtifactRef
     trace_refs: list[ArtifactRef] = Field(default_factory=list)
     screenshot_refs: list[ArtifactRef] = Field(default_factory=list)
@@ -77,7 +122,7 @@ class CandidateFact(BaseModel):
     commit_timestamp: int
     commit: str | None = None
     tree: str | None = None
-    verification: str = "pending"
+    verification: VerificationStatus = VerificationStatus.PENDING
     tests_passed: bool | None = None
     test_output_ref: ArtifactRef | None = None
     bundle_ref: ArtifactRef | None = None
@@ -139,10 +184,25 @@ class Budgets(BaseModel):
 
 
 class CleanupFact(BaseModel):
-    complete: bool
+    status: CleanupStatus
     removed: int = 0
     remaining: list[str] = Field(default_factory=list)
     errors: list[str] = Field(default_factory=list)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_complete(cls, data: Any) -> Any:
+        # Facts recorded before ``status`` carried only ``complete``.
+        if isinstance(data, dict) and "status" not in data and "complete" in data:
+            failed = not data["complete"] and not data.get("remaining")
+            status = CleanupStatus.COMPLETE if data["complete"] else CleanupStatus.INCOMPLETE
+            return {**data, "status": CleanupStatus.FAILED if failed else status}
+        return data
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def complete(self) -> bool:
+        return self.status == CleanupStatus.COMPLETE
 
 
 class CancelStep(StrEnum):

@@ -1,17 +1,28 @@
-"""The contract between the workflow and its activities: names, task queues, inputs and outputs.
+"""The contract between the workflow and its activities: every step declared once.
 
-The workflow calls activities by name with these models, so it never imports a provider (PyGithub,
-Playwright, Docker, the openai SDK). Each capability package implements its names in ``activities.py``.
+A :class:`Step` names an activity, its task queue, its input and output models, the pattern of its
+operation ID and its timeout class. The workflow calls ``self._step(STEP, arg)`` and gets the declared
+output type back; the adapters in ``pipeline/activities/`` register their implementations under
+``STEP.name``; a test checks that the worker registers every step on its queue with exactly these
+annotations. So the workflow never imports a provider (PyGithub, Playwright, Docker, the openai SDK), and a
+call site cannot disagree with its activity.
+
+Activity names and payload shapes are recorded in workflow histories: change one only behind
+``workflow.patched``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
+from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
+from pipeline.policies import TimeoutClass
 
 
 class TaskQueue(StrEnum):
@@ -24,7 +35,7 @@ class TaskQueue(StrEnum):
     MODEL = "durafix-model"
 
 
-# ---- forge (reviews/activities.py) -------------------------------------------------------------------
+# ---- forge (pipeline/activities/forge.py) -------------------------------------------------------------------
 
 
 class ReadReportInput(BaseModel):
@@ -140,7 +151,7 @@ class MergeOutcome(BaseModel):
     detail: str = ""
 
 
-# ---- environments (environments/activities.py) -------------------------------------------------------
+# ---- environments and evidence (pipeline/activities/environments.py) ---------------------------------
 
 
 class PrepareSpecInput(BaseModel):
@@ -206,7 +217,7 @@ class EvidenceResult(BaseModel):
     links: dict[str, str] = Field(default_factory=dict)
 
 
-# ---- browser (browser/activities.py) -----------------------------------------------------------------
+# ---- browser (pipeline/activities/browser.py) -----------------------------------------------------------------
 
 
 class PrepareProcedureInput(BaseModel):
@@ -235,7 +246,7 @@ class ReproduceInput(BaseModel):
 
 
 class ReproduceResult(BaseModel):
-    status: str
+    status: ReproductionStatus
     detail: str
     artifacts: list[ArtifactRef]
     trace_refs: list[ArtifactRef]
@@ -245,7 +256,7 @@ class ReproduceResult(BaseModel):
     runs: int
 
 
-# ---- model (repair/activities.py) --------------------------------------------------------------------
+# ---- model (pipeline/activities/model.py) --------------------------------------------------------------------
 
 
 class DraftProcedureInput(BaseModel):
@@ -275,7 +286,86 @@ class ProposalResult(BaseModel):
     model: str
 
 
-__all__ = [
-    "CleanupReport",
-    "EnvironmentHandle",
-]
+# ---- the declarations -------------------------------------------------------------------------------
+
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out")
+
+
+@dataclass(frozen=True)
+class Step(Generic[In, Out]):
+    """One activity as the workflow calls it.
+
+    ``op_id`` is the pattern of the operation ID the input carries (``None`` for reads and for steps whose
+    effect is keyed by their own input, such as a comment key); ``timeouts`` picks the run policy's
+    :class:`~pipeline.policies.StepTimeouts`.
+    """
+
+    name: str
+    queue: TaskQueue
+    input: type[In]
+    output: type[Out]
+    timeouts: TimeoutClass
+    op_id: str | None = None
+
+    @property
+    def waits_for_cancellation(self) -> bool:
+        """Long work must acknowledge a cancellation (through its heartbeat) before the workflow moves on
+        to cleanup; forge calls are short and conditional, so they are abandoned at once."""
+        return self.queue != TaskQueue.FORGE
+
+
+Q, T = TaskQueue, TimeoutClass
+
+READ_REPORT = Step("forge.read_report", Q.FORGE, ReadReportInput, ReportInfo, T.FORGE)
+ENSURE_TICKET = Step("forge.ensure_ticket", Q.FORGE, EnsureTicketInput, TicketResult, T.FORGE, "<wf>:ticket")
+UPDATE_TICKET = Step("forge.update_ticket", Q.FORGE, UpdateTicketInput, type(None), T.FORGE, "<wf>:ticket")
+PUBLISH_BRANCH = Step("forge.publish_branch", Q.FORGE, PublishBranchInput, PublishResult, T.FORGE, "<wf>:push")
+ENSURE_DRAFT_PR = Step("forge.ensure_draft_pr", Q.FORGE, EnsureDraftPrInput, PullInfo, T.FORGE, "<wf>:pr")
+ENSURE_COMMENT = Step("forge.ensure_comment", Q.FORGE, EnsureCommentInput, CommentResult, T.FORGE)
+READ_PR = Step("forge.read_pr", Q.FORGE, ReadPullInput, PullInfo, T.FORGE)
+MERGE = Step("forge.merge", Q.FORGE, MergeInput, MergeOutcome, T.FORGE, "<wf>:merge:<n>")
+
+PREPARE_SPEC = Step("env.prepare_spec", Q.ENVIRONMENTS, PrepareSpecInput, ArtifactRef, T.ENVIRONMENT, "<wf>:spec")
+PROVISION = Step(
+    "env.provision", Q.ENVIRONMENTS, ProvisionInput, EnvironmentHandle, T.ENVIRONMENT, "<wf>:env-<label>:<n>"
+)
+TEARDOWN = Step("env.teardown", Q.ENVIRONMENTS, EnvironmentHandle, CleanupReport, T.ENVIRONMENT)
+VERIFY_CANDIDATE = Step(
+    "env.verify_candidate", Q.ENVIRONMENTS, VerifyInput, VerifyResult, T.ENVIRONMENT, "<wf>:verify:<attempt>"
+)
+CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
+BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
+
+PREPARE_PROCEDURE = Step("browser.prepare_procedure", Q.BROWSER, PrepareProcedureInput, ProcedureResult, T.BROWSER)
+REPRODUCE = Step(
+    "browser.reproduce", Q.BROWSER, ReproduceInput, ReproduceResult, T.BROWSER, "<wf>:reproduce-<label>:<n>"
+)
+
+DRAFT_PROCEDURE = Step(
+    "model.draft_procedure", Q.MODEL, DraftProcedureInput, ProcedureResult, T.MODEL, "<wf>:draft-procedure"
+)
+PROPOSE_PATCH = Step(
+    "model.propose_patch", Q.MODEL, ProposePatchInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
+)
+
+STEPS: tuple[Step[Any, Any], ...] = (
+    READ_REPORT,
+    ENSURE_TICKET,
+    UPDATE_TICKET,
+    PUBLISH_BRANCH,
+    ENSURE_DRAFT_PR,
+    ENSURE_COMMENT,
+    READ_PR,
+    MERGE,
+    PREPARE_SPEC,
+    PROVISION,
+    TEARDOWN,
+    VERIFY_CANDIDATE,
+    CLEANUP_RUN,
+    BUILD_EVIDENCE,
+    PREPARE_PROCEDURE,
+    REPRODUCE,
+    DRAFT_PROCEDURE,
+    PROPOSE_PATCH,
+)

@@ -41,24 +41,15 @@ def parse_queues(text: str) -> list[TaskQueue]:
 
 
 def activities_for(queue: TaskQueue, services: Services) -> Sequence[Callable[..., object]]:
-    """The activity implementations served on ``queue`` (imported lazily: a host needs only its own)."""
+    """The activity implementations served on ``queue`` (built lazily: a host needs only its own)."""
     if queue == TaskQueue.FORGE:
-        from reviews.activities import ForgeActivities
-
-        return ForgeActivities(services).all()
+        return services.forge_activities().all()
     if queue == TaskQueue.ENVIRONMENTS:
-        from environments.activities import EnvironmentActivities
-        from evidence.activities import EvidenceActivities
-
-        return [*EnvironmentActivities(services).all(), *EvidenceActivities(services).all()]
+        return services.environment_activities().all()
     if queue == TaskQueue.BROWSER:
-        from browser.activities import BrowserActivities
-
-        return BrowserActivities(services).all()
+        return services.browser_activities().all()
     if queue == TaskQueue.MODEL:
-        from repair.activities import ModelActivities
-
-        return ModelActivities(services).all()
+        return services.model_activities().all()
     return []
 
 

@@ -4,8 +4,10 @@ This file is the state machine and nothing else: deterministic (no I/O, clocks o
 ``workflow.now()``), every external effect an activity with an operation ID ``<workflow_id>:<step>[:<n>]``.
 The run's facts live in :class:`RunState`, returned by the ``state`` query.
 
-Phases: intake -> ticket -> provision -> reproduce -> repair/verify (bounded) -> publish ->
-awaiting-review -> merge -> cleanup. Cleanup runs on every ending, cancellation included.
+Phases: intake -> ticket -> procedure -> provision -> reproduce -> repair/verify (bounded) -> publish ->
+awaiting-review -> merge -> cleanup -> done. Each is entered where its work starts (provisioning the base
+environment is ``provision``; the candidate's environment is part of ``verify``), and the sub-state of the
+activity running in it is its heartbeat. Cleanup runs on every ending, cancellation included.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
-from temporalio.exceptions import TimeoutError as TemporalTimeoutError
+from temporalio.exceptions import ActivityError, CancelledError
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from environments.interface import CleanupReport, EnvironmentHandle
+    from environments.interface import EnvironmentHandle
     from evidence.interface import ArtifactRef
-    from pipeline import messages
+    from pipeline import messages, steps
+    from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
     from pipeline.state import (
@@ -35,50 +37,46 @@ with workflow.unsafe.imports_passed_through():
         CancelStep,
         CandidateFact,
         CleanupFact,
+        CleanupStatus,
         EnvironmentFact,
+        EnvironmentState,
         Outcome,
         Phase,
         PhaseMark,
         PublishFact,
         Rejection,
         ReproductionFact,
+        ReproductionOutcome,
         RunState,
         TicketFact,
+        VerificationStatus,
     )
     from pipeline.steps import (
         BuildEvidenceInput,
         CleanupRunInput,
-        CommentResult,
         DraftProcedureInput,
         EnsureCommentInput,
         EnsureDraftPrInput,
         EnsureTicketInput,
-        EvidenceResult,
         MergeInput,
-        MergeOutcome,
         MergeStatus,
         PrepareProcedureInput,
         PrepareSpecInput,
         ProcedureResult,
-        ProposalResult,
         ProposePatchInput,
         ProvisionInput,
         PublishBranchInput,
-        PublishResult,
-        PullInfo,
         ReadPullInput,
         ReadReportInput,
         ReportInfo,
         ReproduceInput,
-        ReproduceResult,
-        TaskQueue,
-        TicketResult,
+        Step,
         UpdateTicketInput,
         VerifyInput,
-        VerifyResult,
     )
 
-R = TypeVar("R", bound=BaseModel)
+In = TypeVar("In", bound=BaseModel)
+Out = TypeVar("Out")
 
 CANCELLATION_PATCH = "cancellation-state-machine"
 # A cancellation requested while an activity runs wins even when that activity then completes normally (it
@@ -96,19 +94,6 @@ class RunEnded(Exception):
         self.detail = detail
 
 
-def _failure_type(err: BaseException) -> str:
-    """The failure class an activity reported (its ApplicationError type), or the error's own name."""
-    cause: BaseException | None = err
-    while cause is not None:
-        if isinstance(cause, ApplicationError) and cause.type:
-            return cause.type
-        if isinstance(cause, TemporalTimeoutError) and cause.type is not None:
-            # Say which timeout stopped it: schedule-to-start, start-to-close, heartbeat, schedule-to-close.
-            return f"Timeout:{cause.type.name.lower().replace('_', '-')}"
-        cause = cause.__cause__
-    return type(err).__name__
-
-
 def _is_cancellation(err: BaseException) -> bool:
     """An activity that ended because the workflow's cancellation reached it."""
     cause: BaseException | None = err
@@ -117,15 +102,6 @@ def _is_cancellation(err: BaseException) -> bool:
             return True
         cause = cause.__cause__
     return False
-
-
-def _failure_message(err: BaseException) -> str:
-    cause: BaseException | None = err
-    last = str(err)
-    while cause is not None:
-        last = str(cause) or last
-        cause = cause.__cause__
-    return last
 
 
 @workflow.defn(name="repair_bug")
@@ -158,11 +134,13 @@ class RepairBugWorkflow:
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
-    @workflow.query(name="state")
+    # The handlers are registered under their method names ("state", "approve", "reject"), which recorded
+    # histories and running clients use: never rename them. Clients call them by method reference.
+    @workflow.query
     def state(self) -> RunState:
         return self._state
 
-    @workflow.update(name="approve")
+    @workflow.update
     async def approve(self, approval: Approval) -> ApprovalAck:
         """Record an approval. Idempotent: the same approval delivered twice is acknowledged once."""
         if self._approval is not None and self._approval.head_sha == approval.head_sha:
@@ -187,7 +165,7 @@ class RepairBugWorkflow:
                 f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
             )
 
-    @workflow.signal(name="reject")
+    @workflow.signal
     def reject(self, rejection: Rejection) -> None:
         if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
             self._rejection = rejection
@@ -214,9 +192,9 @@ class RepairBugWorkflow:
                 cancelled = True
                 outcome, detail = Outcome.CANCELLED, f"cancellation requested during {self._state.phase.value}"
             else:
-                kind = _failure_type(err)
-                outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if kind == "Ambiguous" else Outcome.NEEDS_HUMAN_TRIAGE
-                detail = f"step failed ({kind}): {_failure_message(err)}"
+                ambiguous = failure_class(err) == FailureClass.AMBIGUOUS
+                outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if ambiguous else Outcome.NEEDS_HUMAN_TRIAGE
+                detail = f"step failed ({failure_kind(err)}): {failure_message(err)}"
         # From here on activities run to record the ending; a cancellation no longer stops them.
         self._ending = True
         if cancelled:
@@ -247,7 +225,7 @@ class RepairBugWorkflow:
             try:
                 await self._update_ticket(note=self._closing_note)
             except ActivityError as err:
-                self._state.outcome_detail = f"ticket note failed: {_failure_message(err)}"
+                self._state.outcome_detail = f"ticket note failed: {failure_message(err)}"
 
     def _cancel_requested(self) -> bool:
         """Whether a cancellation request has reached the run (before its ending began).
@@ -268,18 +246,17 @@ class RepairBugWorkflow:
         wf = self._state.workflow_id
 
         self._enter(Phase.INTAKE)
-        report = await self._forge(
-            "forge.read_report",
+        report = await self._step(
+            steps.READ_REPORT,
             ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
-            ReportInfo,
         )
         self._report = report
         self._state.target_revision = report.base_revision
 
         self._enter(Phase.TICKET)
         ticket_op = op_id(wf, "ticket")
-        ticket = await self._forge(
-            "forge.ensure_ticket",
+        ticket = await self._step(
+            steps.ENSURE_TICKET,
             EnsureTicketInput(
                 op_id=ticket_op,
                 repository=inp.repository,
@@ -287,16 +264,15 @@ class RepairBugWorkflow:
                 title=report.title,
                 body=messages.ticket_body(self._state),
             ),
-            TicketResult,
         )
         self._state.ticket = TicketFact(
             op_id=ticket_op, issue_number=ticket.issue_number, comment_id=ticket.comment_id, url=ticket.url
         )
 
-        procedure = await self._browser(
-            "browser.prepare_procedure",
+        self._enter(Phase.PROCEDURE)
+        procedure = await self._step(
+            steps.PREPARE_PROCEDURE,
             PrepareProcedureInput(run_id=wf, report_body=report.body),
-            ProcedureResult,
         )
         if procedure.procedure_ref is None and procedure.missing:
             procedure = await self._draft_procedure(report)
@@ -306,8 +282,8 @@ class RepairBugWorkflow:
         self._record(procedure.procedure_ref)
 
         self._enter(Phase.PROVISION)
-        spec_ref = await self._env(
-            "env.prepare_spec",
+        spec_ref = await self._step(
+            steps.PREPARE_SPEC,
             PrepareSpecInput(
                 run_id=wf,
                 op_id=op_id(wf, "spec"),
@@ -315,15 +291,15 @@ class RepairBugWorkflow:
                 clone_url=report.clone_url,
                 base_revision=report.base_revision,
             ),
-            ArtifactRef,
         )
         self._spec_ref = spec_ref
         self._record(spec_ref)
 
-        self._enter(Phase.REPRODUCE)
-        base = await self._reproduce_on(report.base_revision, None, "base")
+        # The base environment is provisioned in PROVISION and the procedure runs in REPRODUCE (both again if
+        # the environment dies under the reproduction).
+        base = await self._reproduce_on(report.base_revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
         self._state.reproduction = base
-        if base.status != "reproduced":
+        if base.status != ReproductionOutcome.REPRODUCED:
             raise RunEnded(
                 Outcome.NEEDS_HUMAN_TRIAGE,
                 f"the report did not reproduce on {report.base_revision[:12]}: {base.status} ({base.detail})",
@@ -342,18 +318,17 @@ class RepairBugWorkflow:
         """The report has no procedure block: ask the model to draft one from its prose."""
         wf = self._state.workflow_id
         try:
-            drafted = await self._model(
-                "model.draft_procedure",
+            drafted = await self._step(
+                steps.DRAFT_PROCEDURE,
                 DraftProcedureInput(
                     run_id=wf, op_id=op_id(wf, "draft-procedure"), issue_title=report.title, issue_body=report.body
                 ),
-                ProcedureResult,
             )
         except ActivityError as err:
             self._count_tokens(err)
-            if _failure_type(err) not in ("ProcedureInvalid", "Permanent", "Budget"):
+            if failure_class(err) not in (FailureClass.PROCEDURE_INVALID, FailureClass.PERMANENT, FailureClass.BUDGET):
                 raise
-            return ProcedureResult(procedure_ref=None, error=_failure_message(err))
+            return ProcedureResult(procedure_ref=None, error=failure_message(err))
         self._state.budgets.model_prompt_tokens += drafted.prompt_tokens
         self._state.budgets.model_completion_tokens += drafted.completion_tokens
         return drafted
@@ -376,8 +351,8 @@ class RepairBugWorkflow:
             budgets.repair_attempts_used = attempt
             repair_op = op_id(wf, "repair", attempt)
             try:
-                proposal = await self._model(
-                    "model.propose_patch",
+                proposal = await self._step(
+                    steps.PROPOSE_PATCH,
                     ProposePatchInput(
                         run_id=wf,
                         op_id=repair_op,
@@ -388,16 +363,15 @@ class RepairBugWorkflow:
                         previous_failures=failures,
                         token_budget=budgets.model_token_budget - spent,
                     ),
-                    ProposalResult,
                 )
             except ActivityError as err:
-                kind = _failure_type(err)
+                kind = failure_class(err)
                 self._count_tokens(err)
-                if kind == "Budget":
-                    raise RunEnded(Outcome.REPAIR_BUDGET_EXHAUSTED, _failure_message(err)) from err
-                if kind not in ("NoPatch", "Permanent"):
+                if kind == FailureClass.BUDGET:
+                    raise RunEnded(Outcome.REPAIR_BUDGET_EXHAUSTED, failure_message(err)) from err
+                if kind not in (FailureClass.NO_PATCH, FailureClass.PERMANENT):
                     raise
-                failures.append(f"attempt {attempt}: no usable patch ({_failure_message(err)})")
+                failures.append(f"attempt {attempt}: no usable patch ({failure_message(err)})")
                 continue
             budgets.model_prompt_tokens += proposal.prompt_tokens
             budgets.model_completion_tokens += proposal.completion_tokens
@@ -410,11 +384,12 @@ class RepairBugWorkflow:
                 commit_timestamp=int(workflow.now().timestamp()),
             )
             self._state.candidates.append(candidate)
+            self._enter(Phase.VERIFY)
             failure = await self._verify(report, candidate)
             if failure is None:
-                candidate.verification = "passed"
+                candidate.verification = VerificationStatus.PASSED
                 return candidate
-            candidate.verification = "failed"
+            candidate.verification = VerificationStatus.FAILED
             candidate.failure = failure
             failures.append(f"attempt {attempt}: {failure}")
         raise RunEnded(
@@ -426,9 +401,8 @@ class RepairBugWorkflow:
         """Verify a candidate on a fresh workspace: tests, then the reproduction replayed. None means passed."""
         wf = self._state.workflow_id
         assert self._spec_ref is not None
-        self._enter(Phase.VERIFY)
-        verified = await self._env(
-            "env.verify_candidate",
+        verified = await self._step(
+            steps.VERIFY_CANDIDATE,
             VerifyInput(
                 run_id=wf,
                 op_id=op_id(wf, "verify", candidate.attempt),
@@ -437,7 +411,6 @@ class RepairBugWorkflow:
                 message=messages.commit_message(self._state, report.title, candidate.summary),
                 commit_timestamp=candidate.commit_timestamp,
             ),
-            VerifyResult,
         )
         candidate.commit = verified.commit
         candidate.tree = verified.tree
@@ -448,26 +421,31 @@ class RepairBugWorkflow:
         self._record(verified.bundle_ref)
         if not verified.tests_passed:
             return f"tests failed: {verified.test_summary}"
-        replay = await self._reproduce_on(verified.commit, candidate.patch_ref, f"candidate-{candidate.attempt}")
+        label = f"candidate-{candidate.attempt}"
+        replay = await self._reproduce_on(verified.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY)
         candidate.replay = replay
-        if replay.status == "reproduced":
+        if replay.status == ReproductionOutcome.REPRODUCED:
             return "the bug still reproduces on the candidate"
-        if replay.status != "not_reproduced":
+        if replay.status != ReproductionOutcome.NOT_REPRODUCED:
             return f"replay on the candidate was {replay.status}: {replay.detail}"
         return None
 
     # ---- environments and reproduction --------------------------------------------------------------
 
-    async def _reproduce_on(self, revision: str, patch_ref: ArtifactRef | None, label: str) -> ReproductionFact:
-        """Provision, reproduce, tear down. An environment found dead is provisioned anew, once."""
+    async def _reproduce_on(
+        self, revision: str, patch_ref: ArtifactRef | None, label: str, provisioning: Phase, reproducing: Phase
+    ) -> ReproductionFact:
+        """Provision (in phase ``provisioning``), reproduce (in ``reproducing``), tear down. An environment
+        found dead is provisioned anew, once."""
         wf = self._state.workflow_id
         assert self._spec_ref is not None and self._procedure_ref is not None
         last_detail = ""
         for env_attempt in (1, 2):
             env_op = op_id(wf, f"env-{label}", env_attempt)
+            self._enter(provisioning)
             try:
-                handle = await self._env(
-                    "env.provision",
+                handle = await self._step(
+                    steps.PROVISION,
                     ProvisionInput(
                         run_id=wf,
                         op_id=env_op,
@@ -475,18 +453,17 @@ class RepairBugWorkflow:
                         patch_ref=patch_ref,
                         provider=self._input.environment_provider,
                     ),
-                    EnvironmentHandle,
                 )
             except ActivityError as err:
-                if _failure_type(err) != "NotReady":
+                if failure_class(err) != FailureClass.NOT_READY:
                     raise
                 # The app at this revision never became ready: a finding about the revision, not a crash.
                 return ReproductionFact(
                     op_id=env_op,
                     revision=revision,
-                    status="app-not-ready",
+                    status=ReproductionOutcome.APP_NOT_READY,
                     procedure_ref=self._procedure_ref,
-                    detail=_failure_message(err),
+                    detail=failure_message(err),
                 )
             self._live_envs[handle.env_id] = handle
             self._state.environment = EnvironmentFact(
@@ -496,12 +473,13 @@ class RepairBugWorkflow:
                 revision=revision,
                 spec_ref=self._spec_ref,
                 base_url=handle.base_url,
-                last_status="ready",
+                last_status=EnvironmentState.READY,
             )
             repro_op = op_id(wf, f"reproduce-{label}", env_attempt)
+            self._enter(reproducing)
             try:
-                result = await self._browser(
-                    "browser.reproduce",
+                result = await self._step(
+                    steps.REPRODUCE,
                     ReproduceInput(
                         run_id=wf,
                         op_id=repro_op,
@@ -509,13 +487,12 @@ class RepairBugWorkflow:
                         procedure_ref=self._procedure_ref,
                         environment=handle,
                     ),
-                    ReproduceResult,
                 )
             except ActivityError as err:
-                if _failure_type(err) != "EnvironmentGone":
+                if failure_class(err) != FailureClass.ENVIRONMENT_GONE:
                     raise
-                last_detail = _failure_message(err)
-                self._state.environment.last_status = "gone"
+                last_detail = failure_message(err)
+                self._state.environment.last_status = EnvironmentState.GONE
                 await self._teardown(handle)
                 continue
             await self._teardown(handle)
@@ -525,7 +502,7 @@ class RepairBugWorkflow:
             return ReproductionFact(
                 op_id=repro_op,
                 revision=revision,
-                status=result.status,
+                status=ReproductionOutcome.of(result.status),
                 procedure_ref=self._procedure_ref,
                 trace_refs=result.trace_refs,
                 screenshot_refs=result.screenshot_refs,
@@ -536,10 +513,10 @@ class RepairBugWorkflow:
         raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"environment for {label} kept dying: {last_detail}")
 
     async def _teardown(self, handle: EnvironmentHandle) -> None:
-        await self._env("env.teardown", handle, CleanupReport)
+        await self._step(steps.TEARDOWN, handle)
         self._live_envs.pop(handle.env_id, None)
         if self._state.environment is not None and self._state.environment.env_id == handle.env_id:
-            self._state.environment.last_status = "torn-down"
+            self._state.environment.last_status = EnvironmentState.TORN_DOWN
 
     # ---- publish, review, merge ---------------------------------------------------------------------
 
@@ -550,8 +527,8 @@ class RepairBugWorkflow:
         base = self._state.reproduction
         replay = candidate.replay
         assert base is not None and replay is not None and candidate.test_output_ref is not None
-        evidence = await self._env(
-            "evidence.build",
+        evidence = await self._step(
+            steps.BUILD_EVIDENCE,
             BuildEvidenceInput(
                 run_id=wf,
                 repository=inp.repository,
@@ -578,7 +555,6 @@ class RepairBugWorkflow:
                 tests_passed=bool(candidate.tests_passed),
                 spec_ref=self._spec_ref,
             ),
-            EvidenceResult,
         )
         self._record(evidence.manifest_ref)
         self._record(evidence.report_ref)
@@ -591,8 +567,8 @@ class RepairBugWorkflow:
             report_url=evidence.report_url,
             evidence_digest=evidence.digest,
         )
-        await self._forge(
-            "forge.publish_branch",
+        await self._step(
+            steps.PUBLISH_BRANCH,
             PublishBranchInput(
                 op_id=op_id(wf, "push"),
                 run_id=wf,
@@ -606,10 +582,9 @@ class RepairBugWorkflow:
                 commit_timestamp=candidate.commit_timestamp,
                 expected_old=None,
             ),
-            PublishResult,
         )
-        pr = await self._forge(
-            "forge.ensure_draft_pr",
+        pr = await self._step(
+            steps.ENSURE_DRAFT_PR,
             EnsureDraftPrInput(
                 op_id=op_id(wf, "pr"),
                 run_id=wf,
@@ -619,19 +594,17 @@ class RepairBugWorkflow:
                 title=messages.pr_title(report.title, inp.issue_number),
                 body=messages.pr_body(self._state, candidate),
             ),
-            PullInfo,
         )
         self._state.publish.pr_number = pr.number
         self._state.publish.pr_url = pr.url
-        comment = await self._forge(
-            "forge.ensure_comment",
+        comment = await self._step(
+            steps.ENSURE_COMMENT,
             EnsureCommentInput(
                 repository=inp.repository,
                 number=pr.number,
                 key=f"{wf}:evidence:{candidate.commit}",
                 body=messages.evidence_comment(self._state, candidate, evidence),
             ),
-            CommentResult,
         )
         self._state.publish.evidence_comment_id = comment.comment_id
 
@@ -665,10 +638,9 @@ class RepairBugWorkflow:
             self._state.pending_approval = None
 
             self._enter(Phase.MERGE)
-            pr = await self._forge(
-                "forge.read_pr",
+            pr = await self._step(
+                steps.READ_PR,
                 ReadPullInput(repository=self._input.repository, number=publish.pr_number),
-                PullInfo,
             )
             if pr.merged:
                 if pr.head_sha == approval.head_sha:
@@ -686,15 +658,14 @@ class RepairBugWorkflow:
                     note=f"the approval by {approval.reviewer} expired at {when}; renewed review needed"
                 )
                 continue
-            merge_result = await self._forge(
-                "forge.merge",
+            merge_result = await self._step(
+                steps.MERGE,
                 MergeInput(
                     op_id=op_id(wf, "merge", renewals + 1),
                     repository=self._input.repository,
                     number=publish.pr_number,
                     approved_sha=approval.head_sha,
                 ),
-                MergeOutcome,
             )
             if merge_result.status in (MergeStatus.MERGED, MergeStatus.ALREADY_MERGED):
                 self._state.merged_sha = merge_result.merged_sha
@@ -703,10 +674,9 @@ class RepairBugWorkflow:
                 return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"the PR is not mergeable: {merge_result.detail}"
             # The head moved after the approval: the approval does not cover it, ask for a renewed review.
             renewals += 1
-            current = await self._forge(
-                "forge.read_pr",
+            current = await self._step(
+                steps.READ_PR,
                 ReadPullInput(repository=self._input.repository, number=publish.pr_number),
-                PullInfo,
             )
             head = current.head_sha
             self._approval = None
@@ -722,15 +692,15 @@ class RepairBugWorkflow:
             self._cancel_step(CancelStep.CLEANING)
         self._state.pending_approval = None
         try:
-            report = await self._env("env.cleanup_run", CleanupRunInput(run_id=self._state.workflow_id), CleanupReport)
+            report = await self._step(steps.CLEANUP_RUN, CleanupRunInput(run_id=self._state.workflow_id))
             self._state.cleanup = CleanupFact(
-                complete=report.complete,
+                status=CleanupStatus.COMPLETE if report.complete else CleanupStatus.INCOMPLETE,
                 removed=len(report.removed),
                 remaining=[f"{r.kind}:{r.resource_id}" for r in report.remaining],
                 errors=report.errors,
             )
         except ActivityError as err:
-            self._state.cleanup = CleanupFact(complete=False, errors=[_failure_message(err)])
+            self._state.cleanup = CleanupFact(status=CleanupStatus.FAILED, errors=[failure_message(err)])
         if not self._state.cleanup.complete:
             detail = f"{outcome.value}: {detail}; cleanup left {self._state.cleanup.remaining or 'unknown resources'}"
             outcome = Outcome.CLEANUP_INCOMPLETE
@@ -740,14 +710,14 @@ class RepairBugWorkflow:
         try:
             await self._update_ticket(note=self._closing_note)
         except ActivityError as err:
-            self._state.outcome_detail += f" (final ticket update failed: {_failure_message(err)})"
+            self._state.outcome_detail += f" (final ticket update failed: {failure_message(err)})"
 
     async def _update_ticket(self, note: str = "") -> None:
         ticket = self._state.ticket
         if ticket is None:
             return
-        await self._call(
-            "forge.update_ticket",
+        await self._step(
+            steps.UPDATE_TICKET,
             UpdateTicketInput(
                 repository=self._input.repository,
                 issue_number=ticket.issue_number,
@@ -755,8 +725,6 @@ class RepairBugWorkflow:
                 op_id=ticket.op_id,
                 body=messages.ticket_body(self._state, note),
             ),
-            None,
-            TaskQueue.FORGE,
         )
 
     # ---- helpers ------------------------------------------------------------------------------------
@@ -768,63 +736,35 @@ class RepairBugWorkflow:
 
     def _count_tokens(self, err: BaseException) -> None:
         """Tokens spent by a failed model call still count against the budget."""
-        cause: BaseException | None = err
-        while cause is not None:
-            if isinstance(cause, ApplicationError) and cause.details:
-                spent = cause.details[0]
-                if isinstance(spent, dict):
-                    self._state.budgets.model_prompt_tokens += int(spent.get("prompt_tokens", 0))
-                    self._state.budgets.model_completion_tokens += int(spent.get("completion_tokens", 0))
-                return
-            cause = cause.__cause__
+        details = failure_details(err)
+        spent = details[0] if details else None
+        if isinstance(spent, dict):
+            self._state.budgets.model_prompt_tokens += int(spent.get("prompt_tokens", 0))
+            self._state.budgets.model_completion_tokens += int(spent.get("completion_tokens", 0))
 
     def _record(self, ref: ArtifactRef) -> None:
         if all(r.sha256 != ref.sha256 or r.name != ref.name for r in self._state.evidence):
             self._state.evidence.append(ref)
 
-    async def _call(self, name: str, arg: BaseModel, result_type: type[R] | None, queue: TaskQueue) -> R | None:
-        timeouts = {
-            TaskQueue.FORGE: self._input.policy.forge,
-            TaskQueue.ENVIRONMENTS: self._input.policy.environment,
-            TaskQueue.BROWSER: self._input.policy.browser,
-            TaskQueue.MODEL: self._input.policy.model,
-        }[queue]
-        result: R | None = await workflow.execute_activity(
-            name,
+    async def _step(self, step: Step[In, Out], arg: In) -> Out:
+        """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`)."""
+        timeouts = self._input.policy.timeouts(step.timeouts)
+        result: Out = await workflow.execute_activity(
+            step.name,
             arg,
-            task_queue=queue.value,
-            result_type=result_type,
+            task_queue=step.queue.value,
+            result_type=step.output,
             schedule_to_start_timeout=timedelta(seconds=timeouts.schedule_to_start),
             start_to_close_timeout=timedelta(seconds=timeouts.start_to_close),
             schedule_to_close_timeout=timedelta(seconds=timeouts.schedule_to_close),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat) if timeouts.heartbeat else None,
             retry_policy=timeouts.retry_policy(),
-            # Long work must acknowledge a cancellation (via its heartbeat) before the workflow moves on to
-            # cleanup; forge calls are short and conditional, so they are abandoned at once.
             cancellation_type=(
                 ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
-                if self._cancellation_v2 and queue != TaskQueue.FORGE
+                if self._cancellation_v2 and step.waits_for_cancellation
                 else ActivityCancellationType.TRY_CANCEL
             ),
         )
         if self._cancel_requested():
             raise asyncio.CancelledError()
         return result
-
-    async def _typed(self, name: str, arg: BaseModel, result_type: type[R], queue: TaskQueue) -> R:
-        result = await self._call(name, arg, result_type, queue)
-        if result is None:
-            raise ApplicationError(f"activity {name} returned nothing", type="Permanent")
-        return result
-
-    async def _forge(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
-        return await self._typed(name, arg, result_type, TaskQueue.FORGE)
-
-    async def _env(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
-        return await self._typed(name, arg, result_type, TaskQueue.ENVIRONMENTS)
-
-    async def _browser(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
-        return await self._typed(name, arg, result_type, TaskQueue.BROWSER)
-
-    async def _model(self, name: str, arg: BaseModel, result_type: type[R]) -> R:
-        return await self._typed(name, arg, result_type, TaskQueue.MODEL)

@@ -205,12 +205,11 @@ async def started_input(client: Client, workflow_id: str) -> RepairInput:
 
 async def state_once_running(client: Client, workflow_id: str, timeout_s: float = 20) -> RunState:
     """The run's state as soon as a worker has run its first workflow task (a query cannot be answered before)."""
-    handle = client.get_workflow_handle(workflow_id)
+    handle = client.get_workflow_handle_for(RepairBugWorkflow.run, workflow_id)
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
-            state: RunState = await handle.query("state", result_type=RunState)
-            return state
+            return await handle.query(RepairBugWorkflow.state)
         except RPCError:
             if asyncio.get_running_loop().time() > deadline:
                 raise

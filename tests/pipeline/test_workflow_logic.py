@@ -20,8 +20,10 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
+from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
 from evidence.interface import ArtifactKind, ArtifactRef
+from pipeline import steps
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
@@ -102,43 +104,43 @@ class Script:
 
 
 def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
-    @activity.defn(name="forge.read_report")
+    @activity.defn(name=steps.READ_REPORT.name)
     async def read_report(i: ReadReportInput) -> ReportInfo:
         s.calls.append(("read_report", i))
         return ReportInfo(title="Cart total wrong", body="steps", author="u", base_revision=BASE, clone_url="x")
 
-    @activity.defn(name="forge.ensure_ticket")
+    @activity.defn(name=steps.ENSURE_TICKET.name)
     async def ensure_ticket(i: EnsureTicketInput) -> TicketResult:
         s.calls.append(("ensure_ticket", i))
         return TicketResult(issue_number=i.issue_number, comment_id=7, url="http://forge/issue/1#c7")
 
-    @activity.defn(name="forge.update_ticket")
+    @activity.defn(name=steps.UPDATE_TICKET.name)
     async def update_ticket(i: UpdateTicketInput) -> None:
         s.calls.append(("update_ticket", i))
 
-    @activity.defn(name="forge.publish_branch")
+    @activity.defn(name=steps.PUBLISH_BRANCH.name)
     async def publish_branch(i: PublishBranchInput) -> PublishResult:
         s.calls.append(("publish_branch", i))
         return PublishResult(commit=i.expected_commit, pushed=True)
 
-    @activity.defn(name="forge.ensure_draft_pr")
+    @activity.defn(name=steps.ENSURE_DRAFT_PR.name)
     async def ensure_draft_pr(i: EnsureDraftPrInput) -> PullInfo:
         s.calls.append(("ensure_draft_pr", i))
         return PullInfo(number=3, url="http://forge/pull/3", head_sha=CANDIDATE, state="open", draft=True, merged=False)
 
-    @activity.defn(name="forge.ensure_comment")
+    @activity.defn(name=steps.ENSURE_COMMENT.name)
     async def ensure_comment(i: EnsureCommentInput) -> CommentResult:
         s.calls.append(("ensure_comment", i))
         return CommentResult(comment_id=11, created=True)
 
-    @activity.defn(name="forge.read_pr")
+    @activity.defn(name=steps.READ_PR.name)
     async def read_pr(i: ReadPullInput) -> PullInfo:
         s.calls.append(("read_pr", i))
         if s.read_pr_delays_s:
             await asyncio.sleep(s.read_pr_delays_s.pop(0))
         return PullInfo(number=3, url="u", head_sha=s.head, state="open", draft=True, merged=False)
 
-    @activity.defn(name="forge.merge")
+    @activity.defn(name=steps.MERGE.name)
     async def merge(i: MergeInput) -> MergeOutcome:
         s.calls.append(("merge", i))
         status = s.merge_answers.pop(0)
@@ -146,26 +148,26 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             s.head = "d" * 40  # someone pushed to the branch after the approval
         return MergeOutcome(status=status, merged_sha="m" * 40 if status == MergeStatus.MERGED else None)
 
-    @activity.defn(name="env.prepare_spec")
+    @activity.defn(name=steps.PREPARE_SPEC.name)
     async def prepare_spec(i: PrepareSpecInput) -> ArtifactRef:
         s.calls.append(("prepare_spec", i))
         if s.fail_spec:
             raise ApplicationError("durafix.yaml is missing", type="Permanent", non_retryable=True)
         return ref("spec", ArtifactKind.SPEC)
 
-    @activity.defn(name="env.provision")
+    @activity.defn(name=steps.PROVISION.name)
     async def provision(i: ProvisionInput) -> EnvironmentHandle:
         s.calls.append(("provision", i))
         s.live_envs.add(i.op_id)
         return EnvironmentHandle(env_id=i.op_id, provider="fake", run_id=i.run_id, op_id=i.op_id, base_url="http://x")
 
-    @activity.defn(name="env.teardown")
+    @activity.defn(name=steps.TEARDOWN.name)
     async def teardown(h: EnvironmentHandle) -> CleanupReport:
         s.calls.append(("teardown", h))
         s.live_envs.discard(h.env_id)
         return CleanupReport(run_id=h.run_id)
 
-    @activity.defn(name="env.verify_candidate")
+    @activity.defn(name=steps.VERIFY_CANDIDATE.name)
     async def verify(i: VerifyInput) -> VerifyResult:
         s.calls.append(("verify", i))
         return VerifyResult(
@@ -177,7 +179,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             bundle_ref=ref("bundle"),
         )
 
-    @activity.defn(name="env.cleanup_run")
+    @activity.defn(name=steps.CLEANUP_RUN.name)
     async def cleanup_run(i: CleanupRunInput) -> CleanupReport:
         s.calls.append(("cleanup_run", i))
         removed = [
@@ -199,19 +201,19 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         errors = ["refused to stop"] if remaining else []
         return CleanupReport(run_id=i.run_id, removed=removed, remaining=remaining, errors=errors)
 
-    @activity.defn(name="evidence.build")
+    @activity.defn(name=steps.BUILD_EVIDENCE.name)
     async def build(i: Any) -> EvidenceResult:
         s.calls.append(("build_evidence", i))
         return EvidenceResult(
             manifest_ref=ref("manifest"), report_ref=ref("report"), digest="e" * 64, report_url="http://r"
         )
 
-    @activity.defn(name="browser.prepare_procedure")
+    @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     async def prepare_procedure(i: PrepareProcedureInput) -> ProcedureResult:
         s.calls.append(("prepare_procedure", i))
         return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE))
 
-    @activity.defn(name="browser.reproduce")
+    @activity.defn(name=steps.REPRODUCE.name)
     async def reproduce(i: ReproduceInput) -> ReproduceResult:
         s.calls.append(("reproduce", i))
         on_base = i.revision == BASE
@@ -222,10 +224,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             present = s.reproduces_on_base
         else:
             present = s.fixes_on_attempt is None or attempt < s.fixes_on_attempt
-        status = "reproduced" if present else "not_reproduced"
+        status = ReproductionStatus.REPRODUCED if present else ReproductionStatus.NOT_REPRODUCED
         return ReproduceResult(status=status, detail="", artifacts=[], trace_refs=[], screenshot_refs=[], runs=1)
 
-    @activity.defn(name="model.propose_patch")
+    @activity.defn(name=steps.PROPOSE_PATCH.name)
     async def propose(i: ProposePatchInput) -> ProposalResult:
         s.calls.append(("propose", i))
         return ProposalResult(
@@ -263,7 +265,7 @@ class Harness:
         issue = issue or (uuid.uuid4().int % 1_000_000) + 1
         wf_id = f"repair:acme/shop#{issue}"
         await self.client.start_workflow(
-            "repair_bug",
+            RepairBugWorkflow.run,
             RepairInput(repository="acme/shop", issue_number=issue, policy=RunPolicy.fast().model_copy(update=policy)),
             id=wf_id,
             task_queue=TaskQueue.ORCHESTRATION.value,
@@ -272,8 +274,7 @@ class Harness:
         return wf_id
 
     async def state(self, wf_id: str) -> RunState:
-        state: RunState = await self.client.get_workflow_handle(wf_id).query("state", result_type=RunState)
-        return state
+        return await self.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).query(RepairBugWorkflow.state)
 
     async def wait_phase(self, wf_id: str, phase: Phase, timeout: float = 30) -> RunState:
         for _ in range(int(timeout * 10)):
@@ -315,8 +316,8 @@ async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
 async def approve(
     h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1", expires_at: datetime | None = None
 ) -> Any:
-    return await h.client.get_workflow_handle(wf_id).execute_update(
-        "approve",
+    return await h.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).execute_update(
+        RepairBugWorkflow.approve,
         Approval(reviewer="rev", head_sha=sha, review_id=review_id, expires_at=expires_at),
         id=f"approve:{review_id}",
     )
@@ -377,7 +378,9 @@ async def test_approval_of_another_head_is_refused(harness: Harness) -> None:
         await approve(harness, wf, sha="b" * 40, review_id="x")
     st = await harness.state(wf)
     assert st.phase == Phase.AWAITING_REVIEW and st.approval is None
-    await harness.client.get_workflow_handle(wf).signal("reject", Rejection(reviewer="rev", reason="no"))
+    await harness.client.get_workflow_handle(wf).signal(
+        RepairBugWorkflow.reject, Rejection(reviewer="rev", reason="no")
+    )
     final = await harness.result(wf)
     assert final.outcome == Outcome.REJECTED
 

@@ -19,7 +19,6 @@ from typing import Any
 from temporalio.testing import ActivityEnvironment
 
 from environments import workspace
-from environments.activities import EnvironmentActivities
 from environments.git import run_git as real_run_git
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
@@ -54,7 +53,7 @@ def main(argv: list[str]) -> None:
     config = DurafixConfig.model_validate_json(Path(config_json).read_text())
     inp = VerifyInput.model_validate_json(Path(input_json).read_text())
     stall_half_way(Path(ready_file))
-    ActivityEnvironment().run(EnvironmentActivities(Services(config)).verify_candidate, inp)
+    ActivityEnvironment().run(Services(config).environment_activities().verify_candidate, inp)
     raise SystemExit("the activity finished although it should have stalled while applying the patch")
 
 

@@ -15,8 +15,6 @@ from typing import ParamSpec, TypeVar
 
 from temporalio.testing import ActivityEnvironment
 
-from browser.activities import BrowserActivities
-from environments.activities import EnvironmentActivities
 from environments.files import path_key
 from environments.interface import EnvironmentHandle
 from environments.processes import owned_pids
@@ -54,8 +52,8 @@ class Worker:
     def __init__(self, state_dir: Path, evidence_dir: Path) -> None:
         self.config = DurafixConfig(state_dir=state_dir, evidence_url=evidence_dir.as_uri(), forge_token=TOKEN)
         self.services = Services(self.config)
-        self.env = EnvironmentActivities(self.services)
-        self.browser = BrowserActivities(self.services)
+        self.env = self.services.environment_activities()
+        self.browser = self.services.browser_activities()
 
     def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """Run one activity attempt as the worker would (no heartbeat listener)."""

@@ -15,7 +15,6 @@ from evidence.interface import ArtifactKind
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import ProposePatchInput
-from repair.activities import ModelActivities
 from tests.environments.gitrepo import CART_APP
 
 
@@ -45,7 +44,7 @@ def test_a_retry_with_no_budget_left_fails_as_budget_without_rebuilding_a_worksp
     )
 
     with pytest.raises(ApplicationError) as failed:
-        env.run(ModelActivities(services).propose_patch, inp)
+        env.run(services.model_activities().propose_patch, inp)
 
     assert failed.value.type == "Budget" and failed.value.non_retryable
     assert failed.value.details == (earlier,)

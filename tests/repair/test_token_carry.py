@@ -20,7 +20,6 @@ from browser.procedure import Procedure, parse_procedure
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import DraftProcedureInput, ProcedureResult
-from repair.activities import ModelActivities
 from tests.modelserver.support import Serve, inject_fault, recorded
 from tests.repair.test_procedure_draft import UNKNOWN_ACTION, VALID, script_of, submit
 
@@ -58,7 +57,7 @@ async def draft(client: Client, tmp_path: Path, base_url: str) -> tuple[str, Pro
             client,
             task_queue=queue,
             workflows=[DraftWithRetries],
-            activities=ModelActivities(Services(config)).all(),
+            activities=Services(config).model_activities().all(),
             activity_executor=executor,
             workflow_runner=UnsandboxedWorkflowRunner(),
         ):

@@ -1,4 +1,4 @@
-"""Temporal activities of the model queue.
+"""The model queue's activities.
 
 ``model.propose_patch`` rebuilds a scratch workspace at the base revision (never reusing an earlier
 attempt's edits), lets the engine edit it, validates the resulting patch against the base revision, and
@@ -20,23 +20,18 @@ from pydantic import BaseModel
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from environments.interface import RunFencedError
 from environments.run_fence import ensure_not_fenced
 from environments.spec import spec_from_json
-from evidence.interface import ArtifactKind
-from pipeline import failures
-from pipeline.heartbeat import Heartbeat
-from pipeline.services import Services
+from environments.workspace import WorkspaceManager
+from evidence.interface import ArtifactKind, ArtifactStore
+from pipeline import steps
+from pipeline.activities.classify import as_failure, classified
+from pipeline.activities.heartbeat import Heartbeat
+from pipeline.failures import FailureClass
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
-from repair.interface import (
-    ModelTransientError,
-    NoPatchError,
-    RepairBudgetError,
-    RepairError,
-    RepairRequest,
-)
+from repair.interface import RepairEngine, RepairError, RepairRequest
 from repair.patch import validate_patch
-from repair.procedure_draft import ProcedureDrafter, ProcedureDraftError
+from repair.procedure_draft import ProcedureDrafter
 
 
 class Spend(BaseModel):
@@ -64,41 +59,43 @@ def earlier_attempts_spend() -> Spend:
     return Spend()
 
 
-def _model_failure(err: RepairError) -> ApplicationError:
-    """The failure class of an engine error: transient is retried, the rest are findings or policy."""
-    if isinstance(err, ModelTransientError):
-        return failures.transient(f"model: {err}", err.retry_after)
-    if isinstance(err, ProcedureDraftError):
-        return failures.procedure_invalid(f"no valid procedure drafted: {err}")
-    if isinstance(err, RepairBudgetError):
-        return failures.budget(f"model budget: {err}")
-    if isinstance(err, NoPatchError):
-        return failures.no_patch(f"no patch: {err}")
-    return failures.permanent(f"model: {err}")
-
-
-def _failing(err: ApplicationError, spent: Spend, beat: Heartbeat) -> ApplicationError:
-    """``err`` carrying every attempt's tokens so far (the workflow counts a final failure's), which the last
-    heartbeat also hands to the next attempt."""
+def _failing(err: RepairError | ApplicationError, spent: Spend, beat: Heartbeat) -> ApplicationError:
+    """``err`` as its failure class, carrying every attempt's tokens so far (the workflow counts a final
+    failure's), which the last heartbeat also hands to the next attempt."""
+    failure = err if isinstance(err, ApplicationError) else as_failure(err)
+    # Every RepairError has a rule in the table (RepairError itself is permanent).
+    assert isinstance(failure, ApplicationError)
     beat.carry["spent"] = spent.model_dump()
-    beat.set(f"failed ({err.type}); {spent.total} tokens spent so far")
+    beat.set(f"failed ({failure.type}); {spent.total} tokens spent so far")
     return ApplicationError(
-        err.message,
+        failure.message,
         spent.model_dump(),
-        type=err.type,
-        non_retryable=err.non_retryable,
-        next_retry_delay=err.next_retry_delay,
+        type=failure.type,
+        non_retryable=failure.non_retryable,
+        next_retry_delay=failure.next_retry_delay,
     )
 
 
 class ModelActivities:
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(
+        self,
+        store: ArtifactStore,
+        workspaces: WorkspaceManager,
+        engine: Callable[[], RepairEngine],
+        drafter: Callable[[], ProcedureDrafter],
+        git_token: str | None,
+    ) -> None:
+        """``engine`` and ``drafter`` are made on first use, so a host only builds the clients it needs."""
+        self.store = store
+        self.workspaces = workspaces
+        self.engine = engine
+        self.drafter = drafter
+        self.git_token = git_token
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.propose_patch, self.draft_procedure]
 
-    @activity.defn(name="model.draft_procedure")
+    @activity.defn(name=steps.DRAFT_PROCEDURE.name)
     def draft_procedure(self, inp: DraftProcedureInput) -> ProcedureResult:
         """Draft a reproduction procedure from the report's prose and store it by content.
 
@@ -106,16 +103,14 @@ class ModelActivities:
         never asks again for a run that has one. A model that never produces a valid procedure is a
         finding (``ProcedureInvalid``): the report needs a human.
         """
-        config = self.services.config
-        drafter = ProcedureDrafter(config.model_base_url, config.model_api_key, config.model_name, timeout_s=120.0)
         earlier = earlier_attempts_spend()
         beat = Heartbeat("drafting a reproduction procedure", carry={"spent": earlier.model_dump()})
         try:
             with beat:
-                draft = drafter.draft(inp.issue_title, inp.issue_body, inp.op_id)
+                draft = self.drafter().draft(inp.issue_title, inp.issue_body, inp.op_id)
         except RepairError as err:
-            raise _failing(_model_failure(err), earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
-        ref = self.services.store.put_bytes(
+            raise _failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+        ref = self.store.put_bytes(
             draft.procedure.model_dump_json(indent=2).encode(),
             kind=ArtifactKind.PROCEDURE,
             run_id=inp.run_id,
@@ -130,34 +125,29 @@ class ModelActivities:
             completion_tokens=spent.completion_tokens,
         )
 
-    @activity.defn(name="model.propose_patch")
+    @activity.defn(name=steps.PROPOSE_PATCH.name)
     def propose_patch(self, inp: ProposePatchInput) -> ProposalResult:
-        store = self.services.store
-        spec = spec_from_json(store.read_bytes(inp.spec_ref))
-        workspaces = self.services.workspaces
-        try:
-            ensure_not_fenced(store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
-        except RunFencedError as err:
-            raise failures.policy(f"run fenced: {err}") from err
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         earlier = earlier_attempts_spend()
         beat = Heartbeat(f"asking the model (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
         # Checked before the workspace is rebuilt: a retry with no budget left needs none.
         if earlier.total >= inp.token_budget:
-            raise _failing(
-                failures.budget(f"model budget: earlier tries of this attempt spent {earlier.total} tokens"),
-                earlier,
-                beat,
+            spent_all = FailureClass.BUDGET.error(
+                f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
             )
-        ws = workspaces.rebuild(
+            raise _failing(spent_all, earlier, beat)
+        ws = self.workspaces.rebuild(
             run_id=inp.run_id,
             op_id=inp.op_id,
             clone_url=spec.clone_url,
             base_revision=spec.base_revision,
-            token=self.services.config.forge_token or None,
+            token=self.git_token,
         )
         try:
             with beat:
-                proposal = self.services.engine.propose(
+                proposal = self.engine().propose(
                     RepairRequest(
                         run_id=inp.run_id,
                         op_id=inp.op_id,
@@ -171,14 +161,14 @@ class ModelActivities:
                 )
             check = validate_patch(ws.path, proposal.patch, base=spec.base_revision)
         except RepairError as err:
-            raise _failing(_model_failure(err), earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+            raise _failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:
-            workspaces.remove(ws)
+            self.workspaces.remove(ws)
         spent = earlier.plus(proposal.prompt_tokens, proposal.completion_tokens)
         if not check.ok:
-            refused = failures.no_patch("the proposed patch was refused: " + "; ".join(check.reasons))
+            refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
             raise _failing(refused, spent, beat)
-        patch_ref = store.put_bytes(
+        patch_ref = self.store.put_bytes(
             proposal.patch.encode(),
             kind=ArtifactKind.PATCH,
             run_id=inp.run_id,

@@ -1,4 +1,4 @@
-"""Temporal activities of the browser queue.
+"""The browser queue's activities.
 
 - ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block and store it by content
   (idempotent: the same procedure always gives the same reference).
@@ -7,7 +7,8 @@
   provisions anew), runs the procedure in a fresh browser context, heartbeats per step (so cancellation
   reaches it), and stores traces, screenshots, videos (when the worker records them) and the log. Only
   complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and the
-  retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not reproduced".
+  retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not
+  reproduced".
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from pathlib import Path
 from temporalio import activity
 
 from browser.procedure import Procedure, ProcedureError, extract_procedure
-from browser.results import BrowserInfraError
-from evidence.interface import ArtifactKind, ArtifactRef
-from pipeline import failures
-from pipeline.services import Services
+from browser.runner import BrowserRunner
+from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from pipeline import steps
+from pipeline.activities.classify import classified
+from pipeline.failures import FailureClass
 from pipeline.steps import PrepareProcedureInput, ProcedureResult, ReproduceInput, ReproduceResult
 
 
@@ -40,13 +42,16 @@ def app_answers(base_url: str, path: str, timeout_s: float = 5.0) -> str | None:
 
 
 class BrowserActivities:
-    def __init__(self, services: Services) -> None:
-        self.services = services
+    def __init__(self, store: ArtifactStore, browser: Callable[[], BrowserRunner]) -> None:
+        """``browser``: the worker's runner, made on first use (a host that never reproduces never launches
+        Chromium)."""
+        self.store = store
+        self.browser = browser
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.prepare_procedure, self.reproduce]
 
-    @activity.defn(name="browser.prepare_procedure")
+    @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     def prepare_procedure(self, inp: PrepareProcedureInput) -> ProcedureResult:
         try:
             procedure = extract_procedure(inp.report_body)
@@ -54,7 +59,7 @@ class BrowserActivities:
             return ProcedureResult(procedure_ref=None, error=f"invalid durafix-repro block: {err}")
         if procedure is None:
             return ProcedureResult(procedure_ref=None, error="the report has no ```durafix-repro block", missing=True)
-        ref = self.services.store.put_bytes(
+        ref = self.store.put_bytes(
             procedure.model_dump_json(indent=2).encode(),
             kind=ArtifactKind.PROCEDURE,
             run_id=inp.run_id,
@@ -63,34 +68,30 @@ class BrowserActivities:
         )
         return ProcedureResult(procedure_ref=ref)
 
-    @activity.defn(name="browser.reproduce")
+    @activity.defn(name=steps.REPRODUCE.name)
     def reproduce(self, inp: ReproduceInput) -> ReproduceResult:
-        store = self.services.store
-        procedure = Procedure.model_validate_json(store.read_bytes(inp.procedure_ref))
-        down = app_answers(inp.environment.base_url, inp.readiness_path)
+        procedure = Procedure.model_validate_json(self.store.read_bytes(inp.procedure_ref))
+        env = inp.environment
+        down = app_answers(env.base_url, inp.readiness_path)
         if down is not None:
-            raise failures.environment_gone(
-                f"{inp.environment.env_id} does not answer at {inp.environment.base_url}: {down}"
-            )
+            raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} does not answer at {env.base_url}: {down}")
 
         def on_step(index: int, description: str) -> None:
             # Heartbeating is also how a sync activity learns it was cancelled.
             activity.heartbeat(f"step {index}: {description}")
 
         with tempfile.TemporaryDirectory(prefix="durafix-repro-") as tmp:
-            try:
-                result = self.services.browser.run(procedure, inp.environment.base_url, Path(tmp), on_step=on_step)
-            except BrowserInfraError as err:
-                raise failures.infrastructure(f"browser failed: {err}") from err
-            down = app_answers(inp.environment.base_url, inp.readiness_path)
+            with classified():
+                result = self.browser().run(procedure, env.base_url, Path(tmp), on_step=on_step)
+            down = app_answers(env.base_url, inp.readiness_path)
             if down is not None:
-                raise failures.environment_gone(f"{inp.environment.env_id} died during the reproduction: {down}")
+                raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} died during the reproduction: {down}")
             traces = [self._put(p, ArtifactKind.TRACE, inp, "application/zip") for p in result.trace_paths]
             shots = [self._put(p, ArtifactKind.SCREENSHOT, inp, "image/png") for p in result.screenshot_paths]
             videos = [self._put(p, ArtifactKind.VIDEO, inp, "video/webm") for p in result.video_paths]
             log = self._put(result.log_path, ArtifactKind.LOG, inp, "application/json")
         return ReproduceResult(
-            status=result.status.value,
+            status=result.status,
             detail=result.detail,
             artifacts=[*traces, *shots, *videos, log],
             trace_refs=traces,
@@ -102,7 +103,7 @@ class BrowserActivities:
 
     def _put(self, path: Path, kind: ArtifactKind, inp: ReproduceInput, media_type: str) -> ArtifactRef:
         label = inp.op_id.rsplit(":", 2)[-2] if inp.op_id.count(":") >= 2 else "run"
-        return self.services.store.put_file(
+        return self.store.put_file(
             path,
             kind=kind,
             run_id=inp.run_id,

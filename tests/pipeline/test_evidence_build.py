@@ -8,10 +8,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from evidence.activities import EvidenceActivities
 from evidence.bundle import EvidenceBundle, load_bundle
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
+from pipeline.activities.environments import EnvironmentActivities
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import BuildEvidenceInput
@@ -42,20 +42,20 @@ def _input(bundle: EvidenceBundle, spec: ArtifactRef) -> BuildEvidenceInput:
 
 
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[EvidenceActivities, LocalArtifactStore, BuildEvidenceInput]:
+def setup(tmp_path: Path) -> tuple[EnvironmentActivities, LocalArtifactStore, BuildEvidenceInput]:
     root = tmp_path / "evidence"
     store = LocalArtifactStore(root)
     spec = store.put_bytes(b'{"version": 1}', kind=ArtifactKind.SPEC, run_id="r")
     inp = _input(store_cart_bundle(store, solid_png(4, 4, (200, 0, 0)), solid_png(4, 4, (0, 160, 0))), spec)
     config = DurafixConfig(state_dir=tmp_path, evidence_url=root.as_uri(), evidence_public_url=PUBLIC)
-    return EvidenceActivities(Services(config)), store, inp
+    return Services(config).environment_activities(), store, inp
 
 
 def test_build_stores_manifest_and_report_and_links_every_artifact(
-    setup: tuple[EvidenceActivities, LocalArtifactStore, BuildEvidenceInput],
+    setup: tuple[EnvironmentActivities, LocalArtifactStore, BuildEvidenceInput],
 ) -> None:
     activities, store, inp = setup
-    result = ActivityEnvironment().run(activities.build, inp)
+    result = ActivityEnvironment().run(activities.build_evidence, inp)
 
     assert result.manifest_ref.sha256 == result.digest
     bundle = load_bundle(store, result.manifest_ref)
@@ -68,20 +68,20 @@ def test_build_stores_manifest_and_report_and_links_every_artifact(
 
 
 def test_a_retried_build_answers_the_same_digest_manifest_and_report(
-    setup: tuple[EvidenceActivities, LocalArtifactStore, BuildEvidenceInput],
+    setup: tuple[EnvironmentActivities, LocalArtifactStore, BuildEvidenceInput],
 ) -> None:
     activities, _, inp = setup
-    first = ActivityEnvironment().run(activities.build, inp)
-    second = ActivityEnvironment().run(activities.build, inp)
+    first = ActivityEnvironment().run(activities.build_evidence, inp)
+    second = ActivityEnvironment().run(activities.build_evidence, inp)
     assert second == first
 
 
 def test_missing_evidence_fails_permanently(
-    setup: tuple[EvidenceActivities, LocalArtifactStore, BuildEvidenceInput],
+    setup: tuple[EnvironmentActivities, LocalArtifactStore, BuildEvidenceInput],
 ) -> None:
     activities, store, inp = setup
     store.object_path(inp.patch_ref.key).unlink()
     with pytest.raises(ApplicationError) as failed:
-        ActivityEnvironment().run(activities.build, inp)
+        ActivityEnvironment().run(activities.build_evidence, inp)
     assert failed.value.type == "Permanent" and failed.value.non_retryable
     assert inp.patch_ref.key in str(failed.value)

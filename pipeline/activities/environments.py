@@ -1,0 +1,260 @@
+"""The environments queue's activities, and the evidence build that runs beside them.
+
+Every activity rebuilds what it needs from recorded inputs at the start of every attempt (workspace from
+the mirror at the base revision plus the stored patch; the app from the stored recovery spec); nothing is
+trusted from a previous attempt or another worker. Idempotency:
+
+- ``env.prepare_spec``: content-addressed store write; the same revision gives the same spec reference.
+- ``env.provision``: idempotent per operation ID (the provider adopts what an earlier attempt started).
+- ``env.verify_candidate``: deterministic commit (same base + patch + message + timestamp, same SHA);
+  stored outputs are content-addressed.
+- ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
+  evidence store (``environments.run_fence``, checked by every creating activity on any host) and under each
+  provider's state — so a late attempt of a provisioning activity cannot recreate anything afterwards.
+- ``evidence.build``: the manifest is the bundle's canonical JSON, so a retried attempt stores the same
+  bytes under the same key and answers the same digest. The report is re-rendered on each attempt; on a
+  local store it is byte-identical, on S3 its presigned links differ, so a retry may leave one more report
+  object (harmless: the manifest is what an approval names). Missing or tampered artifacts are permanent
+  failures: retrying cannot bring them back.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from temporalio import activity
+
+from environments.checks import run_tests
+from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider
+from environments.run_fence import ensure_not_fenced, write_tombstone
+from environments.spec import build_recovery_spec, canonical_json, spec_from_json
+from environments.workspace import Workspace, WorkspaceManager
+from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest, store_bundle
+from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, ArtifactStore
+from evidence.report import render_report
+from pipeline import steps
+from pipeline.activities.classify import classified
+from pipeline.activities.heartbeat import Heartbeat
+from pipeline.steps import (
+    BuildEvidenceInput,
+    CleanupRunInput,
+    EvidenceResult,
+    PrepareSpecInput,
+    ProvisionInput,
+    VerifyInput,
+    VerifyResult,
+)
+
+TEST_TIMEOUT_S = 600.0
+
+ProviderFor = Callable[[str | None], EnvironmentProvider]
+"""The provider by name; ``None`` is the worker's configured one."""
+
+
+class EnvironmentActivities:
+    def __init__(
+        self,
+        store: ArtifactStore,
+        workspaces: WorkspaceManager,
+        provider_for: ProviderFor,
+        cleanup_providers: Sequence[str],
+        git_token: str | None,
+    ) -> None:
+        """``cleanup_providers``: every provider a run's resources may live in on this host; cleanup asks
+        each of them."""
+        self.store = store
+        self.workspaces = workspaces
+        self.provider_for = provider_for
+        self.cleanup_providers = sorted(set(cleanup_providers))
+        self.git_token = git_token
+
+    def all(self) -> Sequence[Callable[..., object]]:
+        return [
+            self.prepare_spec,
+            self.provision,
+            self.teardown,
+            self.verify_candidate,
+            self.cleanup_run,
+            self.build_evidence,
+        ]
+
+    def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
+        return self.workspaces.rebuild(
+            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=self.git_token
+        )
+
+    @activity.defn(name=steps.PREPARE_SPEC.name)
+    def prepare_spec(self, inp: PrepareSpecInput) -> ArtifactRef:
+        """Read the repository's recipe at the base revision and store the recovery spec (by content)."""
+        with classified():
+            with Heartbeat("checking out base revision"):
+                ws = self._rebuild(inp.run_id, inp.op_id, inp.clone_url, inp.base_revision, None)
+            try:
+                spec = build_recovery_spec(inp.repository, inp.clone_url, inp.base_revision, ws.path)
+            finally:
+                self.workspaces.remove(ws)
+        return self.store.put_bytes(
+            canonical_json(spec),
+            kind=ArtifactKind.SPEC,
+            run_id=inp.run_id,
+            name="recovery-spec.json",
+            revision=inp.base_revision,
+            media_type="application/json",
+        )
+
+    @activity.defn(name=steps.PROVISION.name)
+    def provision(self, inp: ProvisionInput) -> EnvironmentHandle:
+        """Rebuild the workspace (base + patch) and start or adopt the app for ``op_id``; wait until ready.
+
+        The provider's sub-states (each setup command, the start, the readiness wait) are heartbeat details,
+        which ``durafix status`` shows."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref else None
+        provider = self.provider_for(inp.provider)
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to provision {inp.op_id}")
+            with Heartbeat("rebuilding workspace") as beat:
+                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
+                beat.set(f"starting app with {provider.name}")
+                return provider.provision(
+                    run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
+                )
+
+    @activity.defn(name=steps.TEARDOWN.name)
+    def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
+        """Stop one environment and remove its workspace; idempotent."""
+        report = self.provider_for(handle.provider).teardown(handle)
+        for res in self.workspaces.list_owned(handle.run_id):
+            if res.op_id == handle.op_id:
+                self.workspaces.remove(
+                    Workspace(
+                        path=Path(res.detail.get("path", "")),
+                        run_id=handle.run_id,
+                        op_id=handle.op_id,
+                        base_revision="0" * 40,
+                        head_commit="0" * 40,
+                        tree_sha="",
+                    )
+                )
+        return report
+
+    @activity.defn(name=steps.VERIFY_CANDIDATE.name)
+    def verify_candidate(self, inp: VerifyInput) -> VerifyResult:
+        """Fresh workspace from base + patch, deterministic commit, the recipe's tests; outputs stored."""
+        store = self.store
+        spec = spec_from_json(store.read_bytes(inp.spec_ref))
+        patch = store.read_bytes(inp.patch_ref).decode()
+        with classified():
+            ensure_not_fenced(store, inp.run_id, f"to verify {inp.op_id}")
+            with Heartbeat("rebuilding workspace from base + patch") as beat:
+                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
+                commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
+                beat.set(f"running tests on {commit[:12]}: {spec.recipe.test[:80]}")
+                with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
+                    log = Path(tmp) / "tests.log"
+                    result = run_tests(ws.path, spec.recipe, TEST_TIMEOUT_S, log_path=log)
+                    test_ref = store.put_file(
+                        log,
+                        kind=ArtifactKind.TEST_OUTPUT,
+                        run_id=inp.run_id,
+                        name="tests.log",
+                        revision=commit,
+                        media_type="text/plain",
+                    )
+                    beat.set("snapshotting candidate")
+                    bundle = self.workspaces.snapshot(ws, Path(tmp) / "candidate.bundle")
+                    bundle_ref = store.put_file(
+                        bundle,
+                        kind=ArtifactKind.BUNDLE,
+                        run_id=inp.run_id,
+                        name="candidate.bundle",
+                        revision=commit,
+                        media_type="application/x-git-bundle",
+                    )
+                self.workspaces.remove(ws)
+        summary = (
+            "passed"
+            if result.passed
+            else ("timed out" if result.timed_out else f"exit {result.exit_code}: {result.output_tail[-400:]}")
+        )
+        return VerifyResult(
+            commit=commit,
+            tree=ws.tree_sha,
+            tests_passed=result.passed,
+            test_summary=summary,
+            test_output_ref=test_ref,
+            bundle_ref=bundle_ref,
+        )
+
+    @activity.defn(name=steps.CLEANUP_RUN.name)
+    def cleanup_run(self, inp: CleanupRunInput) -> CleanupReport:
+        """Tombstone the run and remove everything it owns across providers and workspaces; idempotent."""
+        total = CleanupReport(run_id=inp.run_id)
+        # The shared tombstone first: from now on no host creates anything for this run.
+        write_tombstone(self.store, inp.run_id)
+        with Heartbeat("cleaning up owned resources") as beat:
+            for name in self.cleanup_providers:
+                beat.set(f"cleaning up {name} resources")
+                _merge(total, self.provider_for(name).cleanup_run(inp.run_id))
+            beat.set("removing workspaces")
+            _merge(total, self.workspaces.cleanup_run(inp.run_id))
+        return total
+
+    @activity.defn(name=steps.BUILD_EVIDENCE.name)
+    def build_evidence(self, inp: BuildEvidenceInput) -> EvidenceResult:
+        """The run's stored artifacts as an evidence bundle: its manifest, the reviewer's report, the digest
+        an approval names, and a URL for every artifact."""
+        store = self.store
+        bundle = bundle_from_input(inp)
+        with classified():
+            missing = [ref.key for ref in bundle.artifacts() if not store.exists(ref)]
+            if missing:
+                raise ArtifactMissingError(f"evidence artifacts missing from the store: {', '.join(missing)}")
+            manifest_ref = store_bundle(bundle, store)
+            activity.heartbeat("manifest stored")
+            digest = bundle_digest(bundle)
+            with tempfile.TemporaryDirectory(prefix="durafix-report-") as tmp:
+                page = render_report(bundle, store, Path(tmp))
+                activity.heartbeat("report rendered")
+                report_ref = store.put_file(
+                    page,
+                    kind=ArtifactKind.REPORT,
+                    run_id=inp.run_id,
+                    name=f"evidence-{digest[:12]}.html",
+                    revision=inp.candidate_commit,
+                    media_type="text/html",
+                )
+        links = {ref.sha256: store.url_for(ref) for ref in [*bundle.artifacts(), manifest_ref, report_ref]}
+        return EvidenceResult(
+            manifest_ref=manifest_ref,
+            report_ref=report_ref,
+            digest=digest,
+            report_url=links[report_ref.sha256],
+            links=links,
+        )
+
+
+def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:
+    return EvidenceBundle(
+        run_id=inp.run_id,
+        repository=inp.repository,
+        issue_number=inp.issue_number,
+        base_revision=inp.base_revision,
+        candidate_commit=inp.candidate_commit,
+        procedure=inp.procedure_ref,
+        spec=inp.spec_ref,
+        base=RevisionEvidence.from_refs("base", inp.base_revision, inp.base_status, inp.base_reproduction),
+        candidate=RevisionEvidence.from_refs(
+            "candidate", inp.candidate_commit, inp.candidate_status, inp.candidate_reproduction
+        ),
+        patch=inp.patch_ref,
+        checks=[CheckResult(name="tests", passed=inp.tests_passed, output=inp.test_output_ref)],
+    )
+
+
+def _merge(total: CleanupReport, part: CleanupReport) -> None:
+    total.removed.extend(part.removed)
+    total.remaining.extend(part.remaining)
+    total.errors.extend(part.errors)
