@@ -28,6 +28,7 @@ demo: setup
 test: setup
 	$(UV) run ruff check .
 	$(UV) run ruff format --check .
+	$(UV) run lint-imports
 	$(UV) run mypy
 	$(UV) run pytest $(PYTEST_ARGS)
 
@@ -37,6 +38,7 @@ test-quick: setup
 lint: venv
 	$(UV) run ruff check .
 	$(UV) run ruff format --check .
+	$(UV) run lint-imports
 	$(UV) run mypy
 
 bench: setup
