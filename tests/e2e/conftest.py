@@ -6,11 +6,14 @@ Each test gets its own repository in the emulator, so runs never share forge sta
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -111,6 +114,38 @@ class E2EStack:
         return seed_repository(
             self.config, self.admin_token, "reviewer", self.receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
         )
+
+    def push_files(self, repository: str, files: dict[str, str], message: str) -> str:
+        """Commit ``files`` (path -> text) on top of ``main`` as the repositories' owner and push; the new head."""
+        basic = base64.b64encode(f"x-access-token:{self.owner_token()}".encode()).decode()
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp) / "work"
+            env = {
+                **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
+                "GIT_AUTHOR_NAME": "Maintainer",
+                "GIT_AUTHOR_EMAIL": "maintainer@localhost",
+                "GIT_COMMITTER_NAME": "Maintainer",
+                "GIT_COMMITTER_EMAIL": "maintainer@localhost",
+                "GIT_CONFIG_COUNT": "1",
+                "GIT_CONFIG_KEY_0": "http.extraHeader",
+                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
+                "HOME": tmp,
+            }
+            url = f"{self.config.forge_git_base}/{repository}.git"
+
+            def git(*args: str) -> str:
+                return subprocess.run(
+                    ["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True
+                ).stdout.strip()
+
+            subprocess.run(["git", "clone", "-q", url, str(work)], env=env, check=True, capture_output=True)
+            for rel, text in files.items():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                (work / rel).write_text(text)
+            git("add", "-A")
+            git("commit", "-q", "-m", message)
+            git("push", "-q", "origin", "HEAD:main")
+            return git("rev-parse", "HEAD")
 
     def open_report(
         self, repository: str, title: str | None = None, body: str | None = None, *, labelled: bool = True

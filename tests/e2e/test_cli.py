@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 from temporalio.client import WorkflowExecutionStatus
 
+from pipeline import client as runs
 from pipeline.ids import workflow_id_for
 from pipeline.state import Phase, RunState
 from tests.e2e.conftest import REPO_ROOT, E2EStack, owned_processes, wait_for
@@ -60,8 +62,8 @@ class Cli:
 
 
 def reproducing(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
-    """Reproducing or later: the run provisions the app it reproduces the bug on (or it already ended)."""
-    return state.phase not in (Phase.INTAKE, Phase.TICKET, Phase.PROVISION) or finished(state, status)
+    """Provisioning or later: the run provisions the app it reproduces the bug on (or it already ended)."""
+    return state.phase not in (Phase.INTAKE, Phase.TICKET, Phase.PROCEDURE) or finished(state, status)
 
 
 async def test_cli_starts_attaches_reports_and_merges_only_the_reviewed_head(stack_with_worker: E2EStack) -> None:
@@ -173,3 +175,49 @@ def test_cli_commands_on_an_unknown_run_exit_not_found(e2e_stack: E2EStack) -> N
         assert "not found" in done.stderr, (args, done.stderr)
     approve = cli.run("approve", unknown, "--sha", "0" * 40)
     assert approve.returncode == EXIT_NOT_FOUND, approve
+
+
+async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(stack_with_worker: E2EStack) -> None:
+    """A setup command that takes a while is what `durafix status` says the run is doing, with its time."""
+    stack = stack_with_worker
+    cli = Cli(stack.state_dir)
+    repository = stack.new_repository()
+    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
+    slow = recipe.replace("setup: []", 'setup: ["echo preparing", "sleep 25"]')
+    assert slow != recipe
+    stack.push_files(repository, {"durafix.yaml": slow}, "Setup takes a while")
+    issue = stack.open_report(repository, labelled=False)
+    wf = workflow_id_for(repository, issue)
+    client = await runs.connect(stack.config)
+    assert cli.json("start", "--repo", repository, "--issue", str(issue))["attached"] is False
+
+    def provisioning_shown() -> str | None:
+        text = cli.ok("status", wf).stdout
+        shown = "phase provision" in text and re.search(r"env\.provision .*setup: sleep 25 \((\d+) s\)", text)
+        return text if shown else None
+
+    text = wait_for(provisioning_shown, 90, f"`durafix status {wf}` to show the base provisioning's setup", 1)
+    first = _setup_seconds(text)
+
+    def time_passing() -> bool:
+        again = provisioning_shown()
+        return again is not None and _setup_seconds(again) > first
+
+    # The sub-state's clock is the heartbeat's: it moves while the command runs.
+    wait_for(time_passing, 20, "the setup's seconds to grow in `durafix status`", 1)
+    shown = cli.json("status", wf)
+    assert shown["phase"] == "provision"
+    assert any(
+        a["activity"] == "env.provision" and "setup: sleep 25" in a["detail"] for a in shown["pending_activities"]
+    ), shown["pending_activities"]
+
+    cli.ok("cancel", wf, "--wait", timeout_s=RUN_TIMEOUT_S - 90)
+    final = await state_when(client, wf, finished)
+    assert final.outcome is not None and final.outcome.value == "cancelled"
+    assert owned_processes(wf) == []
+
+
+def _setup_seconds(status_text: str) -> int:
+    found = re.search(r"setup: sleep 25 \((\d+) s\)", status_text)
+    assert found, status_text
+    return int(found[1])
