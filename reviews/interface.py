@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Protocol
 
+from reviews.issues import IssueInfo
 from reviews.models import CommentRef, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
 
 
@@ -15,6 +16,8 @@ class ForgePort(Protocol):
     GitHub's state and only writes what is missing, conditionally. Failures raise the classes of
     `reviews.errors`; expected refusals of a merge are `MergeResult` statuses.
     """
+
+    def read_issue(self, number: int) -> IssueInfo: ...
 
     def ensure_ticket(self, op_id: str, issue_number: int | None, title: str, body: str) -> Ticket: ...
 

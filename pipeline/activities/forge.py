@@ -36,10 +36,10 @@ from pipeline.steps import (
     TicketResult,
     UpdateTicketInput,
 )
-from reviews.adapter import GitHubForge
+from reviews.interface import ForgePort
 from reviews.models import Ticket
 
-ForgeFor = Callable[[str], GitHubForge]
+ForgeFor = Callable[[str], ForgePort]
 """The adapter for a repository (``OWNER/REPO``); a PyGithub client is not thread-safe, so one per thread."""
 
 
