@@ -26,6 +26,7 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.local import LocalProcessProvider, SetupError
+from environments.processes import is_live, read_stat, start_time
 from environments.secrets import SecretUnavailableError
 from environments.spec import load_recipe
 from tests.environments.gitrepo import CART_APP
@@ -43,10 +44,9 @@ def tagged_pids(tag: str) -> set[int]:
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if needle in environ.split(b"\0") and state not in ("Z", "X"):
+        if needle in environ.split(b"\0") and is_live(int(entry.name)):
             pids.add(int(entry.name))
     return pids
 
@@ -373,14 +373,11 @@ def test_ownership_records_hold_identity_but_no_environment(
     record_path = tmp_path / "state" / path_key(RUN) / f"{path_key(handle.op_id)}.json"
     record = json.loads(record_path.read_text())
     pid = leader_pid(handle)
-    start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    assert (record["pid"], record["pgid"], record["start_time"]) == (pid, pid, start_ticks)
+    assert (record["pid"], record["pgid"], record["start_time"]) == (pid, pid, start_time(pid))
     assert record["op_id"] == handle.op_id and handle.base_url.endswith(f":{record['port']}")
     assert tag not in record_path.read_text()
 
 
 def _pgid(proc_dir: Path) -> int | None:
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[2])
-    except OSError:
-        return None
+    stat = read_stat(int(proc_dir.name))
+    return stat.pgid if stat is not None else None
