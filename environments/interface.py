@@ -13,14 +13,21 @@ Contracts every provider honours:
   run, no late attempt can create resources for it (:class:`RunFencedError`).
 - ``check`` re-probes readiness against the live resources; nothing is trusted from recorded state.
 - ``cleanup_run`` removes only what the run owns, is idempotent, and reports what could not be removed.
+- ``provision`` reports what it is doing through its optional ``progress`` callback (see :data:`Progress`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
+
+# A provider calls this with a short human sub-state ("setup: npm ci", "waiting for readiness at ...") each
+# time its work changes, on the provisioning thread. Text only: the receiver adds timing itself. It must not
+# raise; an exception from it is not caught and ends the provision like any other error.
+Progress = Callable[[str], None]
 
 
 class ReadinessProbe(BaseModel):
@@ -149,8 +156,17 @@ class FixtureError(NotReadyError):
 class EnvironmentProvider(Protocol):
     name: str
 
-    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
-        """Start (or adopt) the environment for ``op_id`` from ``workspace`` and wait for readiness."""
+    def provision(
+        self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
+    ) -> EnvironmentHandle:
+        """Start (or adopt) the environment for ``op_id`` from ``workspace`` and wait for readiness.
+
+        ``progress``, when given, hears each sub-state as it begins, at least: ``adopting <env id>`` for an
+        environment already running, ``setup: <command>`` before each setup command, ``starting app:
+        <command>`` (or the provider's equivalent, such as ``starting container <name>``), ``waiting for
+        readiness at <url><path>``, and ``fixtures: <command>`` before each fixture command (commands on one
+        line, cut to about 80 characters). It must not raise (see :data:`Progress`).
+        """
         ...
 
     def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:

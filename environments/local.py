@@ -44,6 +44,7 @@ from environments.interface import (
     FixtureError,
     NotReadyError,
     OwnedResource,
+    Progress,
     ReadinessProbe,
     RecoverySpec,
     ResourceConflictError,
@@ -51,6 +52,7 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.processes import StopOutcome, is_running, stop_owned
+from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
 
 PROVIDER_NAME = "local"
@@ -70,12 +72,19 @@ class LocalProcessProvider:
         self.setup_timeout_s = setup_timeout_s
         self.stop_grace_s = stop_grace_s
 
-    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
+    def provision(
+        self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
+    ) -> EnvironmentHandle:
         """Adopt the live environment recorded for ``op_id``, or start a new one and wait for readiness.
+
+        ``progress`` hears ``adopting <env id>``, or (after ``stopping earlier <env id>`` when a stale record
+        is replaced) ``setup: <command>`` per setup command, ``starting app: <command>``, ``waiting for
+        readiness at <url><path>`` and ``fixtures: <command>`` per fixture, in that order.
 
         Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError``
         (the process is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
         """
+        progress = progress or ignore
         ws = Path(workspace).absolute()
         if not ws.is_dir():
             raise EnvironmentError(f"workspace {ws} does not exist")
@@ -92,12 +101,15 @@ class LocalProcessProvider:
                             f"process record for {op_id} belongs to {record['run_id']} / {record['op_id']}"
                         )
                     if _adoptable(record, ws, spec):
-                        return _handle(record)
+                        handle = _handle(record)
+                        progress(f"adopting {handle.env_id}")
+                        return handle
+                    progress(f"stopping earlier {_handle(record).env_id}")
                     survivors = self._stop(record).survivors
                     if survivors:
                         raise EnvironmentError(f"earlier processes {sorted(survivors)} of {op_id} survived SIGKILL")
                     (run_dir / f"{key}.json").unlink()
-                return self._start(run_dir, key, run_id=run_id, op_id=op_id, spec=spec, ws=ws)
+                return self._start(run_dir, key, run_id=run_id, op_id=op_id, spec=spec, ws=ws, progress=progress)
 
     def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
         """READY if the handle's process is alive and answers the probe now; GONE if it no longer exists."""
@@ -154,12 +166,13 @@ class LocalProcessProvider:
         return report
 
     def _start(
-        self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path
+        self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path, progress: Progress
     ) -> EnvironmentHandle:
         recipe = spec.recipe
         marker = _marker(run_dir, key)
         log_path = run_dir / f"{key}.log"
         for command in recipe.setup:
+            progress(f"setup: {command_text(command)}")
             code, _ = run_to_completion(
                 command,
                 cwd=ws,
@@ -172,6 +185,7 @@ class LocalProcessProvider:
                 outcome = "timed out" if code is None else f"exited {code}"
                 raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
         port = _free_port()
+        progress(f"starting app: {command_text(recipe.start)}")
         proc, started_at = spawn(
             recipe.start, cwd=ws, env=command_env(recipe, marker=marker, extra={"PORT": str(port)}), log_path=log_path
         )
@@ -189,17 +203,25 @@ class LocalProcessProvider:
             "probe": recipe.readiness.model_dump(mode="json"),
         }
         write_json_atomic(run_dir / f"{key}.json", record)
+        progress(f"waiting for readiness at {_url(record)}{recipe.readiness.path}")
         if not wait_ready(_url(record), recipe.readiness, still_running=lambda: _alive(record)):
             self._abandon(run_dir, key, record)
             raise NotReadyError(
                 f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
                 f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}"
             )
-        self._seed(run_dir, key, record, recipe, ws, log_path)
+        self._seed(run_dir, key, record, recipe, ws, log_path, progress)
         return _handle(record)
 
     def _seed(
-        self, run_dir: Path, key: str, record: dict[str, Any], recipe: AppRecipe, ws: Path, log_path: Path
+        self,
+        run_dir: Path,
+        key: str,
+        record: dict[str, Any],
+        recipe: AppRecipe,
+        ws: Path,
+        log_path: Path,
+        progress: Progress,
     ) -> None:
         """Run the recipe's fixtures against the ready app, then mark the record seeded (see the contract)."""
         if not recipe.fixtures:
@@ -208,6 +230,7 @@ class LocalProcessProvider:
             recipe, marker=record["marker"], extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)}
         )
         for command in recipe.fixtures:
+            progress(f"fixtures: {command_text(command)}")
             code, _ = run_to_completion(command, cwd=ws, env=env, log_path=log_path, timeout_s=self.setup_timeout_s)
             if code != 0:
                 self._abandon(run_dir, key, record)

@@ -56,6 +56,12 @@ def start_time(pid: int) -> int:
     return stat.start_time
 
 
+def is_live(pid: int) -> bool:
+    """Whether some live process (not a zombie) has ``pid`` now, whichever process that is."""
+    stat = read_stat(pid)
+    return stat is not None and stat.live
+
+
 def is_running(pid: int, recorded_start_time: int) -> bool:
     """Whether ``pid`` is still the live process that started at ``recorded_start_time``."""
     stat = read_stat(pid)
@@ -141,7 +147,7 @@ def stop_owned(
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
         deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(pid) for pid in targets):
+        while time.monotonic() < deadline and any(is_live(pid) for pid in targets):
             time.sleep(0.05)
     survivors = owned_pids(marker, prefix=prefix, pgid=pgid, leader_start=leader_start)
     return StopOutcome(stopped=frozenset(seen - survivors), survivors=frozenset(survivors))
@@ -150,8 +156,3 @@ def stop_owned(
 def _group_of(pid: int) -> int | None:
     stat = read_stat(pid)
     return stat.pgid if stat is not None else None
-
-
-def _alive(pid: int) -> bool:
-    stat = read_stat(pid)
-    return stat is not None and stat.live

@@ -2,7 +2,7 @@
 
 A service started here runs in its own session (so a Ctrl-C in the starting terminal does not reach it),
 logs to a file, and is recorded with its pid and the process start time from ``/proc`` so that a recycled
-pid is never mistaken for it (and never signalled).
+pid is never mistaken for it (and never signalled). Process identity is :mod:`environments.processes`'s.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pydantic import BaseModel
+
+from environments.processes import is_running, read_stat
 
 
 class ServiceRecord(BaseModel):
@@ -39,21 +41,9 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
-def process_start_ticks(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot, or None if there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    # Field 22 counts after the ")" that closes the command name (which may itself contain spaces).
-    fields = stat[stat.rindex(")") + 2 :].split()
-    if fields[0] == "Z":
-        return None
-    return int(fields[19])
-
-
 def is_alive(record: ServiceRecord) -> bool:
-    return process_start_ticks(record.pid) == record.start_ticks
+    """Whether the recorded service is still that live process (pid and start time); a zombie is not."""
+    return is_running(record.pid, record.start_ticks)
 
 
 def spawn(
@@ -69,10 +59,10 @@ def spawn(
             start_new_session=True,
             env={**os.environ, **(env or {})},
         )
-    ticks = process_start_ticks(proc.pid)
-    if ticks is None:
+    stat = read_stat(proc.pid)
+    if stat is None or not stat.live:
         raise ServiceError(f"{name} exited at once; see {log}:\n{log_tail(log)}")
-    return ServiceRecord(name=name, pid=proc.pid, start_ticks=ticks, port=port, url=url, log=str(log))
+    return ServiceRecord(name=name, pid=proc.pid, start_ticks=stat.start_time, port=port, url=url, log=str(log))
 
 
 def log_tail(log: Path, lines: int = 25) -> str:

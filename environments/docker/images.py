@@ -44,11 +44,12 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 import docker
-from docker.errors import APIError, BuildError, ImageNotFound
+from docker.errors import APIError, ImageNotFound
 
 from environments.commands import tail as log_tail
 from environments.files import locked
-from environments.interface import AppRecipe, EnvironmentError, ImageRecipe
+from environments.interface import AppRecipe, EnvironmentError, ImageRecipe, Progress
+from environments.progress import command_text, ignore
 
 BASE_REPOSITORY = "durafix/base"
 APP_REPOSITORY = "durafix/app"
@@ -66,6 +67,8 @@ _SPOOL_BYTES = 64 * 1024 * 1024
 # The names of a tag's lock and stamp files in the cache directory: ``base-<h>.lock``, ``app-<d>.used``.
 _CACHE_PREFIXES = {BASE_REPOSITORY: "base", APP_REPOSITORY: "app"}
 _ROOTFS_NAME = re.compile(r"^rootfs-([0-9a-f]{12})\.tar$")
+# How the engine's (classic) builder announces each Dockerfile instruction in its output stream.
+_BUILD_STEP = re.compile(r"^Step (\d+)/\d+ : ")
 
 
 class ImageBuildError(EnvironmentError):
@@ -215,11 +218,26 @@ def tree_digest(workspace: Path) -> str:
     return digest.hexdigest()
 
 
-def _dockerfile(base_tag: str, setup: list[str]) -> str:
-    lines = [f"FROM {base_tag}", f"COPY src/ {APP_DIR}/", f"WORKDIR {APP_DIR}"]
+def _dockerfile(base_tag: str, setup: list[str]) -> tuple[str, list[str | None]]:
+    """The app image's Dockerfile, and for each of its instructions (step 1 first) the progress text to report
+    when the builder reaches it (``setup: <command>`` for the setup steps, ``None`` for the others)."""
+    steps: list[tuple[str, str | None]] = [
+        (f"FROM {base_tag}", None),
+        (f"COPY src/ {APP_DIR}/", None),
+        (f"WORKDIR {APP_DIR}", None),
+    ]
     # JSON form keeps each command one shell invocation whatever quotes or newlines it holds.
-    lines += [f"RUN {json.dumps(['/bin/sh', '-c', command])}" for command in setup]
-    return "\n".join(lines) + "\n"
+    steps += [(f"RUN {json.dumps(['/bin/sh', '-c', command])}", f"setup: {command_text(command)}") for command in setup]
+    return "\n".join(line for line, _ in steps) + "\n", [text for _, text in steps]
+
+
+def _step_text(chunk: dict[str, Any], step_texts: list[str | None]) -> str | None:
+    """The progress text of the build step ``chunk`` announces, if it announces one that has a text."""
+    match = _BUILD_STEP.match(str(chunk.get("stream", "")))
+    if match is None:
+        return None
+    index = int(match.group(1)) - 1
+    return step_texts[index] if 0 <= index < len(step_texts) else None
 
 
 def _build_context(workspace: Path, dockerfile: str, out: IO[bytes]) -> None:
@@ -263,12 +281,17 @@ class ImageBuilder:
     def rootfs_tarball(self, recipe: ImageRecipe) -> Path:
         return self.cache_dir / f"rootfs-{recipe_hash(recipe)}.tar"
 
-    def ensure_base(self, recipe: ImageRecipe) -> str:
-        """The base image's tag, importing the cached root filesystem (bootstrapping it first if absent)."""
+    def ensure_base(self, recipe: ImageRecipe, *, progress: Progress | None = None) -> str:
+        """The base image's tag, importing the cached root filesystem (bootstrapping it first if absent).
+
+        ``progress`` hears ``building base image <tag>: debootstrap ...`` before a bootstrap and ``importing
+        base image <tag>`` before an import; nothing when the image is present.
+        """
+        progress = progress or ignore
         tag = self.base_tag(recipe)
         with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
-                self._import_base(recipe, tag)
+                self._import_base(recipe, tag, progress)
             # Under the build lock, which pruning takes too: a base served now is never judged unused.
             stamp_path(self.cache_dir, tag).touch()
             tarball = self.rootfs_tarball(recipe)
@@ -276,8 +299,9 @@ class ImageBuilder:
                 rootfs_stamp_path(tarball).touch()
         return tag
 
-    def _import_base(self, recipe: ImageRecipe, tag: str) -> None:
-        tarball = self._ensure_rootfs(recipe)
+    def _import_base(self, recipe: ImageRecipe, tag: str, progress: Progress) -> None:
+        tarball = self._ensure_rootfs(recipe, tag, progress)
+        progress(f"importing base image {tag}")
         changes = [f"ENV PATH={_DEFAULT_PATH}", f"LABEL {IMAGE_LABEL}=base durafix.recipe={recipe_hash(recipe)}"]
         repository, _, version = tag.partition(":")
         try:
@@ -297,23 +321,32 @@ class ImageBuilder:
         )
         return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
 
-    def ensure_app(self, recipe: AppRecipe, workspace: Path) -> str:
-        """The app image's tag for ``recipe`` over ``workspace``; built (without network) only if absent."""
+    def ensure_app(self, recipe: AppRecipe, workspace: Path, *, progress: Progress | None = None) -> str:
+        """The app image's tag for ``recipe`` over ``workspace``; built (without network) only if absent.
+
+        ``progress`` hears what :meth:`ensure_base` reports, then, for a build, ``building image <tag>`` and
+        ``setup: <command>`` as the builder reaches each setup command (a cached step is announced too).
+        """
+        progress = progress or ignore
         workspace = workspace.absolute()
-        base_tag = self.ensure_base(recipe.image)
+        base_tag = self.ensure_base(recipe.image, progress=progress)
         tag = self.app_tag(recipe, workspace, base_tag)
         with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
-                self._build_app(recipe, workspace, base_tag, tag)
+                progress(f"building image {tag}")
+                self._build_app(recipe, workspace, base_tag, tag, progress)
             stamp_path(self.cache_dir, tag).touch()
         return tag
 
-    def _build_app(self, recipe: AppRecipe, workspace: Path, base_tag: str, tag: str) -> None:
+    def _build_app(self, recipe: AppRecipe, workspace: Path, base_tag: str, tag: str, progress: Progress) -> None:
+        dockerfile, step_texts = _dockerfile(base_tag, recipe.setup)
+        build_log: list[Any] = []
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
-            _build_context(workspace, _dockerfile(base_tag, recipe.setup), cast(IO[bytes], context))
+            _build_context(workspace, dockerfile, cast(IO[bytes], context))
             context.seek(0)
             try:
-                self.client.images.build(
+                # The low-level call streams the builder's output, which is how a setup step is seen to begin.
+                for chunk in self.client.api.build(
                     fileobj=context,
                     custom_context=True,
                     tag=tag,
@@ -322,11 +355,18 @@ class ImageBuilder:
                     rm=True,
                     forcerm=True,
                     labels={IMAGE_LABEL: "app"},
-                )
-            except BuildError as exc:
-                raise ImageBuildError(f"building {tag} failed: {exc.msg}\n{_build_log_tail(exc)}") from exc
+                    decode=True,
+                ):
+                    build_log.append(chunk)
+                    if "error" in chunk:
+                        raise ImageBuildError(f"building {tag} failed: {chunk['error']}\n{_build_log_tail(build_log)}")
+                    text = _step_text(chunk, step_texts)
+                    if text is not None:
+                        progress(text)
             except APIError as exc:
                 raise ImageBuildError(f"building {tag} failed: {exc}") from exc
+        if self._image_id(tag) is None:
+            raise ImageBuildError(f"building {tag} ended without the image:\n{_build_log_tail(build_log)}")
 
     def _image_id(self, tag: str) -> str | None:
         try:
@@ -334,13 +374,14 @@ class ImageBuilder:
         except ImageNotFound:
             return None
 
-    def _ensure_rootfs(self, recipe: ImageRecipe) -> Path:
+    def _ensure_rootfs(self, recipe: ImageRecipe, tag: str, progress: Progress) -> Path:
         tarball = self.rootfs_tarball(recipe)
         if tarball.exists():
             return tarball
         self.cache_dir.mkdir(parents=True, exist_ok=True)
         suite = suite_for(recipe)
         mirror = self.mirror or apt_mirror(suite)
+        progress(f"building base image {tag}: debootstrap {suite} from {mirror}")
         rootfs = self.cache_dir / f".rootfs-{recipe_hash(recipe)}-{uuid.uuid4().hex}"
         log = self.cache_dir / f"debootstrap-{recipe_hash(recipe)}.log"
         partial = tarball.with_name(f".{tarball.name}.{uuid.uuid4().hex}.tmp")
@@ -382,7 +423,6 @@ def _strip_package_caches(rootfs: Path) -> None:
             path.unlink()
 
 
-def _build_log_tail(exc: BuildError, lines: int = 25) -> str:
-    chunks: list[Any] = list(exc.build_log)
+def _build_log_tail(chunks: list[Any], lines: int = 25) -> str:
     text = "".join(str(chunk.get("stream") or chunk.get("error") or "") for chunk in chunks if isinstance(chunk, dict))
     return "\n".join(text.splitlines()[-lines:])

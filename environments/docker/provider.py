@@ -75,12 +75,14 @@ from environments.interface import (
     FixtureError,
     NotReadyError,
     OwnedResource,
+    Progress,
     ReadinessProbe,
     RecoverySpec,
     ResourceConflictError,
     ResourceKind,
     RunFencedError,
 )
+from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
 
 PROVIDER_NAME = "docker"
@@ -130,13 +132,21 @@ class DockerProvider:
     def close(self) -> None:
         self.client.close()
 
-    def provision(self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str) -> EnvironmentHandle:
+    def provision(
+        self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
+    ) -> EnvironmentHandle:
         """Create or adopt the op's container, start it if needed, and wait until its probe answers.
+
+        ``progress`` hears ``adopting <name>`` for an existing container, or what building the images reports
+        (``building base image ...``, ``importing base image <tag>``, ``building image <tag>``, ``setup:
+        <command>`` per setup step; nothing for cached images); then ``starting container <name>`` unless it
+        runs already, ``waiting for readiness at <url><path>`` and ``fixtures: <command>`` per fixture.
 
         Raises ``RunFencedError`` (run cleaned up), ``ResourceConflictError`` (name held by someone else),
         ``NotReadyError`` (exited or not ready by the probe deadline; the container is kept for adoption or
         cleanup), ``UnsupportedRecipeError``, or ``ImageBuildError``.
         """
+        progress = progress or ignore
         recipe = spec.recipe
         if recipe.secrets:
             raise UnsupportedRecipeError(
@@ -150,13 +160,16 @@ class DockerProvider:
             with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
                 container = self._adopt(name, run_id, op_id)
                 if container is None:
-                    image = self.images.ensure_app(recipe, Path(workspace))
+                    image = self.images.ensure_app(recipe, Path(workspace), progress=progress)
                     network = self._ensure_network(run_dir, run_id, op_id)
                     container = self._create(name, image, network, run_id, op_id, recipe)
+                else:
+                    progress(f"adopting {name}")
                 if container.status != "running":
+                    progress(f"starting container {name}")
                     container.start()
-            base_url = self._wait_ready(container, run_id, op_id, recipe.readiness)
-            if self._seed(container, run_id, recipe):
+            base_url = self._wait_ready(container, run_id, op_id, recipe.readiness, progress)
+            if self._seed(container, run_id, recipe, progress):
                 break
         else:
             raise NotReadyError(f"{name} was left half-seeded twice in a row")
@@ -301,7 +314,7 @@ class DockerProvider:
         network = self.client.networks.get(name)
         return _labelled_resource(ResourceKind.NETWORK, name, network.id, network.attrs)
 
-    def _wait_ready(self, container: Any, run_id: str, op_id: str, probe: ReadinessProbe) -> str:
+    def _wait_ready(self, container: Any, run_id: str, op_id: str, probe: ReadinessProbe, progress: Progress) -> str:
         def still_running() -> bool:
             try:
                 container.reload()
@@ -310,8 +323,10 @@ class DockerProvider:
             return bool(container.status == "running")
 
         base_url = _base_url(container) if still_running() else None
-        if base_url is not None and wait_ready(base_url, probe, still_running=still_running):
-            return base_url
+        if base_url is not None:
+            progress(f"waiting for readiness at {base_url}{probe.path}")
+            if wait_ready(base_url, probe, still_running=still_running):
+                return base_url
         try:
             container.reload()
         except NotFound:
@@ -325,17 +340,19 @@ class DockerProvider:
             f"{_logs_tail(container)}"
         )
 
-    def _seed(self, container: Any, run_id: str, recipe: AppRecipe) -> bool:
+    def _seed(self, container: Any, run_id: str, recipe: AppRecipe, progress: Progress) -> bool:
         """Run the fixtures once (see the module's contract); False when a half-seeded container was removed
         and must be replaced."""
         if not recipe.fixtures or _exec(container, ["test", "-e", _SEEDED])[0] == 0:
             return True
         if _exec(container, ["test", "-e", _SEEDING])[0] == 0:
+            progress(f"removing half-seeded {container.name}")
             self._remove_container(container, CleanupReport(run_id=run_id))
             return False
         _exec(container, ["touch", _SEEDING])
         env = {**recipe.env, "PORT": str(recipe.port), "HOME": "/tmp", APP_URL_VAR: f"http://127.0.0.1:{recipe.port}"}
         for command in recipe.fixtures:
+            progress(f"fixtures: {command_text(command)}")
             limit = ["timeout", "--kill-after=5", str(max(1, round(self.fixture_timeout_s)))]
             code, output = _exec(container, [*limit, "/bin/sh", "-c", command], env)
             if code != 0:

@@ -34,6 +34,7 @@ import docker
 from docker.errors import DockerException
 from requests.exceptions import RequestException
 
+from environments.processes import is_live
 from infra import processes
 
 # containerd refuses socket paths longer than this (the portable sun_path size), dockerd the kernel's 107.
@@ -164,7 +165,7 @@ def _owned_pid(pid_file: Path, program: bytes, argument: str) -> int | None:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except (FileNotFoundError, ProcessLookupError, ValueError):
         return None
-    if processes.process_start_ticks(pid) is None or not argv[0].endswith(program):
+    if not is_live(pid) or not argv[0].endswith(program):
         return None
     return pid if any(argument.encode() in arg for arg in argv[1:]) else None
 
@@ -184,10 +185,10 @@ def _terminate(pid: int, *, grace_s: float) -> None:
 def _wait_gone(pid: int, timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if processes.process_start_ticks(pid) is None:
+        if not is_live(pid):
             return True
         time.sleep(0.1)
-    return processes.process_start_ticks(pid) is None
+    return not is_live(pid)
 
 
 def _release_mounts(root: Path, timeout_s: float = 10.0) -> None:

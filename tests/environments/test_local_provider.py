@@ -26,6 +26,7 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.local import LocalProcessProvider, SetupError
+from environments.processes import is_live, read_stat, start_time
 from environments.secrets import SecretUnavailableError
 from environments.spec import load_recipe
 from tests.environments.gitrepo import CART_APP
@@ -43,10 +44,9 @@ def tagged_pids(tag: str) -> set[int]:
             continue
         try:
             environ = (entry / "environ").read_bytes()
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if needle in environ.split(b"\0") and state not in ("Z", "X"):
+        if needle in environ.split(b"\0") and is_live(int(entry.name)):
             pids.add(int(entry.name))
     return pids
 
@@ -314,6 +314,70 @@ def test_fixtures_run_once_against_the_ready_app_and_adoption_does_not_rerun_the
     assert (workspace / "seeded").read_text() == f"seeded on port {port}\nsecond\n"
 
 
+class ProgressLog:
+    """A progress callback that keeps each text with the moment it arrived."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, float]] = []
+
+    def __call__(self, text: str) -> None:
+        self.events.append((text, time.monotonic()))
+
+    @property
+    def texts(self) -> list[str]:
+        return [text for text, _ in self.events]
+
+    def at(self, text: str) -> float:
+        return next(moment for said, moment in self.events if said == text)
+
+
+def test_provision_reports_each_sub_state_in_order_and_adoption_reports_adopting(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    start = "exec python3 app.py --port $PORT"
+    spec = cart_spec(tag, setup=["sleep 1", "true"], start=start, fixtures=[SEED, "echo second >> seeded"])
+    op = f"{RUN}:provision"
+    progress = ProgressLog()
+
+    handle = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace), progress=progress)
+
+    # SEED is longer than a sub-state may be: it is cut to 80 characters, the last one an ellipsis.
+    assert len(SEED) > 80 and "  " not in SEED
+    assert progress.texts == [
+        "setup: sleep 1",
+        "setup: true",
+        f"starting app: {start}",
+        f"waiting for readiness at {handle.base_url}/healthz",
+        f"fixtures: {SEED[:79]}…",
+        "fixtures: echo second >> seeded",
+    ]
+    # Each text is sent as its step begins: the second setup command is announced after the first has run.
+    assert progress.at("setup: true") - progress.at("setup: sleep 1") >= 1.0
+
+    adoption = ProgressLog()
+    assert provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace), progress=adoption) == handle
+    assert adoption.texts == [f"adopting {handle.env_id}"]
+
+
+def test_replacing_a_dead_app_reports_stopping_it_before_starting_anew(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    op = f"{RUN}:provision"
+    spec = cart_spec(tag)
+    dead = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
+    os.killpg(leader_pid(dead), signal.SIGKILL)
+    wait_until(lambda: not tagged_pids(tag))
+    progress = ProgressLog()
+
+    replaced = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace), progress=progress)
+
+    assert progress.texts == [
+        f"stopping earlier {dead.env_id}",
+        f"starting app: {spec.recipe.start}",
+        f"waiting for readiness at {replaced.base_url}/healthz",
+    ]
+
+
 def test_a_failing_fixture_stops_the_app_and_the_next_provision_seeds_a_fresh_one(
     provider: LocalProcessProvider, workspace: Path, tag: str
 ) -> None:
@@ -373,14 +437,11 @@ def test_ownership_records_hold_identity_but_no_environment(
     record_path = tmp_path / "state" / path_key(RUN) / f"{path_key(handle.op_id)}.json"
     record = json.loads(record_path.read_text())
     pid = leader_pid(handle)
-    start_ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    assert (record["pid"], record["pgid"], record["start_time"]) == (pid, pid, start_ticks)
+    assert (record["pid"], record["pgid"], record["start_time"]) == (pid, pid, start_time(pid))
     assert record["op_id"] == handle.op_id and handle.base_url.endswith(f":{record['port']}")
     assert tag not in record_path.read_text()
 
 
 def _pgid(proc_dir: Path) -> int | None:
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[2])
-    except OSError:
-        return None
+    stat = read_stat(int(proc_dir.name))
+    return stat.pgid if stat is not None else None

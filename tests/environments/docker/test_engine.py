@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infra import processes
+from environments.processes import is_live
 from infra.docker.engine import DockerEngine, EngineError, storage_driver
 from tests.conftest import unavailable
 
@@ -60,7 +60,7 @@ def test_engine_starts_is_reused_and_stops(spare_engine: DockerEngine) -> None:
 
     again.stop()
     assert not spare_engine.is_running()
-    assert processes.process_start_ticks(pid) is None
+    assert not is_live(pid)
 
 
 @pytest.mark.docker
@@ -105,7 +105,7 @@ def test_stop_after_a_crashed_engine_stops_its_containerd_and_releases_its_mount
 
     spare_engine.stop()
 
-    assert processes.process_start_ticks(containerd_pid) is None
+    assert not is_live(containerd_pid)
     assert mounts_under(spare_engine.state_dir) == []
 
 

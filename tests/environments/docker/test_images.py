@@ -104,13 +104,21 @@ def test_app_image_runs_setup_without_network_and_is_reused_until_the_workspace_
 ) -> None:
     workspace = tmp_path / "ws"
     shutil.copytree(cart_workspace, workspace)
-    recipe = cart_recipe.model_copy(update={"setup": ["python3 -c 'import cart' && echo built > built.txt"]})
+    setup = "python3 -c 'import cart' && echo built > built.txt"
+    recipe = cart_recipe.model_copy(update={"setup": [setup]})
     client = provider.client
+    building: list[str] = []
+    reusing: list[str] = []
 
-    tag = provider.images.ensure_app(recipe, workspace)
+    tag = provider.images.ensure_app(recipe, workspace, progress=building.append)
     image_id = client.images.get(tag).id
-    assert provider.images.ensure_app(recipe, workspace) == tag
+    assert provider.images.ensure_app(recipe, workspace, progress=reusing.append) == tag
     assert client.images.get(tag).id == image_id
+    # The base image may be built first (when no earlier test did); the setup step is seen as it begins.
+    *base, build, step = building
+    assert all(text.startswith(("building base image ", "importing base image ")) for text in base), base
+    assert [build, step] == [f"building image {tag}", f"setup: {setup}"]
+    assert reusing == []
     built = client.containers.run(tag, ["cat", "/app/built.txt"], network_mode="none", remove=True)
     assert built == b"built\n"
 

@@ -21,6 +21,7 @@ from environments.interface import (
     EnvironmentHandle,
     EnvironmentStatus,
     FixtureError,
+    Progress,
     RecoverySpec,
     ResourceConflictError,
     ResourceKind,
@@ -30,6 +31,8 @@ from infra.docker.engine import DockerEngine
 from tests.environments.docker.conftest import REPO_ROOT
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
+
+IMAGE_PROGRESS = ("building base image ", "importing base image ", "building image ", "setup: ")
 
 
 def containers_of(client: docker.DockerClient, run_id: str) -> list[docker.models.containers.Container]:
@@ -45,7 +48,11 @@ def wait_for_status(provider: DockerProvider, handle: EnvironmentHandle, wanted:
 
 class Provision(Protocol):
     def __call__(
-        self, run_id: str, op_id: str | None = None, spec: RecoverySpec | None = None
+        self,
+        run_id: str,
+        op_id: str | None = None,
+        spec: RecoverySpec | None = None,
+        progress: Progress | None = None,
     ) -> EnvironmentHandle: ...
 
 
@@ -53,9 +60,15 @@ class Provision(Protocol):
 def provision(provider: DockerProvider, cart_spec: RecoverySpec, cart_workspace: Path) -> Provision:
     """Provisions the sample app for a run: operation ``<run_id>:env`` and the cart's spec unless named."""
 
-    def provision_run(run_id: str, op_id: str | None = None, spec: RecoverySpec | None = None) -> EnvironmentHandle:
+    def provision_run(
+        run_id: str, op_id: str | None = None, spec: RecoverySpec | None = None, progress: Progress | None = None
+    ) -> EnvironmentHandle:
         return provider.provision(
-            run_id=run_id, op_id=op_id or f"{run_id}:env", spec=spec or cart_spec, workspace=str(cart_workspace)
+            run_id=run_id,
+            op_id=op_id or f"{run_id}:env",
+            spec=spec or cart_spec,
+            workspace=str(cart_workspace),
+            progress=progress,
         )
 
     return provision_run
@@ -295,11 +308,21 @@ def test_fixtures_run_once_inside_the_ready_container_and_adoption_does_not_reru
     run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
 ) -> None:
     spec = with_fixtures(cart_spec, SEED)
-    handle = provision(run_id, spec=spec)
+    first: list[str] = []
+    handle = provision(run_id, spec=spec, progress=first.append)
     assert seeded(docker_client, handle) == "seeded as 65534\n"
 
-    assert provision(run_id, spec=spec) == handle
+    again: list[str] = []
+    assert provision(run_id, spec=spec, progress=again.append) == handle
     assert seeded(docker_client, handle) == "seeded as 65534\n"
+
+    # Image work is reported only when an image is missing (other tests may have built them already).
+    *images, starting, waiting, seeding = first
+    assert all(text.startswith(IMAGE_PROGRESS) for text in images), images
+    ready_at = f"waiting for readiness at {handle.base_url}{spec.recipe.readiness.path}"
+    assert len(SEED) > 80 and "  " not in SEED
+    assert [starting, waiting, seeding] == [f"starting container {handle.env_id}", ready_at, f"fixtures: {SEED[:79]}…"]
+    assert again == [f"adopting {handle.env_id}", ready_at]
 
 
 def test_a_failing_fixture_removes_the_container(

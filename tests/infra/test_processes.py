@@ -1,0 +1,59 @@
+"""The local stack's service processes: identity by pid and start time, a zombie is not alive, stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from environments.processes import read_stat
+from infra import processes
+
+
+def _spawn_sleeper(tmp_path: Path, seconds: int = 60) -> processes.ServiceRecord:
+    return processes.spawn(
+        "sleeper", [sys.executable, "-c", f"import time; time.sleep({seconds})"], log=tmp_path / "s.log", port=0, url=""
+    )
+
+
+def _wait_for(condition: object, timeout_s: float = 10.0) -> None:
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.05)
+
+
+def test_a_spawned_service_is_recorded_with_its_start_time_and_is_alive(tmp_path: Path) -> None:
+    record = _spawn_sleeper(tmp_path)
+    try:
+        stat = read_stat(record.pid)
+        assert stat is not None and stat.start_time == record.start_ticks
+        assert stat.pgid == record.pid
+        assert processes.is_alive(record)
+    finally:
+        assert processes.stop(record, grace_s=2.0)
+    assert not processes.is_alive(record)
+
+
+def test_a_killed_service_left_unreaped_is_a_zombie_and_not_alive(tmp_path: Path) -> None:
+    record = _spawn_sleeper(tmp_path)
+    os.kill(record.pid, signal.SIGKILL)
+    # spawn never waits for its child, so the killed process stays a zombie of this test process.
+    _wait_for(lambda: (stat := read_stat(record.pid)) is None or stat.state == "Z")
+    assert not processes.is_alive(record)
+    assert processes.stop(record)
+
+
+def test_a_recycled_pid_is_not_the_recorded_service(tmp_path: Path) -> None:
+    record = _spawn_sleeper(tmp_path)
+    try:
+        impostor = record.model_copy(update={"start_ticks": record.start_ticks - 1})
+        assert not processes.is_alive(impostor)
+        # stop() must not signal a process that is not the recorded one.
+        assert processes.stop(impostor, grace_s=0.5)
+        assert processes.is_alive(record)
+    finally:
+        processes.stop(record, grace_s=2.0)
