@@ -2,7 +2,8 @@
 
 - ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block and store it by content
   (idempotent: the same procedure always gives the same reference).
-- ``browser.reproduce``: re-checks that the environment answers before running (never trusting the
+- ``browser.reproduce``: re-checks that the environment answers HTTP (the environments' own probe, which
+  never goes through a proxy) before running (never trusting the
   recorded handle: an app killed behind our back is reported as ``EnvironmentGone`` so the workflow
   provisions anew), runs the procedure in a fresh browser context, heartbeats per step (so cancellation
   reaches it), and stores traces, screenshots, videos (when the worker records them) and the log. Only
@@ -14,8 +15,6 @@
 from __future__ import annotations
 
 import tempfile
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -23,22 +22,12 @@ from temporalio import activity
 
 from browser.procedure import Procedure, ProcedureError, extract_procedure
 from browser.runner import BrowserRunner
+from environments.readiness import answers
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.failures import FailureClass
 from pipeline.steps import PrepareProcedureInput, ProcedureResult, ReproduceInput, ReproduceResult
-
-
-def app_answers(base_url: str, path: str, timeout_s: float = 5.0) -> str | None:
-    """None when the app answers HTTP at all (any status); otherwise why not."""
-    try:
-        with urllib.request.urlopen(base_url.rstrip("/") + path, timeout=timeout_s):
-            return None
-    except urllib.error.HTTPError:
-        return None
-    except (urllib.error.URLError, OSError) as err:
-        return str(getattr(err, "reason", err))
 
 
 class BrowserActivities:
@@ -72,7 +61,7 @@ class BrowserActivities:
     def reproduce(self, inp: ReproduceInput) -> ReproduceResult:
         procedure = Procedure.model_validate_json(self.store.read_bytes(inp.procedure_ref))
         env = inp.environment
-        down = app_answers(env.base_url, inp.readiness_path)
+        down = answers(env.base_url, inp.readiness_path)
         if down is not None:
             raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} does not answer at {env.base_url}: {down}")
 
@@ -83,7 +72,7 @@ class BrowserActivities:
         with tempfile.TemporaryDirectory(prefix="durafix-repro-") as tmp:
             with classified():
                 result = self.browser().run(procedure, env.base_url, Path(tmp), on_step=on_step)
-            down = app_answers(env.base_url, inp.readiness_path)
+            down = answers(env.base_url, inp.readiness_path)
             if down is not None:
                 raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} died during the reproduction: {down}")
             traces = [self._put(p, ArtifactKind.TRACE, inp, "application/zip") for p in result.trace_paths]

@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 from temporalio.exceptions import ApplicationError
 
-from browser.activities import app_answers
 from environments.interface import EnvironmentHandle
+from environments.readiness import answers
 from evidence.interface import ArtifactRef
 from pipeline.steps import CleanupRunInput, ProvisionInput, VerifyInput
 from tests.environments.gitrepo import fixed_cart_source
@@ -37,7 +37,7 @@ LateAttempt = Callable[[Worker, ArtifactRef, ArtifactRef, str], object]
 def assert_nothing_left(worker: Worker, handle: EnvironmentHandle) -> None:
     assert run_processes() == set()
     wait_dead(app_pid(handle))
-    assert app_answers(handle.base_url, "/healthz") is not None
+    assert answers(handle.base_url, "/healthz") is not None
     assert worker.services.provider("local").list_owned(RUN_ID) == []
     assert worker.services.workspaces.list_owned(RUN_ID) == []
     assert not [p.name for p in worker.run_dir("workspaces").iterdir() if p.is_dir()]
@@ -59,7 +59,7 @@ def test_an_attempt_waking_after_cleanup_is_fenced_and_creates_nothing(
     spec_ref = worker.prepare_spec(remote)
     patch_ref = worker.store_patch(remote.repo.make_patch({"cart.py": fixed_cart_source(remote.repo)}))
     handle = worker.provision(spec_ref)
-    assert app_answers(handle.base_url, "/healthz") is None
+    assert answers(handle.base_url, "/healthz") is None
 
     report = worker.run(worker.env.cleanup_run, CleanupRunInput(run_id=RUN_ID))
     assert report.complete, report.errors
