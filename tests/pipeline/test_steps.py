@@ -21,6 +21,7 @@ def registered(tmp_path: Path) -> dict[str, tuple[TaskQueue, typing.Callable[...
     for queue in TaskQueue:
         for fn in activities_for(queue, services):
             name = activity._Definition.must_from_callable(fn).name
+            assert name is not None, f"{fn} is registered without a name"
             assert name not in found, f"{name} registered twice ({found[name][0]} and {queue})"
             found[name] = (queue, fn)
     return found
