@@ -41,6 +41,7 @@ from infra import processes, stack
 from infra.processes import ServiceError
 from infra.s3 import weed_binary
 from pipeline import client as runs
+from pipeline import steps
 from pipeline.services import Services
 from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
@@ -57,7 +58,7 @@ pytestmark = [
     pytest.mark.timeout(600),
 ]
 
-REPRODUCE = "browser.reproduce"
+REPRODUCE = steps.REPRODUCE.name
 
 
 @pytest.fixture(scope="module")

@@ -17,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from browser.procedure import Procedure, parse_procedure
+from pipeline import steps
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import DraftProcedureInput, ProcedureResult
@@ -31,9 +32,9 @@ class DraftWithRetries:
     @workflow.run
     async def run(self, inp: DraftProcedureInput) -> ProcedureResult:
         result: ProcedureResult = await workflow.execute_activity(
-            "model.draft_procedure",
+            steps.DRAFT_PROCEDURE.name,
             inp,
-            result_type=ProcedureResult,
+            result_type=steps.DRAFT_PROCEDURE.output,
             start_to_close_timeout=timedelta(seconds=60),
             heartbeat_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(initial_interval=timedelta(milliseconds=100), maximum_attempts=3),
