@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from environments.checks import run_setup
 from environments.commands import command_env, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
@@ -56,10 +57,6 @@ from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
 
 PROVIDER_NAME = "local"
-
-
-class SetupError(EnvironmentError):
-    """A setup command of the recipe failed or timed out; the message holds the log tail."""
 
 
 class LocalProcessProvider:
@@ -171,19 +168,15 @@ class LocalProcessProvider:
         recipe = spec.recipe
         marker = _marker(run_dir, key)
         log_path = run_dir / f"{key}.log"
-        for command in recipe.setup:
-            progress(f"setup: {command_text(command)}")
-            code, _ = run_to_completion(
-                command,
-                cwd=ws,
-                env=command_env(recipe, marker=marker),
-                log_path=log_path,
-                timeout_s=self.setup_timeout_s,
-            )
-            if code != 0:
-                stop_owned(marker, grace_s=self.stop_grace_s)
-                outcome = "timed out" if code is None else f"exited {code}"
-                raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
+        run_setup(
+            ws,
+            recipe,
+            marker=marker,
+            log_path=log_path,
+            timeout_s=self.setup_timeout_s,
+            progress=progress,
+            stop_grace_s=self.stop_grace_s,
+        )
         port = _free_port()
         progress(f"starting app: {command_text(recipe.start)}")
         proc, started_at = spawn(

@@ -33,6 +33,9 @@ def ticket_body(state: RunState, note: str = "") -> str:
         lines.append(f"- base revision: `{state.target_revision}`")
     if state.reproduction is not None:
         lines.append(f"- reproduction on base: `{state.reproduction.status}`")
+    if state.baseline is not None:
+        verdict = "passed" if state.baseline.passed else ("failed" if state.baseline.runnable else "cannot run")
+        lines.append(f"- recipe tests on base: `{verdict}`")
     if state.candidates:
         c = state.candidates[-1]
         lines.append(

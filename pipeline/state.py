@@ -24,6 +24,7 @@ class Phase(StrEnum):
     PROCEDURE = "procedure"
     PROVISION = "provision"
     REPRODUCE = "reproduce"
+    BASELINE = "baseline"
     REPAIR = "repair"
     VERIFY = "verify"
     PUBLISH = "publish"
@@ -112,6 +113,16 @@ class ReproductionFact(BaseModel):
     video_refs: list[ArtifactRef] = Field(default_factory=list)
     log_ref: ArtifactRef | None = None
     detail: str = ""
+
+
+class BaselineFact(BaseModel):
+    """The recipe's tests on the base revision, run once before any repair attempt."""
+
+    op_id: str
+    runnable: bool
+    passed: bool
+    summary: str
+    test_output_ref: ArtifactRef
 
 
 class CandidateFact(BaseModel):
@@ -241,6 +252,7 @@ class RunState(BaseModel):
     ticket: TicketFact | None = None
     environment: EnvironmentFact | None = None
     reproduction: ReproductionFact | None = None
+    baseline: BaselineFact | None = None
     candidates: list[CandidateFact] = Field(default_factory=list)
     publish: PublishFact | None = None
     pending_approval: ApprovalRequest | None = None

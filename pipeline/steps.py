@@ -188,6 +188,22 @@ class VerifyResult(BaseModel):
     bundle_ref: ArtifactRef
 
 
+class BaselineInput(BaseModel):
+    run_id: str
+    op_id: str
+    spec_ref: ArtifactRef
+
+
+class BaselineResult(BaseModel):
+    """The recipe's tests on the base revision. ``runnable`` is false when they could not run at all (setup
+    failed, the test command was not found or not executable, a timeout): a recipe error, not a test result."""
+
+    runnable: bool
+    passed: bool
+    summary: str
+    test_output_ref: ArtifactRef
+
+
 class CleanupRunInput(BaseModel):
     run_id: str
 
@@ -334,6 +350,7 @@ TEARDOWN = Step("env.teardown", Q.ENVIRONMENTS, EnvironmentHandle, CleanupReport
 VERIFY_CANDIDATE = Step(
     "env.verify_candidate", Q.ENVIRONMENTS, VerifyInput, VerifyResult, T.ENVIRONMENT, "<wf>:verify:<attempt>"
 )
+RUN_BASELINE = Step("env.run_baseline", Q.ENVIRONMENTS, BaselineInput, BaselineResult, T.ENVIRONMENT, "<wf>:baseline")
 CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
 BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
 
@@ -362,6 +379,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     PROVISION,
     TEARDOWN,
     VERIFY_CANDIDATE,
+    RUN_BASELINE,
     CLEANUP_RUN,
     BUILD_EVIDENCE,
     PREPARE_PROCEDURE,

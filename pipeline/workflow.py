@@ -32,6 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.state import (
         Approval,
         ApprovalRequest,
+        BaselineFact,
         Budgets,
         CancelMark,
         CancelStep,
@@ -52,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         VerificationStatus,
     )
     from pipeline.steps import (
+        BaselineInput,
         BuildEvidenceInput,
         CleanupRunInput,
         DraftProcedureInput,
@@ -83,6 +85,9 @@ CANCELLATION_PATCH = "cancellation-state-machine"
 # never heard of the cancellation: no heartbeat carried it back before it finished). Without this the run
 # took the late result and went on as if never cancelled, up to the review wait.
 LATE_COMPLETION_PATCH = "cancellation-wins-over-late-completion"
+# The recipe's tests run once on the base revision before any repair attempt (runs recorded before it had no
+# baseline, and replay without one).
+BASELINE_PATCH = "baseline-tests"
 
 
 class RunEnded(Exception):
@@ -306,6 +311,10 @@ class RepairBugWorkflow:
             )
         await self._update_ticket()
 
+        if workflow.patched(BASELINE_PATCH):
+            self._enter(Phase.BASELINE)
+            await self._baseline(report)
+
         candidate = await self._repair_loop(report)
 
         self._enter(Phase.PUBLISH)
@@ -313,6 +322,37 @@ class RepairBugWorkflow:
         await self._update_ticket()
 
         return await self._review_and_merge()
+
+    async def _baseline(self, report: ReportInfo) -> None:
+        """The recipe's tests on the base: a run whose tests cannot run, or fail before any change, ends in
+        triage before the model is asked for anything (a fix could not be judged against them)."""
+        wf = self._state.workflow_id
+        assert self._spec_ref is not None
+        baseline_op = op_id(wf, "baseline")
+        result = await self._step(
+            steps.RUN_BASELINE, BaselineInput(run_id=wf, op_id=baseline_op, spec_ref=self._spec_ref)
+        )
+        self._record(result.test_output_ref)
+        self._state.baseline = BaselineFact(
+            op_id=baseline_op,
+            runnable=result.runnable,
+            passed=result.passed,
+            summary=result.summary,
+            test_output_ref=result.test_output_ref,
+        )
+        base = report.base_revision[:12]
+        if not result.runnable:
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
+                "fix `setup`/`test` in durafix.yaml",
+            )
+        if not result.passed:
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the recipe's tests already fail on the base revision {base} ({result.summary}); "
+                "a fix is judged against a passing baseline",
+            )
 
     async def _draft_procedure(self, report: ReportInfo) -> ProcedureResult:
         """The report has no procedure block: ask the model to draft one from its prose."""

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from browser.results import BrowserInfraError
+from environments.checks import SetupError
 from environments.git import GitError
 from environments.interface import NotReadyError, ResourceConflictError, RunFencedError
 from environments.mirror import RevisionNotFoundError
@@ -52,6 +53,8 @@ RULES: tuple[Rule, ...] = (
     Rule((RunFencedError,), F.POLICY, "run fenced: {err}"),
     Rule((ResourceConflictError,), F.POLICY, "resource conflict: {err}"),
     Rule((NotReadyError,), F.NOT_READY, "{err}"),
+    # A setup that fails is a finding about the revision's recipe (the app cannot be built), like NotReady.
+    Rule((SetupError,), F.NOT_READY, "setup failed: {err}"),
     Rule((RecipeError, PatchError, TreeMismatchError, RevisionNotFoundError), F.PERMANENT, "{type}: {err}"),
     Rule((GitError,), F.TRANSIENT, "git: {err}"),
     # browser

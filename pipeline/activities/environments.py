@@ -7,7 +7,9 @@ trusted from a previous attempt or another worker. Idempotency:
 - ``env.prepare_spec``: content-addressed store write; the same revision gives the same spec reference.
 - ``env.provision``: idempotent per operation ID (the provider adopts what an earlier attempt started).
 - ``env.verify_candidate``: deterministic commit (same base + patch + message + timestamp, same SHA);
-  stored outputs are content-addressed.
+  the recipe's setup, then its tests; stored outputs are content-addressed.
+- ``env.run_baseline``: the recipe's setup and tests on a fresh workspace at the base revision; read-only
+  towards the outside, its log stored by content.
 - ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
   evidence store (``environments.run_fence``, checked by every creating activity on any host) and under each
   provider's state — so a late attempt of a provisioning activity cannot recreate anything afterwards.
@@ -21,13 +23,15 @@ trusted from a previous attempt or another worker. Idempotency:
 from __future__ import annotations
 
 import tempfile
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from temporalio import activity
 
-from environments.checks import run_tests
-from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider
+from environments.checks import SetupError, TestRunResult, run_setup, run_tests
+from environments.interface import AppRecipe, CleanupReport, EnvironmentHandle, EnvironmentProvider
+from environments.progress import command_text
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.workspace import Workspace, WorkspaceManager
@@ -38,6 +42,8 @@ from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.steps import (
+    BaselineInput,
+    BaselineResult,
     BuildEvidenceInput,
     CleanupRunInput,
     EvidenceResult,
@@ -48,6 +54,7 @@ from pipeline.steps import (
 )
 
 TEST_TIMEOUT_S = 600.0
+SETUP_TIMEOUT_S = 600.0
 
 ProviderFor = Callable[[str | None], EnvironmentProvider]
 """The provider by name; ``None`` is the worker's configured one."""
@@ -76,6 +83,7 @@ class EnvironmentActivities:
             self.provision,
             self.teardown,
             self.verify_candidate,
+            self.run_baseline,
             self.cleanup_run,
             self.build_evidence,
         ]
@@ -142,7 +150,8 @@ class EnvironmentActivities:
 
     @activity.defn(name=steps.VERIFY_CANDIDATE.name)
     def verify_candidate(self, inp: VerifyInput) -> VerifyResult:
-        """Fresh workspace from base + patch, deterministic commit, the recipe's tests; outputs stored."""
+        """Fresh workspace from base + patch, deterministic commit, the recipe's setup and tests; outputs
+        stored. A setup the patch broke is a failed verification (``tests_passed`` false), not an error."""
         store = self.store
         spec = spec_from_json(store.read_bytes(inp.spec_ref))
         patch = store.read_bytes(inp.patch_ref).decode()
@@ -151,10 +160,9 @@ class EnvironmentActivities:
             with Heartbeat("rebuilding workspace from base + patch") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
-                beat.set(f"running tests on {commit[:12]}: {spec.recipe.test[:80]}")
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = run_tests(ws.path, spec.recipe, TEST_TIMEOUT_S, log_path=log)
+                    result = _setup_and_test(ws.path, spec.recipe, log, beat, f"on {commit[:12]}")
                     test_ref = store.put_file(
                         log,
                         kind=ArtifactKind.TEST_OUTPUT,
@@ -174,18 +182,41 @@ class EnvironmentActivities:
                         media_type="application/x-git-bundle",
                     )
                 self.workspaces.remove(ws)
-        summary = (
-            "passed"
-            if result.passed
-            else ("timed out" if result.timed_out else f"exit {result.exit_code}: {result.output_tail[-400:]}")
-        )
         return VerifyResult(
             commit=commit,
             tree=ws.tree_sha,
             tests_passed=result.passed,
-            test_summary=summary,
+            test_summary=result.summary,
             test_output_ref=test_ref,
             bundle_ref=bundle_ref,
+        )
+
+    @activity.defn(name=steps.RUN_BASELINE.name)
+    def run_baseline(self, inp: BaselineInput) -> BaselineResult:
+        """The recipe's setup and tests on a fresh workspace at the base revision, once per run before any
+        repair attempt: a fix is judged against it, and tests that cannot run are a recipe error found
+        before the model is asked for anything."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to run the baseline {inp.op_id}")
+            with Heartbeat("rebuilding workspace at the base revision") as beat:
+                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, None)
+                try:
+                    with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
+                        log = Path(tmp) / "baseline-tests.log"
+                        result = _setup_and_test(ws.path, spec.recipe, log, beat, "on the base revision")
+                        test_ref = self.store.put_file(
+                            log,
+                            kind=ArtifactKind.TEST_OUTPUT,
+                            run_id=inp.run_id,
+                            name="baseline-tests.log",
+                            revision=spec.base_revision,
+                            media_type="text/plain",
+                        )
+                finally:
+                    self.workspaces.remove(ws)
+        return BaselineResult(
+            runnable=result.runnable, passed=result.passed, summary=result.summary, test_output_ref=test_ref
         )
 
     @activity.defn(name=steps.CLEANUP_RUN.name)
@@ -234,6 +265,37 @@ class EnvironmentActivities:
             report_url=links[report_ref.sha256],
             links=links,
         )
+
+
+class _Checked:
+    """What one setup-and-test run came to, in the words the workflow records."""
+
+    def __init__(self, runnable: bool, passed: bool, summary: str) -> None:
+        self.runnable = runnable
+        self.passed = passed
+        self.summary = summary
+
+    @classmethod
+    def of(cls, result: TestRunResult) -> _Checked:
+        if result.passed:
+            return cls(True, True, "passed")
+        if result.timed_out:
+            return cls(False, False, f"timed out after {result.duration_s:.0f} s")
+        why = "could not run (not found or not executable)" if not result.runnable else "failed"
+        return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {result.output_tail[-400:]}")
+
+
+def _setup_and_test(ws: Path, recipe: AppRecipe, log: Path, beat: Heartbeat, where: str) -> _Checked:
+    """The recipe's setup then its tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable
+    test run (its message holds the setup log's tail)."""
+    try:
+        run_setup(
+            ws, recipe, marker=f"setup/{uuid.uuid4().hex}", log_path=log, timeout_s=SETUP_TIMEOUT_S, progress=beat.set
+        )
+    except SetupError as err:
+        return _Checked(False, False, f"setup failed: {str(err)[-400:]}")
+    beat.set(f"running tests {where}: {command_text(recipe.test)}")
+    return _Checked.of(run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log))
 
 
 def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:

@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from environments.checks import SetupError
 from environments.files import path_key
 from environments.interface import (
     AppRecipe,
@@ -25,7 +26,7 @@ from environments.interface import (
     RecoverySpec,
     RunFencedError,
 )
-from environments.local import LocalProcessProvider, SetupError
+from environments.local import LocalProcessProvider
 from environments.processes import is_live, read_stat, start_time
 from environments.secrets import SecretUnavailableError
 from environments.spec import load_recipe

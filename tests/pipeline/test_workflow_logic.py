@@ -28,6 +28,8 @@ from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
 from pipeline.steps import (
+    BaselineInput,
+    BaselineResult,
     CleanupRunInput,
     CommentResult,
     EnsureCommentInput,
@@ -89,6 +91,8 @@ class Script:
     fixes_on_attempt: int | None = 1
     merge_answers: list[MergeStatus] = field(default_factory=lambda: [MergeStatus.MERGED])
     fail_spec: bool = False
+    # The recipe's tests on the base: (runnable, passed).
+    baseline: tuple[bool, bool] = (True, True)
     stuck_resource: str | None = None
     head: str = CANDIDATE
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -179,6 +183,17 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             bundle_ref=ref("bundle"),
         )
 
+    @activity.defn(name=steps.RUN_BASELINE.name)
+    async def run_baseline(i: BaselineInput) -> BaselineResult:
+        s.calls.append(("baseline", i))
+        runnable, passed = s.baseline
+        summary = (
+            "passed"
+            if passed
+            else ("could not run (not found or not executable), exit 127" if not runnable else "failed")
+        )
+        return BaselineResult(runnable=runnable, passed=passed, summary=summary, test_output_ref=ref("baseline"))
+
     @activity.defn(name=steps.CLEANUP_RUN.name)
     async def cleanup_run(i: CleanupRunInput) -> CleanupReport:
         s.calls.append(("cleanup_run", i))
@@ -250,7 +265,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             read_pr,
             merge,
         ],
-        TaskQueue.ENVIRONMENTS: [prepare_spec, provision, teardown, verify, cleanup_run, build],
+        TaskQueue.ENVIRONMENTS: [prepare_spec, provision, teardown, verify, run_baseline, cleanup_run, build],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
         TaskQueue.MODEL: [propose],
     }
@@ -348,6 +363,24 @@ async def test_report_that_does_not_reproduce_needs_triage_and_opens_no_pr(harne
     assert "ensure_draft_pr" not in harness.script.names()
     assert "propose" not in harness.script.names()
     assert harness.script.names()[-1] == "update_ticket"
+
+
+@pytest.mark.parametrize(
+    ("baseline", "said"),
+    [((False, False), "cannot run on the base revision"), ((True, False), "already fail on the base revision")],
+)
+async def test_tests_that_cannot_run_or_fail_on_the_base_end_in_triage_before_any_model_call(
+    harness: Harness, baseline: tuple[bool, bool], said: str
+) -> None:
+    harness.script.baseline = baseline
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
+    assert said in final.outcome_detail
+    assert final.baseline is not None and (final.baseline.runnable, final.baseline.passed) == baseline
+    assert "propose" not in harness.script.names()
+    assert [c.op_id for n, c in harness.script.calls if n == "baseline"] == [f"{final.workflow_id}:baseline"]
+    assert any(p.phase == Phase.BASELINE for p in final.timeline)
+    assert final.cleanup is not None and final.cleanup.complete
 
 
 async def test_repair_that_never_verifies_exhausts_the_budget(harness: Harness) -> None:
