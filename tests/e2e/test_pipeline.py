@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -17,6 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -24,10 +26,10 @@ from browser.procedure import Procedure
 from infra import processes
 from pipeline import client as runs
 from pipeline.demo import issue_text
-from pipeline.ids import branch_for
+from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
-from tests.e2e.conftest import NEVER_FIXABLE, E2EStack, owned_processes, wait_for
+from tests.e2e.conftest import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
 from tests.replay.record import record_history
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
@@ -285,3 +287,34 @@ async def test_report_in_prose_gets_a_drafted_procedure_and_a_rejection_ends_the
     assert "outcome: **rejected" in repo.get_issue(issue).get_comment(final.ticket.comment_id).body
     assert owned_processes(wf) == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "drafted-procedure-rejected")
+
+
+async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_request(
+    stack_with_worker: E2EStack,
+) -> None:
+    """The baseline finds a missing test command on the base revision: the reason is on the ticket, no repair
+    attempt was made and the model was never asked."""
+    stack = stack_with_worker
+    repository = stack.new_repository()
+    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
+    broken = re.sub(r"^test: .*$", "test: no-such-test-runner --all", recipe, flags=re.MULTILINE)
+    assert broken != recipe
+    stack.push_files(repository, {"durafix.yaml": broken}, "Test runner renamed")
+    model_requests = f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests"
+    asked_before = len(httpx.get(model_requests, timeout=10).json())
+    client = await runs.connect(stack.config)
+    issue = stack.open_report(repository)
+    wf = workflow_id_for(repository, issue)
+    final = await state_when(client, wf, finished)
+
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "cannot run on the base revision" in final.outcome_detail
+    assert final.baseline is not None and not final.baseline.runnable and "exit 127" in final.baseline.summary
+    assert final.candidates == [] and final.budgets.repair_attempts_used == 0
+    ticket = [
+        c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
+    ]
+    assert len(ticket) == 1 and "cannot run on the base revision" in ticket[0], ticket
+    # Tests of this module run one at a time on one worker: every request since is this run's.
+    assert len(httpx.get(model_requests, timeout=10).json()) == asked_before, "the model was asked"
+    assert footprint(stack, repository, wf, issue).pull_requests == []
