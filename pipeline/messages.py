@@ -22,7 +22,8 @@ _OUTCOME_TEXT = {
 
 def ticket_body(state: RunState, note: str = "") -> str:
     """The status comment kept up to date on the triggering issue."""
-    lines = [f"**durafix** is working on this report (`{state.workflow_id}`).", ""]
+    doing = "is working on this report" if state.outcome is None else "has finished with this report"
+    lines = [f"**durafix** {doing} (`{state.workflow_id}`).", ""]
     if state.outcome is not None:
         lines.append(f"- outcome: **{_OUTCOME_TEXT[state.outcome]}**")
         if state.outcome_detail:
@@ -53,8 +54,21 @@ def ticket_body(state: RunState, note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+SUBJECT_LIMIT = 72
+
+
+def subject_line(text: str, limit: int = SUBJECT_LIMIT) -> str:
+    """``text`` on one line, at most ``limit`` characters, cut after a whole word; when that would drop
+    more than half the limit (one very long word), cut at the limit instead."""
+    line = " ".join(text.split())
+    if len(line) <= limit:
+        return line
+    cut = line[: limit + 1].rsplit(" ", 1)[0].rstrip(" :,;-")
+    return cut if len(cut) >= limit // 2 else line[:limit]
+
+
 def commit_message(state: RunState, issue_title: str, summary: str) -> str:
-    first = f"Fix #{state.issue_number}: {issue_title}"[:72]
+    first = subject_line(f"Fix #{state.issue_number}: {issue_title}")
     return f"{first}\n\n{summary.strip()}\n\nRun: {state.workflow_id}\n"
 
 
@@ -62,9 +76,12 @@ def pr_title(issue_title: str, issue_number: int) -> str:
     return f"Fix #{issue_number}: {issue_title}"
 
 
-def pr_body(state: RunState, candidate: CandidateFact) -> str:
+def pr_body(state: RunState, candidate: CandidateFact, closing_keyword: str = "Fixes") -> str:
+    """The draft PR's description; with a ``closing_keyword`` (GitHub's ``Fixes``, ``Closes``, ...) its first
+    line closes the report's issue when the PR merges."""
+    closes = f"{closing_keyword} #{state.issue_number}\n\n" if closing_keyword else ""
     return (
-        f"Automated repair for #{state.issue_number} by durafix (`{state.workflow_id}`).\n\n"
+        closes + f"Automated repair for #{state.issue_number} by durafix (`{state.workflow_id}`).\n\n"
         f"{candidate.summary.strip()}\n\n"
         f"- base revision: `{state.target_revision}`\n"
         f"- candidate commit: `{candidate.commit}` (attempt {candidate.attempt})\n"

@@ -53,6 +53,8 @@ class RunPolicy(BaseModel):
     max_repair_attempts: int = 3
     model_token_budget: int = 200_000
     reproduction_runs: int = 1
+    # The keyword that makes the PR close the report's issue when it merges; empty: the issue stays open.
+    closing_keyword: str = "Fixes"
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

@@ -88,6 +88,8 @@ LATE_COMPLETION_PATCH = "cancellation-wins-over-late-completion"
 # The recipe's tests run once on the base revision before any repair attempt (runs recorded before it had no
 # baseline, and replay without one).
 BASELINE_PATCH = "baseline-tests"
+# The ticket is updated when the run starts waiting for a review (runs recorded before left it at publish).
+REVIEW_TICKET_PATCH = "ticket-at-review-wait"
 
 
 class RunEnded(Exception):
@@ -632,7 +634,7 @@ class RepairBugWorkflow:
                 branch=branch,
                 base=inp.base_branch,
                 title=messages.pr_title(report.title, inp.issue_number),
-                body=messages.pr_body(self._state, candidate),
+                body=messages.pr_body(self._state, candidate, self._input.policy.closing_keyword),
             ),
         )
         self._state.publish.pr_number = pr.number
@@ -662,6 +664,8 @@ class RepairBugWorkflow:
                 evidence_digest=publish.evidence_digest,
                 requested_at=workflow.now(),
             )
+            if workflow.patched(REVIEW_TICKET_PATCH):
+                await self._update_ticket()
             try:
                 await workflow.wait_condition(
                     lambda: self._approval is not None or self._rejection is not None,
