@@ -36,6 +36,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from infra.forge.testing import ForgeHandle, running_forge
+from pipeline.client import handle_for
 from pipeline.config import DurafixConfig
 from pipeline.inputs import RepairInput
 from pipeline.state import Phase, Rejection, RunState
@@ -205,7 +206,7 @@ async def started_input(client: Client, workflow_id: str) -> RepairInput:
 
 async def state_once_running(client: Client, workflow_id: str, timeout_s: float = 20) -> RunState:
     """The run's state as soon as a worker has run its first workflow task (a query cannot be answered before)."""
-    handle = client.get_workflow_handle_for(RepairBugWorkflow.run, workflow_id)
+    handle = handle_for(client, workflow_id)
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         try:
