@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from environments import cache_cli
 from environments.cache_prune import MirrorSource, prune, survey
 from environments.docker.images import build_lock_path, rootfs_stamp_path
 from environments.files import locked
 from environments.workspace import Workspace, WorkspaceManager
+from pipeline.cli import cache as cache_cli
 from pipeline.config import DurafixConfig
 from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, git, make_repo

@@ -20,13 +20,14 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from environments import cleanup_cli, resources_cli
 from environments.files import path_key
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import is_running
 from environments.spec import load_recipe
 from environments.workspace import WorkspaceManager
+from pipeline.cli import cleanup as cleanup_cli
+from pipeline.cli import resources as resources_cli
 from pipeline.config import DurafixConfig
 from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, make_repo

@@ -23,11 +23,11 @@ import docker
 import pytest
 from docker.errors import ImageNotFound, NotFound
 
-from environments import cache_cli
 from environments.docker import DockerProvider
 from environments.docker.images import ImageBuilder, rootfs_stamp_path, stamp_path
 from environments.interface import AppRecipe
 from infra.docker.engine import DockerEngine
+from pipeline.cli import cache as cache_cli
 from pipeline.config import DurafixConfig
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]

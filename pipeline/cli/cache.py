@@ -47,11 +47,11 @@ from environments.cache_prune import (
     prune,
     survey,
 )
-from environments.cli_output import Printer
 from environments.docker import DockerProvider
 from environments.docker.image_cache import ImageSource, TarballSource
 from environments.inventory import HOLDER_ERRORS, Unavailable, docker_configured, render_table, unavailable_json
 from pipeline.cli import parse_duration
+from pipeline.cli.output import Printer
 from pipeline.config import DurafixConfig, load_config
 from pipeline.services import Services
 

@@ -372,10 +372,10 @@ def _delegate(module: str) -> Callable[[list[str]], int]:
 DELEGATED = {
     "forge": _delegate("infra.forge.cli"),
     "model": _delegate("infra.modelserver.cli"),
-    "evidence": _delegate("evidence.cli"),
-    "cleanup": _delegate("environments.cleanup_cli"),
-    "resources": _delegate("environments.resources_cli"),
-    "cache": _delegate("environments.cache_cli"),
+    "evidence": _delegate("pipeline.cli.evidence"),
+    "cleanup": _delegate("pipeline.cli.cleanup"),
+    "resources": _delegate("pipeline.cli.resources"),
+    "cache": _delegate("pipeline.cli.cache"),
 }
 
 

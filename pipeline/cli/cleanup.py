@@ -35,7 +35,6 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from environments.cli_output import Printer
 from environments.interface import CleanupReport, OwnedResource
 from environments.inventory import (
     Holder,
@@ -51,6 +50,7 @@ from environments.inventory import (
     take_inventory,
     unavailable_json,
 )
+from pipeline.cli.output import Printer
 from pipeline.client import connect
 from pipeline.config import DurafixConfig, load_config
 
