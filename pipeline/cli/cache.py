@@ -108,11 +108,12 @@ ARGUMENTS: dict[str, AddArguments] = {"cache": _arguments}
 def prune_caches(config: DurafixConfig, older_than: timedelta, *, yes: bool, out: Printer) -> int:
     """Plan, print the plan, and with ``yes`` carry it out; returns the exit code."""
     caches = WorkerCaches(config)
+    docker = docker_configured(config.environment_provider, config.docker_host)
     try:
         now = time.time()
         plan = survey(caches.sources, older_than, now)
         plan.unavailable[:0] = caches.unavailable
-        _report_plan(out, plan, older_than, yes=yes, docker=docker_configured(config))
+        _report_plan(out, plan, older_than, yes=yes, docker=docker)
         if not yes:
             _print_dry_run(out, plan, older_than, now)
             return EXIT_OK if not plan.unavailable else EXIT_REMAINS
@@ -133,7 +134,7 @@ class WorkerCaches:
         self._docker: DockerProvider | None = None
         # Where the Docker provider Services builds keeps its image cache (it is given no other place).
         image_cache_dir = config.state_dir / "environments" / "cache"
-        if docker_configured(config):
+        if docker_configured(config.environment_provider, config.docker_host):
             try:
                 provider = services.provider("docker")
             except HOLDER_ERRORS as exc:

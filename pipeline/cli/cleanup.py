@@ -42,16 +42,15 @@ from environments.inventory import (
     Unavailable,
     clean_run,
     fully_cleaned,
-    is_run_id,
     open_holders,
     render_resources,
     resource_json,
-    run_option,
     take_inventory,
     unavailable_json,
 )
 from pipeline.cli.command import AddArguments
 from pipeline.cli.output import Printer
+from pipeline.cli.run_ids import is_run_id, run_option
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
 
@@ -168,7 +167,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_cleanup(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``cleanup``: one run's resources (``args.run_id``), or the orphans' when it is None."""
-    holders, unopened = open_holders(config)
+    holders, unopened = open_holders(
+        config.state_dir, environment_provider=config.environment_provider, docker_host=config.docker_host
+    )
     printer = Printer("durafix cleanup", as_json=args.json)
     if args.run_id is not None:
         code = asyncio.run(_cleanup_run(config, holders, unopened, args.run_id, args.yes, args.force, printer))

@@ -20,11 +20,11 @@ from environments.inventory import (
     render_table,
     resource_json,
     resource_row,
-    run_option,
     take_inventory,
     unavailable_json,
 )
 from pipeline.cli.command import AddArguments
+from pipeline.cli.run_ids import run_option
 from pipeline.config import DurafixConfig
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_NOT_FOUND = 0, 1, 3
@@ -44,7 +44,9 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_resources(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``resources``: list what ``args.run_id`` owns (what every run owns when it is None)."""
     run_id: str | None = args.run_id
-    holders, unopened = open_holders(config)
+    holders, unopened = open_holders(
+        config.state_dir, environment_provider=config.environment_provider, docker_host=config.docker_host
+    )
     inventory = take_inventory(holders, unopened, run_id)
     for item in inventory.unavailable:
         print(f"durafix resources: {item.name}: {item.reason} (its resources are not listed)", file=sys.stderr)

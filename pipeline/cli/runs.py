@@ -22,13 +22,9 @@ from pipeline import client as runs
 from pipeline.cli.command import EXIT_FAIL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, AddArguments, CliError
 from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
+from pipeline.cli.run_ids import run_ref
 from pipeline.config import DurafixConfig
 from pipeline.state import Approval, Rejection, RunState
-
-
-def run_ref(text: str) -> str:
-    """Accept ``repair:OWNER/REPO#N`` or ``OWNER/REPO#N``."""
-    return text if text.startswith("repair:") else f"repair:{text}"
 
 
 def _state_summary(state: RunState, status: WorkflowExecutionStatus | None) -> str:

@@ -12,6 +12,7 @@ from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.cli import COMMANDS, build_parser, run_command
 from pipeline.cli.durations import parse_duration
+from pipeline.cli.run_ids import is_run_id, run_id_from, run_ref
 
 
 @pytest.mark.parametrize(
@@ -78,3 +79,14 @@ def test_the_state_dir_option_is_the_configuration_the_command_gets(
     assert capsys.readouterr().out.split() == [log.key]
     assert not store.exists(log)
     assert not (tmp_path / "elsewhere").exists()
+
+
+def test_run_ids_are_taken_with_or_without_their_prefix_and_checked_only_where_asked() -> None:
+    assert run_ref("acme/shop#12") == run_id_from("acme/shop#12") == "repair:acme/shop#12"
+    assert run_ref("repair:acme/shop#12") == "repair:acme/shop#12"
+    # Run commands leave a malformed ID to Temporal (not found); --run of the on-call commands refuses it.
+    assert run_ref("shop#1") == "repair:shop#1"
+    with pytest.raises(ValueError, match="not a durafix workflow ID"):
+        run_id_from("shop#1")
+    assert is_run_id("repair:acme/shop#12")
+    assert not is_run_id("manual-experiment") and not is_run_id("acme/shop#12")
