@@ -24,6 +24,7 @@ from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
 from pipeline.cli.run_ids import run_ref
 from pipeline.config import DurafixConfig
+from pipeline.services import Services
 from pipeline.state import Approval, Rejection, RunState
 
 
@@ -99,14 +100,24 @@ async def _with_client(config: DurafixConfig, fn: Callable[[Client], Awaitable[i
         raise CliError(f"workflow engine error: {err.message}") from err
 
 
+def open_report_issue(config: DurafixConfig, repository: str, report: Path, *, label: str) -> int:
+    """Open an issue on ``repository`` from a markdown file (first line: the title, leading ``#`` marks and
+    spaces stripped; the rest: the body) with ``label``, and return its number; ``ValueError`` when the first
+    line holds no title. A plain create: GitHub has no idempotency key for issues, so ``durafix start
+    --report`` opens it once and then starts the run for the number it got back."""
+    title, _, body = report.read_text().partition("\n")
+    title = title.lstrip("# ").strip()
+    if not title:
+        raise ValueError(f"{report}: the first line must be the report's title")
+    return Services(config).forge(repository).create_issue(title, body.strip() + "\n", labels=[label])
+
+
 def cmd_start(args: argparse.Namespace, config: DurafixConfig) -> int:
     """Start the run for ``--issue`` (or for the issue ``--report`` opens first), or attach to the running
     one; a report whose run already ended is exit 1. With ``--wait``, follow it as :func:`_watch` does."""
     issue = args.issue
     if args.report:
-        from reviews.issues import open_issue_from_file
-
-        issue = open_issue_from_file(config, args.repo, Path(args.report), label=config.trigger_label)
+        issue = open_report_issue(config, args.repo, Path(args.report), label=config.trigger_label)
         print(f"opened issue #{issue} from {args.report}", file=sys.stderr)
     if issue is None:
         raise CliError("give --issue N or --report FILE", EXIT_USAGE)
