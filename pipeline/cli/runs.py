@@ -23,65 +23,10 @@ from pipeline.cli.command import EXIT_FAIL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE,
 from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
 from pipeline.cli.run_ids import run_ref
+from pipeline.cli.status import pending_activities, state_summary
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.state import Approval, Rejection, RunState
-
-
-def _state_summary(state: RunState, status: WorkflowExecutionStatus | None) -> str:
-    lines = [
-        f"run        {state.workflow_id}  (run {state.run_id[:8]}, workflow v{state.workflow_version})",
-        f"status     {status.name.lower() if status else 'unknown'}; phase {state.phase.value}"
-        + (f"; outcome {state.outcome.value}" if state.outcome else ""),
-    ]
-    if state.outcome_detail:
-        lines.append(f"detail     {state.outcome_detail}")
-    if state.target_revision:
-        lines.append(f"base       {state.target_revision}")
-    if state.ticket:
-        lines.append(f"ticket     {state.ticket.url}  (op {state.ticket.op_id})")
-    if state.environment:
-        env = state.environment
-        lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url} [{env.last_status}]")
-    if state.reproduction:
-        lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
-    for c in state.candidates:
-        lines.append(
-            f"attempt {c.attempt}  {c.verification}; commit {c.commit or '-'}" + (f"; {c.failure}" if c.failure else "")
-        )
-    if state.publish:
-        p = state.publish
-        lines.append(f"publish    {p.branch} @ {p.commit[:12]}; PR {p.pr_url or '-'}")
-        if p.evidence_digest:
-            lines.append(f"evidence   bundle {p.evidence_digest}")
-    if state.pending_approval:
-        a = state.pending_approval
-        lines.append(f"awaiting   approval of PR #{a.pr_number} head {a.head_sha}")
-    if state.approval:
-        until = f" until {state.approval.expires_at.isoformat()}" if state.approval.expires_at else ""
-        lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")
-    if state.merged_sha:
-        lines.append(f"merged     {state.merged_sha}")
-    b = state.budgets
-    lines.append(
-        f"budgets    repair {b.repair_attempts_used}/{b.repair_attempts_max}; "
-        f"tokens {b.model_prompt_tokens + b.model_completion_tokens}/{b.model_token_budget}"
-    )
-    if state.cleanup:
-        lines.append(
-            f"cleanup    {'complete' if state.cleanup.complete else 'INCOMPLETE'}; removed {state.cleanup.removed}"
-            + (f"; remaining {state.cleanup.remaining}" if state.cleanup.remaining else "")
-        )
-    if state.cancellation:
-        lines.append("cancel     " + " -> ".join(m.step.value for m in state.cancellation))
-    lines.append(f"artifacts  {len(state.evidence)} stored (sha256-addressed)")
-    if status == WorkflowExecutionStatus.TERMINATED:
-        lines.append(
-            "WARNING    the run was terminated: its own cleanup did not run and the state above is as of the\n"
-            f"           termination. Check `durafix resources --run {state.workflow_id}` and clean up with\n"
-            f"           `durafix cleanup --run {state.workflow_id}`; check the forge for a half-finished step."
-        )
-    return "\n".join(lines)
+from pipeline.state import Approval, Rejection
 
 
 async def _with_client(config: DurafixConfig, fn: Callable[[Client], Awaitable[int]]) -> int:
@@ -156,23 +101,32 @@ async def _watch(client: Client, workflow_id: str, as_json: bool, until_review: 
     if as_json:
         print_json(state.model_dump(mode="json"))
     else:
-        print(_state_summary(state, status))
+        print(state_summary(state, status))
     return EXIT_OK if state.outcome is not None or until_review else EXIT_FAIL
 
 
 def cmd_status(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """The run's state (and Temporal status); ``--watch`` follows it until it ends."""
+    """The run's state, its Temporal status and the activities it is running (or waiting to retry);
+    ``--watch`` follows it until it ends."""
     workflow_id = run_ref(args.run)
 
     async def go(client: Client) -> int:
         if args.watch:
             return await _watch(client, workflow_id, args.json)
-        status = await runs.status_of(client, workflow_id)
+        description = await runs.handle_for(client, workflow_id).describe()
         state = await runs.get_state(client, workflow_id)
+        pending = await pending_activities(description)
+        status = description.status
         if args.json:
-            print_json({"status": status.name.lower() if status else None, **state.model_dump(mode="json")})
+            print_json(
+                {
+                    "status": status.name.lower() if status else None,
+                    **state.model_dump(mode="json"),
+                    "pending_activities": [activity.to_json() for activity in pending],
+                }
+            )
         else:
-            print(_state_summary(state, status))
+            print(state_summary(state, status, pending, datetime.now(UTC)))
         return EXIT_OK
 
     return asyncio.run(_with_client(config, go))
