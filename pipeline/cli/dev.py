@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
@@ -17,10 +19,26 @@ from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
 
 
+@contextmanager
+def _source_checkout(command: str) -> Iterator[None]:
+    """Turn ``infra`` missing (durafix installed from a wheel, which carries the product packages only) into
+    a :class:`CliError` saying where ``command`` runs; any other missing module still propagates."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.partition(".")[0] != "infra":
+            raise
+        raise CliError(
+            f"`durafix dev` and `demo` run from a source checkout: `durafix {command}` needs the local stack "
+            "(the repository's infra/ package), which an installed durafix does not include"
+        ) from err
+
+
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
     unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop)."""
-    from infra import stack
+    with _source_checkout("dev"):
+        from infra import stack
 
     if args.action == "up":
         cfg = stack.up(
@@ -91,21 +109,24 @@ def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
     """The whole pipeline on the embedded stack; exit 0 only when the run merged (see :mod:`pipeline.demo`)."""
     from pipeline.demo import run_demo
 
-    return run_demo(
-        config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
-    )
+    with _source_checkout("demo"):
+        return run_demo(
+            config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
+        )
 
 
 def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``durafix forge ARGS``: the GitHub emulator's own command line (``python -m infra.forge``)."""
-    from infra.forge import cli
+    with _source_checkout("forge"):
+        from infra.forge import cli
 
     return cli.main(args.rest)
 
 
 def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``durafix model ARGS``: the scripted model server's own command line (``python -m infra.modelserver``)."""
-    from infra.modelserver import cli
+    with _source_checkout("model"):
+        from infra.modelserver import cli
 
     return cli.main(args.rest)
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import timedelta
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import pytest
 from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.cli import COMMANDS, build_parser, run_command
+from pipeline.cli.command import CliError
 from pipeline.cli.durations import parse_duration
 from pipeline.cli.run_ids import is_run_id, run_id_from, run_ref
 
@@ -90,3 +92,19 @@ def test_run_ids_are_taken_with_or_without_their_prefix_and_checked_only_where_a
         run_id_from("shop#1")
     assert is_run_id("repair:acme/shop#12")
     assert not is_run_id("manual-experiment") and not is_run_id("acme/shop#12")
+
+
+@pytest.mark.parametrize("argv", [["dev", "status"], ["forge", "serve"], ["model", "serve"]])
+def test_without_the_local_stack_the_dev_commands_say_they_run_from_a_source_checkout(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in an installed wheel, which carries the product packages only (what earlier tests imported included).
+    for name in [name for name in sys.modules if name.startswith("infra.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "infra", None)
+
+    with pytest.raises(CliError, match="`durafix dev` and `demo` run from a source checkout") as refused:
+        run_command(["--state-dir", str(tmp_path), *argv])
+
+    assert refused.value.code == 1
+    assert f"`durafix {argv[0]}` needs the local stack" in str(refused.value)
