@@ -3,8 +3,9 @@ commands ``durafix resources`` and ``durafix cleanup``.
 
 A *holder* is anything that owns resources on behalf of runs and can clean one run up: the local-process
 provider (always), the Docker provider (when an engine is configured, the same rule the workers follow) and
-the workspace manager. They are built from the configuration exactly as a worker builds them, so they read
-the same ownership records and labels the workers wrote.
+the workspace manager. They are built from the settings a worker is built from (its state directory,
+environment provider and Docker host) exactly as the worker builds them, so they read the same ownership
+records and labels the workers wrote. Which labels are run IDs is the caller's to judge.
 
 Contracts:
 
@@ -19,9 +20,9 @@ Contracts:
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from docker.errors import DockerException
@@ -31,8 +32,6 @@ from environments.interface import CleanupReport, OwnedResource
 from environments.registry import get_provider
 from environments.workspace import PROVIDER_NAME as WORKSPACE_HOLDER
 from environments.workspace import WorkspaceManager
-from pipeline.config import DurafixConfig
-from pipeline.ids import parse_workflow_id
 
 # What a holder raises when its records or its engine cannot be read or changed (OSError covers the HTTP
 # client's connection errors, ValueError a torn or foreign record); anything else is a bug and propagates.
@@ -78,48 +77,26 @@ class Inventory:
         return dict(sorted(runs.items()))
 
 
-def run_id_from(text: str) -> str:
-    """The run (workflow) ID named by ``repair:OWNER/REPO#N`` or ``OWNER/REPO#N``; ``ValueError`` otherwise."""
-    run_id = text if text.startswith("repair:") else f"repair:{text}"
-    parse_workflow_id(run_id)
-    return run_id
+def docker_configured(environment_provider: str, docker_host: str) -> bool:
+    """Whether a deployment uses a Docker engine: one is named, or Docker is the environment provider."""
+    return bool(docker_host) or environment_provider == "docker"
 
 
-def run_option(parser: argparse.ArgumentParser, text: str | None) -> str | None:
-    """The run ID a command's ``--run TEXT`` names, None without it; a malformed one is the parser's usage error."""
-    if not text:
-        return None
-    try:
-        return run_id_from(text)
-    except ValueError as err:
-        parser.error(str(err))
-
-
-def is_run_id(text: str) -> bool:
-    """Whether ``text`` is a workflow ID a run could have (``repair:OWNER/REPO#N``)."""
-    try:
-        parse_workflow_id(text)
-    except ValueError:
-        return False
-    return True
-
-
-def docker_configured(config: DurafixConfig) -> bool:
-    """Whether this deployment uses a Docker engine: one is named, or Docker is the environment provider."""
-    return bool(config.docker_host) or config.environment_provider == "docker"
-
-
-def open_holders(config: DurafixConfig) -> tuple[list[Holder], list[Unavailable]]:
-    """The holders a worker with ``config`` would use, and the configured ones that cannot be opened."""
-    env_dir = config.state_dir / "environments"
+def open_holders(
+    state_dir: Path, *, environment_provider: str, docker_host: str
+) -> tuple[list[Holder], list[Unavailable]]:
+    """The holders a worker with this state directory, environment provider and Docker host (empty: the
+    default engine, used only when the provider is Docker) would use, and the configured ones that cannot be
+    opened."""
+    env_dir = state_dir / "environments"
     holders = [Holder("local", get_provider("local", env_dir))]
     unavailable: list[Unavailable] = []
-    if docker_configured(config):
+    if docker_configured(environment_provider, docker_host):
         try:
-            holders.append(Holder("docker", get_provider("docker", env_dir, docker_host=config.docker_host or None)))
+            holders.append(Holder("docker", get_provider("docker", env_dir, docker_host=docker_host or None)))
         except HOLDER_ERRORS as exc:
             unavailable.append(Unavailable("docker", f"engine not reachable: {exc}"))
-    workspaces = WorkspaceManager(cache_dir=config.state_dir / "cache", root=config.state_dir / "workspaces")
+    workspaces = WorkspaceManager(cache_dir=state_dir / "cache", root=state_dir / "workspaces")
     holders.append(Holder(WORKSPACE_HOLDER, workspaces))
     return holders, unavailable
 

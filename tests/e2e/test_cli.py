@@ -113,6 +113,7 @@ async def test_cli_starts_attaches_reports_and_merges_only_the_reviewed_head(sta
     assert "-> merged" in watched.stderr
     final = cli.json("status", wf)
     assert (final["status"], final["outcome"]) == ("completed", "merged")
+    assert final["pending_activities"] == []
     assert final["approval"]["head_sha"] == head and final["approval"]["source"] == "cli"
     assert f"merged     {final['merged_sha']}" in watched.stdout
     pr = repo.get_pull(pr_number)

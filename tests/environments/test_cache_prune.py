@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from environments import cache_cli
 from environments.cache_prune import MirrorSource, prune, survey
 from environments.docker.images import build_lock_path, rootfs_stamp_path
 from environments.files import locked
 from environments.workspace import Workspace, WorkspaceManager
+from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, git, make_repo
@@ -85,7 +85,7 @@ def mirrors(state: Path, tmp_path: Path) -> Iterator[Mirrors]:
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     capsys.readouterr()
-    code = cache_cli.main(["prune", *argv])
+    code = run_command(["cache", "prune", *argv])
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -295,7 +295,7 @@ def test_an_unreachable_engine_leaves_images_unchecked_prunes_the_rest_and_exits
 )
 def test_usage_errors_exit_2_before_anything_is_read(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:
-        cache_cli.main(argv)
+        run_command(["cache", *argv])
 
     assert exited.value.code == 2
 

@@ -20,19 +20,29 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from environments import cleanup_cli, resources_cli
 from environments.files import path_key
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import is_running
 from environments.spec import load_recipe
 from environments.workspace import WorkspaceManager
+from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, make_repo
 from tests.environments.test_local_provider import tagged_pids
 
 Main = Callable[[list[str]], int]
+
+
+def durafix_cleanup(argv: list[str]) -> int:
+    """``durafix cleanup ARGV`` in this process, on the state directory ``$DURAFIX_STATE_DIR`` names."""
+    return run_command(["cleanup", *argv])
+
+
+def durafix_resources(argv: list[str]) -> int:
+    """``durafix resources ARGV`` in this process, on the state directory ``$DURAFIX_STATE_DIR`` names."""
+    return run_command(["resources", *argv])
 
 
 @workflow.defn(name="cleanup_cli_waiter")
@@ -145,7 +155,7 @@ def owned(state: Path, runs: Runs, temporal_env: WorkflowEnvironment, tmp_path: 
 
 
 async def cli(main: Main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    """Run a command's ``main`` in a worker thread (it runs its own event loop); return code, stdout, stderr."""
+    """Run a command in a worker thread (it runs its own event loop); return code, stdout, stderr."""
     capsys.readouterr()
     code = await asyncio.to_thread(main, argv)
     captured = capsys.readouterr()
@@ -160,7 +170,7 @@ def owners(resources: list[dict[str, object]]) -> set[tuple[object, object]]:
 async def test_resources_lists_each_runs_process_and_workspace(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(resources_cli.main, ["--json"], capsys)
+    code, out, _ = await cli(durafix_resources, ["--json"], capsys)
 
     assert code == 0
     document = json.loads(out)
@@ -170,7 +180,7 @@ async def test_resources_lists_each_runs_process_and_workspace(
     assert by_kind[(runs.running, "process")]["detail"]["state"] == "live"
     assert by_kind[(runs.running, "workspace")]["resource_id"] == str(owned.tree[runs.running])
 
-    code, out, _ = await cli(resources_cli.main, ["--run", runs.running.removeprefix("repair:")], capsys)
+    code, out, _ = await cli(durafix_resources, ["--run", runs.running.removeprefix("repair:")], capsys)
 
     assert code == 0
     header, *rows = out.splitlines()
@@ -184,14 +194,14 @@ async def test_resources_lists_each_runs_process_and_workspace(
 async def test_dry_runs_list_their_targets_and_remove_nothing(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(cleanup_cli.main, ["--run", runs.finished, "--json"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--json"], capsys)
 
     assert code == 0
     document = json.loads(out)
     assert document["dry_run"] is True and document["temporal_status"] == "completed"
     assert owners(document["resources"]) == {(runs.finished, "process"), (runs.finished, "workspace")}
 
-    code, out, _ = await cli(cleanup_cli.main, ["--orphans"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--orphans"], capsys)
 
     assert code == 0
     assert "dry run, nothing was changed" in out and str(owned.tree[runs.unknown]) in out
@@ -202,7 +212,7 @@ async def test_dry_runs_list_their_targets_and_remove_nothing(
 async def test_cleanup_of_one_run_removes_only_that_runs_resources(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(cleanup_cli.main, ["--run", runs.finished, "--yes", "--json"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--yes", "--json"], capsys)
 
     assert code == 0
     document = json.loads(out)
@@ -212,10 +222,10 @@ async def test_cleanup_of_one_run_removes_only_that_runs_resources(
     assert owned.alive(runs.running) and owned.answers(runs.running) and owned.tree[runs.running].is_dir()
     assert owned.alive(runs.unknown) and owned.tree[runs.unknown].is_dir()
 
-    code, _, err = await cli(cleanup_cli.main, ["--run", runs.finished, "--yes"], capsys)
+    code, _, err = await cli(durafix_cleanup, ["--run", runs.finished, "--yes"], capsys)
 
     assert code == 3 and "owns no resources" in err
-    code, out, _ = await cli(resources_cli.main, ["--run", runs.finished], capsys)
+    code, out, _ = await cli(durafix_resources, ["--run", runs.finished], capsys)
     assert code == 3 and "no resources owned by" in out
 
 
@@ -223,13 +233,13 @@ async def test_cleanup_of_one_run_removes_only_that_runs_resources(
 async def test_a_running_run_is_cleaned_only_with_force(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, _, err = await cli(cleanup_cli.main, ["--run", runs.running, "--yes"], capsys)
+    code, _, err = await cli(durafix_cleanup, ["--run", runs.running, "--yes"], capsys)
 
     assert code == 2
     assert "refusing without --force" in err and "still running" in err
     assert owned.alive(runs.running) and owned.tree[runs.running].is_dir()
 
-    code, out, _ = await cli(cleanup_cli.main, ["--run", runs.running, "--yes", "--force"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--run", runs.running, "--yes", "--force"], capsys)
 
     assert code == 0 and "clean; 2 removed, 0 remaining" in out
     assert not owned.alive(runs.running) and not owned.tree[runs.running].exists()
@@ -246,7 +256,7 @@ async def test_orphans_are_the_finished_and_unknown_runs_never_the_running_one(
         run_id="manual-experiment", op_id="manual", clone_url=owned.repo.url, base_revision=owned.repo.base
     )
 
-    code, out, _ = await cli(cleanup_cli.main, ["--orphans", "--json"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--orphans", "--json"], capsys)
 
     assert code == 0
     document = json.loads(out)
@@ -256,7 +266,7 @@ async def test_orphans_are_the_finished_and_unknown_runs_never_the_running_one(
     assert kept[runs.running]["temporal_status"] == "running"
     assert kept["manual-experiment"]["note"] == "not a run ID; inspect by hand"
 
-    code, out, _ = await cli(cleanup_cli.main, ["--orphans", "--yes", "--json"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--orphans", "--yes", "--json"], capsys)
 
     assert code == 0
     results = {t["run_id"]: t for t in json.loads(out)["targets"] if t["run_id"] in runs.all()}
@@ -278,7 +288,7 @@ async def test_a_resource_that_cannot_be_removed_is_named_with_its_error_and_exi
     obstacle = state / "workspaces" / path_key(runs.finished) / "tombstone.json"
     (obstacle / "blocker").mkdir(parents=True)
 
-    code, out, _ = await cli(cleanup_cli.main, ["--orphans", "--yes"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--orphans", "--yes"], capsys)
 
     assert code == 1
     assert f"{runs.finished}: INCOMPLETE; 1 removed, 1 remaining" in out
@@ -292,7 +302,7 @@ async def test_a_resource_that_cannot_be_removed_is_named_with_its_error_and_exi
     assert owned.alive(runs.running)
 
     shutil.rmtree(obstacle)
-    code, out, _ = await cli(cleanup_cli.main, ["--run", runs.finished, "--yes"], capsys)
+    code, out, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--yes"], capsys)
 
     assert code == 0 and "clean; 1 removed, 0 remaining" in out
     assert not owned.tree[runs.finished].exists()
@@ -305,16 +315,16 @@ async def test_without_temporal_orphans_are_refused_and_a_run_needs_force(
     DurafixConfig(state_dir=state, temporal_address=f"127.0.0.1:{closed_port()}").save()
 
     for argv in (["--orphans"], ["--orphans", "--yes"]):
-        code, _, err = await cli(cleanup_cli.main, argv, capsys)
+        code, _, err = await cli(durafix_cleanup, argv, capsys)
         assert code == 2
         assert "refusing to look for orphans: cannot reach Temporal" in err
-    code, out, err = await cli(cleanup_cli.main, ["--run", runs.finished], capsys)
+    code, out, err = await cli(durafix_cleanup, ["--run", runs.finished], capsys)
     assert code == 0 and "cannot reach Temporal" in err and "--yes --force" in out
-    code, _, err = await cli(cleanup_cli.main, ["--run", runs.finished, "--yes"], capsys)
+    code, _, err = await cli(durafix_cleanup, ["--run", runs.finished, "--yes"], capsys)
     assert code == 2 and "refusing without --force" in err
     assert all(owned.alive(run) and owned.tree[run].is_dir() for run in runs.all())
 
-    code, _, _ = await cli(cleanup_cli.main, ["--run", runs.finished, "--yes", "--force"], capsys)
+    code, _, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--yes", "--force"], capsys)
 
     assert code == 0
     assert not owned.alive(runs.finished) and owned.alive(runs.running) and owned.alive(runs.unknown)
@@ -334,7 +344,7 @@ def test_an_unreachable_docker_engine_makes_the_listing_incomplete_not_empty(
 ) -> None:
     monkeypatch.setenv("DURAFIX_DOCKER_HOST", f"tcp://127.0.0.1:{closed_port()}")
 
-    code = resources_cli.main(["--json"])
+    code = durafix_resources(["--json"])
     out, err = capsys.readouterr()
 
     assert code == 1
@@ -346,12 +356,12 @@ def test_an_unreachable_docker_engine_makes_the_listing_incomplete_not_empty(
 @pytest.mark.parametrize(
     ("main", "argv"),
     [
-        (cleanup_cli.main, []),
-        (cleanup_cli.main, ["--run", "acme/shop#1", "--orphans"]),
-        (cleanup_cli.main, ["--run", "acme/shop"]),
-        (cleanup_cli.main, ["--run", "acme/shop#1", "--force"]),
-        (cleanup_cli.main, ["--orphans", "--yes", "--force"]),
-        (resources_cli.main, ["--run", "shop#1"]),
+        (durafix_cleanup, []),
+        (durafix_cleanup, ["--run", "acme/shop#1", "--orphans"]),
+        (durafix_cleanup, ["--run", "acme/shop"]),
+        (durafix_cleanup, ["--run", "acme/shop#1", "--force"]),
+        (durafix_cleanup, ["--orphans", "--yes", "--force"]),
+        (durafix_resources, ["--run", "shop#1"]),
     ],
 )
 def test_usage_errors_exit_2_before_anything_is_read(main: Main, argv: list[str]) -> None:

@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
-from pipeline.cli import build_parser, parse_duration
+from evidence.interface import ArtifactKind
+from evidence.local import LocalArtifactStore
+from pipeline.cli import COMMANDS, build_parser, run_command
+from pipeline.cli.command import CliError
+from pipeline.cli.durations import parse_duration
+from pipeline.cli.run_ids import is_run_id, run_id_from, run_ref
 
 
 @pytest.mark.parametrize(
@@ -36,3 +43,68 @@ def test_approve_takes_a_validity(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["approve", "acme/shop#1", "--sha", "a" * 40, "--valid-for", "later"])
     assert "bad duration 'later'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_answers_help_with_its_own_usage(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command([command, "--help"])
+
+    assert exited.value.code == 0
+    usage = capsys.readouterr().out.splitlines()[0]
+    # forge and model hand their arguments, --help included, to the servers' own parsers.
+    prog = command if COMMANDS[command].passes_through else f"durafix {command}"
+    assert usage.startswith(f"usage: {prog} ")
+
+
+def test_arguments_only_a_pass_through_command_takes_are_a_usage_error_elsewhere(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        run_command(["list", "--data-dir", "x"])
+
+    assert exited.value.code == 2
+    assert "durafix: error: unrecognized arguments: --data-dir x" in capsys.readouterr().err
+
+
+def test_the_state_dir_option_is_the_configuration_the_command_gets(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DURAFIX_STATE_DIR", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("DURAFIX_EVIDENCE_URL", raising=False)
+    store = LocalArtifactStore(tmp_path / "state" / "evidence")
+    log = store.put_bytes(b"log", kind=ArtifactKind.LOG, run_id="r")
+
+    code = run_command(["--state-dir", str(tmp_path / "state"), "evidence", "gc", "--keep", "log=0"])
+
+    assert code == 0
+    assert capsys.readouterr().out.split() == [log.key]
+    assert not store.exists(log)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_run_ids_are_taken_with_or_without_their_prefix_and_checked_only_where_asked() -> None:
+    assert run_ref("acme/shop#12") == run_id_from("acme/shop#12") == "repair:acme/shop#12"
+    assert run_ref("repair:acme/shop#12") == "repair:acme/shop#12"
+    # Run commands leave a malformed ID to Temporal (not found); --run of the on-call commands refuses it.
+    assert run_ref("shop#1") == "repair:shop#1"
+    with pytest.raises(ValueError, match="not a durafix workflow ID"):
+        run_id_from("shop#1")
+    assert is_run_id("repair:acme/shop#12")
+    assert not is_run_id("manual-experiment") and not is_run_id("acme/shop#12")
+
+
+@pytest.mark.parametrize("argv", [["dev", "status"], ["forge", "serve"], ["model", "serve"]])
+def test_without_the_local_stack_the_dev_commands_say_they_run_from_a_source_checkout(
+    argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As in an installed wheel, which carries the product packages only (what earlier tests imported included).
+    for name in [name for name in sys.modules if name.startswith("infra.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "infra", None)
+
+    with pytest.raises(CliError, match="`durafix dev` and `demo` run from a source checkout") as refused:
+        run_command(["--state-dir", str(tmp_path), *argv])
+
+    assert refused.value.code == 1
+    assert f"`durafix {argv[0]}` needs the local stack" in str(refused.value)

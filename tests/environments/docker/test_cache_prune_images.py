@@ -23,11 +23,11 @@ import docker
 import pytest
 from docker.errors import ImageNotFound, NotFound
 
-from environments import cache_cli
 from environments.docker import DockerProvider
 from environments.docker.images import ImageBuilder, rootfs_stamp_path, stamp_path
 from environments.interface import AppRecipe
 from infra.docker.engine import DockerEngine
+from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
@@ -114,7 +114,7 @@ def images(
 
 def prune(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object], str]:
     capsys.readouterr()
-    code = cache_cli.main(["prune", *argv, "--json"])
+    code = run_command(["cache", "prune", *argv, "--json"])
     captured = capsys.readouterr()
     return code, json.loads(captured.out), captured.err
 
@@ -176,7 +176,7 @@ def test_the_text_output_names_what_could_not_be_removed_with_the_engines_error(
     images: Images, capsys: pytest.CaptureFixture[str]
 ) -> None:
     capsys.readouterr()
-    code = cache_cli.main(["prune", "--yes"])
+    code = run_command(["cache", "prune", "--yes"])
     out = capsys.readouterr().out
 
     assert code == 1

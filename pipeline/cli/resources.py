@@ -20,27 +20,33 @@ from environments.inventory import (
     render_table,
     resource_json,
     resource_row,
-    run_option,
     take_inventory,
     unavailable_json,
 )
-from pipeline.config import load_config
+from pipeline.cli.command import AddArguments
+from pipeline.cli.run_ids import run_option
+from pipeline.config import DurafixConfig
 
 EXIT_OK, EXIT_INCOMPLETE, EXIT_NOT_FOUND = 0, 1, 3
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="durafix resources", description="List the resources runs own.")
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "List the resources runs own."
     parser.add_argument("--run", help="only this run: repair:OWNER/REPO#N or OWNER/REPO#N")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    return parser
+
+    def check(args: argparse.Namespace) -> None:
+        args.run_id = run_option(parser, args.run)
+
+    parser.set_defaults(fn=cmd_resources, check=check)
 
 
-def main(argv: list[str]) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    run_id = run_option(parser, args.run)
-    holders, unopened = open_holders(load_config())
+def cmd_resources(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``resources``: list what ``args.run_id`` owns (what every run owns when it is None)."""
+    run_id: str | None = args.run_id
+    holders, unopened = open_holders(
+        config.state_dir, environment_provider=config.environment_provider, docker_host=config.docker_host
+    )
     inventory = take_inventory(holders, unopened, run_id)
     for item in inventory.unavailable:
         print(f"durafix resources: {item.name}: {item.reason} (its resources are not listed)", file=sys.stderr)
@@ -57,3 +63,6 @@ def main(argv: list[str]) -> int:
     if not inventory.complete:
         return EXIT_INCOMPLETE
     return EXIT_NOT_FOUND if run_id is not None and not inventory.resources else EXIT_OK
+
+
+ARGUMENTS: dict[str, AddArguments] = {"resources": _arguments}

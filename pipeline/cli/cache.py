@@ -47,12 +47,13 @@ from environments.cache_prune import (
     prune,
     survey,
 )
-from environments.cli_output import Printer
 from environments.docker import DockerProvider
 from environments.docker.image_cache import ImageSource, TarballSource
 from environments.inventory import HOLDER_ERRORS, Unavailable, docker_configured, render_table, unavailable_json
-from pipeline.cli import parse_duration
-from pipeline.config import DurafixConfig, load_config
+from pipeline.cli.command import AddArguments
+from pipeline.cli.durations import parse_duration
+from pipeline.cli.output import Printer
+from pipeline.config import DurafixConfig
 from pipeline.services import Services
 
 EXIT_OK, EXIT_REMAINS = 0, 1
@@ -74,10 +75,8 @@ def _older_than(text: str) -> timedelta:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="durafix cache", description="A worker's caches: git mirrors, Docker images, root filesystem tarballs."
-    )
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "A worker's caches: git mirrors, Docker images, root filesystem tarballs."
     actions = parser.add_subparsers(dest="action", required=True)
     prune_cmd = actions.add_parser(
         "prune",
@@ -94,23 +93,27 @@ def _parser() -> argparse.ArgumentParser:
     )
     prune_cmd.add_argument("--yes", action="store_true", help="remove; without it nothing is changed")
     prune_cmd.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    return parser
+    prune_cmd.set_defaults(fn=cmd_cache_prune)
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+def cmd_cache_prune(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``cache prune``: see :func:`prune_caches`."""
     out = Printer("durafix cache", as_json=args.json)
-    return out.finish(prune_caches(load_config(), args.older_than, yes=args.yes, out=out))
+    return out.finish(prune_caches(config, args.older_than, yes=args.yes, out=out))
+
+
+ARGUMENTS: dict[str, AddArguments] = {"cache": _arguments}
 
 
 def prune_caches(config: DurafixConfig, older_than: timedelta, *, yes: bool, out: Printer) -> int:
     """Plan, print the plan, and with ``yes`` carry it out; returns the exit code."""
     caches = WorkerCaches(config)
+    docker = docker_configured(config.environment_provider, config.docker_host)
     try:
         now = time.time()
         plan = survey(caches.sources, older_than, now)
         plan.unavailable[:0] = caches.unavailable
-        _report_plan(out, plan, older_than, yes=yes, docker=docker_configured(config))
+        _report_plan(out, plan, older_than, yes=yes, docker=docker)
         if not yes:
             _print_dry_run(out, plan, older_than, now)
             return EXIT_OK if not plan.unavailable else EXIT_REMAINS
@@ -131,7 +134,7 @@ class WorkerCaches:
         self._docker: DockerProvider | None = None
         # Where the Docker provider Services builds keeps its image cache (it is given no other place).
         image_cache_dir = config.state_dir / "environments" / "cache"
-        if docker_configured(config):
+        if docker_configured(config.environment_provider, config.docker_host):
             try:
                 provider = services.provider("docker")
             except HOLDER_ERRORS as exc:

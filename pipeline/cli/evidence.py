@@ -17,7 +17,8 @@ from urllib.parse import unquote, urlsplit
 from evidence.interface import ArtifactKind
 from evidence.open import open_store
 from evidence.serve import serve
-from pipeline.config import load_config
+from pipeline.cli.command import AddArguments
+from pipeline.config import DurafixConfig
 
 
 def _retention(text: str) -> tuple[ArtifactKind, float]:
@@ -31,8 +32,8 @@ def _retention(text: str) -> tuple[ArtifactKind, float]:
         raise argparse.ArgumentTypeError(f"bad retention {text!r} (kinds: {kinds}; days a number)") from err
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="durafix evidence", description="The evidence store.")
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = "The evidence store."
     sub = parser.add_subparsers(dest="action", required=True)
     s = sub.add_parser("serve", help="serve the local evidence store over HTTP")
     s.add_argument("--root", type=Path, help="store directory (default: the configured local store)")
@@ -40,12 +41,12 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=0, help="0 picks a free port")
     g = sub.add_parser("gc", help="delete expired artifacts")
     g.add_argument("--keep", type=_retention, action="append", required=True, metavar="KIND=DAYS")
-    return parser
+    parser.set_defaults(fn=cmd_evidence)
 
 
-def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    config = load_config()
+def cmd_evidence(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``evidence serve`` until interrupted (exit 2 when the configured store is not local and no ``--root``
+    is given), or ``evidence gc``: delete and print each expired key."""
     url = config.resolved_evidence_url()
     if args.action == "serve":
         root: Path | None = args.root
@@ -61,3 +62,6 @@ def main(argv: list[str]) -> int:
     for key in store.delete_expired(datetime.now(UTC), dict(args.keep)):
         print(key)
     return 0
+
+
+ARGUMENTS: dict[str, AddArguments] = {"evidence": _arguments}

@@ -1,5 +1,6 @@
-"""Output of the on-call commands (``durafix cleanup``, ``durafix cache``): text as it comes, or one JSON
-document at the end; warnings and refusals always on stderr, prefixed with the command's name."""
+"""Command output: JSON documents on stdout, and for the on-call commands (``durafix cleanup``, ``durafix
+cache``) text as it comes or one JSON document at the end, with warnings and refusals always on stderr,
+prefixed with the command's name."""
 
 from __future__ import annotations
 
@@ -7,6 +8,11 @@ import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+
+def print_json(obj: Any) -> None:
+    """``obj`` as indented JSON on stdout; values JSON does not know (datetimes, paths) as their ``str``."""
+    print(json.dumps(obj, indent=2, default=str))
 
 
 @dataclass

@@ -35,7 +35,6 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from environments.cli_output import Printer
 from environments.interface import CleanupReport, OwnedResource
 from environments.inventory import (
     Holder,
@@ -43,16 +42,17 @@ from environments.inventory import (
     Unavailable,
     clean_run,
     fully_cleaned,
-    is_run_id,
     open_holders,
     render_resources,
     resource_json,
-    run_option,
     take_inventory,
     unavailable_json,
 )
+from pipeline.cli.command import AddArguments
+from pipeline.cli.output import Printer
+from pipeline.cli.run_ids import is_run_id, run_option
 from pipeline.client import connect
-from pipeline.config import DurafixConfig, load_config
+from pipeline.config import DurafixConfig
 
 EXIT_OK, EXIT_REMAINS, EXIT_REFUSED, EXIT_NOT_FOUND = 0, 1, 2, 3
 
@@ -146,11 +146,9 @@ class RunOutcome:
         return data
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="durafix cleanup",
-        description="Remove what a run owns (processes, containers, networks, volumes, workspaces). Dry run "
-        "unless --yes.",
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Remove what a run owns (processes, containers, networks, volumes, workspaces). Dry run unless --yes."
     )
     target = parser.add_mutually_exclusive_group(required=True)
     target.add_argument("--run", help="repair:OWNER/REPO#N or OWNER/REPO#N")
@@ -158,23 +156,29 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--yes", action="store_true", help="remove; without it nothing is changed")
     parser.add_argument("--force", action="store_true", help="with --run --yes: also when the run is live or unknown")
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout")
-    return parser
+
+    def check(args: argparse.Namespace) -> None:
+        if args.force and not (args.yes and args.run):
+            parser.error("--force only applies to --run ... --yes")
+        args.run_id = run_option(parser, args.run)
+
+    parser.set_defaults(fn=cmd_cleanup, check=check)
 
 
-def main(argv: list[str]) -> int:
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if args.force and not (args.yes and args.run):
-        parser.error("--force only applies to --run ... --yes")
-    run_id = run_option(parser, args.run)
-    config = load_config()
-    holders, unopened = open_holders(config)
+def cmd_cleanup(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``cleanup``: one run's resources (``args.run_id``), or the orphans' when it is None."""
+    holders, unopened = open_holders(
+        config.state_dir, environment_provider=config.environment_provider, docker_host=config.docker_host
+    )
     printer = Printer("durafix cleanup", as_json=args.json)
-    if run_id is not None:
-        code = asyncio.run(_cleanup_run(config, holders, unopened, run_id, args.yes, args.force, printer))
+    if args.run_id is not None:
+        code = asyncio.run(_cleanup_run(config, holders, unopened, args.run_id, args.yes, args.force, printer))
     else:
         code = asyncio.run(_cleanup_orphans(config, holders, unopened, args.yes, printer))
     return printer.finish(code)
+
+
+ARGUMENTS: dict[str, AddArguments] = {"cleanup": _arguments}
 
 
 async def _cleanup_run(

@@ -1,0 +1,85 @@
+"""The ``durafix`` command line: one argparse tree over the command modules of this package.
+
+Exit codes: 0 success, 1 a run or command failed, 2 usage error, 3 the run or service was not found (each
+command's module states its own refinements). Processes end with a flush and ``os._exit`` (a short-lived
+Temporal client can crash at interpreter exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import cast
+
+from pipeline.cli.command import EXIT_OK, Check, CliError, Command, Commands, Spec
+from pipeline.config import load_config
+
+__all__ = ["COMMANDS", "build_parser", "main", "run_command"]
+
+COMMANDS: dict[str, Spec] = {
+    "dev": Spec("dev", "the embedded local stack"),
+    "worker": Spec("dev", "run a worker"),
+    "serve": Spec("dev", "run the GitHub webhook receiver"),
+    "start": Spec("runs", "start (or attach to) the run for a bug report"),
+    "status": Spec("runs", "a run's state"),
+    "history": Spec("runs", "a run's event history"),
+    "list": Spec("runs", "list runs"),
+    "approve": Spec("runs", "approve a run's PR at a head SHA"),
+    "reject": Spec("runs", "reject a run's PR"),
+    "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
+    "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
+    "forge": Spec("dev", "the GitHub emulator (see `durafix forge --help`)", passes_through=True),
+    "model": Spec("dev", "the scripted model server (see `durafix model --help`)", passes_through=True),
+    "evidence": Spec("evidence", "the evidence store: serve it, apply retention"),
+    "cleanup": Spec("cleanup", "remove what a run owns, or what ended and unknown runs left (dry run unless --yes)"),
+    "resources": Spec("resources", "list the resources runs own (read-only)"),
+    "cache": Spec("cache", "a worker's caches: prune what nobody has used for a while"),
+}
+"""Every ``durafix`` command: the module holding it, and its line in ``durafix --help``."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole ``durafix`` parser tree (a command's arguments are added when it is parsed)."""
+    parser = argparse.ArgumentParser(prog="durafix", description="Durable bug-repair pipeline on Temporal.")
+    parser.add_argument("--state-dir", help="state directory (default $DURAFIX_STATE_DIR or ./.durafix)")
+    commands = cast(Commands, parser.add_subparsers(dest="command", required=True, action=Commands))
+    for name, spec in COMMANDS.items():
+        commands.add_command(name, spec)
+    return parser
+
+
+def run_command(argv: list[str]) -> int:
+    """Parse ``argv``, load the configuration (``--state-dir``, else ``$DURAFIX_STATE_DIR``, else
+    ``./.durafix``) and run the command; returns its exit code. Usage errors raise ``SystemExit(2)`` before
+    the configuration is read; a failed command may raise :class:`CliError`."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if getattr(args, "takes_rest", False):
+        args.rest = rest
+    elif rest:
+        parser.error(f"unrecognized arguments: {' '.join(rest)}")
+    check: Check | None = getattr(args, "check", None)
+    if check is not None:
+        check(args)
+    config = load_config(Path(args.state_dir) if args.state_dir else None)
+    fn: Command = args.fn
+    return fn(args, config)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """The console script: run the command, print a :class:`CliError` as ``durafix: ...``, and exit."""
+    argv = sys.argv[1:] if argv is None else argv
+    code = EXIT_OK
+    try:
+        code = run_command(argv)
+    except CliError as err:
+        print(f"durafix: {err}", file=sys.stderr)
+        code = err.code
+    except KeyboardInterrupt:
+        code = 130
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # A short-lived Temporal client can crash at interpreter exit; end without running finalizers.
+    os._exit(code)

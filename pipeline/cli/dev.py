@@ -1,0 +1,171 @@
+"""The commands that run parts of durafix: ``durafix dev`` (the embedded stack), ``demo``, ``worker``,
+``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted model server, run on their own).
+
+``dev``, ``demo``, ``forge`` and ``model`` need ``infra``, the local stack, which lives in the source
+checkout and is no part of the installed product: they import it inside the command only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
+from pipeline.cli.output import print_json
+from pipeline.config import DurafixConfig
+
+
+@contextmanager
+def _source_checkout(command: str) -> Iterator[None]:
+    """Turn ``infra`` missing (durafix installed from a wheel, which carries the product packages only) into
+    a :class:`CliError` saying where ``command`` runs; any other missing module still propagates."""
+    try:
+        yield
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.partition(".")[0] != "infra":
+            raise
+        raise CliError(
+            f"`durafix dev` and `demo` run from a source checkout: `durafix {command}` needs the local stack "
+            "(the repository's infra/ package), which an installed durafix does not include"
+        ) from err
+
+
+def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
+    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop)."""
+    with _source_checkout("dev"):
+        from infra import stack
+
+    if args.action == "up":
+        cfg = stack.up(
+            config.state_dir,
+            model_script=Path(args.model_script) if args.model_script else None,
+            evidence=args.evidence,
+            environments=args.env,
+        )
+        info = stack.status(cfg.state_dir)
+        if args.json:
+            print_json(info)
+        else:
+            for name, svc in info.items():
+                print(f"{name:9} {svc['url']}" + (f"  (ui {svc['ui']})" if "ui" in svc else ""))
+            print(f"state     {cfg.state_dir}")
+        return EXIT_OK
+    if args.action == "status":
+        info = stack.status(config.state_dir)
+        if args.json:
+            print_json(info)
+        elif not info:
+            print("no stack recorded in", config.state_dir)
+        else:
+            for name, svc in info.items():
+                print(f"{name:9} {'up  ' if svc['alive'] else 'DOWN'} pid {svc['pid']:<7} {svc['url']}")
+        return EXIT_OK if info and all(s["alive"] for s in info.values()) else EXIT_FAIL
+    stuck = stack.down(config.state_dir)
+    if stuck:
+        raise CliError(f"could not stop: {', '.join(stuck)}")
+    return EXIT_OK
+
+
+def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """Run a worker on ``--queues`` until interrupted; an unknown queue or a video setting the host cannot
+    honour is a usage error (exit 2)."""
+    from browser.video import VideoUnavailable
+    from pipeline.worker import parse_queues, run_worker
+
+    try:
+        queues = parse_queues(args.queues)
+    except ValueError as err:
+        raise CliError(str(err), EXIT_USAGE) from err
+    try:
+        asyncio.run(run_worker(config, queues))
+    except VideoUnavailable as err:
+        raise CliError(f"browser_video is on but {err}", EXIT_USAGE) from err
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """Serve the webhook receiver until interrupted; without a webhook secret it refuses (exit 2)."""
+    from pipeline.webhooks import WebhookReceiver
+
+    if not config.webhook_secret:
+        raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
+    receiver = WebhookReceiver(config, args.host, args.port)
+    print(f"durafix webhook receiver on {receiver.url}", file=sys.stderr, flush=True)
+    try:
+        receiver.serve_forever()
+    except KeyboardInterrupt:
+        print("durafix webhook receiver stopping", file=sys.stderr, flush=True)
+    finally:
+        receiver.stop()
+    return EXIT_OK
+
+
+def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """The whole pipeline on the embedded stack; exit 0 only when the run merged (see :mod:`pipeline.demo`)."""
+    from pipeline.demo import run_demo
+
+    with _source_checkout("demo"):
+        return run_demo(
+            config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
+        )
+
+
+def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``durafix forge ARGS``: the GitHub emulator's own command line (``python -m infra.forge``)."""
+    with _source_checkout("forge"):
+        from infra.forge import cli
+
+    return cli.main(args.rest)
+
+
+def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``durafix model ARGS``: the scripted model server's own command line (``python -m infra.modelserver``)."""
+    with _source_checkout("model"):
+        from infra.modelserver import cli
+
+    return cli.main(args.rest)
+
+
+def _dev_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("action", choices=["up", "status", "down"])
+    parser.add_argument("--model-script", help="script the scripted model server answers from")
+    parser.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store (up)")
+    parser.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider (up)")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(fn=cmd_dev)
+
+
+def _worker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--queues", default="all", help="comma list of orchestration,forge,environments,browser,model")
+    parser.set_defaults(fn=cmd_worker)
+
+
+def _serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8787)
+    parser.set_defaults(fn=cmd_serve)
+
+
+def _demo_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    parser.add_argument("--keep", action="store_true", help="leave the stack running afterwards")
+    parser.add_argument("--env", choices=["local", "docker"], default="local")
+    parser.add_argument("--evidence", choices=["local", "s3"], default="local")
+    parser.add_argument("--video", action="store_true", help="record a video of every reproduction run (needs ffmpeg)")
+    parser.set_defaults(fn=cmd_demo)
+
+
+ARGUMENTS: dict[str, AddArguments] = {
+    "dev": _dev_arguments,
+    "worker": _worker_arguments,
+    "serve": _serve_arguments,
+    "demo": _demo_arguments,
+    # Their parsers live with the servers in infra (the command passes its arguments through, --help too).
+    "forge": lambda parser: parser.set_defaults(fn=cmd_forge),
+    "model": lambda parser: parser.set_defaults(fn=cmd_model),
+}

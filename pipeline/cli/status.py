@@ -1,0 +1,217 @@
+"""What ``durafix status`` shows: the run's recorded state and the work Temporal has pending for it.
+
+The state is the workflow's ``state`` query, facts as the workflow recorded them. The pending activities
+come from describing the workflow: what is running right now (or scheduled, or waiting to retry), with the
+sub-state its last heartbeat carried (:mod:`pipeline.heartbeat`: the text, or ``{"detail": text, ...}``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
+from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.converter import DataConverter
+
+from pipeline.state import RunState
+
+_STATES = {
+    PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED: "scheduled",
+    PendingActivityState.PENDING_ACTIVITY_STATE_STARTED: "running",
+    PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED: "cancelling",
+    PendingActivityState.PENDING_ACTIVITY_STATE_PAUSED: "paused",
+    PendingActivityState.PENDING_ACTIVITY_STATE_PAUSE_REQUESTED: "pausing",
+}
+
+
+@dataclass(frozen=True)
+class PendingActivity:
+    """One activity of the run that Temporal has scheduled and that has not finished.
+
+    ``state`` is ``scheduled`` (not started: first try, or a retry waiting out its backoff), ``running``,
+    ``cancelling`` (running, its cancellation not yet seen by a heartbeat), ``paused``, ``pausing`` or
+    ``unknown``. ``heartbeat_details`` are the last heartbeat's details as decoded (None without any, or
+    when they could not be decoded: then ``detail`` says why); ``detail`` is the sub-state they carry. The
+    last heartbeat may be from an earlier attempt: Temporal hands it to the retry.
+    """
+
+    activity_id: str
+    activity_type: str
+    state: str
+    attempt: int
+    detail: str | None
+    heartbeat_details: list[Any] | None
+    last_heartbeat_time: datetime | None
+    last_started_time: datetime | None
+    last_failure: str | None
+
+    def line(self, now: datetime) -> str:
+        """``running    env.provision (attempt 1): setup: npm ci (41 s, last heartbeat 2 s ago)``: the
+        state, the activity and its attempt, the sub-state, then how long this attempt has run (when it
+        started) and how old its last heartbeat is (or that it has sent none yet), and the last failure."""
+        text = f"{self.state:<10} {self.activity_type} (attempt {self.attempt})"
+        if self.detail:
+            text += f": {self.detail}"
+        started = self.last_started_time if self.state != "scheduled" else None
+        notes: list[str] = []
+        if started is not None:
+            notes.append(age_text(now - started))
+        beat = self.last_heartbeat_time
+        if beat is not None and (started is None or beat >= started):
+            notes.append(f"last heartbeat {age_text(now - beat)} ago")
+        elif started is not None:
+            notes.append("no heartbeat yet" + ("; the detail is an earlier attempt's" if self.detail else ""))
+        if self.last_failure:
+            notes.append(f"last failure: {self.last_failure}")
+        return text + (f" ({', '.join(notes)})" if notes else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "activity_id": self.activity_id,
+            "activity_type": self.activity_type,
+            "state": self.state,
+            "attempt": self.attempt,
+            "detail": self.detail,
+            "heartbeat_details": self.heartbeat_details,
+            "last_heartbeat_time": _iso(self.last_heartbeat_time),
+            "last_started_time": _iso(self.last_started_time),
+            "last_failure": self.last_failure,
+        }
+
+
+async def pending_activities(description: WorkflowExecutionDescription) -> list[PendingActivity]:
+    """The pending activities of a described workflow, heartbeat details decoded with the data converter of
+    the client that described it (the one the workers encode with)."""
+    return [
+        await decode_pending_activity(info, description.data_converter)
+        for info in description.raw_description.pending_activities
+    ]
+
+
+async def decode_pending_activity(info: PendingActivityInfo, converter: DataConverter) -> PendingActivity:
+    """One ``PendingActivityInfo``, its heartbeat details decoded with ``converter``. Details that do not
+    decode do not fail the description: ``detail`` says they are unreadable, and why."""
+    values: list[Any] | None = None
+    detail: str | None = None
+    if info.HasField("heartbeat_details") and info.heartbeat_details.payloads:
+        try:
+            values = await converter.decode(info.heartbeat_details.payloads)
+        except (KeyError, RuntimeError, ValueError) as err:
+            # KeyError: an encoding this converter does not know; the others: a payload it cannot convert.
+            detail = f"(heartbeat details not readable: {err})"
+        else:
+            detail = heartbeat_detail(values)
+    failure = info.last_failure.message.strip().splitlines() if info.HasField("last_failure") else []
+    return PendingActivity(
+        activity_id=info.activity_id,
+        activity_type=info.activity_type.name,
+        state=_STATES.get(info.state, "unknown"),
+        attempt=info.attempt,
+        detail=detail,
+        heartbeat_details=values,
+        last_heartbeat_time=_time(info.last_heartbeat_time, info.HasField("last_heartbeat_time")),
+        last_started_time=_time(info.last_started_time, info.HasField("last_started_time")),
+        last_failure=failure[0] if failure else None,
+    )
+
+
+def heartbeat_detail(values: Sequence[Any]) -> str | None:
+    """The sub-state heartbeat details carry: the text, or the ``detail`` of a ``{"detail": text, ...}``;
+    anything else as compact JSON (shown as sent rather than hidden); None without details."""
+    if not values:
+        return None
+    first = values[0]
+    if isinstance(first, str):
+        return first
+    if isinstance(first, dict) and isinstance(first.get("detail"), str):
+        detail: str = first["detail"]
+        return detail
+    return json.dumps(first, default=str, separators=(",", ":"))
+
+
+def age_text(delta: timedelta) -> str:
+    """``41 s``, ``12 min``, ``3 h``: whole units, rounded down; a negative age (clock skew) is ``0 s``."""
+    seconds = max(int(delta.total_seconds()), 0)
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h"
+
+
+def _time(stamp: Timestamp, present: bool) -> datetime | None:
+    return stamp.ToDatetime(tzinfo=UTC) if present else None
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def state_summary(
+    state: RunState,
+    status: WorkflowExecutionStatus | None,
+    pending: Sequence[PendingActivity] = (),
+    now: datetime | None = None,
+) -> str:
+    """The run for a human: its identity, Temporal status and phase, each pending activity (its times
+    relative to ``now``), then what the run has recorded, phase by phase."""
+    lines = [
+        f"run        {state.workflow_id}  (run {state.run_id[:8]}, workflow v{state.workflow_version})",
+        f"status     {status.name.lower() if status else 'unknown'}; phase {state.phase.value}"
+        + (f"; outcome {state.outcome.value}" if state.outcome else ""),
+    ]
+    if state.outcome_detail:
+        lines.append(f"detail     {state.outcome_detail}")
+    lines.extend(activity.line(now or datetime.now(UTC)) for activity in pending)
+    if state.target_revision:
+        lines.append(f"base       {state.target_revision}")
+    if state.ticket:
+        lines.append(f"ticket     {state.ticket.url}  (op {state.ticket.op_id})")
+    if state.environment:
+        env = state.environment
+        lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url} [{env.last_status}]")
+    if state.reproduction:
+        lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
+    for c in state.candidates:
+        lines.append(
+            f"attempt {c.attempt}  {c.verification}; commit {c.commit or '-'}" + (f"; {c.failure}" if c.failure else "")
+        )
+    if state.publish:
+        p = state.publish
+        lines.append(f"publish    {p.branch} @ {p.commit[:12]}; PR {p.pr_url or '-'}")
+        if p.evidence_digest:
+            lines.append(f"evidence   bundle {p.evidence_digest}")
+    if state.pending_approval:
+        a = state.pending_approval
+        lines.append(f"awaiting   approval of PR #{a.pr_number} head {a.head_sha}")
+    if state.approval:
+        until = f" until {state.approval.expires_at.isoformat()}" if state.approval.expires_at else ""
+        lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")
+    if state.merged_sha:
+        lines.append(f"merged     {state.merged_sha}")
+    b = state.budgets
+    lines.append(
+        f"budgets    repair {b.repair_attempts_used}/{b.repair_attempts_max}; "
+        f"tokens {b.model_prompt_tokens + b.model_completion_tokens}/{b.model_token_budget}"
+    )
+    if state.cleanup:
+        lines.append(
+            f"cleanup    {'complete' if state.cleanup.complete else 'INCOMPLETE'}; removed {state.cleanup.removed}"
+            + (f"; remaining {state.cleanup.remaining}" if state.cleanup.remaining else "")
+        )
+    if state.cancellation:
+        lines.append("cancel     " + " -> ".join(m.step.value for m in state.cancellation))
+    lines.append(f"artifacts  {len(state.evidence)} stored (sha256-addressed)")
+    if status == WorkflowExecutionStatus.TERMINATED:
+        lines.append(
+            "WARNING    the run was terminated: its own cleanup did not run and the state above is as of the\n"
+            f"           termination. Check `durafix resources --run {state.workflow_id}` and clean up with\n"
+            f"           `durafix cleanup --run {state.workflow_id}`; check the forge for a half-finished step."
+        )
+    return "\n".join(lines)
