@@ -94,17 +94,7 @@ def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
         for rel in SAMPLE_FILES:
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(SAMPLE / rel, work / rel)
-        env = {
-            "GIT_AUTHOR_NAME": "Maintainer",
-            "GIT_AUTHOR_EMAIL": "maintainer@localhost",
-            "GIT_COMMITTER_NAME": "Maintainer",
-            "GIT_COMMITTER_EMAIL": "maintainer@localhost",
-            "GIT_CONFIG_COUNT": "1",
-            "GIT_CONFIG_KEY_0": "http.extraHeader",
-            "GIT_CONFIG_VALUE_0": f"Authorization: Basic {_basic(token)}",
-            "PATH": "/usr/bin:/bin",
-            "HOME": tmp,
-        }
+        env = maintainer_git_env(token, Path(tmp))
         for cmd in (
             ["git", "init", "-q", "-b", "main"],
             ["git", "add", "-A"],
@@ -112,6 +102,22 @@ def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
             ["git", "push", "-q", f"{config.forge_git_base}/{repository}.git", "main"],
         ):
             subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True)
+
+
+def maintainer_git_env(token: str, home: Path) -> dict[str, str]:
+    """The environment of git commands run as the repositories' maintainer against the forge: a fixed
+    identity, the token as HTTP Basic credentials, nothing from the caller's git configuration."""
+    return {
+        "GIT_AUTHOR_NAME": "Maintainer",
+        "GIT_AUTHOR_EMAIL": "maintainer@localhost",
+        "GIT_COMMITTER_NAME": "Maintainer",
+        "GIT_COMMITTER_EMAIL": "maintainer@localhost",
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "http.extraHeader",
+        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {_basic(token)}",
+        "PATH": "/usr/bin:/bin",
+        "HOME": str(home),
+    }
 
 
 def _basic(token: str) -> str:

@@ -335,13 +335,7 @@ class RepairBugWorkflow:
             steps.RUN_BASELINE, BaselineInput(run_id=wf, op_id=baseline_op, spec_ref=self._spec_ref)
         )
         self._record(result.test_output_ref)
-        self._state.baseline = BaselineFact(
-            op_id=baseline_op,
-            runnable=result.runnable,
-            passed=result.passed,
-            summary=result.summary,
-            test_output_ref=result.test_output_ref,
-        )
+        self._state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump())
         base = report.base_revision[:12]
         if not result.runnable:
             raise RunEnded(

@@ -178,6 +178,8 @@ def state_summary(
         lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url} [{env.last_status}]")
     if state.reproduction:
         lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
+    if state.baseline:
+        lines.append(f"baseline   recipe tests on base: {state.baseline.summary}")
     for c in state.candidates:
         lines.append(
             f"attempt {c.attempt}  {c.verification}; commit {c.commit or '-'}" + (f"; {c.failure}" if c.failure else "")

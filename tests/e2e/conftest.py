@@ -6,7 +6,6 @@ Each test gets its own repository in the emulator, so runs never share forge sta
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import os
 import shutil
@@ -33,7 +32,7 @@ from infra import processes, stack
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import OWNER, ensure_user, issue_text, seed_repository
+from pipeline.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
 from pipeline.ids import workflow_id_for
 from tests.conftest import require
 
@@ -117,20 +116,9 @@ class E2EStack:
 
     def push_files(self, repository: str, files: dict[str, str], message: str) -> str:
         """Commit ``files`` (path -> text) on top of ``main`` as the repositories' owner and push; the new head."""
-        basic = base64.b64encode(f"x-access-token:{self.owner_token()}".encode()).decode()
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) / "work"
-            env = {
-                **{k: v for k, v in os.environ.items() if not k.startswith("GIT_")},
-                "GIT_AUTHOR_NAME": "Maintainer",
-                "GIT_AUTHOR_EMAIL": "maintainer@localhost",
-                "GIT_COMMITTER_NAME": "Maintainer",
-                "GIT_COMMITTER_EMAIL": "maintainer@localhost",
-                "GIT_CONFIG_COUNT": "1",
-                "GIT_CONFIG_KEY_0": "http.extraHeader",
-                "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}",
-                "HOME": tmp,
-            }
+            env = maintainer_git_env(self.owner_token(), Path(tmp))
             url = f"{self.config.forge_git_base}/{repository}.git"
 
             def git(*args: str) -> str:
