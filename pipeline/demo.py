@@ -88,6 +88,21 @@ def seed_repository(
     return repository
 
 
+def unused_repository_name(config: DurafixConfig, admin_token: str, base: str = REPO_NAME) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first name the owner has no repository under. Each demo
+    seeds a fresh copy of the sample, so a second demo finds the bug unfixed on its ``main`` again."""
+    owner_token = ensure_user(config, admin_token, OWNER)
+    for n in range(1, 10_000):
+        name = base if n == 1 else f"{base}-{n}"
+        try:
+            _api(config, "GET", f"/repos/{OWNER}/{name}", owner_token)
+        except urllib.error.HTTPError as err:
+            if err.code == 404:
+                return name
+            raise
+    raise RuntimeError(f"no free repository name under {OWNER}/{base}-N")
+
+
 def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -163,7 +178,8 @@ def run_demo(
         )
         children.append(receiver)
         processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 30)
-        repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url)
+        name = unused_repository_name(config, stack_state.admin_token)
+        repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url, name=name)
         title, body = issue_text()
         result = DemoRun(config, repository, stack_state.reviewer_token).run(title, body, quiet=as_json)
     finally:
