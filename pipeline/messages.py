@@ -49,6 +49,12 @@ def ticket_body(state: RunState, note: str = "") -> str:
         lines.append(f"- awaiting review of head `{state.pending_approval.head_sha}`")
     if state.merged_sha:
         lines.append(f"- merged as `{state.merged_sha}`")
+    if state.publish is not None and state.publish.report_url:
+        lines.append(f"- evidence report: {state.publish.report_url}")
+    elif state.outcome is not None and state.evidence:
+        lines.append(
+            f"- evidence: {len(state.evidence)} artifact(s) kept in the store (`durafix status --json` lists them)"
+        )
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"

@@ -199,9 +199,7 @@ class RepairBugWorkflow:
                 cancelled = True
                 outcome, detail = Outcome.CANCELLED, f"cancellation requested during {self._state.phase.value}"
             else:
-                ambiguous = failure_class(err) == FailureClass.AMBIGUOUS
-                outcome = Outcome.AMBIGUOUS_NEEDS_HUMAN if ambiguous else Outcome.NEEDS_HUMAN_TRIAGE
-                detail = f"step failed ({failure_kind(err)}): {failure_message(err)}"
+                outcome, detail = self._step_failure(err)
         # From here on activities run to record the ending; a cancellation no longer stops them.
         self._ending = True
         if cancelled:
@@ -233,6 +231,22 @@ class RepairBugWorkflow:
                 await self._update_ticket(note=self._closing_note)
             except ActivityError as err:
                 self._state.outcome_detail = f"ticket note failed: {failure_message(err)}"
+
+    def _step_failure(self, err: ActivityError) -> tuple[Outcome, str]:
+        """The ending of a run a step failed under: what failed, and whether it says anything about the
+        report. Our own machinery failing (a transport error, the engine, a timeout) is said to be that, never
+        a verdict on the report."""
+        kind = failure_class(err)
+        what = f"{failure_kind(err)}: {failure_message(err)}"
+        phase = self._state.phase.value
+        if kind == FailureClass.AMBIGUOUS:
+            return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"step failed ({what})"
+        if kind is None or kind.retryable:
+            return Outcome.NEEDS_HUMAN_TRIAGE, (
+                f"durafix itself failed during {phase} after its retries ({what}); this says nothing about the "
+                "report: an operator must look (`durafix history`) and can then retry"
+            )
+        return Outcome.NEEDS_HUMAN_TRIAGE, f"step failed during {phase} ({what})"
 
     def _cancel_requested(self) -> bool:
         """Whether a cancellation request has reached the run (before its ending began).

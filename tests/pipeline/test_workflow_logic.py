@@ -17,13 +17,13 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import steps
+from pipeline.failures import FailureClass
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
@@ -91,6 +91,8 @@ class Script:
     fixes_on_attempt: int | None = 1
     merge_answers: list[MergeStatus] = field(default_factory=lambda: [MergeStatus.MERGED])
     fail_spec: bool = False
+    # The spec's git fetch keeps failing as a transport error (our machinery, not the report).
+    spec_transport_down: bool = False
     # The recipe's tests on the base: (runnable, passed).
     baseline: tuple[bool, bool] = (True, True)
     stuck_resource: str | None = None
@@ -156,7 +158,9 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     async def prepare_spec(i: PrepareSpecInput) -> ArtifactRef:
         s.calls.append(("prepare_spec", i))
         if s.fail_spec:
-            raise ApplicationError("durafix.yaml is missing", type="Permanent", non_retryable=True)
+            raise FailureClass.PERMANENT.error("durafix.yaml is missing")
+        if s.spec_transport_down:
+            raise FailureClass.TRANSIENT.error("git: RPC failed; curl 52 Empty reply from server")
         return ref("spec", ArtifactKind.SPEC)
 
     @activity.defn(name=steps.PROVISION.name)
@@ -530,6 +534,18 @@ async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harne
     assert "Permanent" in final.outcome_detail and "durafix.yaml is missing" in final.outcome_detail
     assert harness.script.names().count("prepare_spec") == 1  # non-retryable: tried once
     assert "cleanup_run" in harness.script.names()
+
+
+async def test_our_machinery_failing_is_said_to_be_that_not_a_verdict_on_the_report(harness: Harness) -> None:
+    harness.script.spec_transport_down = True
+    two_tries = RunPolicy.fast().environment.model_copy(update={"max_attempts": 2})
+    final = await harness.result(await harness.start(environment=two_tries))
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
+    assert final.outcome_detail.startswith("durafix itself failed during provision after its retries (Transient:")
+    assert "says nothing about the report" in final.outcome_detail
+    assert harness.script.names().count("prepare_spec") == 2
+    last_ticket = [c for n, c in harness.script.calls if n == "update_ticket"][-1]
+    assert "durafix itself failed" in last_ticket.body and "has finished with this report" in last_ticket.body
 
 
 async def test_cleanup_that_cannot_complete_names_what_remains(harness: Harness) -> None:
