@@ -209,7 +209,7 @@ async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(st
     shown = cli.json("status", wf)
     assert shown["phase"] == "provision"
     assert any(
-        a["activity"] == "env.provision" and "setup: sleep 25" in a["detail"] for a in shown["pending_activities"]
+        a["activity_type"] == "env.provision" and "setup: sleep 25" in a["detail"] for a in shown["pending_activities"]
     ), shown["pending_activities"]
 
     cli.ok("cancel", wf, "--wait", timeout_s=RUN_TIMEOUT_S - 90)
