@@ -13,7 +13,7 @@ from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
 from browser.session import VIEWPORT
 from tests.browser.apps import CART_DIR, PagesServer, base_url_of, free_port, serve_static
-from tests.pixels import png_size
+from tests.pixels import colourful_pixels, png_size
 
 pytestmark = pytest.mark.browser
 
@@ -74,6 +74,19 @@ def test_no_crop_for_a_hidden_element_or_a_check_on_no_element(runner: BrowserRu
     events = json.loads(result.log_path.read_text())["runs"][0]["events"]
     skipped = [(e["name"], e["reason"]) for e in events if e["kind"] == "screenshot_skipped"]
     assert skipped == [("run-1-assert-1-element.png", "the element is not visible")]
+
+
+def test_an_emoji_on_the_page_is_drawn_in_colour_in_the_crop(runner: BrowserRunner, out_dir: Path) -> None:
+    # A missing emoji font draws a grey box; a colour emoji font draws coloured pixels.
+    page = '<p id="name" style="font:32px sans-serif">t\N{INFORMATION DESK PERSON}t*</p>'
+    checks = procedure("  - {action: goto}", "  - {action: expect_text, selector: '#name', contains: '*'}")
+    with serve_static({"/": page}) as url:
+        result = runner.run(checks, url, out_dir)
+
+    (assertion,) = result.runs[0].assertions
+    assert assertion.actual == "t\N{INFORMATION DESK PERSON}t*" and assertion.holds is True
+    assert assertion.element_screenshot is not None
+    assert colourful_pixels(assertion.element_screenshot.read_bytes()) > 50
 
 
 def test_cart_procedure_does_not_reproduce_on_a_fixed_copy(
