@@ -51,9 +51,10 @@ table{border-collapse:collapse;width:100%}td,th{border:1px solid #d0d7de;padding
 vertical-align:top}th{background:#f6f8fa}.sha{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
 .verdict{display:inline-block;padding:.1rem .55rem;border-radius:1rem;font-weight:600}
 .pass{background:#dafbe1;color:#116329}.fail{background:#ffebe9;color:#a40e26}.neutral{background:#eaeef2}
-.sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.side{border:1px solid #d0d7de;padding:.75rem}
+.compare{display:grid;grid-template-columns:7rem minmax(0,1fr) minmax(0,1fr);gap:.5rem 1rem}
+.compare>.side{display:contents}.compare h3{margin:.3rem 0}
+.compare .cell,.compare .moment{border-top:1px solid #d0d7de;padding-top:.4rem}.moment{font-weight:600}
 figure{margin:.4rem 0}figcaption{font-size:12px;color:#59636e}img{max-width:100%;border:1px solid #d0d7de}
-.shots td{width:45%}.shots td:first-child{width:10%}
 code.observed{background:#fff8c5;padding:0 .25rem;white-space:pre-wrap;word-break:break-word;font-size:15px}
 .seen+.seen{border-top:1px dashed #d0d7de;margin-top:.4rem;padding-top:.4rem}
 /* A crop keeps its own size (a block element's crop is a whole line wide): scroll it, never shrink it. */
@@ -65,7 +66,7 @@ code.observed{background:#fff8c5;padding:0 .25rem;white-space:pre-wrap;word-brea
 .zoom:target .open img{position:fixed;inset:0;margin:auto;z-index:11;width:auto;height:auto;max-width:98vw;
 max-height:98vh;background:#fff;pointer-events:none}
 .diff .add{background:#dafbe1}.diff .del{background:#ffebe9}.diff .hunk{color:#0550ae}.diff .meta{font-weight:600}
-.note{color:#59636e;font-size:13px}code.action{color:#59636e}
+pre.wrap{white-space:pre-wrap;word-break:break-word}.note{color:#59636e;font-size:13px}code.action{color:#59636e}
 """
 
 _SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
@@ -94,8 +95,7 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
             "<main>",
             _summary(bundle, digest),
             _proof(bundle, procedure, observed, images),
-            _reproduction(bundle, observed),
-            _screenshots(bundle, images),
+            _comparison(bundle, observed, images),
             _procedure(bundle, store, procedure, procedure_text),
             _patch(bundle, store),
             _checks(bundle.checks, store),
@@ -281,26 +281,55 @@ def _observed_value(actual: str | None) -> str:
     return code(actual, "observed")
 
 
-def _reproduction(bundle: EvidenceBundle, observed: dict[str, Observations]) -> str:
+def _comparison(bundle: EvidenceBundle, observed: dict[str, Observations], images: _Images) -> str:
+    """Each revision's verdict against what was expected, then both revisions' screenshots side by side, one
+    row per moment of the procedure (``run 1: check 1``), except the element crops the proof already shows.
+
+    One grid: a column per revision, each revision's cells inside its own ``#side-<role>`` element (carrying
+    ``data-revision``) laid out with ``display: contents``, so a moment's screenshots share a row.
+    """
+    sides = (bundle.base, bundle.candidate)
+    moments: dict[str, tuple[str, dict[str, list[ArtifactRef]]]] = {}
+    for side in sides:
+        for ref in side.screenshots:
+            if ref.key not in images.shown:
+                moment = moment_of(ref.name)
+                moments.setdefault(moment.key, (moment.label, {}))[1].setdefault(side.role, []).append(ref)
+    labels = "".join(
+        f'<div class="moment" style="grid-area:{row}/1">{_e(label)}</div>'
+        for row, (label, _) in enumerate(moments.values(), start=3)
+    )
+    columns = []
+    for column, side in enumerate(sides, start=2):
+        cells = [
+            f'<h3 style="grid-area:1/{column}">{_SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}</h3>',
+            f'<div class="cell" style="grid-area:2/{column}">{_verdict(side, observed[side.role])}</div>',
+        ]
+        for row, (key, (label, by_role)) in enumerate(moments.items(), start=3):
+            alt = f"{_SIDE_LABEL[side.role].lower()}, {label}: the page"
+            figures = "".join(images.figure(side.role, ref, label, alt) for ref in by_role.get(side.role, []))
+            cells.append(
+                f'<div class="cell shot" data-moment="{_e(key)}" style="grid-area:{row}/{column}">'
+                f"{figures or '<span class=note>no screenshot</span>'}</div>"
+            )
+        article = f'<article class="side" id="side-{side.role}" data-revision="{_e(side.revision)}">'
+        columns.append(f"{article}{''.join(cells)}</article>")
+    hint = '<p class="note">Click a screenshot to see it full size, and anywhere to close it.</p>' if moments else ""
     return (
-        '<section id="reproduction"><h2>Observed vs expected</h2><div class="sides">'
-        + _side(bundle.base, observed[bundle.base.role])
-        + _side(bundle.candidate, observed[bundle.candidate.role])
-        + "</div></section>"
+        f'<section id="reproduction"><h2>Observed vs expected</h2>{hint}'
+        f'<div class="compare">{labels}{"".join(columns)}</div></section>'
     )
 
 
-def _side(side: RevisionEvidence, observations: Observations) -> str:
+def _verdict(side: RevisionEvidence, observations: Observations) -> str:
     outcome = "as expected" if side.as_expected else "NOT as expected"
-    detail = f"<pre>{_e(side.detail)}</pre>" if side.detail else ""
+    detail = f'<pre class="wrap">{_e(side.detail)}</pre>' if side.detail else ""
     note = f'<p class="note">{_e(observations.note)}</p>' if observations.note else ""
     return (
-        f'<article class="side" id="side-{side.role}" data-revision="{_e(side.revision)}">'
-        f'<h3>{_SIDE_LABEL[side.role]} <code class="sha">{_e(side.revision[:12])}</code></h3>'
         f'<table><tr><th scope="row">expected</th><td>{_e(_status_text(side.expected_status))}</td></tr>'
         f'<tr><th scope="row">observed</th><td>{_e(_status_text(side.status))} '
         f'<span class="verdict {"pass" if side.as_expected else "fail"}">{outcome}</span></td></tr></table>'
-        f"{detail}{note}</article>"
+        f"{detail}{note}"
     )
 
 
@@ -311,37 +340,6 @@ def _status_text(status: str) -> str:
         "inconclusive": "inconclusive: runs disagreed or could not be completed",
         "infra_failure": "infrastructure failure: no verdict",
     }.get(status, status)
-
-
-def _screenshots(bundle: EvidenceBundle, images: _Images) -> str:
-    """Both revisions' screenshots side by side, one row per moment of the procedure (``run 1: check 1``),
-    except the element crops the proof table already shows."""
-    rows: dict[str, tuple[str, dict[str, list[ArtifactRef]]]] = {}
-    for side in (bundle.base, bundle.candidate):
-        for ref in side.screenshots:
-            if ref.key in images.shown:
-                continue
-            moment = moment_of(ref.name)
-            rows.setdefault(moment.key, (moment.label, {}))[1].setdefault(side.role, []).append(ref)
-    head = '<section id="screenshots"><h2>Screenshots</h2>'
-    if not rows:
-        return f'{head}<p class="note">no screenshots</p></section>'
-    columns = "".join(
-        f'<th scope="col">{_SIDE_LABEL[s.role]} {code(s.revision[:12], "sha")}</th>'
-        for s in (bundle.base, bundle.candidate)
-    )
-    body = []
-    for label, by_role in rows.values():
-        cells = []
-        for side in (bundle.base, bundle.candidate):
-            alt = f"{_SIDE_LABEL[side.role].lower()}, {label}"
-            figures = "".join(images.figure(side.role, ref, label, alt) for ref in by_role.get(side.role, []))
-            cells.append(f"<td>{figures or '<span class=note>none</span>'}</td>")
-        body.append(f'<tr><th scope="row">{_e(label)}</th>{"".join(cells)}</tr>')
-    return (
-        f'{head}<p class="note">Click a screenshot to see it full size, and again to close it.</p>'
-        f'<table class="shots"><tr><th scope="col">moment</th>{columns}</tr>{"".join(body)}</table></section>'
-    )
 
 
 def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str, Any] | None, text: str) -> str:

@@ -91,7 +91,7 @@ def test_each_check_shows_what_it_expects_and_what_each_revision_showed(tmp_path
         )
         # The whole page is linked to its figure in the screenshots section, which opens full size.
         assert f'<a class="page" href="#shot-{role}-{whole.sha256[:16]}">the whole page</a>' in shown
-        assert f'<figure class="zoom" id="shot-{role}-{whole.sha256[:16]}">' in section(page, "screenshots")
+        assert f'<figure class="zoom" id="shot-{role}-{whole.sha256[:16]}">' in section(page, "reproduction")
 
 
 def test_a_hostile_observed_value_is_shown_escaped(tmp_path: Path) -> None:
@@ -183,13 +183,16 @@ def test_identical_screenshots_are_embedded_once_and_the_repeat_links_to_them(tm
     bundle = store_cart_bundle(store, solid_png(8, 4, (200, 0, 0)), solid_png(8, 4, (0, 160, 0)))
     first = next(r for r in bundle.base.screenshots if r.name.endswith("-run-1-assert-1.png"))
     page = render_report(bundle, store, tmp_path / "report").read_text()
-    shots = section(page, "screenshots")
+    shots = section(page, "reproduction")
 
     assert shots.count(base64.b64encode(store.read_bytes(first)).decode()) == 1
-    row = re.search(r'<tr><th scope="row">run 2: check 1</th><td>(.*?)</td>', shots, re.S)
-    assert row is not None
-    assert f'same image as <a href="#shot-base-{first.sha256[:16]}">run 1: check 1</a>' in row.group(1)
-    assert "reproduce-base-run-2-assert-1.png" in row.group(1)
+    # Inside the base revision's column, at the moment of run 2's check.
+    base = shots[shots.index('id="side-base"') : shots.index('id="side-candidate"')]
+    repeat = re.search(r'<div class="cell shot" data-moment="run-2-assert-1.png" [^>]*>(.*?)</div>', base, re.S)
+    assert repeat is not None
+    assert f'same image as <a href="#shot-base-{first.sha256[:16]}">run 1: check 1</a>' in repeat.group(1)
+    assert "reproduce-base-run-2-assert-1.png" in repeat.group(1)
+    assert '<div class="moment" style="grid-area:4/1">run 2: check 1</div>' in shots
 
 
 def test_text_from_artifacts_cannot_inject_markup(tmp_path: Path) -> None:
@@ -253,6 +256,11 @@ def test_served_report_renders_in_chromium_with_images_and_no_console_errors(tmp
         assert len(widths) == 4 and all(w > 0 for w in widths)
         assert BASE[:12] in page.inner_text("#side-base")
         assert CANDIDATE[:12] in page.inner_text("#side-candidate")
+        # Each revision's own column holds its screenshots and names its revision.
+        for side, revision in (("base", BASE), ("candidate", CANDIDATE)):
+            shown = page.eval_on_selector_all(f"#side-{side} img", "imgs => imgs.map(i => i.naturalWidth)")
+            assert len(shown) == 1 and shown[0] > 0
+            assert page.get_attribute(f"#side-{side}", "data-revision") == revision
         assert page.inner_text("#verdict") == "all checks passed"
         assert page.inner_text("#bundle-digest") == bundle_digest(bundle)
         assert problems == []
