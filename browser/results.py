@@ -18,7 +18,13 @@ class ReproductionStatus(StrEnum):
 
 
 class AssertionOutcome(BaseModel):
-    """One ``bug_present`` assertion: ``holds`` is None when it could not be evaluated (e.g. no element)."""
+    """One ``bug_present`` assertion: ``holds`` is None when it could not be evaluated (e.g. no element).
+
+    ``actual`` is what the page showed (the text, ``visible``/``not visible``, the URL, the status).
+    ``screenshot`` is the page right after the assertion; ``element_screenshot`` the crop of the element it
+    read, taken only for assertions on an element (``expect_text``, ``expect_visible``) that could be
+    evaluated and whose element is visible. Both are None when not taken (the log says why).
+    """
 
     index: int
     description: str
@@ -26,6 +32,7 @@ class AssertionOutcome(BaseModel):
     actual: str | None = None
     error: str | None = None
     screenshot: Path | None = None
+    element_screenshot: Path | None = None
 
 
 class RunOutcome(BaseModel):

@@ -22,7 +22,21 @@ from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
 from playwright.async_api import Error as PlaywrightError
 
 from browser.checks import Verdict, evaluate, wait_until_holds
-from browser.procedure import EXPECTATIONS, Click, Fill, Goto, Press, Procedure, Select, Step, WaitFor, procedure_digest
+from browser.procedure import (
+    EXPECTATIONS,
+    Click,
+    Expectation,
+    ExpectText,
+    ExpectVisible,
+    Fill,
+    Goto,
+    Press,
+    Procedure,
+    Select,
+    Step,
+    WaitFor,
+    procedure_digest,
+)
 from browser.recorder import RunRecorder
 from browser.results import AssertionOutcome, BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome
 
@@ -61,9 +75,14 @@ class Collected:
             detail=detail,
         )
 
-    def write_log(self, result: ReproductionResult | None) -> None:
-        """``result`` is None when the reproduction was cancelled."""
-        log = {
+    def log(self, result: ReproductionResult | None) -> dict[str, Any]:
+        """The JSON document ``log.json`` holds; ``result`` is None when the reproduction was cancelled.
+
+        Each run's ``outcome`` is its :class:`RunOutcome`, with the screenshots of its assertions named by
+        file name only (the name the artifact is stored under, after the storing side's prefix), so a
+        reader can pair every assertion with its screenshots wherever the run's folder was.
+        """
+        return {
             "procedure": self.procedure.name,
             "procedure_digest": procedure_digest(self.procedure),
             "base_url": self.base_url,
@@ -73,14 +92,18 @@ class Collected:
             "runs": [
                 {
                     "run": index + 1,
-                    "outcome": self.runs[index].model_dump(mode="json") if index < len(self.runs) else None,
+                    "outcome": _outcome_json(self.runs[index]) if index < len(self.runs) else None,
                     "events": recorder.events,
                     "events_dropped": recorder.dropped,
                 }
                 for index, recorder in enumerate(self.recorders)
             ],
         }
-        self.log_path.write_text(json.dumps(log, indent=2, default=str))
+
+    def write_log(self, result: ReproductionResult | None) -> None:
+        """Write :meth:`log` to ``log_path``, ASCII-only: a page's text may hold what UTF-8 cannot encode
+        (a lone surrogate), and a log must never fail to be written for that."""
+        self.log_path.write_text(json.dumps(self.log(result), indent=2, default=str))
 
 
 class RunSession:
@@ -139,7 +162,9 @@ class RunSession:
         assertions = []
         for index, check in enumerate(procedure.bug_present):
             found = await self._check(evaluate(check, self.page, self.recorder))
-            shot = await self._screenshot(f"run-{self.run}-assert-{index + 1}")
+            name = f"run-{self.run}-assert-{index + 1}"
+            shot = await self._screenshot(name)
+            crop = await self._element_screenshot(check, found, f"{name}-element")
             outcome = AssertionOutcome(
                 index=index,
                 description=check.describe(),
@@ -147,8 +172,11 @@ class RunSession:
                 actual=found.actual,
                 error=found.error,
                 screenshot=shot,
+                element_screenshot=crop,
             )
-            self.recorder.add("assertion", **outcome.model_dump(mode="json", exclude={"screenshot"}))
+            self.recorder.add(
+                "assertion", **outcome.model_dump(mode="json", exclude={"screenshot", "element_screenshot"})
+            )
             assertions.append(outcome)
         unevaluated = next((a for a in assertions if a.holds is None), None)
         return RunOutcome(
@@ -238,6 +266,28 @@ class RunSession:
         self.collected.screenshots.append(path)
         return path
 
+    async def _element_screenshot(self, check: Expectation, found: Verdict, name: str) -> Path | None:
+        """A crop of the element ``check`` read, so a reviewer sees the value where the page showed it.
+
+        Only for checks on an element that could be evaluated: an unevaluated check may have no element, or
+        several. A hidden element has no pixels to crop, and ``locator.screenshot`` would wait for it to
+        show for the whole timeout, so it is skipped (and the log says so) rather than waited on.
+        """
+        if not isinstance(check, ExpectText | ExpectVisible) or found.holds is None:
+            return None
+        path = self.collected.out_dir / f"{name}.png"
+        locator = self.page.locator(check.selector)
+        try:
+            if not await self._attempt(locator.is_visible()):
+                self.recorder.add("screenshot_skipped", name=path.name, reason="the element is not visible")
+                return None
+            await self._attempt(locator.screenshot(path=path, timeout=check.timeout_ms))
+        except PlaywrightError as err:
+            self.recorder.add("screenshot_failed", name=path.name, error=_first_line(err))
+            return None
+        self.collected.screenshots.append(path)
+        return path
+
 
 async def _act(step: Step, page: Page, base_url: str) -> None:
     if isinstance(step, Goto):
@@ -252,6 +302,15 @@ async def _act(step: Step, page: Page, base_url: str) -> None:
         await page.locator(step.selector).select_option(step.value, timeout=step.timeout_ms)
     elif isinstance(step, WaitFor):
         await page.locator(step.selector).wait_for(state=step.state, timeout=step.timeout_ms)
+
+
+def _outcome_json(outcome: RunOutcome) -> dict[str, Any]:
+    data = outcome.model_dump(mode="json")
+    for assertion in data["assertions"]:
+        for key in ("screenshot", "element_screenshot"):
+            if assertion[key] is not None:
+                assertion[key] = Path(assertion[key]).name
+    return data
 
 
 def _first_line(err: PlaywrightError) -> str:

@@ -1,74 +1,107 @@
 """The reviewer's report: one static, self-contained HTML page per evidence bundle.
 
-The page shows, for the base revision and the candidate commit side by side, what the pipeline expected and
-what it observed, with the screenshots; the reproduction steps; the patch; the check results; links to the
-Playwright traces; and every artifact's sha256 with the bundle digest an approval names.
+The page leads with what proves the fix: for every check of the reproduction procedure, what it expects,
+what the page showed on the base revision and on the candidate commit (read from each revision's stored
+reproduction log), whether the check held, and a crop of the element the check read beside a link to the
+whole page. Then each revision's verdict against what was expected, the screenshots of both revisions side by
+side (each opens full size on click), the procedure as the reporter wrote it, the patch, the test results,
+links to the Playwright traces, videos and logs, and every artifact's sha256 with the bundle digest an
+approval names.
 
-Self-contained: screenshots are embedded as ``data:`` URIs and styles are inline, so the single file can be
-stored as a ``report`` artifact and opened from any store URL (a presigned S3 URL included). Everything
-taken from artifacts (steps, patch, logs, names) is HTML-escaped, and a Content-Security-Policy allowing no
-script, no fetches and only ``data:`` images keeps a hostile patch or log from running in a reviewer's
-browser. Traces and logs are linked through ``store.url_for`` (on S3 those links expire with the presigned
-URL; regenerate the report to renew them).
+Self-contained: images are embedded as ``data:`` URIs (each distinct image once per revision), styles are
+inline, and the full-size view is CSS only (``:target``), so the single file can be stored as a ``report``
+artifact and opened from any store URL (a presigned S3 URL included). Everything taken from artifacts
+(steps, observed values, patch, logs, names) is HTML-escaped, and a Content-Security-Policy allowing no
+script, no fetches and only ``data:`` images keeps a hostile page, patch or log from running in a reviewer's
+browser. Traces, logs and the original images are linked through ``store.url_for`` (on S3 those links
+expire with the presigned URL; regenerate the report to renew them). The page is a function of the bundle
+and the store's URLs: rendering it again gives the same bytes.
 """
 
 from __future__ import annotations
 
 import base64
-import html
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactRef, ArtifactStore
+from evidence.markup import code, esc
+from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
+from evidence.procedure_view import as_yaml, check_parts, load_procedure, step_html
 
 REPORT_NAME = "index.html"
 # Larger artifacts are linked instead of inlined, so a report stays small enough to open quickly.
 _INLINE_IMAGE_MAX = 4 * 1024 * 1024
 _INLINE_TEXT_MAX = 2 * 1024 * 1024
 _TEST_OUTPUT_TAIL_LINES = 200
+# An observed value is page text, possibly the whole body: the log keeps all of it, the table the start.
+_OBSERVED_MAX_CHARS = 1_000
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
+# Colour emoji come from the emoji font (Debian fonts-noto-color-emoji) named after each generic family.
 _STYLE = """
-body{font:15px/1.45 system-ui,sans-serif;margin:0 auto;max-width:1200px;padding:1rem 1.5rem;color:#1f2328}
+body{font:15px/1.45 system-ui,sans-serif,"Noto Color Emoji";margin:0 auto;max-width:1200px;padding:1rem 1.5rem;
+color:#1f2328}
 h1{font-size:1.5rem;margin:.2rem 0}h2{border-bottom:1px solid #d0d7de;padding-bottom:.2rem;margin-top:2rem}
-code,pre{font:13px/1.4 ui-monospace,monospace}pre{background:#f6f8fa;padding:.75rem;overflow:auto}
+code,pre{font:13px/1.4 ui-monospace,monospace,"Noto Color Emoji"}pre{background:#f6f8fa;padding:.75rem;overflow:auto}
 table{border-collapse:collapse;width:100%}td,th{border:1px solid #d0d7de;padding:.3rem .5rem;text-align:left;
 vertical-align:top}th{background:#f6f8fa}.sha{font-family:ui-monospace,monospace;font-size:12px;word-break:break-all}
-.verdict{display:inline-block;padding:.2rem .6rem;border-radius:1rem;font-weight:600}
-.pass{background:#dafbe1;color:#116329}.fail{background:#ffebe9;color:#a40e26}
-.sides{display:grid;grid-template-columns:1fr 1fr;gap:1rem}.side{border:1px solid #d0d7de;padding:.75rem}
-.side img{max-width:100%;border:1px solid #d0d7de}figure{margin:.5rem 0}figcaption{font-size:12px;color:#59636e}
+.verdict{display:inline-block;padding:.1rem .55rem;border-radius:1rem;font-weight:600}
+.pass{background:#dafbe1;color:#116329}.fail{background:#ffebe9;color:#a40e26}.neutral{background:#eaeef2}
+.compare{display:grid;grid-template-columns:7rem minmax(0,1fr) minmax(0,1fr);gap:.5rem 1rem}
+.compare>.side{display:contents}.compare h3{margin:.3rem 0}
+.compare .cell,.compare .moment{border-top:1px solid #d0d7de;padding-top:.4rem}.moment{font-weight:600}
+figure{margin:.4rem 0}figcaption{font-size:12px;color:#59636e}img{max-width:100%;border:1px solid #d0d7de}
+code.observed{background:#fff8c5;padding:0 .25rem;white-space:pre-wrap;word-break:break-word;font-size:15px}
+.seen+.seen{border-top:1px dashed #d0d7de;margin-top:.4rem;padding-top:.4rem}
+/* A crop keeps its own size (a block element's crop is a whole line wide): scroll it, never shrink it. */
+.seen .open{display:block;overflow-x:auto}.seen .zoom:not(:target) img{max-width:none}
+#proof table{table-layout:fixed}#proof tr:first-child th:nth-child(1){width:16%}
+#proof tr:first-child th:nth-child(2){width:14%}
+.zoom .open img{cursor:zoom-in}.zoom .close{display:none}
+.zoom:target .close{display:block;position:fixed;inset:0;z-index:10;background:rgba(31,35,40,.85);cursor:zoom-out}
+.zoom:target .open img{position:fixed;inset:0;margin:auto;z-index:11;width:auto;height:auto;max-width:98vw;
+max-height:98vh;background:#fff;pointer-events:none}
 .diff .add{background:#dafbe1}.diff .del{background:#ffebe9}.diff .hunk{color:#0550ae}.diff .meta{font-weight:600}
-.note{color:#59636e;font-size:13px}
+pre.wrap{white-space:pre-wrap;word-break:break-word}.note{color:#59636e;font-size:13px}code.action{color:#59636e}
 """
+
+_SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
 
 
 def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` for ``bundle``, reading artifacts from ``store``; return its path.
 
     Every artifact it reads is verified against its sha256 (an :class:`IntegrityError` fails the render
-    rather than showing a reviewer tampered evidence).
+    rather than showing a reviewer tampered evidence). A log or procedure that cannot be read is no error:
+    the page says what it could not show.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     digest = bundle_digest(bundle)
     verdict = "pass" if bundle.passed else "fail"
     title = f"{bundle.repository}#{bundle.issue_number}"
+    procedure_text = store.read_bytes(bundle.procedure).decode("utf-8", errors="replace")
+    procedure = load_procedure(procedure_text)
+    images = _Images(store)
+    observed: dict[str, Observations] = {s.role: read_observations(s, store) for s in (bundle.base, bundle.candidate)}
     body = "\n".join(
         [
             f"<header><h1>durafix evidence for {_e(title)}</h1>",
             f'<p><span class="verdict {verdict}" id="verdict">'
             f"{'all checks passed' if bundle.passed else 'not all checks passed'}</span></p></header>",
+            "<main>",
             _summary(bundle, digest),
-            _reproduction(bundle, store),
-            _steps(bundle, store),
+            _proof(bundle, procedure, observed, images),
+            _comparison(bundle, observed, images),
+            _procedure(bundle, store, procedure, procedure_text),
             _patch(bundle, store),
             _checks(bundle.checks, store),
             _traces(bundle, store),
             _hashes(bundle, digest),
+            "</main>",
         ]
     )
     page = (
@@ -84,6 +117,48 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
     return path
 
 
+@dataclass
+class _Images:
+    """Embeds each distinct image once per revision; a later use of the same pixels links to the first.
+
+    A figure's id is a function of its revision and sha256, so a link to a screenshot can be written before
+    (or without) the figure that shows it: the proof table links to full-page screenshots the screenshots
+    section embeds. Opening that id shows the image full size (CSS ``:target``); the figure's close link goes
+    back to the thumbnail.
+    """
+
+    store: ArtifactStore
+    embedded: dict[tuple[str, str], str] = field(default_factory=dict)
+    shown: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def anchor(role: str, ref: ArtifactRef) -> str:
+        return f"shot-{role}-{ref.sha256[:16]}"
+
+    def figure(self, role: str, ref: ArtifactRef, label: str, alt: str, extra: str = "") -> str:
+        """``ref`` as a figure captioned ``label`` (with a link to the stored file and ``extra``, HTML), or,
+        when its pixels are already on the page for ``role``, a link to where they are."""
+        self.shown.add(ref.key)
+        anchor = self.anchor(role, ref)
+        first = self.embedded.get((role, ref.sha256))
+        original = f'<a href="{_e(self.store.url_for(ref))}" title="{_e(ref.name)}">file</a>'
+        caption = f'<figcaption>{_e(label)} · {original} <span class="sha">{ref.sha256[:16]}</span>{extra}</figcaption>'
+        if first is not None:
+            same = f'<p class="note">same image as <a href="#{anchor}">{_e(first)}</a></p>'
+            return f"<figure>{same}{caption}</figure>"
+        self.embedded[(role, ref.sha256)] = label
+        if not ref.media_type.startswith("image/") or ref.size > _INLINE_IMAGE_MAX:
+            return f'<figure id="{anchor}"><p class="note">too large to embed; follow the link.</p>{caption}</figure>'
+        data = base64.b64encode(self.store.read_bytes(ref)).decode("ascii")
+        return (
+            f'<figure class="zoom" id="{anchor}">'
+            f'<a class="open" id="{anchor}-thumb" href="#{anchor}" title="show full size">'
+            f'<img src="data:{_e(ref.media_type)};base64,{data}" alt="{_e(alt)}"></a>'
+            f'<a class="close" href="#{anchor}-thumb" aria-label="close the full-size image"></a>'
+            f"{caption}</figure>"
+        )
+
+
 def _summary(bundle: EvidenceBundle, digest: str) -> str:
     rows = [
         ("repository", _e(bundle.repository)),
@@ -96,94 +171,199 @@ def _summary(bundle: EvidenceBundle, digest: str) -> str:
     approve = f"durafix approve {bundle.run_id} --sha {bundle.candidate_commit} --evidence {digest}"
     return (
         '<section id="summary"><h2>Summary</h2><table>'
-        + "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in rows)
+        + "".join(f'<tr><th scope="row">{k}</th><td>{v}</td></tr>' for k, v in rows)
         + "</table>"
         + '<p class="note">An approval names the candidate commit and this digest (the sha256 of the stored '
         "evidence manifest); the merge refuses any other head.</p>" + f"<pre>{_e(approve)}</pre></section>"
     )
 
 
-def _reproduction(bundle: EvidenceBundle, store: ArtifactStore) -> str:
+def _proof(
+    bundle: EvidenceBundle, procedure: dict[str, Any] | None, observed: dict[str, Observations], images: _Images
+) -> str:
+    checks: list[Any] = []
+    if procedure is not None and isinstance(procedure.get("bug_present"), list):
+        checks = procedure["bug_present"]
+    indices = sorted({*range(len(checks)), *(i for o in observed.values() for i in o.checks)})
+    head = (
+        '<section id="proof"><h2>What proves the fix</h2>'
+        "<p>The bug is present when <strong>every</strong> check below holds, so a check that holds is a sign "
+        "of the bug. On the base revision every check must hold; on the candidate commit at least one must "
+        "not. Each cell shows the value the page showed, whether the check held, the element the check read, "
+        "and a link to the whole page at that moment (click an image to see it full size).</p>"
+    )
+    if not indices:
+        return f'{head}<p class="note">the procedure names no checks and no log recorded any.</p></section>'
+    sides = (bundle.base, bundle.candidate)
+    columns = "".join(
+        f'<th scope="col">{_SIDE_LABEL[s.role]} {code(s.revision[:12], "sha")}<br>'
+        f'<span class="note">expected: {_side_expectation(s.role)}</span></th>'
+        for s in sides
+    )
+    rows = []
+    for index in indices:
+        if index < len(checks):
+            subject, condition = check_parts(checks[index])
+        else:
+            described = next((o.descriptions[index] for o in observed.values() if index in o.descriptions), "")
+            subject, condition = code(described or f"check {index + 1}"), ""
+        cells = "".join(_observed_cell(s, observed[s.role], index, images) for s in sides)
+        rows.append(
+            f'<tr id="check-{index + 1}"><th scope="row">{index + 1}. {subject}</th>'
+            f"<td>{condition or '<span class=note>(not stated)</span>'}</td>{cells}</tr>"
+        )
     return (
-        '<section id="reproduction"><h2>Observed vs expected</h2><div class="sides">'
-        + _side(bundle.base, "Base revision", store)
-        + _side(bundle.candidate, "Candidate commit", store)
-        + "</div></section>"
+        f'{head}<table><tr><th scope="col">check: what it reads</th><th scope="col">expected there</th>'
+        f"{columns}</tr>{''.join(rows)}</table></section>"
     )
 
 
-def _side(side: RevisionEvidence, label: str, store: ArtifactStore) -> str:
+def _side_expectation(role: str) -> str:
+    if role == "base":
+        return "every check holds (the bug is present)"
+    return "some check does not hold (the bug is gone)"
+
+
+def _observed_cell(side: RevisionEvidence, observations: Observations, index: int, images: _Images) -> str:
+    attributes = f'class="observed-cell" data-role="{side.role}" data-check="{index + 1}"'
+    if observations.log is None:
+        return f'<td {attributes}><p class="note">not recorded: {_e(observations.note or "no log")}</p></td>'
+    seen = observations.for_check(index)
+    if not seen:
+        return f'<td {attributes}><p class="note">the log records no run</p></td>'
+    several_runs = len(observations.runs) > 1
+    # Runs that saw the same are one entry (in the order first seen), so a flaky value stands out.
+    groups: dict[tuple[bool | None, str | None, str | None, bool], list[CheckObservation]] = {}
+    for seen_once in seen:
+        key = (seen_once.holds, seen_once.actual, seen_once.error, seen_once.run_bug_present)
+        groups.setdefault(key, []).append(seen_once)
+    parts = "".join(_observation(side, runs, index, images, several_runs) for runs in groups.values())
+    return f"<td {attributes}>{parts}</td>"
+
+
+def _observation(
+    side: RevisionEvidence, runs: list[CheckObservation], index: int, images: _Images, several_runs: bool
+) -> str:
+    first = runs[0]
+    if first.holds is True:
+        cls = "pass" if side.role == "base" else ("fail" if first.run_bug_present else "neutral")
+        verdict = "holds"
+    elif first.holds is False:
+        cls, verdict = ("fail" if side.role == "base" else "pass"), "does not hold"
+    else:
+        cls, verdict = "fail", "not evaluated"
+    numbers = ", ".join(str(o.run) for o in runs)
+    which = f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>' if several_runs else ""
+    value = _observed_value(first.actual)
+    error = f'<p class="note">{_e(first.error)}</p>' if first.error else ""
+    where = f"{_SIDE_LABEL[side.role].lower()}, run {first.run}, check {index + 1}"
+    crop = screenshot_named(side.screenshots, first.element_screenshot)
+    page = screenshot_named(side.screenshots, first.screenshot)
+    link = f'<a class="page" href="#{images.anchor(side.role, page)}">the whole page</a>' if page else ""
+    if crop is not None:
+        label, alt = f"run {first.run}: the element", f"{where}: the element it read"
+        shown = images.figure(side.role, crop, label, alt, f" · {link}" if link else "")
+    else:
+        # Checks on no element (the URL, a response) have only the page.
+        shown = f'<p class="note">{link}</p>' if link else ""
+    return f'<div class="seen">{value} <span class="verdict {cls}">{verdict}</span>{which}{error}{shown}</div>'
+
+
+def _observed_value(actual: str | None) -> str:
+    if actual is None:
+        return '<span class="note">no value</span>'
+    if actual == "":
+        return '<code class="observed"></code> <span class="note">(empty)</span>'
+    if len(actual) > _OBSERVED_MAX_CHARS:
+        rest = len(actual) - _OBSERVED_MAX_CHARS
+        more = f'<span class="note">… {rest} more characters in the log</span>'
+        return f"{code(actual[:_OBSERVED_MAX_CHARS], 'observed')}{more}"
+    return code(actual, "observed")
+
+
+def _comparison(bundle: EvidenceBundle, observed: dict[str, Observations], images: _Images) -> str:
+    """Each revision's verdict against what was expected, then both revisions' screenshots side by side, one
+    row per moment of the procedure (``run 1: check 1``), except the element crops the proof already shows.
+
+    One grid: a column per revision, each revision's cells inside its own ``#side-<role>`` element (carrying
+    ``data-revision``) laid out with ``display: contents``, so a moment's screenshots share a row.
+    """
+    sides = (bundle.base, bundle.candidate)
+    moments: dict[str, tuple[str, dict[str, list[ArtifactRef]]]] = {}
+    for side in sides:
+        for ref in side.screenshots:
+            if ref.key not in images.shown:
+                moment = moment_of(ref.name)
+                moments.setdefault(moment.key, (moment.label, {}))[1].setdefault(side.role, []).append(ref)
+    labels = "".join(
+        f'<div class="moment" style="grid-area:{row}/1">{_e(label)}</div>'
+        for row, (label, _) in enumerate(moments.values(), start=3)
+    )
+    columns = []
+    for column, side in enumerate(sides, start=2):
+        cells = [
+            f'<h3 style="grid-area:1/{column}">{_SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}</h3>',
+            f'<div class="cell" style="grid-area:2/{column}">{_verdict(side, observed[side.role])}</div>',
+        ]
+        for row, (key, (label, by_role)) in enumerate(moments.items(), start=3):
+            alt = f"{_SIDE_LABEL[side.role].lower()}, {label}: the page"
+            figures = "".join(images.figure(side.role, ref, label, alt) for ref in by_role.get(side.role, []))
+            cells.append(
+                f'<div class="cell shot" data-moment="{_e(key)}" style="grid-area:{row}/{column}">'
+                f"{figures or '<span class=note>no screenshot</span>'}</div>"
+            )
+        article = f'<article class="side" id="side-{side.role}" data-revision="{_e(side.revision)}">'
+        columns.append(f"{article}{''.join(cells)}</article>")
+    hint = '<p class="note">Click a screenshot to see it full size, and anywhere to close it.</p>' if moments else ""
+    return (
+        f'<section id="reproduction"><h2>Observed vs expected</h2>{hint}'
+        f'<div class="compare">{labels}{"".join(columns)}</div></section>'
+    )
+
+
+def _verdict(side: RevisionEvidence, observations: Observations) -> str:
     outcome = "as expected" if side.as_expected else "NOT as expected"
-    figures = "".join(_figure(refs, store) for refs in _same_image(side.screenshots)) or (
-        '<p class="note">no screenshots</p>'
-    )
-    detail = f"<pre>{_e(side.detail)}</pre>" if side.detail else ""
+    detail = f'<pre class="wrap">{_e(side.detail)}</pre>' if side.detail else ""
+    note = f'<p class="note">{_e(observations.note)}</p>' if observations.note else ""
     return (
-        f'<article class="side" id="side-{side.role}" data-revision="{_e(side.revision)}">'
-        f'<h3>{label} <code class="sha">{_e(side.revision[:12])}</code></h3>'
-        f"<table><tr><th>expected</th><td>{_e(_status_text(side.expected_status))}</td></tr>"
-        f"<tr><th>observed</th><td>{_e(_status_text(side.status))} "
+        f'<table><tr><th scope="row">expected</th><td>{_e(_status_text(side.expected_status))}</td></tr>'
+        f'<tr><th scope="row">observed</th><td>{_e(_status_text(side.status))} '
         f'<span class="verdict {"pass" if side.as_expected else "fail"}">{outcome}</span></td></tr></table>'
-        f"{detail}{figures}</article>"
+        f"{detail}{note}"
     )
 
 
 def _status_text(status: str) -> str:
     return {
-        "reproduced": "reproduced: the bug is present",
-        "not_reproduced": "not reproduced: the bug is absent",
-        "inconclusive": "inconclusive: runs disagreed",
+        "reproduced": "reproduced: every check held, the bug is present",
+        "not_reproduced": "not reproduced: some check did not hold, the bug is absent",
+        "inconclusive": "inconclusive: runs disagreed or could not be completed",
         "infra_failure": "infrastructure failure: no verdict",
     }.get(status, status)
 
 
-def _same_image(refs: list[ArtifactRef]) -> list[list[ArtifactRef]]:
-    """Screenshots grouped by content, in first-seen order: identical pixels are shown once."""
-    groups: dict[str, list[ArtifactRef]] = {}
-    for ref in refs:
-        groups.setdefault(ref.sha256, []).append(ref)
-    return list(groups.values())
-
-
-def _figure(refs: list[ArtifactRef], store: ArtifactStore) -> str:
-    ref = refs[0]
-    names = ", ".join(_e(r.name) for r in refs)
-    caption = f"<figcaption>{names} <span class='sha'>{ref.sha256[:16]}</span></figcaption>"
-    if not ref.media_type.startswith("image/") or ref.size > _INLINE_IMAGE_MAX:
-        return f"<figure>{_link(ref, store)}{caption}</figure>"
-    data = base64.b64encode(store.read_bytes(ref)).decode("ascii")
-    return f'<figure><img src="data:{_e(ref.media_type)};base64,{data}" alt="{_e(ref.name)}">{caption}</figure>'
-
-
-def _steps(bundle: EvidenceBundle, store: ArtifactStore) -> str:
-    text = store.read_bytes(bundle.procedure).decode("utf-8", errors="replace")
+def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str, Any] | None, text: str) -> str:
     head = f'<section id="steps"><h2>Reproduction procedure</h2><p>{_link(bundle.procedure, store)}</p>'
-    try:
-        procedure: Any = yaml.safe_load(text)
-    except yaml.YAMLError:
-        procedure = None
-    if not isinstance(procedure, dict) or not isinstance(procedure.get("steps"), list):
+    if procedure is None:
         return f"{head}<pre>{_e(text)}</pre></section>"
     name = f"<p><strong>{_e(str(procedure['name']))}</strong></p>" if procedure.get("name") else ""
-    steps = "".join(f"<li>{_describe(step)}</li>" for step in procedure["steps"])
+    steps = "".join(f"<li>{step_html(step)}</li>" for step in procedure["steps"])
     checks = procedure.get("bug_present")
     present = ""
     if isinstance(checks, list) and checks:
-        present = "<p>The bug is present when all of these hold:</p><ul>" + "".join(
-            f"<li>{_describe(c)}</li>" for c in checks
+        present = "<h3>The bug is present when all of these hold</h3><ol>" + "".join(
+            f"<li>{step_html(c)}</li>" for c in checks
         )
-        present += "</ul>"
+        present += "</ol>"
     runs = procedure.get("runs")
-    repeat = f'<p class="note">Run {_e(str(runs))} times; runs that disagree are inconclusive.</p>' if runs else ""
-    return f"{head}{name}<ol>{steps}</ol>{present}{repeat}</section>"
-
-
-def _describe(item: object) -> str:
-    if not isinstance(item, dict):
-        return f"<code>{_e(str(item))}</code>"
-    action = item.get("action")
-    params = ", ".join(f"{_e(str(k))}=<code>{_e(repr(v))}</code>" for k, v in item.items() if k != "action")
-    return f"<strong>{_e(str(action))}</strong> {params}" if action else params
+    repeat = ""
+    if runs:
+        repeat = (
+            f'<p class="note">Run {_e(str(runs))} times, each in a fresh browser context; '
+            "runs that disagree are inconclusive.</p>"
+        )
+    source = f"<details><summary>as YAML</summary><pre>{_e(as_yaml(procedure))}</pre></details>"
+    return f"{head}{name}<h3>Steps</h3><ol>{steps}</ol>{present}{repeat}{source}</section>"
 
 
 def _patch(bundle: EvidenceBundle, store: ArtifactStore) -> str:
@@ -209,7 +389,7 @@ def _patch(bundle: EvidenceBundle, store: ArtifactStore) -> str:
 
 def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
     if not checks:
-        return '<section id="checks"><h2>Checks</h2><p class="note">no checks were run</p></section>'
+        return '<section id="checks"><h2>Test results</h2><p class="note">no checks were run</p></section>'
     rows = []
     tails = []
     for check in checks:
@@ -224,7 +404,7 @@ def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
                 f"<details><summary>{_e(check.name)}: output (last lines)</summary><pre>{_e(tail)}</pre></details>"
             )
     return (
-        '<section id="checks"><h2>Checks</h2><table><tr><th>check</th><th>result</th><th>detail</th>'
+        '<section id="checks"><h2>Test results</h2><table><tr><th>check</th><th>result</th><th>detail</th>'
         "<th>output</th></tr>" + "".join(rows) + "</table>" + "".join(tails) + "</section>"
     )
 
@@ -261,4 +441,4 @@ def _link(ref: ArtifactRef, store: ArtifactStore) -> str:
 
 
 def _e(text: str) -> str:
-    return html.escape(text, quote=True)
+    return esc(text)

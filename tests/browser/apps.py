@@ -143,3 +143,41 @@ def serve_pages() -> Iterator[PagesServer]:
 def base_url_of(server: ThreadingHTTPServer) -> str:
     host, port = server.server_address[:2]
     return f"http://{host!s}:{port}"
+
+
+class StaticPagesHandler(BaseHTTPRequestHandler):
+    server: StaticPages
+
+    def do_GET(self) -> None:
+        body = self.server.pages.get(self.path)
+        data = (body if body is not None else "not found").encode()
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silent, as PagesHandler."""
+
+
+class StaticPages(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, pages: dict[str, str]) -> None:
+        super().__init__(("127.0.0.1", 0), StaticPagesHandler)
+        self.pages = pages
+
+
+@contextmanager
+def serve_static(pages: dict[str, str]) -> Iterator[str]:
+    """Serve ``pages`` (path -> HTML) until the block exits, as one revision of an app; yields its base URL."""
+    server = StaticPages(pages)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield base_url_of(server)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

@@ -11,7 +11,9 @@ import pytest
 from browser.procedure import Procedure, parse_procedure
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
-from tests.browser.apps import CART_DIR, PagesServer, base_url_of, free_port
+from browser.session import VIEWPORT
+from tests.browser.apps import CART_DIR, PagesServer, base_url_of, free_port, serve_static
+from tests.pixels import colourful_pixels, png_size
 
 pytestmark = pytest.mark.browser
 
@@ -34,6 +36,57 @@ def test_cart_procedure_reproduces_on_the_buggy_app(runner: BrowserRunner, cart_
     assert all(p.is_file() and p.stat().st_size > 0 for p in [*result.trace_paths, *result.screenshot_paths])
     assert len(result.trace_paths) == CART.runs
     assert all(a.screenshot in result.screenshot_paths for r in result.runs for a in r.assertions)
+
+
+def test_each_assertion_on_an_element_crops_that_element_and_the_log_names_the_files(
+    runner: BrowserRunner, cart_url: str, out_dir: Path
+) -> None:
+    result = runner.run(CART, cart_url, out_dir)
+
+    crops = [a.element_screenshot for r in result.runs for a in r.assertions]
+    assert [c.name if c else None for c in crops] == [f"run-{n}-assert-1-element.png" for n in (1, 2)]
+    for crop in crops:
+        assert crop is not None and crop in result.screenshot_paths
+        width, height = png_size(crop.read_bytes())
+        # The element (the total's cell), not the viewport.
+        assert 0 < width < VIEWPORT["width"] and 0 < height < VIEWPORT["height"] // 4
+    log = json.loads(result.log_path.read_text())
+    (logged,) = log["runs"][0]["outcome"]["assertions"]
+    assert logged["actual"] == "$23.75" and logged["holds"] is True
+    assert (logged["screenshot"], logged["element_screenshot"]) == ("run-1-assert-1.png", "run-1-assert-1-element.png")
+
+
+def test_no_crop_for_a_hidden_element_or_a_check_on_no_element(runner: BrowserRunner, out_dir: Path) -> None:
+    page = '<p id="shown">shown</p><p id="hidden" hidden>hidden</p>'
+    checks = procedure(
+        "  - {action: goto}",
+        "  - {action: expect_visible, selector: '#hidden'}\n"
+        "  - {action: expect_url, matches: '^/$'}\n"
+        "  - {action: expect_text, selector: '#shown', equals: shown}",
+    )
+    with serve_static({"/": page}) as url:
+        result = runner.run(checks, url, out_dir)
+
+    hidden, url_check, shown = result.runs[0].assertions
+    assert (hidden.holds, hidden.actual, hidden.element_screenshot) == (False, "not visible", None)
+    assert url_check.holds is True and url_check.element_screenshot is None
+    assert shown.element_screenshot is not None and shown.element_screenshot.is_file()
+    events = json.loads(result.log_path.read_text())["runs"][0]["events"]
+    skipped = [(e["name"], e["reason"]) for e in events if e["kind"] == "screenshot_skipped"]
+    assert skipped == [("run-1-assert-1-element.png", "the element is not visible")]
+
+
+def test_an_emoji_on_the_page_is_drawn_in_colour_in_the_crop(runner: BrowserRunner, out_dir: Path) -> None:
+    # A missing emoji font draws a grey box; a colour emoji font draws coloured pixels.
+    page = '<p id="name" style="font:32px sans-serif">t\N{INFORMATION DESK PERSON}t*</p>'
+    checks = procedure("  - {action: goto}", "  - {action: expect_text, selector: '#name', contains: '*'}")
+    with serve_static({"/": page}) as url:
+        result = runner.run(checks, url, out_dir)
+
+    (assertion,) = result.runs[0].assertions
+    assert assertion.actual == "t\N{INFORMATION DESK PERSON}t*" and assertion.holds is True
+    assert assertion.element_screenshot is not None
+    assert colourful_pixels(assertion.element_screenshot.read_bytes()) > 50
 
 
 def test_cart_procedure_does_not_reproduce_on_a_fixed_copy(

@@ -1,4 +1,10 @@
-"""A realistic evidence bundle for the cart bug, stored in a given store (shared by bundle and report tests)."""
+"""A realistic evidence bundle for the cart bug, stored in a given store (shared by bundle and report tests).
+
+Artifacts are named and shaped as a run stores them: the procedure as the validated model's JSON, the
+runner's file names behind a ``reproduce-<revision label>-`` prefix, and each revision's ``log.json`` built by
+the runner's own log writer from the outcomes a run of the cart procedure has (base: the total shows
+$23.75 and the check holds; candidate: $40.00, it does not).
+"""
 
 from __future__ import annotations
 
@@ -11,6 +17,10 @@ import zlib
 from pathlib import Path
 from typing import Literal
 
+from browser.procedure import parse_procedure
+from browser.recorder import RunRecorder
+from browser.results import AssertionOutcome, ReproductionResult, ReproductionStatus, RunOutcome
+from browser.session import Collected
 from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 
@@ -54,25 +64,85 @@ def _trace_zip(label: str) -> bytes:
     return buf.getvalue()
 
 
-def store_cart_bundle(store: ArtifactStore, base_png: bytes, candidate_png: bytes) -> EvidenceBundle:
-    procedure = store.put_file(PROCEDURE, kind=ArtifactKind.PROCEDURE, run_id=RUN_ID, revision=BASE)
-    spec: list[tuple[Literal["base", "candidate"], str, bytes, str, str]] = [
-        ("base", BASE, base_png, "reproduced", "$23.75"),
-        ("candidate", CANDIDATE, candidate_png, "not_reproduced", "$40.00"),
+def reproduction_log(
+    revision_label: str, actuals: list[str], status: ReproductionStatus, holds: bool, detail: str = ""
+) -> bytes:
+    """The ``log.json`` the runner writes for the cart procedure whose one check saw ``actuals[i]`` in run
+    ``i + 1``; screenshots are named as the runner names them."""
+    procedure = parse_procedure(PROCEDURE.read_text())
+    collected = Collected(procedure, "http://127.0.0.1:8000", Path(revision_label))
+    for run, actual in enumerate(actuals, start=1):
+        collected.recorders.append(RunRecorder(collected.base_url))
+        collected.runs.append(
+            RunOutcome(
+                run=run,
+                bug_present=holds,
+                assertions=[
+                    AssertionOutcome(
+                        index=0,
+                        description=procedure.bug_present[0].describe(),
+                        holds=holds,
+                        actual=actual,
+                        screenshot=Path(f"run-{run}-assert-1.png"),
+                        element_screenshot=Path(f"run-{run}-assert-1-element.png"),
+                    )
+                ],
+                duration_s=0.5,
+            )
+        )
+    result = ReproductionResult(
+        status=status,
+        runs=collected.runs,
+        trace_paths=[],
+        screenshot_paths=[],
+        log_path=collected.log_path,
+        duration_s=1.0,
+        detail=detail,
+    )
+    return json.dumps(collected.log(result), indent=2).encode()
+
+
+def store_cart_bundle(
+    store: ArtifactStore,
+    base_png: bytes,
+    candidate_png: bytes,
+    base_actual: str = "$23.75",
+    candidate_actual: str = "$40.00",
+) -> EvidenceBundle:
+    """The cart bug's bundle: ``*_png`` is each revision's page after the check (its element crop is a small
+    image of one colour per revision), ``*_actual`` the total the check read there in both runs."""
+    text = parse_procedure(PROCEDURE.read_text()).model_dump_json(indent=2)
+    procedure = store.put_bytes(
+        text.encode(),
+        kind=ArtifactKind.PROCEDURE,
+        run_id=RUN_ID,
+        name="procedure.json",
+        revision=BASE,
+        media_type="application/json",
+    )
+    spec: list[tuple[Literal["base", "candidate"], str, bytes, ReproductionStatus, str]] = [
+        ("base", BASE, base_png, ReproductionStatus.REPRODUCED, base_actual),
+        ("candidate", CANDIDATE, candidate_png, ReproductionStatus.NOT_REPRODUCED, candidate_actual),
     ]
     sides = []
     for role, revision, png, status, total in spec:
-        log = json.dumps({"console": [], "total": total}).encode()
+        label = f"reproduce-{role if role == 'base' else 'candidate-1'}"
+        holds = status == ReproductionStatus.REPRODUCED
+        # As the runner words it: the value's repr, so any text (a lone surrogate too) is printable.
+        detail = f"#total shows {total!r}"
+        log = reproduction_log(label, [total, total], status, holds, detail)
+        crop = solid_png(3, 1, (255, 200, 0) if role == "base" else (0, 120, 255))
 
-        def put(data: bytes, kind: ArtifactKind, name: str, revision: str = revision) -> ArtifactRef:
-            return store.put_bytes(data, kind=kind, run_id=RUN_ID, name=name, revision=revision)
+        def put(data: bytes, kind: ArtifactKind, name: str, revision: str = revision, at: str = label) -> ArtifactRef:
+            return store.put_bytes(data, kind=kind, run_id=RUN_ID, name=f"{at}-{name}", revision=revision)
 
-        refs = [
-            put(_trace_zip(role), ArtifactKind.TRACE, f"{role}-trace.zip"),
-            put(png, ArtifactKind.SCREENSHOT, f"{role}-total.png"),
-            put(log, ArtifactKind.LOG, f"{role}-log.json"),
-        ]
-        sides.append(RevisionEvidence.from_refs(role, revision, status, refs, detail=f"#total shows {total}"))
+        refs = [put(_trace_zip(f"{role} run {run}"), ArtifactKind.TRACE, f"run-{run}-trace.zip") for run in (1, 2)]
+        for run in (1, 2):
+            # Both runs see the same page: the report shows those pixels once per revision.
+            refs.append(put(png, ArtifactKind.SCREENSHOT, f"run-{run}-assert-1.png"))
+            refs.append(put(crop, ArtifactKind.SCREENSHOT, f"run-{run}-assert-1-element.png"))
+        refs.append(put(log, ArtifactKind.LOG, "log.json"))
+        sides.append(RevisionEvidence.from_refs(role, revision, status.value, refs, detail=detail))
     patch = store.put_bytes(PATCH.encode(), kind=ArtifactKind.PATCH, run_id=RUN_ID, name="fix.diff", revision=CANDIDATE)
     tests = store.put_bytes(
         b"....\n4 passed in 0.03s\n",
