@@ -3,13 +3,12 @@
 - ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block and store it by content
   (idempotent: the same procedure always gives the same reference).
 - ``browser.reproduce``: re-checks that the environment answers HTTP (the environments' own probe, which
-  never goes through a proxy) before running (never trusting the
-  recorded handle: an app killed behind our back is reported as ``EnvironmentGone`` so the workflow
-  provisions anew), runs the procedure in a fresh browser context, heartbeats per step (so cancellation
-  reaches it), and stores traces, screenshots (the element crop of every check among them), videos (when
-  the worker records them) and the log. Only
-  complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and the
-  retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not
+  never goes through a proxy) before running, never trusting the recorded handle: an app killed behind our
+  back is reported as ``EnvironmentGone`` so the workflow provisions anew. Runs the procedure in a fresh
+  browser context, heartbeats per step (so cancellation reaches it), and stores traces, screenshots (the
+  element crop of every check among them), videos (when the worker records them) and the log. Only
+  complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and
+  the retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not
   reproduced".
 """
 
