@@ -145,7 +145,8 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(st
     assert {r.kind for r in final.evidence} >= {"trace", "screenshot", "patch", "manifest", "report"}
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
-    record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path")
+    # Recorded since runs have a baseline and update the ticket at the review wait ("happy-path" is older).
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path-baseline")
 
 
 async def test_report_that_does_not_reproduce_ends_in_triage_without_pr(stack_with_worker: E2EStack) -> None:
@@ -318,3 +319,4 @@ async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_r
     # Tests of this module run one at a time on one worker: every request since is this run's.
     assert len(httpx.get(model_requests, timeout=10).json()) == asked_before, "the model was asked"
     assert footprint(stack, repository, wf, issue).pull_requests == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "baseline-cannot-run")
