@@ -19,6 +19,7 @@ from pipeline.config import load_config
 __all__ = ["COMMANDS", "build_parser", "main", "run_command"]
 
 COMMANDS: dict[str, Spec] = {
+    "init": Spec("init", "write a starter durafix.yaml for a repository"),
     "dev": Spec("dev", "the embedded local stack"),
     "worker": Spec("dev", "run a worker"),
     "serve": Spec("dev", "run the GitHub webhook receiver"),
