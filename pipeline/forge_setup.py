@@ -13,7 +13,9 @@ changes nothing and creates nothing a second time (:func:`mint_token` is not: ev
 from __future__ import annotations
 
 import base64
+import functools
 import os
+import ssl
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -76,13 +78,21 @@ class ForgeApi:
 
     def _send(self, method: str, url: str, body: dict[str, Any] | None) -> _Answer:
         try:
-            resp = httpx.request(method, url, json=body, headers=self._headers, timeout=self._timeout_s)
+            resp = httpx.request(
+                method, url, json=body, headers=self._headers, timeout=self._timeout_s, verify=_tls_context()
+            )
         except httpx.HTTPError as err:
             raise ForgeSetupError(f"{method} {url}: the forge did not answer ({type(err).__name__}: {err})") from err
         if resp.status_code >= 400:
             raise ForgeSetupError(f"{method} {url} -> {resp.status_code}: {_github_message(resp)}", resp.status_code)
         next_link = resp.links.get("next", {}).get("url")
         return _Answer(resp.json() if resp.content else None, next_link)
+
+
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    # Loading the CA bundle takes some 50 ms; httpx would do it again for every request.
+    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,30 @@
 """The commands that run parts of durafix: ``durafix dev`` (the embedded stack), ``demo``, ``worker``,
-``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted model server, run on their own).
+``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted model server, run on their
+own; ``forge`` also sets repositories up, see :mod:`pipeline.cli.forge`).
 
-``dev``, ``demo``, ``forge`` and ``model`` need ``infra``, the local stack, which lives in the source
-checkout and is no part of the installed product: they import it inside the command only.
+``dev``, ``demo``, ``forge serve`` and ``model`` need ``infra``, the local stack, which lives in the source
+checkout and is no part of the installed product: they import it inside the command only, and this module is
+where the commands that set repositories up (``forge``) learn about the stack's emulator
+(:func:`local_forge`), so those work from an installed durafix too when pointed at an emulator.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
+
+if TYPE_CHECKING:
+    from pipeline.cli.forge import LocalForge
 
 
 @contextmanager
@@ -116,11 +124,63 @@ def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """``durafix forge ARGS``: the GitHub emulator's own command line (``python -m infra.forge``)."""
+    """``durafix forge create-repo | add-collaborator | add-webhook | tokens`` (:mod:`pipeline.cli.forge`);
+    any other ``durafix forge ARGS`` is the GitHub emulator's own command line (``python -m infra.forge``)."""
+    from pipeline.cli import forge
+
+    if forge.handles(args.rest):
+        return forge.run(args.rest, config, lambda: local_forge(config))
     with _source_checkout("forge"):
         from infra.forge import cli
 
     return cli.main(args.rest)
+
+
+def local_forge(config: DurafixConfig) -> LocalForge | None:
+    """The emulator the repository-setup commands administer: the local stack's when the configured forge
+    is it (its admin and reviewer tokens from the stack's state), else the configured forge when
+    ``$DURAFIX_FORGE_ADMIN_TOKEN`` holds its admin token; None without either."""
+    from pipeline.cli.forge import ADMIN_TOKEN_ENV, LocalForge
+
+    admin_token = os.environ.get(ADMIN_TOKEN_ENV, "")
+    found = _stack_forge(config, admin_token)
+    if found is None and admin_token:
+        found = LocalForge(
+            api_url=config.forge_api_url,
+            admin_token=admin_token,
+            source=f"${ADMIN_TOKEN_ENV}",
+            running=None,
+            bot_login=None,
+            reviewer_login="reviewer",
+            reviewer_token="",
+        )
+    return found
+
+
+def _stack_forge(config: DurafixConfig, admin_token: str) -> LocalForge | None:
+    from pipeline.cli.forge import LocalForge
+
+    try:
+        from infra import processes, stack
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.partition(".")[0] != "infra":
+            raise
+        return None  # an installed durafix: no local stack, only an emulator named by the environment
+    recorded = stack.read_stack(config.state_dir)
+    rec = recorded.services.get("forge")
+    if rec is None or f"{rec.url}/api/v3" != config.forge_api_url.rstrip("/"):
+        return None
+    if not (admin_token or recorded.admin_token):
+        return None
+    return LocalForge(
+        api_url=config.forge_api_url,
+        admin_token=admin_token or recorded.admin_token,
+        source=f"the local stack in {config.state_dir}",
+        running=processes.is_alive(rec),
+        bot_login=stack.BOT_LOGIN,
+        reviewer_login=stack.REVIEWER_LOGIN,
+        reviewer_token=recorded.reviewer_token,
+    )
 
 
 def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
