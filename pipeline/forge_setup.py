@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import functools
 import os
+import re
 import ssl
 import subprocess
 import tempfile
@@ -22,6 +23,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -185,6 +187,21 @@ def set_collaborator(api: ForgeApi, full_name: str, login: str, permission: str)
     return invitation is None
 
 
+def ensure_label(api: ForgeApi, full_name: str, label: str, *, color: str = "5319e7", description: str = "") -> bool:
+    """The repository has the label ``label`` (so reviewers find it in the forge's label picker); True when
+    it was created now. Idempotent: an existing label is left as it is."""
+    owner, name = split_repository(full_name)
+    if api.exists(f"/repos/{owner}/{name}/labels/{quote(label, safe='')}"):
+        return False
+    try:
+        api.call("POST", f"/repos/{owner}/{name}/labels", {"name": label, "color": color, "description": description})
+    except ForgeSetupError as err:
+        if err.status != 422:  # 422: created meanwhile
+            raise
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Webhook:
     hook_id: int
@@ -280,5 +297,15 @@ def push_history(checkout: Path, clone_url: str, token: str, *, branch: str = "m
         commits = int(git("rev-list", "--count", "HEAD"))
         tags = tuple(t for t in git("tag", "--merged", "HEAD").splitlines() if t)
         refspecs = [f"HEAD:refs/heads/{branch}", *(f"refs/tags/{t}:refs/tags/{t}" for t in tags)]
-        git("push", "--no-verify", "--quiet", clone_url, *refspecs)
+        try:
+            git("push", "--no-verify", "--quiet", clone_url, *refspecs)
+        except GitError as err:
+            rejected = re.findall(r"! \[rejected\]\s+\S+ -> (\S+) \(([^)]*)\)", str(err))
+            if not rejected:
+                raise
+            names = ", ".join(f"{ref} ({why})" for ref, why in rejected)
+            raise GitError(
+                f"the forge has history the checkout lacks and nothing was overwritten: {names} refused; bring "
+                f"it into the checkout (git pull {clone_url} {branch}) and push again"
+            ) from err
     return PushedHistory(None if current == "HEAD" else current, head, commits, tags)

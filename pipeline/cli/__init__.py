@@ -20,7 +20,7 @@ __all__ = ["COMMANDS", "build_parser", "main", "run_command"]
 
 COMMANDS: dict[str, Spec] = {
     "init": Spec("init", "write a starter durafix.yaml for a repository"),
-    "dev": Spec("dev", "the embedded local stack"),
+    "dev": Spec("dev", "the embedded local stack (up, status, down), and onboarding a checkout into it"),
     "worker": Spec("dev", "run a worker"),
     "serve": Spec("dev", "run the GitHub webhook receiver"),
     "start": Spec("runs", "start (or attach to) the run for a bug report"),

@@ -1,10 +1,10 @@
-"""The commands that run parts of durafix: ``durafix dev`` (the embedded stack), ``demo``, ``worker``,
-``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted model server, run on their
-own; ``forge`` also sets repositories up, see :mod:`pipeline.cli.forge`).
+"""The commands that run parts of durafix: ``durafix dev`` (the embedded stack, and onboarding a checkout
+into it), ``demo``, ``worker``, ``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted
+model server, run on their own; ``forge`` also sets repositories up, see :mod:`pipeline.cli.forge`).
 
 ``dev``, ``demo``, ``forge serve`` and ``model`` need ``infra``, the local stack, which lives in the source
 checkout and is no part of the installed product: they import it inside the command only, and this module is
-where the commands that set repositories up (``forge``) learn about the stack's emulator
+where the commands that set repositories up (``forge``, ``dev onboard``) learn about the stack's emulator
 (:func:`local_forge`), so those work from an installed durafix too when pointed at an emulator.
 """
 
@@ -44,7 +44,12 @@ def _source_checkout(command: str) -> Iterator[None]:
 
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
-    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop)."""
+    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop);
+    ``dev onboard`` is :mod:`pipeline.cli.onboard`."""
+    if args.action == "onboard":
+        from pipeline.cli.onboard import run_onboard
+
+        return run_onboard(args, config, local_forge(config))
     with _source_checkout("dev"):
         from infra import stack
 
@@ -192,11 +197,29 @@ def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def _dev_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["up", "status", "down"])
-    parser.add_argument("--model-script", help="script the scripted model server answers from")
-    parser.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store (up)")
-    parser.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider (up)")
-    parser.add_argument("--json", action="store_true")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser("up", help="start the stack's services that are not running")
+    up.add_argument("--model-script", help="script the scripted model server answers from")
+    up.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store")
+    up.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider")
+    status = actions.add_parser("status", help="whether each recorded service is alive")
+    actions.add_parser("down", help="stop every recorded service")
+    onboard = actions.add_parser(
+        "onboard",
+        help="push a checkout with a durafix.yaml into the stack's emulator as a repository durafix repairs",
+        description="Create OWNER/NAME on the local stack's emulator, push the checkout's HEAD (whole history) as "
+        "main with its tags, give the bot and a reviewer push access, install the webhook to the receiver, and "
+        "print which token is whose and what to run next. Idempotent.",
+    )
+    onboard.add_argument("dir", metavar="DIR", help="the checkout's root (it must have a committed durafix.yaml)")
+    onboard.add_argument("--name", help="the repository's name (default: the directory's)")
+    onboard.add_argument("--owner", default="maintainer", help="the emulator user who owns it (default: maintainer)")
+    onboard.add_argument("--reviewer", help="the login that approves PRs (default: the stack's reviewer)")
+    onboard.add_argument(
+        "--receiver-url", help="where `durafix serve` listens (default: http://127.0.0.1:8787/webhook)"
+    )
+    for sub in (up, status, onboard):
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(fn=cmd_dev)
 
 
