@@ -14,7 +14,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pipeline import forge_setup
 from pipeline.config import DurafixConfig
@@ -102,7 +102,13 @@ def issue_text() -> tuple[str, str]:
 
 
 def run_demo(
-    config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: str, evidence: str, video: bool = False
+    config: DurafixConfig,
+    *,
+    as_json: bool,
+    keep: bool,
+    env_provider: Literal["local", "docker"],
+    evidence: Literal["local", "s3"],
+    video: bool = False,
 ) -> int:
     from infra import processes, stack
     from pipeline.demo_run import DemoRun

@@ -45,7 +45,8 @@ def _source_checkout(command: str) -> Iterator[None]:
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
     unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop);
-    ``dev onboard`` is :mod:`pipeline.cli.onboard`."""
+    ``dev onboard`` is :mod:`pipeline.cli.onboard`. ``dev up`` with options other than the running stack's
+    is refused (exit 2, nothing started or changed: :class:`infra.stack.StackConflict`)."""
     if args.action == "onboard":
         from pipeline.cli.onboard import run_onboard
 
@@ -54,12 +55,15 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
         from infra import stack
 
     if args.action == "up":
-        cfg = stack.up(
-            config.state_dir,
-            model_script=Path(args.model_script) if args.model_script else None,
-            evidence=args.evidence,
-            environments=args.env,
-        )
+        try:
+            cfg = stack.up(
+                config.state_dir,
+                model_script=Path(args.model_script) if args.model_script else None,
+                evidence=args.evidence,
+                environments=args.env,
+            )
+        except stack.StackConflict as err:
+            raise CliError(str(err), EXIT_USAGE) from err
         info = stack.status(cfg.state_dir)
         if args.json:
             print_json(info)
@@ -123,9 +127,19 @@ def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
     from pipeline.demo import run_demo
 
     with _source_checkout("demo"):
-        return run_demo(
-            config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
-        )
+        from infra.stack import StackConflict
+
+        try:
+            return run_demo(
+                config,
+                as_json=args.json,
+                keep=args.keep,
+                env_provider=args.env,
+                evidence=args.evidence,
+                video=args.video,
+            )
+        except StackConflict as err:
+            raise CliError(str(err), EXIT_USAGE) from err
 
 
 def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
@@ -198,10 +212,16 @@ def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 def _dev_arguments(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    up = actions.add_parser("up", help="start the stack's services that are not running")
-    up.add_argument("--model-script", help="script the scripted model server answers from")
-    up.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store")
-    up.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider")
+    up = actions.add_parser(
+        "up",
+        help="start the stack's services that are not running",
+        description="Start the stack's services that are not running. A running stack keeps its options: one "
+        "left out is the running stack's (else the default), one that differs is refused (exit 2) until "
+        "`durafix dev down`.",
+    )
+    up.add_argument("--model-script", help="script the scripted model server answers from (default: the cart's)")
+    up.add_argument("--evidence", choices=["local", "s3"], help="evidence store (default: local)")
+    up.add_argument("--env", choices=["local", "docker"], help="environment provider (default: local)")
     status = actions.add_parser("status", help="whether each recorded service is alive")
     actions.add_parser("down", help="stop every recorded service")
     onboard = actions.add_parser(
