@@ -114,9 +114,9 @@ def onboard(
     receiver_answers = _answers(receiver_url)
     port = urlsplit(receiver_url).port or 8787
     issue = f"{repository}#<issue number>"
-    steps = [] if receiver_answers else [f"durafix serve --port {port}"]
+    steps = [] if receiver_answers else [f"durafix serve --port {port}   # in a terminal of its own: the receiver"]
     steps += [
-        "durafix worker",
+        "durafix worker   # in a terminal of its own, unless one runs",
         f"durafix start --repo {repository} --report REPORT.md   # opens an issue labelled {config.trigger_label}",
         f"durafix status {issue} --watch",
     ]
@@ -203,7 +203,8 @@ def _print(r: dict[str, Any]) -> None:
     tags = ", ".join(pushed["tags"]) or "none"
     print(f"repository    {r['repository']}  {r['html_url']}  ({'created' if r['created'] else 'existed'})")
     print(f"clone         {r['clone_url']}")
-    print(f"pushed        main = {pushed['head'][:12]} ({source}, {pushed['commits']} commits); tags: {tags}")
+    commits = f"{pushed['commits']} commit{'s' if pushed['commits'] != 1 else ''}"
+    print(f"pushed        main = {pushed['head'][:12]} ({source}, {commits}); tags: {tags}")
     print("collaborators " + ", ".join(f"{login} ({perm})" for login, perm in r["collaborators"].items()))
     print(f"label         {r['label']['name']} ({'created' if r['label']['created'] else 'existed'})")
     hook = r["webhook"]

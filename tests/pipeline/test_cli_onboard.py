@@ -170,7 +170,7 @@ def test_the_text_output_names_the_repository_the_tokens_and_how_to_start_the_re
     assert f"repository    maintainer/shop  {emulator.forge.base_url}/maintainer/shop  (created)" in out
     assert "pushed        main = " in out and "(branch trunk, 3 commits); tags: v0.1, v0.2" in out
     assert "nothing answers at http://127.0.0.1:9/webhook" in out
-    assert "  durafix serve --port 9\n" in out
+    assert "  durafix serve --port 9   # in a terminal of its own: the receiver\n" in out
     assert f"  bot       durafix-bot   {emulator.bot_token}" in out
     assert "  durafix start --repo maintainer/shop --report REPORT.md" in out
     assert "  durafix status maintainer/shop#<issue number> --watch" in out
