@@ -99,7 +99,7 @@ def render_recipe(guess: RecipeGuess) -> str:
     ordered["image"] = guess.recipe.image.model_dump(mode="json")
     header = [
         "# How durafix builds, starts, probes and tests this repository (durafix's docs/environments.md),",
-        f"# written by `durafix init`, which found a {guess.project}.",
+        f"# written by `durafix init` for this {guess.project}.",
         "# Check before committing:",
         *(f"# - {line}" for line in guess.check),
     ]
@@ -217,7 +217,7 @@ def _guess_node(repo_dir: Path) -> RecipeGuess:
 
     check.extend(
         [
-            f"start: `{start}` must serve the app on $PORT (the local provider sets it; Docker sets it to `port`)",
+            _start_check(start),
             f"port: {port} is the port inside a Docker environment",
             "readiness: GET / must answer 200 within 60 s once started; point `readiness.path` at a health "
             "endpoint if the app has one",
@@ -236,6 +236,12 @@ def _guess_node(repo_dir: Path) -> RecipeGuess:
         image=ImageRecipe(packages=packages),
     )
     return RecipeGuess(project, recipe, guessed, check)
+
+
+def _start_check(start: str) -> str:
+    if "$PORT" in start:
+        return f"start: `{start}` is a guess: check that it serves the app"
+    return f"start: `{start}` must serve the app on $PORT (the local provider sets it; Docker sets it to `port`)"
 
 
 def _port_in(script: str) -> int | None:
@@ -338,7 +344,7 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         guessed.append(f"port: {port} (its usual default)")
     check.extend(
         [
-            f"start: `{start}` must serve the app on $PORT (the local provider sets it; Docker sets it to `port`)",
+            _start_check(start),
             f"port: {port} is the port inside a Docker environment",
             "readiness: GET / must answer 200 within 30 s once started; point `readiness.path` at a health "
             "endpoint if the app has one",

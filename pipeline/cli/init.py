@@ -38,7 +38,7 @@ def cmd_init(args: argparse.Namespace, config: DurafixConfig) -> int:
             }
         )
         return EXIT_OK
-    print(f"wrote {path} for a {guess.project}")
+    print(f"wrote {path} for this {guess.project}")
     print("guessed:")
     for line in guess.guessed:
         print(f"  {line}")

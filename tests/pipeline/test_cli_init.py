@@ -72,7 +72,7 @@ def test_an_npm_project_gets_npm_ci_its_test_script_and_its_start_script(
     )
     assert dependency_lock_hash(repo, load_recipe(repo)) is not None
     out = capsys.readouterr().out
-    assert f"wrote {repo / 'durafix.yaml'} for a npm project (package-lock.json)" in out
+    assert f"wrote {repo / 'durafix.yaml'} for this npm project (package-lock.json)" in out
     assert "test: npm test (scripts.test: node --test)" in out
     assert "port: 3000 (the usual default; scripts.start names none)" in out
     # What to check is printed and also heads the file.
@@ -156,6 +156,10 @@ def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_requir
         test=".venv/bin/python -m pytest",
         lock_files=["requirements.txt", "requirements-dev.txt"],
         image=ImageRecipe(packages=["python3", "python3-venv"]),
+    )
+    assert (
+        "- start: `.venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT` is a guess"
+        in (repo / "durafix.yaml").read_text()
     )
 
 
