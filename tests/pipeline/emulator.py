@@ -18,7 +18,10 @@ from typing import Any
 
 import pytest
 
+from environments.processes import read_stat
 from infra.forge.testing import ForgeHandle, running_forge
+from infra.processes import ServiceRecord
+from infra.stack import StackState
 from pipeline import config as config_module
 from pipeline.cli import run_command
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
@@ -66,6 +69,20 @@ def configured_emulator(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iter
         ).save()
         monkeypatch.setenv(ADMIN_TOKEN_ENV, forge.admin_token)
         yield Emulator(forge, state, bot)
+
+
+def record_stack(emulator: Emulator, *, pid: int | None = None) -> StackState:
+    """A stack state as `durafix dev up` writes it, whose emulator is this test's: served by this process,
+    or recorded under ``pid`` (a process that has ended, for a stack whose emulator died)."""
+    stat = read_stat(pid or os.getpid())
+    start_ticks = stat.start_time if stat is not None else 1
+    reviewer = emulator.forge.create_user("reviewer")
+    forge = ServiceRecord(
+        name="forge", pid=pid or os.getpid(), start_ticks=start_ticks, port=0, url=emulator.forge.base_url, log=""
+    )
+    state = StackState(services={"forge": forge}, admin_token=emulator.forge.admin_token, reviewer_token=reviewer)
+    (emulator.state_dir / "stack.json").write_text(state.model_dump_json())
+    return state
 
 
 def signed_with(secret: str, body: bytes, headers: dict[str, str]) -> bool:

@@ -4,20 +4,16 @@ and ``durafix forge serve`` still being the emulator's own command line."""
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from environments.processes import read_stat
-from infra.processes import ServiceRecord
-from infra.stack import StackState
 from pipeline.cli import run_command
 from pipeline.cli.command import CliError
 from pipeline.config import load_config
-from tests.pipeline.emulator import WEBHOOK_SECRET, Emulator, configured_emulator, signed_with
+from tests.pipeline.emulator import WEBHOOK_SECRET, Emulator, configured_emulator, record_stack, signed_with
 
 
 @pytest.fixture
@@ -117,19 +113,6 @@ def test_a_refusal_of_the_forge_is_exit_1_with_its_message(emulator: Emulator) -
     with pytest.raises(CliError, match="'shop' is not OWNER/NAME") as usage:
         emulator.durafix("forge", "create-repo", "shop")
     assert usage.value.code == 2
-
-
-def record_stack(emulator: Emulator) -> StackState:
-    """A stack state as `durafix dev up` writes it, whose emulator is this test's (served by this process)."""
-    stat = read_stat(os.getpid())
-    assert stat is not None
-    reviewer = emulator.forge.create_user("reviewer")
-    forge = ServiceRecord(
-        name="forge", pid=os.getpid(), start_ticks=stat.start_time, port=0, url=emulator.forge.base_url, log=""
-    )
-    state = StackState(services={"forge": forge}, admin_token=emulator.forge.admin_token, reviewer_token=reviewer)
-    (emulator.state_dir / "stack.json").write_text(state.model_dump_json())
-    return state
 
 
 def test_tokens_says_which_token_of_the_local_stack_is_whose(

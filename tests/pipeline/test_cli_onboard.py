@@ -4,6 +4,7 @@ tags becomes a repository durafix repairs, checked on the emulator and through t
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from tests.pipeline.emulator import (
     commit,
     configured_emulator,
     git,
+    record_stack,
     running_receiver,
     signed_with,
 )
@@ -218,3 +220,38 @@ def test_without_an_emulator_to_administer_it_points_at_dev_up(
         emulator.durafix("dev", "onboard", str(checkout))
 
     assert refused.value.code == 2
+
+
+def test_on_the_local_stack_its_admin_and_reviewer_tokens_come_from_its_state(
+    emulator: Emulator, checkout: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DURAFIX_FORGE_ADMIN_TOKEN")
+    state = record_stack(emulator)
+
+    result = onboard_json(emulator, capsys, str(checkout))
+
+    assert result["tokens"]["admin"]["token"] == state.admin_token
+    # The stack's reviewer keeps the token the stack recorded; no new one is minted for it.
+    assert (result["tokens"]["reviewer"]["login"], result["tokens"]["reviewer"]["token"]) == (
+        "reviewer",
+        state.reviewer_token,
+    )
+    assert emulator.remote_refs("maintainer/shop")["refs/heads/main"] == git(checkout, "rev-parse", "HEAD")
+
+
+def test_a_stack_whose_emulator_died_is_named_and_nothing_is_tried(
+    emulator: Emulator, checkout: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DURAFIX_FORGE_ADMIN_TOKEN")
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    record_stack(emulator, pid=dead.pid)
+
+    with pytest.raises(
+        CliError, match=r"the local stack's emulator \(.*\) is not running: `durafix dev up`"
+    ) as refused:
+        emulator.durafix("dev", "onboard", str(checkout))
+
+    assert refused.value.code == 2
+    with pytest.raises(RuntimeError, match="-> 404"):
+        emulator.api("GET", "/users/maintainer")
