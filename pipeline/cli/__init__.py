@@ -31,7 +31,11 @@ COMMANDS: dict[str, Spec] = {
     "reject": Spec("runs", "reject a run's PR"),
     "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
     "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
-    "forge": Spec("dev", "the GitHub emulator (see `durafix forge --help`)", passes_through=True),
+    "forge": Spec(
+        "dev",
+        "set repositories up (create-repo, add-collaborator, add-webhook, tokens); serve the GitHub emulator",
+        passes_through=True,
+    ),
     "model": Spec("dev", "the scripted model server (see `durafix model --help`)", passes_through=True),
     "evidence": Spec("evidence", "the evidence store: serve it, apply retention"),
     "cleanup": Spec("cleanup", "remove what a run owns, or what ended and unknown runs left (dry run unless --yes)"),
