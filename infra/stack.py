@@ -5,8 +5,14 @@ emulator, the scripted OpenAI-compatible model server and the evidence server ov
 Writes ``STATE/config.json`` so that the worker, the CLI and the webhook receiver find them, and
 ``STATE/stack.json`` with each service's pid (and process start time) so ``down`` stops exactly those.
 
-``up`` is idempotent: services already running are kept. ``down`` waits until each process is gone, since
-the Temporal dev server cannot be restarted on the same SQLite file while the old process lives.
+``up`` is idempotent: services already running are kept, and so are the options the stack runs with
+(model script, evidence store, environment provider): an option left out means "as the running stack has
+it" (the defaults for a stack that is not running), and asking a running stack for another one is refused
+(:class:`StackConflict`) before anything starts. The worker, the receiver and the CLI already read the
+stack's ``config.json``; switching the evidence store or the environment provider under them would split a
+run's evidence across two stores or strand its environments, so the stack is stopped first (``down``) and
+started anew with the new options. ``down`` waits until each process is gone, since the Temporal dev server
+cannot be restarted on the same SQLite file while the old process lives.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
@@ -33,10 +40,33 @@ REVIEWER_LOGIN = "reviewer"
 DEFAULT_MODEL_SCRIPT = Path(__file__).resolve().parent.parent / "examples" / "cart" / "model" / "fix.yaml"
 
 
+class StackOptions(BaseModel):
+    """What a stack was started with (``durafix dev up --model-script / --evidence / --env``)."""
+
+    model_script: str
+    evidence: Literal["local", "s3"] = "local"
+    environments: Literal["local", "docker"] = "local"
+
+
 class StackState(BaseModel):
     services: dict[str, ServiceRecord] = {}
     admin_token: str = ""
     reviewer_token: str = ""
+    # None in a state written before options were recorded: they are read off the running services then.
+    options: StackOptions | None = None
+
+
+class StackConflict(RuntimeError):
+    """``up`` was asked for options the running stack does not have; nothing was started or changed.
+    ``differences`` says, per option, what runs and what was asked for."""
+
+    def __init__(self, state_dir: Path, differences: list[str]) -> None:
+        super().__init__(
+            f"the stack running in {state_dir} has other options: {'; '.join(differences)}. A running stack keeps "
+            "its options (workers and receivers already use its configuration): stop it with `durafix dev down` "
+            "and start it again with the new ones, or leave the option out to keep what runs"
+        )
+        self.differences = differences
 
 
 def _stack_file(state_dir: Path) -> Path:
@@ -89,20 +119,25 @@ def up(
     state_dir: Path,
     *,
     model_script: Path | None = None,
-    evidence: str = "local",
-    environments: str = "local",
+    evidence: Literal["local", "s3"] | None = None,
+    environments: Literal["local", "docker"] | None = None,
     quiet: bool = False,
 ) -> DurafixConfig:
     """Start whatever is not running yet; return the config the stack's clients use.
 
     ``evidence="s3"`` adds a real S3 server (SeaweedFS, signatures checked) and points the evidence store
     at a bucket on it; ``environments="docker"`` starts a Docker engine of the stack's own and makes Docker
-    the environment provider.
+    the environment provider. An option that is None is the running stack's (else the default: the cart's
+    model script, local evidence, local environments); one that differs from a running stack's is
+    :class:`StackConflict`, raised before anything starts.
     """
     state_dir = state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     logs = state_dir / "logs"
     stack = read_stack(state_dir)
+    stack.options = _options(state_dir, stack, model_script, evidence, environments)
+    evidence, environments = stack.options.evidence, stack.options.environments
+    _write_stack(state_dir, stack)
     config = load_config(state_dir)
     py = sys.executable
 
@@ -182,7 +217,7 @@ def up(
 
     if running("model") is None:
         port = processes.free_port()
-        script = (model_script or DEFAULT_MODEL_SCRIPT).resolve()
+        script = Path(stack.options.model_script)
         _say(quiet, f"starting scripted model server on http://127.0.0.1:{port}/v1 ({script.name})")
         rec = processes.spawn(
             "model",
@@ -255,6 +290,55 @@ def up(
     _write_stack(state_dir, stack)
     config.save()
     return config
+
+
+def _options(
+    state_dir: Path,
+    stack: StackState,
+    model_script: Path | None,
+    evidence: Literal["local", "s3"] | None,
+    environments: Literal["local", "docker"] | None,
+) -> StackOptions:
+    """The options to run with: those asked for, the rest as the running stack has them (the defaults when
+    nothing runs); a difference from the running stack is :class:`StackConflict`."""
+    alive = {name for name, rec in stack.services.items() if processes.is_alive(rec)}
+    current = (stack.options or _running_options(state_dir, stack)) if alive else None
+    default = StackOptions(model_script=str(DEFAULT_MODEL_SCRIPT.resolve()))
+    kept = current or default
+    wanted = StackOptions(
+        model_script=str(model_script.resolve()) if model_script is not None else kept.model_script,
+        evidence=evidence or kept.evidence,
+        environments=environments or kept.environments,
+    )
+    if current is None:
+        return wanted
+    differences = []
+    # A model server that died is started anew with whatever script is asked for: nothing else depends on it.
+    if "model" in alive and wanted.model_script != current.model_script:
+        differences.append(f"the model server answers from {current.model_script}, not {wanted.model_script}")
+    if wanted.evidence != current.evidence:
+        differences.append(f"evidence is {current.evidence}, not {wanted.evidence}")
+    if wanted.environments != current.environments:
+        differences.append(f"environments are {current.environments}, not {wanted.environments}")
+    if differences:
+        raise StackConflict(state_dir, differences)
+    return wanted
+
+
+def _running_options(state_dir: Path, stack: StackState) -> StackOptions:
+    """The options of a running stack whose state does not record them, read off its services."""
+    model = stack.services.get("model")
+    s3 = stack.services.get("s3")
+    docker = False
+    if (state_dir / "docker").exists():
+        from infra.docker.engine import DockerEngine
+
+        docker = DockerEngine(state_dir / "docker").is_running()
+    return StackOptions(
+        model_script=model.extra.get("script", str(DEFAULT_MODEL_SCRIPT)) if model else str(DEFAULT_MODEL_SCRIPT),
+        evidence="s3" if s3 is not None and processes.is_alive(s3) else "local",
+        environments="docker" if docker else "local",
+    )
 
 
 def _up_s3(state_dir: Path, stack: StackState, config: DurafixConfig, quiet: bool) -> None:

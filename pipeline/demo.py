@@ -13,99 +13,75 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pipeline import forge_setup
 from pipeline.config import DurafixConfig
+from pipeline.forge_setup import ForgeApi, maintainer_git_env
+
+__all__ = [
+    "OWNER",
+    "REPO_NAME",
+    "ensure_user",
+    "issue_text",
+    "maintainer_git_env",
+    "run_demo",
+    "seed_repository",
+    "unused_repository_name",
+]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SAMPLE = REPO_ROOT / "examples" / "cart"
 SAMPLE_FILES = ["app.py", "cart.py", "durafix.yaml", "README.md", "tests/__init__.py", "tests/test_cart.py"]
 OWNER = "maintainer"
 REPO_NAME = "cart"
+# The login `durafix dev up` gives the worker's token (infra.stack.BOT_LOGIN; infra is imported lazily here).
+BOT_LOGIN = "durafix-bot"
 
 
 def _log(msg: str) -> None:
     print(f"demo: {msg}", file=sys.stderr, flush=True)
 
 
-def _api(config: DurafixConfig, method: str, path: str, token: str, body: dict[str, Any] | None = None) -> Any:
-    req = urllib.request.Request(
-        f"{config.forge_api_url}{path}",
-        data=json.dumps(body).encode() if body is not None else None,
-        headers={"Authorization": f"token {token}", "Content-Type": "application/json"},
-        method=method,
-    )
-    with urllib.request.urlopen(req, timeout=30) as resp:
-        raw = resp.read()
-        return json.loads(raw) if raw else None
-
-
 def ensure_user(config: DurafixConfig, admin: str, login: str) -> str:
-    try:
-        _api(config, "POST", "/admin/users", admin, {"login": login, "email": f"{login}@localhost"})
-    except urllib.error.HTTPError as err:
-        if err.code != 422:
-            raise
-    return str(_api(config, "POST", f"/admin/users/{login}/authorizations", admin, {"scopes": ["repo"]})["token"])
+    """Create the emulator user ``login`` unless it exists, and return a new token for it."""
+    admin_api = ForgeApi(config.forge_api_url, admin)
+    forge_setup.ensure_user(admin_api, login)
+    return forge_setup.mint_token(admin_api, login)
 
 
 def seed_repository(
     config: DurafixConfig, admin_token: str, reviewer: str, webhook_url: str, name: str = REPO_NAME
 ) -> str:
-    """Create ``maintainer/<name>`` with the sample app on ``main`` (once), collaborators and the webhook."""
-    owner_token = ensure_user(config, admin_token, OWNER)
-    repository = f"{OWNER}/{name}"
-    try:
-        _api(config, "GET", f"/repos/{repository}", owner_token)
-        exists = True
-    except urllib.error.HTTPError as err:
-        if err.code != 404:
-            raise
-        exists = False
-    if not exists:
-        _api(config, "POST", "/user/repos", owner_token, {"name": name, "private": False})
-        _push_sample(config, repository, owner_token)
+    """``maintainer/<name>`` with the sample app on ``main``, ``durafix-bot`` and ``reviewer`` as push
+    collaborators and the webhook to ``webhook_url``. Idempotent (see :mod:`pipeline.forge_setup`): the sample
+    is pushed only into a repository without ``main``."""
+    owner = ForgeApi(config.forge_api_url, ensure_user(config, admin_token, OWNER))
+    repository = forge_setup.ensure_repository(owner, f"{OWNER}/{name}").full_name
+    if not owner.exists(f"/repos/{repository}/branches/main"):
+        _push_sample(config, repository, owner.token)
         _log(f"pushed the sample app to {config.forge_git_base}/{repository}")
-    for login in ("durafix-bot", reviewer):
-        _api(config, "PUT", f"/repos/{repository}/collaborators/{login}", owner_token, {"permission": "push"})
-    hooks = _api(config, "GET", f"/repos/{repository}/hooks", owner_token) or []
-    if not any(h.get("config", {}).get("url") == webhook_url for h in hooks):
-        _api(
-            config,
-            "POST",
-            f"/repos/{repository}/hooks",
-            owner_token,
-            {
-                "name": "web",
-                "active": True,
-                "events": ["issues", "pull_request", "pull_request_review"],
-                "config": {"url": webhook_url, "content_type": "json", "secret": config.webhook_secret},
-            },
-        )
+    for login in (BOT_LOGIN, reviewer):
+        forge_setup.set_collaborator(owner, repository, login, "push")
+    forge_setup.ensure_webhook(owner, repository, webhook_url, config.webhook_secret)
     return repository
 
 
 def unused_repository_name(config: DurafixConfig, admin_token: str, base: str = REPO_NAME) -> str:
     """``base``, or ``base-2``, ``base-3``, ... : the first name the owner has no repository under. Each demo
     seeds a fresh copy of the sample, so a second demo finds the bug unfixed on its ``main`` again."""
-    owner_token = ensure_user(config, admin_token, OWNER)
+    owner = ForgeApi(config.forge_api_url, ensure_user(config, admin_token, OWNER))
     for n in range(1, 10_000):
         name = base if n == 1 else f"{base}-{n}"
-        try:
-            _api(config, "GET", f"/repos/{OWNER}/{name}", owner_token)
-        except urllib.error.HTTPError as err:
-            if err.code == 404:
-                return name
-            raise
+        if not owner.exists(f"/repos/{OWNER}/{name}"):
+            return name
     raise RuntimeError(f"no free repository name under {OWNER}/{base}-N")
 
 
 def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
+        work = Path(tmp) / "sample"
         for rel in SAMPLE_FILES:
             (work / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(SAMPLE / rel, work / rel)
@@ -114,31 +90,9 @@ def _push_sample(config: DurafixConfig, repository: str, token: str) -> None:
             ["git", "init", "-q", "-b", "main"],
             ["git", "add", "-A"],
             ["git", "commit", "-q", "-m", "Sample shop with a cart"],
-            ["git", "push", "-q", f"{config.forge_git_base}/{repository}.git", "main"],
         ):
             subprocess.run(cmd, cwd=work, env=env, check=True, capture_output=True)
-
-
-def maintainer_git_env(token: str, home: Path) -> dict[str, str]:
-    """The environment of git commands run as the repositories' maintainer against the forge: a fixed
-    identity, the token as HTTP Basic credentials, nothing from the caller's git configuration."""
-    return {
-        "GIT_AUTHOR_NAME": "Maintainer",
-        "GIT_AUTHOR_EMAIL": "maintainer@localhost",
-        "GIT_COMMITTER_NAME": "Maintainer",
-        "GIT_COMMITTER_EMAIL": "maintainer@localhost",
-        "GIT_CONFIG_COUNT": "1",
-        "GIT_CONFIG_KEY_0": "http.extraHeader",
-        "GIT_CONFIG_VALUE_0": f"Authorization: Basic {_basic(token)}",
-        "PATH": "/usr/bin:/bin",
-        "HOME": str(home),
-    }
-
-
-def _basic(token: str) -> str:
-    import base64
-
-    return base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        forge_setup.push_history(work, config.clone_url(repository), token)
 
 
 def issue_text() -> tuple[str, str]:
@@ -148,7 +102,13 @@ def issue_text() -> tuple[str, str]:
 
 
 def run_demo(
-    config: DurafixConfig, *, as_json: bool, keep: bool, env_provider: str, evidence: str, video: bool = False
+    config: DurafixConfig,
+    *,
+    as_json: bool,
+    keep: bool,
+    env_provider: Literal["local", "docker"],
+    evidence: Literal["local", "s3"],
+    video: bool = False,
 ) -> int:
     from infra import processes, stack
     from pipeline.demo_run import DemoRun

@@ -19,7 +19,8 @@ from pipeline.config import load_config
 __all__ = ["COMMANDS", "build_parser", "main", "run_command"]
 
 COMMANDS: dict[str, Spec] = {
-    "dev": Spec("dev", "the embedded local stack"),
+    "init": Spec("init", "write a starter durafix.yaml for a repository"),
+    "dev": Spec("dev", "the embedded local stack (up, status, down), and onboarding a checkout into it"),
     "worker": Spec("dev", "run a worker"),
     "serve": Spec("dev", "run the GitHub webhook receiver"),
     "start": Spec("runs", "start (or attach to) the run for a bug report"),
@@ -30,7 +31,11 @@ COMMANDS: dict[str, Spec] = {
     "reject": Spec("runs", "reject a run's PR"),
     "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
     "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
-    "forge": Spec("dev", "the GitHub emulator (see `durafix forge --help`)", passes_through=True),
+    "forge": Spec(
+        "dev",
+        "set repositories up (create-repo, add-collaborator, add-webhook, tokens); serve the GitHub emulator",
+        passes_through=True,
+    ),
     "model": Spec("dev", "the scripted model server (see `durafix model --help`)", passes_through=True),
     "evidence": Spec("evidence", "the evidence store: serve it, apply retention"),
     "cleanup": Spec("cleanup", "remove what a run owns, or what ended and unknown runs left (dry run unless --yes)"),

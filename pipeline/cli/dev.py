@@ -1,22 +1,30 @@
-"""The commands that run parts of durafix: ``durafix dev`` (the embedded stack), ``demo``, ``worker``,
-``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted model server, run on their own).
+"""The commands that run parts of durafix: ``durafix dev`` (the embedded stack, and onboarding a checkout
+into it), ``demo``, ``worker``, ``serve``, and ``forge`` / ``model`` (the stack's GitHub emulator and scripted
+model server, run on their own; ``forge`` also sets repositories up, see :mod:`pipeline.cli.forge`).
 
-``dev``, ``demo``, ``forge`` and ``model`` need ``infra``, the local stack, which lives in the source
-checkout and is no part of the installed product: they import it inside the command only.
+``dev``, ``demo``, ``forge serve`` and ``model`` need ``infra``, the local stack, which lives in the source
+checkout and is no part of the installed product: they import it inside the command only, and this module is
+where the commands that set repositories up (``forge``, ``dev onboard``) learn about the stack's emulator
+(:func:`local_forge`), so those work from an installed durafix too when pointed at an emulator.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
+
+if TYPE_CHECKING:
+    from pipeline.cli.forge import LocalForge
 
 
 @contextmanager
@@ -36,17 +44,26 @@ def _source_checkout(command: str) -> Iterator[None]:
 
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
-    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop)."""
+    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop);
+    ``dev onboard`` is :mod:`pipeline.cli.onboard`. ``dev up`` with options other than the running stack's
+    is refused (exit 2, nothing started or changed: :class:`infra.stack.StackConflict`)."""
+    if args.action == "onboard":
+        from pipeline.cli.onboard import run_onboard
+
+        return run_onboard(args, config, local_forge(config))
     with _source_checkout("dev"):
         from infra import stack
 
     if args.action == "up":
-        cfg = stack.up(
-            config.state_dir,
-            model_script=Path(args.model_script) if args.model_script else None,
-            evidence=args.evidence,
-            environments=args.env,
-        )
+        try:
+            cfg = stack.up(
+                config.state_dir,
+                model_script=Path(args.model_script) if args.model_script else None,
+                evidence=args.evidence,
+                environments=args.env,
+            )
+        except stack.StackConflict as err:
+            raise CliError(str(err), EXIT_USAGE) from err
         info = stack.status(cfg.state_dir)
         if args.json:
             print_json(info)
@@ -110,17 +127,79 @@ def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
     from pipeline.demo import run_demo
 
     with _source_checkout("demo"):
-        return run_demo(
-            config, as_json=args.json, keep=args.keep, env_provider=args.env, evidence=args.evidence, video=args.video
-        )
+        from infra.stack import StackConflict
+
+        try:
+            return run_demo(
+                config,
+                as_json=args.json,
+                keep=args.keep,
+                env_provider=args.env,
+                evidence=args.evidence,
+                video=args.video,
+            )
+        except StackConflict as err:
+            raise CliError(str(err), EXIT_USAGE) from err
 
 
 def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """``durafix forge ARGS``: the GitHub emulator's own command line (``python -m infra.forge``)."""
+    """``durafix forge create-repo | add-collaborator | add-webhook | tokens`` (:mod:`pipeline.cli.forge`);
+    any other ``durafix forge ARGS`` is the GitHub emulator's own command line (``python -m infra.forge``)."""
+    from pipeline.cli import forge
+
+    if forge.handles(args.rest):
+        return forge.run(args.rest, config, lambda: local_forge(config))
     with _source_checkout("forge"):
         from infra.forge import cli
 
     return cli.main(args.rest)
+
+
+def local_forge(config: DurafixConfig) -> LocalForge | None:
+    """The emulator the repository-setup commands administer: the local stack's when the configured forge
+    is it (its admin and reviewer tokens from the stack's state), else the configured forge when
+    ``$DURAFIX_FORGE_ADMIN_TOKEN`` holds its admin token; None without either."""
+    from pipeline.cli.forge import ADMIN_TOKEN_ENV, LocalForge
+
+    admin_token = os.environ.get(ADMIN_TOKEN_ENV, "")
+    found = _stack_forge(config, admin_token)
+    if found is None and admin_token:
+        found = LocalForge(
+            api_url=config.forge_api_url,
+            admin_token=admin_token,
+            source=f"${ADMIN_TOKEN_ENV}",
+            running=None,
+            bot_login=None,
+            reviewer_login="reviewer",
+            reviewer_token="",
+        )
+    return found
+
+
+def _stack_forge(config: DurafixConfig, admin_token: str) -> LocalForge | None:
+    from pipeline.cli.forge import LocalForge
+
+    try:
+        from infra import processes, stack
+    except ModuleNotFoundError as err:
+        if err.name is None or err.name.partition(".")[0] != "infra":
+            raise
+        return None  # an installed durafix: no local stack, only an emulator named by the environment
+    recorded = stack.read_stack(config.state_dir)
+    rec = recorded.services.get("forge")
+    if rec is None or f"{rec.url}/api/v3" != config.forge_api_url.rstrip("/"):
+        return None
+    if not (admin_token or recorded.admin_token):
+        return None
+    return LocalForge(
+        api_url=config.forge_api_url,
+        admin_token=admin_token or recorded.admin_token,
+        source=f"the local stack in {config.state_dir}",
+        running=processes.is_alive(rec),
+        bot_login=stack.BOT_LOGIN,
+        reviewer_login=stack.REVIEWER_LOGIN,
+        reviewer_token=recorded.reviewer_token,
+    )
 
 
 def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
@@ -132,11 +211,35 @@ def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def _dev_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("action", choices=["up", "status", "down"])
-    parser.add_argument("--model-script", help="script the scripted model server answers from")
-    parser.add_argument("--evidence", choices=["local", "s3"], default="local", help="evidence store (up)")
-    parser.add_argument("--env", choices=["local", "docker"], default="local", help="environment provider (up)")
-    parser.add_argument("--json", action="store_true")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    up = actions.add_parser(
+        "up",
+        help="start the stack's services that are not running",
+        description="Start the stack's services that are not running. A running stack keeps its options: one "
+        "left out is the running stack's (else the default), one that differs is refused (exit 2) until "
+        "`durafix dev down`.",
+    )
+    up.add_argument("--model-script", help="script the scripted model server answers from (default: the cart's)")
+    up.add_argument("--evidence", choices=["local", "s3"], help="evidence store (default: local)")
+    up.add_argument("--env", choices=["local", "docker"], help="environment provider (default: local)")
+    status = actions.add_parser("status", help="whether each recorded service is alive")
+    actions.add_parser("down", help="stop every recorded service")
+    onboard = actions.add_parser(
+        "onboard",
+        help="push a checkout with a durafix.yaml into the stack's emulator as a repository durafix repairs",
+        description="Create OWNER/NAME on the local stack's emulator, push the checkout's HEAD (whole history) as "
+        "main with its tags, give the bot and a reviewer push access, install the webhook to the receiver, and "
+        "print which token is whose and what to run next. Idempotent.",
+    )
+    onboard.add_argument("dir", metavar="DIR", help="the checkout's root (it must have a committed durafix.yaml)")
+    onboard.add_argument("--name", help="the repository's name (default: the directory's)")
+    onboard.add_argument("--owner", default="maintainer", help="the emulator user who owns it (default: maintainer)")
+    onboard.add_argument("--reviewer", help="the login that approves PRs (default: the stack's reviewer)")
+    onboard.add_argument(
+        "--receiver-url", help="where `durafix serve` listens (default: http://127.0.0.1:8787/webhook)"
+    )
+    for sub in (up, status, onboard):
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(fn=cmd_dev)
 
 

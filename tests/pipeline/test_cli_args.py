@@ -52,8 +52,9 @@ def test_every_command_answers_help_with_its_own_usage(command: str, capsys: pyt
 
     assert exited.value.code == 0
     usage = capsys.readouterr().out.splitlines()[0]
-    # forge and model hand their arguments, --help included, to the servers' own parsers.
-    prog = command if COMMANDS[command].passes_through else f"durafix {command}"
+    # model hands its arguments, --help included, to the server's own parser; forge answers --help itself
+    # (its repository-setup commands) and hands `serve` to the emulator's.
+    prog = "model" if command == "model" else f"durafix {command}"
     assert usage.startswith(f"usage: {prog} ")
 
 

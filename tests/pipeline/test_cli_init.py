@@ -1,0 +1,281 @@
+"""``durafix init``: a starter ``durafix.yaml`` guessed from real-shaped projects, read back with the recipe
+parser every run uses."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe
+from environments.spec import dependency_lock_hash, load_recipe
+from pipeline.cli import run_command
+from pipeline.cli.command import CliError
+
+PACKAGE_LOCK = {
+    "name": "shop",
+    "version": "1.0.0",
+    "lockfileVersion": 3,
+    "requires": True,
+    "packages": {
+        "": {"name": "shop", "version": "1.0.0", "dependencies": {"express": "^4.19.2"}},
+        "node_modules/express": {
+            "version": "4.19.2",
+            "resolved": "https://registry.npmjs.org/express/-/express-4.19.2.tgz",
+            "integrity": "sha512-5T6nhjsT+EOMzuck8JjBHARTHfMht0POzlA60WV2pMD3gyXw2LZnZ+ueGdNxG+0calOJcWKbpFcuzLZ91YWq9Q"
+            "==",
+        },
+    },
+}
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text).lstrip())
+    return root
+
+
+def init(tmp_path: Path, *args: str) -> int:
+    return run_command(["--state-dir", str(tmp_path / "state"), "init", *args])
+
+
+def node_project(root: Path, scripts: dict[str, str], lock: tuple[str, str] | None) -> Path:
+    manifest = {"name": "shop", "version": "1.0.0", "scripts": scripts, "dependencies": {"express": "^4.19.2"}}
+    files = {"package.json": json.dumps(manifest, indent=2) + "\n", "server.js": "require('express')().listen(1)\n"}
+    if lock is not None:
+        files[lock[0]] = lock[1]
+    return write(root, files)
+
+
+def test_an_npm_project_gets_npm_ci_its_test_script_and_its_start_script(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = node_project(
+        tmp_path / "shop",
+        {"start": "node server.js", "test": "node --test"},
+        ("package-lock.json", json.dumps(PACKAGE_LOCK, indent=2) + "\n"),
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    assert load_recipe(repo) == AppRecipe(
+        setup=["npm ci"],
+        start="npm start",
+        port=3000,
+        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=60),
+        test="npm test",
+        lock_files=["package-lock.json"],
+        image=ImageRecipe(packages=["nodejs", "npm"]),
+    )
+    assert dependency_lock_hash(repo, load_recipe(repo)) is not None
+    out = capsys.readouterr().out
+    assert f"wrote {repo / 'durafix.yaml'} for this npm project (package-lock.json)" in out
+    assert "test: npm test (scripts.test: node --test)" in out
+    assert "port: 3000 (the usual default; scripts.start names none)" in out
+    # What to check is printed and also heads the file.
+    for what in ("start: `npm start` must serve the app on $PORT", "port: 3000", "readiness: GET / must answer"):
+        assert what in out
+        assert what in (repo / "durafix.yaml").read_text()
+
+
+def test_the_port_comes_from_the_dev_script_and_yarn_and_pnpm_install_frozen(tmp_path: Path) -> None:
+    yarn = node_project(
+        tmp_path / "yarn-app",
+        {"dev": "node server.js --port 8080", "test": "jest"},
+        ("yarn.lock", '# yarn lockfile v1\n\nexpress@^4.19.2:\n  version "4.19.2"\n'),
+    )
+    pnpm = node_project(
+        tmp_path / "pnpm-app",
+        {"dev": "vite", "test": "vitest run"},
+        ("pnpm-lock.yaml", "lockfileVersion: '9.0'\n"),
+    )
+
+    assert init(tmp_path, str(yarn)) == 0
+    assert init(tmp_path, str(pnpm)) == 0
+
+    yarn_recipe = load_recipe(yarn)
+    assert (yarn_recipe.setup, yarn_recipe.start, yarn_recipe.port, yarn_recipe.test) == (
+        ["yarn install --frozen-lockfile"],
+        "yarn run dev",
+        8080,
+        "yarn test",
+    )
+    assert "scripts.dev fixes port 8080" in (yarn / "durafix.yaml").read_text()
+    pnpm_recipe = load_recipe(pnpm)
+    assert pnpm_recipe.setup == ["pnpm install --frozen-lockfile"]
+    # Vite ignores $PORT: it is told the port, and not to move to another one.
+    assert pnpm_recipe.start == "pnpm run dev -- --host 0.0.0.0 --port $PORT --strictPort"
+    assert (pnpm_recipe.port, pnpm_recipe.test, pnpm_recipe.lock_files) == (5173, "pnpm test", ["pnpm-lock.yaml"])
+
+
+def test_npms_placeholder_test_script_is_no_test_and_says_so(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = node_project(
+        tmp_path / "app",
+        {"start": "node server.js", "test": 'echo "Error: no test specified" && exit 1'},
+        ("package-lock.json", json.dumps(PACKAGE_LOCK) + "\n"),
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    assert "package.json has no real scripts.test" in capsys.readouterr().out
+
+
+def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_required(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "blog",
+        {
+            "requirements.txt": "flask==3.0.3\n",
+            "requirements-dev.txt": "-r requirements.txt\npytest==8.3.2\n",
+            "requirements-docs.txt": "sphinx==7.4.7\n",
+            "app.py": """
+                from flask import Flask
+
+                app = Flask(__name__)
+
+
+                @app.get("/")
+                def index() -> str:
+                    return "posts"
+            """,
+            "tests/test_app.py": "def test_nothing() -> None:\n    assert True\n",
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    assert load_recipe(repo) == AppRecipe(
+        setup=["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -r requirements-dev.txt"],
+        start=".venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT",
+        port=5000,
+        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
+        test=".venv/bin/python -m pytest",
+        lock_files=["requirements.txt", "requirements-dev.txt"],
+        image=ImageRecipe(packages=["python3", "python3-venv"]),
+    )
+    assert (
+        "- start: `.venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT` is a guess"
+        in (repo / "durafix.yaml").read_text()
+    )
+
+
+def test_a_pip_project_without_pytest_is_tested_with_unittest(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "tool",
+        {
+            "requirements.txt": "requests==2.32.3\n",
+            "server.py": """
+                import argparse
+
+                if __name__ == "__main__":
+                    parser = argparse.ArgumentParser()
+                    parser.add_argument("--port", type=int)
+            """,
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    recipe = load_recipe(repo)
+    assert recipe.test == ".venv/bin/python -m unittest discover"
+    assert recipe.start == ".venv/bin/python server.py --port $PORT"
+
+
+def test_a_uv_project_syncs_frozen_and_runs_pytest_through_uv(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "api",
+        {
+            "pyproject.toml": """
+                [project]
+                name = "api"
+                version = "0.1.0"
+                requires-python = ">=3.11"
+                dependencies = ["fastapi>=0.115", "uvicorn>=0.30"]
+
+                [dependency-groups]
+                dev = ["pytest>=8.3", "httpx>=0.27"]
+            """,
+            "uv.lock": 'version = 1\nrequires-python = ">=3.11"\n\n[[package]]\nname = "api"\nversion = "0.1.0"\n',
+            "src/main.py": "from fastapi import FastAPI\n\napi = FastAPI()\n",
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    assert load_recipe(repo) == AppRecipe(
+        setup=["uv sync --frozen"],
+        start="uv run python -m uvicorn src.main:api --host 0.0.0.0 --port $PORT",
+        port=8000,
+        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
+        test="uv run pytest",
+        lock_files=["uv.lock"],
+        image=ImageRecipe(packages=["python3"]),
+    )
+
+
+def test_a_poetry_project_with_pytest_configured(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "svc",
+        {
+            "pyproject.toml": """
+                [tool.poetry]
+                name = "svc"
+                version = "0.1.0"
+
+                [tool.pytest.ini_options]
+                testpaths = ["tests"]
+            """,
+            "poetry.lock": "# This file is automatically @generated by Poetry.\n",
+            "manage.py": "import django\n",
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    recipe = load_recipe(repo)
+    assert (recipe.setup, recipe.test, recipe.lock_files) == (["poetry install"], "poetry run pytest", ["poetry.lock"])
+    assert recipe.start == "poetry run python manage.py runserver 0.0.0.0:$PORT --noreload"
+
+
+def test_an_existing_recipe_is_kept_unless_forced(tmp_path: Path) -> None:
+    repo = write(tmp_path / "blog", {"requirements.txt": "flask==3.0.3\n"})
+    (repo / "durafix.yaml").write_text("start: mine\ntest: mine\n")
+
+    with pytest.raises(CliError, match=r"durafix.yaml exists; --force overwrites it") as refused:
+        init(tmp_path, str(repo))
+
+    assert refused.value.code == 1
+    assert (repo / "durafix.yaml").read_text() == "start: mine\ntest: mine\n"
+    assert init(tmp_path, str(repo), "--force") == 0
+    assert load_recipe(repo).setup == ["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt"]
+    # No temporary file is left next to it.
+    assert sorted(p.name for p in repo.iterdir()) == ["durafix.yaml", "requirements.txt"]
+
+
+def test_a_directory_without_a_project_gets_no_file_and_the_reason(tmp_path: Path) -> None:
+    repo = write(tmp_path / "docs", {"README.md": "# notes\n"})
+
+    with pytest.raises(CliError, match=r"no package\.json, pyproject\.toml, setup\.py, requirements") as refused:
+        init(tmp_path, str(repo))
+
+    assert refused.value.code == 1
+    assert not (repo / "durafix.yaml").exists()
+    with pytest.raises(CliError, match="is not a directory") as usage:
+        init(tmp_path, str(tmp_path / "missing"))
+    assert usage.value.code == 2
+
+
+def test_json_names_the_file_the_recipe_and_the_checks(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    repo = write(tmp_path / "app", {"app.py": 'if __name__ == "__main__":\n    pass\n'})
+
+    assert init(tmp_path, str(repo), "--json") == 0
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["path"] == str(repo / "durafix.yaml")
+    assert doc["project"] == "Python project (no dependencies declared)"
+    assert AppRecipe.model_validate(doc["recipe"]) == load_recipe(repo)
+    assert any(line.startswith("start: `python3 app.py` must serve the app on $PORT") for line in doc["check"])
