@@ -24,7 +24,6 @@ Contracts:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -33,7 +32,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+# try_locked is re-exported: the cache sources elsewhere (Docker's image cache) take their locks through here.
 from environments.files import remove_tree
+from environments.files import try_locked as try_locked
 from environments.inventory import HOLDER_ERRORS, Unavailable
 from environments.mirror import MirrorCache
 from environments.workspace import WorkspaceManager
@@ -101,32 +102,6 @@ class CacheSource(Protocol):
     def delete(self, entry: CacheEntry) -> None:
         """Remove the entry and its stamp; called with :meth:`hold` held and every check passed."""
         ...
-
-
-@contextlib.contextmanager
-def try_locked(lock_path: Path, *, create: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``lock_path`` if nobody holds it; yields whether it is held. Never waits.
-
-    The same advisory locks as :func:`environments.files.locked`, so it excludes what they exclude. With
-    ``create=False`` a missing lock file is reported free without being created (nobody can hold it).
-    """
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    if create:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(lock_path, flags, 0o600)
-    except FileNotFoundError:
-        yield True
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
 
 
 @dataclass
