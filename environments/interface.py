@@ -173,7 +173,8 @@ class EnvironmentProvider(Protocol):
         """Start (or adopt) the environment for ``op_id`` from ``workspace`` and wait for readiness.
 
         ``progress``, when given, hears each sub-state as it begins, at least: ``adopting <env id>`` for an
-        environment already running, ``setup: <command>`` before each setup command, ``starting app:
+        environment already running, ``setup: <command>`` before each setup command it runs (a setup restored
+        from a cache says so instead: ``setup: restoring <paths> from the dependency cache``), ``starting app:
         <command>`` (or the provider's equivalent, such as ``starting container <name>``), ``waiting for
         readiness at <url><path>``, and ``fixtures: <command>`` before each fixture command (commands on one
         line, cut to about 80 characters). It must not raise (see :data:`Progress`).
