@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from environments.checks import PACKAGE_CACHE_VARS, SetupError, SetupSettings, run_setup, run_tests
 from environments.interface import AppRecipe, RecoverySpec
@@ -26,6 +27,7 @@ from environments.passthrough import (
     passed_through,
 )
 from environments.spec import load_recipe
+from pipeline.config import DurafixConfig, load_config
 from tests.environments.gitrepo import CART_APP
 
 RUN = "repair:acme/cart#70"
@@ -80,6 +82,29 @@ def test_matching_variables_pass_but_never_durafixs_own_or_credentials() -> None
         "npm_config_registry": WORKER_VARS["npm_config_registry"],
     }
     assert never_passed("UV_INDEX_PRIVATE_PASSWORD") and never_passed("durafix_x") and not never_passed("UV_CACHE_DIR")
+
+
+def test_the_setting_is_read_from_the_environment_and_a_dangerous_pattern_stops_the_configuration(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("DURAFIX_SETUP_PASSTHROUGH", raising=False)
+    assert load_config(tmp_path).setup_passthrough == list(DEFAULT_PATTERNS)
+    monkeypatch.setenv("DURAFIX_SETUP_PASSTHROUGH", "PIP_INDEX_URL,HTTPS_PROXY")
+    assert load_config(tmp_path).setup_passthrough == ["PIP_INDEX_URL", "HTTPS_PROXY"]
+    monkeypatch.setenv("DURAFIX_SETUP_PASSTHROUGH", "none")
+    assert load_config(tmp_path).setup_passthrough == []
+    monkeypatch.setenv("DURAFIX_SETUP_PASSTHROUGH", "PIP_*,*")
+    with pytest.raises(ValidationError, match=r"pattern '\*' could match durafix's own DURAFIX_\* variables"):
+        load_config(tmp_path)
+    monkeypatch.delenv("DURAFIX_SETUP_PASSTHROUGH")
+    (tmp_path / "config.json").write_text(json.dumps({"setup_passthrough": ["PIP_*", "GH_TOKEN"]}))
+    with pytest.raises(ValidationError, match="GH_TOKEN"):
+        load_config(tmp_path)
+    with pytest.raises(PassthroughError):
+        SetupSettings(passthrough=("OPENAI_BASE_URL",))
+    saved = DurafixConfig(state_dir=tmp_path / "saved", setup_passthrough=["UV_*"])
+    saved.save()
+    assert load_config(tmp_path / "saved").setup_passthrough == ["UV_*"]
 
 
 @pytest.fixture
