@@ -1,7 +1,8 @@
 """Pruning a worker's caches: the logic behind ``durafix cache prune``.
 
-A worker keeps three caches that no run owns and that nothing else ever shrinks: git mirrors of the
-repositories it has seen (:class:`~environments.mirror.MirrorCache`), Docker images (base and app images,
+A worker keeps four caches that no run owns and that nothing else ever shrinks: git mirrors of the
+repositories it has seen (:class:`~environments.mirror.MirrorCache`), the results of setup per lock hash
+(:class:`~environments.depcache.DependencyCache`), Docker images (base and app images,
 :class:`~environments.docker.images.ImageBuilder`) and the root filesystem tarballs base images are imported from.
 Each kind is a :class:`CacheSource`; this module plans and carries out their pruning the same way for all.
 
@@ -12,7 +13,8 @@ Contracts:
   made. Eligible is necessary, never sufficient.
 - **Never removed**, whatever its age: an entry its source reports in use (a mirror a workspace borrows
   objects from, an image any container uses, running or stopped, a base image other images are built on)
-  or busy (its lock is held: a mirror being served, fetched or built on, an image or tarball being built).
+  or busy (its lock is held: a mirror being served, fetched or built on, a dependency entry being restored or
+  built, an image or tarball being built).
   Locks are only ever tried, never waited for, so pruning never blocks a worker and a busy entry is skipped.
 - **The plan is fixed before anything is removed** (:func:`survey`) and never widened: acting
   (:func:`prune`) takes only the planned entries, and re-checks each one under its source's locks just before
@@ -24,7 +26,6 @@ Contracts:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -33,12 +34,16 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from environments.depcache import REMOVING_MARK, TMP_MARK, DependencyCache
+
+# try_locked is re-exported: the cache sources elsewhere (Docker's image cache) take their locks through here.
 from environments.files import remove_tree
+from environments.files import try_locked as try_locked
 from environments.inventory import HOLDER_ERRORS, Unavailable
 from environments.mirror import MirrorCache
 from environments.workspace import WorkspaceManager
 
-MIRROR, IMAGE, TARBALL = "mirror", "image", "rootfs-tarball"
+MIRROR, DEPENDENCIES, IMAGE, TARBALL = "mirror", "dependencies", "image", "rootfs-tarball"
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60))
 
 
@@ -101,32 +106,6 @@ class CacheSource(Protocol):
     def delete(self, entry: CacheEntry) -> None:
         """Remove the entry and its stamp; called with :meth:`hold` held and every check passed."""
         ...
-
-
-@contextlib.contextmanager
-def try_locked(lock_path: Path, *, create: bool = True) -> Iterator[bool]:
-    """Hold an exclusive ``flock`` on ``lock_path`` if nobody holds it; yields whether it is held. Never waits.
-
-    The same advisory locks as :func:`environments.files.locked`, so it excludes what they exclude. With
-    ``create=False`` a missing lock file is reported free without being created (nobody can hold it).
-    """
-    flags = os.O_RDWR | (os.O_CREAT if create else 0)
-    if create:
-        lock_path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(lock_path, flags, 0o600)
-    except FileNotFoundError:
-        yield True
-        return
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-        else:
-            yield True
-    finally:
-        os.close(fd)
 
 
 @dataclass
@@ -309,3 +288,84 @@ class MirrorSource:
         # The stamp is inside the mirror and goes with it. The lock files stay: a process may have one open
         # and be about to lock it, and a second file under the same name would let two holders in at once.
         remove_tree(Path(entry.ref))
+
+
+class DependencySource:
+    """The entries of a :class:`DependencyCache`, and what crashed builders and removals left beside them.
+
+    An entry is busy while it is being restored into a workspace (its use lock) or rebuilt (its build lock), an
+    unfinished build while its builder lives (the lock beside it). Nothing else needs an entry: a workspace
+    restored from it holds its own links or copies, which removing the entry leaves alone (so the size shown
+    for an entry linked into live workspaces is more than removing it frees).
+    """
+
+    name = "dependencies"
+
+    def __init__(self, cache: DependencyCache) -> None:
+        self.cache = cache
+
+    def entries(self) -> list[CacheEntry]:
+        found = []
+        for path in self.cache.entries():
+            with contextlib.suppress(FileNotFoundError):
+                last_used, stamped = self.cache.last_used(path)
+                found.append(
+                    CacheEntry(
+                        kind=DEPENDENCIES,
+                        name=self._name(path),
+                        ref=str(path),
+                        size_bytes=tree_size(path),
+                        last_used=last_used,
+                        stamped=stamped,
+                    )
+                )
+        return found
+
+    def _name(self, path: Path) -> str:
+        if TMP_MARK in path.name:
+            return f"{path.parent.name}: unfinished build of {_entry_name(path)}"
+        if REMOVING_MARK in path.name:
+            return f"{path.parent.name}: interrupted removal of {_entry_name(path)}"
+        record = self.cache.read_record(path)
+        if record is None:
+            return f"{path.parent.name}/{path.name} (no complete build record)"
+        return f"{record.repository} {', '.join(record.paths)} ({', '.join(record.lock_files)}) {path.name[:12]}"
+
+    @contextlib.contextmanager
+    def hold(self, entry: CacheEntry, *, create: bool) -> Iterator[str]:
+        path = Path(entry.ref)
+        if TMP_MARK in path.name:
+            with try_locked(path.with_name(path.name + ".lock"), create=False) as free:
+                yield "" if free else "busy: being built"
+            return
+        target = path.with_name(_entry_name(path))
+        with try_locked(self.cache.use_lock(target), create=create) as unused:
+            if not unused:
+                yield "in use: being restored into a workspace"
+                return
+            with try_locked(self.cache.build_lock(target), create=create) as idle:
+                yield "" if idle else "busy: being built"
+
+    def present(self, entry: CacheEntry) -> bool:
+        return Path(entry.ref).is_dir()
+
+    def last_used(self, entry: CacheEntry) -> float:
+        return self.cache.last_used(Path(entry.ref))[0]
+
+    def in_use(self, entry: CacheEntry, going: Collection[str]) -> str:
+        return ""
+
+    def delete(self, entry: CacheEntry) -> None:
+        path = Path(entry.ref)
+        remove_tree(path)
+        if TMP_MARK in path.name:
+            # Named for this one build only: no other holder will ever open it.
+            path.with_name(path.name + ".lock").unlink(missing_ok=True)
+
+
+def _entry_name(path: Path) -> str:
+    """The entry a leftover (``.<entry>.tmp-<id>``, ``.<entry>.removing-<id>``) belonged to; an entry's own name."""
+    for mark in (TMP_MARK, REMOVING_MARK):
+        if mark in path.name:
+            return path.name[1:].split(mark, 1)[0]
+    return path.name

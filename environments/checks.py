@@ -5,27 +5,88 @@ verification's before the tests), so ``test`` never has to repeat it. Each comma
 command (built environment, own session, see :mod:`environments.commands`); on timeout its whole process
 group is stopped. A test command that could not run at all (the shell's 126/127: not executable, not found)
 is told apart from one whose tests failed: :attr:`TestRunResult.runnable`.
+
+How this worker runs setup is its :class:`SetupSettings`: a dependency cache (:mod:`environments.depcache`) whose
+entries replace running setup in a workspace with the same lock files, the directory the package managers keep
+their download caches in, and the worker variables setup may see (:mod:`environments.passthrough`). Only setup
+gets those; the app, its fixtures and the tests run with the plain recipe environment.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from environments.commands import command_env, run_to_completion, tail
+from environments.depcache import BuildRecord, DependencyCache
 from environments.interface import AppRecipe, EnvironmentError, Progress
+from environments.passthrough import check_patterns, passed_through
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
 
 # What /bin/sh answers for a command it found but could not execute, and for one it did not find.
 NOT_RUNNABLE_EXIT_CODES = (126, 127)
 
+# Where each package manager keeps its download cache, as the variable it reads and the directory under the
+# worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
+PACKAGE_CACHE_VARS = {
+    "npm_config_cache": "npm",
+    "YARN_CACHE_FOLDER": "yarn",
+    "PIP_CACHE_DIR": "pip",
+    "UV_CACHE_DIR": "uv",
+    "POETRY_CACHE_DIR": "poetry",
+}
+
 
 class SetupError(EnvironmentError):
     """A setup command of the recipe failed or timed out; the message holds the log tail."""
+
+
+@dataclass(frozen=True)
+class SetupSettings:
+    """How this worker runs setup commands. The default is none of it: no cache, the package managers' own
+    cache locations (under ``HOME``), no worker variable beyond the neutral ones.
+
+    ``package_caches``: the directory each package manager's cache variable (:data:`PACKAGE_CACHE_VARS`) points
+    into. ``passthrough``: glob patterns of the worker variables setup may see, checked as
+    :func:`environments.passthrough.check_patterns` does (a :class:`~environments.passthrough.PassthroughError`
+    here); a passed-through variable wins over a package cache location of the same name (the operator set it).
+    """
+
+    cache: DependencyCache | None = None
+    package_caches: Path | None = None
+    passthrough: tuple[str, ...] = field(default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "passthrough", check_patterns(self.passthrough))
+
+    def worker_env(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
+        env: dict[str, str] = {}
+        if self.package_caches is not None:
+            for variable, name in PACKAGE_CACHE_VARS.items():
+                directory = self.package_caches.absolute() / name
+                directory.mkdir(parents=True, exist_ok=True)
+                env[variable] = str(directory)
+        env.update(passed_through(self.passthrough, environ))
+        return env
+
+
+@dataclass(frozen=True)
+class SetupOutcome:
+    """What :func:`run_setup` did: ran the commands (``ran``), restored an entry instead (``restored``), and
+    whether it stored one (``stored``); ``cache`` says what the dependency cache did, as the log says it."""
+
+    ran: bool
+    restored: BuildRecord | None = None
+    stored: BuildRecord | None = None
+    cache: str = ""
 
 
 def run_setup(
@@ -37,18 +98,92 @@ def run_setup(
     timeout_s: float,
     progress: Progress = ignore,
     stop_grace_s: float = 5.0,
-) -> None:
+    settings: SetupSettings | None = None,
+    repository: str | None = None,
+    provider: str = "local",
+) -> SetupOutcome:
     """Run ``recipe.setup`` in order in ``ws_path``, appending to ``log_path``; raise :class:`SetupError` on
-    the first command that fails or times out (after stopping everything carrying ``marker``)."""
+    the first command that fails or times out (after stopping everything carrying ``marker``).
+
+    With a dependency cache in ``settings`` (then ``repository`` is required; ``provider`` is where setup runs,
+    part of the key), an entry for this workspace's lock files is restored instead of running the commands
+    (``progress`` hears ``setup: restoring <paths> from the dependency cache`` when there is an entry to try). On
+    a miss the commands run (``setup: <command>`` each; first ``setup: waiting for another build ...`` while
+    another builder of the same key finishes), then what they produced is stored (``setup: storing <paths> in
+    the dependency cache``). A restored workspace is not trusted more than one set up anew: the caller checks it
+    the same way (readiness when provisioning, the tests when verifying). What the cache did is written to
+    ``log_path`` (``# dependency cache: ...`` lines) and returned; a cache that cannot be used never fails
+    setup, it only means the commands run. Setup commands with effects outside the workspace (a database, a
+    file elsewhere) run once per entry, not once per workspace.
+    """
+    settings = settings or SetupSettings()
+    outcome = SetupOutcome(ran=False)
+    if not recipe.setup:
+        return outcome
+    env = command_env(recipe, marker=marker, worker=settings.worker_env(os.environ))
+    cache = settings.cache
+    if cache is None:
+        _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+        return SetupOutcome(ran=True)
+    if not repository:
+        raise ValueError("run_setup with a dependency cache needs the repository")
+    key = cache.key_for(ws_path, recipe, repository=repository, provider=provider)
+    uncached = key if isinstance(key, str) else cache.occupied(key, ws_path)
+    if uncached or isinstance(key, str):
+        _note(log_path, uncached)
+        _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+        return SetupOutcome(ran=True, cache=uncached)
+    if cache.entry_path(key).is_dir():
+        progress(f"setup: restoring {', '.join(key.paths)} from the dependency cache")
+    restored = cache.restore(key, ws_path)
+    if isinstance(restored, str):
+        with cache.building(key, progress) as exclusive:
+            # Another builder may have finished while this one waited for the lock.
+            again = cache.restore(key, ws_path) if exclusive else restored
+            if isinstance(again, str):
+                _note(log_path, f"miss ({again}); running setup")
+                before = cache.checkout_state(ws_path)
+                _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+                progress(f"setup: storing {', '.join(key.paths)} in the dependency cache")
+                stored = cache.store(key, ws_path, before, exclusive=exclusive)
+                if isinstance(stored, str):
+                    _note(log_path, stored)
+                    return SetupOutcome(ran=True, cache=stored)
+                note = f"stored entry {key.key[:12]} ({stored.files} files, {stored.method})"
+                _note(log_path, note)
+                return SetupOutcome(ran=True, stored=stored, cache=note)
+            restored = again
+    note = (
+        f"restored entry {key.key[:12]} instead of running setup ({restored.record.summary()}; "
+        f"{restored.record.files} files by {restored.method} in {restored.seconds:.2f} s)"
+    )
+    _note(log_path, note)
+    return SetupOutcome(ran=False, restored=restored.record, cache=note)
+
+
+def _run_commands(
+    ws_path: Path,
+    recipe: AppRecipe,
+    env: Mapping[str, str],
+    marker: str,
+    log_path: Path,
+    timeout_s: float,
+    progress: Progress,
+    stop_grace_s: float,
+) -> None:
     for command in recipe.setup:
         progress(f"setup: {command_text(command)}")
-        code, _ = run_to_completion(
-            command, cwd=ws_path, env=command_env(recipe, marker=marker), log_path=log_path, timeout_s=timeout_s
-        )
+        code, _ = run_to_completion(command, cwd=ws_path, env=env, log_path=log_path, timeout_s=timeout_s)
         if code != 0:
             stop_owned(marker, grace_s=stop_grace_s)
             outcome = "timed out" if code is None else f"exited {code}"
             raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
+
+
+def _note(log_path: Path, text: str) -> None:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"# dependency cache: {text}\n")
 
 
 class TestRunResult(BaseModel):

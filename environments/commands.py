@@ -2,7 +2,9 @@
 
 A command's environment is built, not inherited: only a few neutral worker variables pass through
 (``PATH``, ``HOME``, locale, ``TZ``, ``TMPDIR``), so a worker's own credentials never reach the application
-under repair; the recipe's ``env`` and resolved secrets are added on top. Each command runs under
+under repair; the recipe's ``env`` and resolved secrets are added on top. Setup commands alone also get the
+variables the operator lets through and the package-manager cache locations (``worker``, see
+:mod:`environments.passthrough` and :class:`environments.checks.SetupSettings`). Each command runs under
 ``/bin/sh -c`` in its own session (``start_new_session=True``), so its whole process group can be signalled
 without touching the worker. Spawned long-running children are reaped by a daemon thread, so a dead one
 never lingers as a zombie that looks alive.
@@ -25,9 +27,22 @@ _PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
 TAIL_BYTES = 4096
 
 
-def command_env(recipe: AppRecipe, *, marker: str, extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment for one of ``recipe``'s commands; secrets resolved now from the worker's environment."""
+def command_env(
+    recipe: AppRecipe,
+    *,
+    marker: str,
+    extra: Mapping[str, str] | None = None,
+    worker: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """Environment for one of ``recipe``'s commands; secrets resolved now from the worker's environment.
+
+    Layers, each over the one before: the neutral worker variables, ``worker`` (what the worker adds for this
+    kind of command: setup's package caches and passed-through variables, see :mod:`environments.checks`),
+    the recipe's ``env``, its secrets, ``extra``, the ownership marker.
+    """
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    if worker:
+        env.update(worker)
     env.update(recipe.env)
     env.update(resolve_secrets(recipe.secrets, os.environ))
     if extra:

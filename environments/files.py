@@ -1,4 +1,4 @@
-"""Filesystem primitives the ownership records rely on: path-safe keys, atomic writes, advisory locks.
+"""Filesystem primitives the ownership records and caches rely on: path-safe keys, atomic writes, advisory locks.
 
 Records are written to a temporary sibling and renamed over the target, so a reader sees either the old
 record or the new one, never a torn file. Locks are ``flock`` locks on dedicated lock files: they are held
@@ -15,8 +15,9 @@ import json
 import os
 import re
 import shutil
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -81,3 +82,63 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(doomed)
     else:
         path.unlink()
+
+
+@contextlib.contextmanager
+def try_locked(lock_path: Path, *, create: bool = True) -> Iterator[bool]:
+    """Hold an exclusive ``flock`` on ``lock_path`` if nobody holds it; yields whether it is held. Never waits.
+
+    The same advisory locks as :func:`locked`, so it excludes what they exclude. With
+    ``create=False`` a missing lock file is reported free without being created (nobody can hold it).
+    """
+    flags = os.O_RDWR | (os.O_CREAT if create else 0)
+    if create:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(lock_path, flags, 0o600)
+    except FileNotFoundError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def locked_within(
+    lock_path: Path, wait_s: float, *, poll_s: float = 0.2, on_wait: Callable[[], None] | None = None
+) -> Iterator[bool]:
+    """Hold an exclusive lock on ``lock_path`` for the block if it can be had within ``wait_s``; yields whether
+    it is held (``False``: the block runs without it, and must be safe that way).
+
+    Polls instead of blocking in ``flock``, so a thread waiting here can still be interrupted (an activity's
+    cancellation) and a holder that hangs delays the caller by ``wait_s`` at most. ``on_wait`` is called once,
+    when the lock is first found taken.
+    """
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        deadline = time.monotonic() + wait_s
+        waited = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not waited and on_wait is not None:
+                    on_wait()
+                waited = True
+                if time.monotonic() >= deadline:
+                    yield False
+                    return
+                time.sleep(poll_s)
+            else:
+                yield True
+                return
+    finally:
+        os.close(fd)

@@ -73,7 +73,18 @@ class AppRecipe(BaseModel):
     )
     limits: ResourceLimits = Field(default_factory=ResourceLimits)
     image: ImageRecipe = Field(default_factory=ImageRecipe)
-    lock_files: list[str] = Field(default_factory=list, description="files hashed into the dependency lock hash")
+    lock_files: list[str] = Field(
+        default_factory=list,
+        description="files hashed into the dependency lock hash; when empty, the common ecosystems' lock files "
+        "at the repository root are recognised (package-lock.json, yarn.lock, pnpm-lock.yaml, uv.lock, "
+        "poetry.lock, requirements*.txt)",
+    )
+    cache: list[str] | None = Field(
+        default=None,
+        description="paths (relative to the repository root) that setup creates and that are cached per lock hash, "
+        "so that a workspace with the same lock files gets them restored instead of running setup again. Not "
+        "given: node_modules next to a JavaScript lock file, .venv next to a Python one. [] turns caching off",
+    )
 
 
 class RecoverySpec(BaseModel):
@@ -162,7 +173,8 @@ class EnvironmentProvider(Protocol):
         """Start (or adopt) the environment for ``op_id`` from ``workspace`` and wait for readiness.
 
         ``progress``, when given, hears each sub-state as it begins, at least: ``adopting <env id>`` for an
-        environment already running, ``setup: <command>`` before each setup command, ``starting app:
+        environment already running, ``setup: <command>`` before each setup command it runs (a setup restored
+        from a cache says so instead: ``setup: restoring <paths> from the dependency cache``), ``starting app:
         <command>`` (or the provider's equivalent, such as ``starting container <name>``), ``waiting for
         readiness at <url><path>``, and ``fixtures: <command>`` before each fixture command (commands on one
         line, cut to about 80 characters). It must not raise (see :data:`Progress`).

@@ -5,7 +5,8 @@ time, port, workspace), the operation's log, lock files and, once cleaned up, th
 
 Contracts (see :mod:`environments.interface`):
 
-- ``provision`` refuses a tombstoned run before starting anything, runs the recipe's setup commands, starts
+- ``provision`` refuses a tombstoned run before starting anything, runs the recipe's setup commands (or
+  restores their result from the dependency cache, see :func:`environments.checks.run_setup`), starts
   the start command with a free port in ``$PORT``, and writes the ownership record *before* waiting for
   readiness, so a crash while waiting leaves a process that cleanup can find. Every process also carries
   the run/operation marker in its environment (see :mod:`environments.processes`), which covers the
@@ -32,7 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from environments.checks import run_setup
+from environments.checks import SetupSettings, run_setup
 from environments.commands import command_env, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
@@ -60,14 +61,27 @@ PROVIDER_NAME = "local"
 
 
 class LocalProcessProvider:
-    """Runs environments as local process groups; state and logs under ``state_dir``."""
+    """Runs environments as local process groups; state and logs under ``state_dir``.
+
+    ``setup``: how setup commands run on this worker (dependency cache, package caches, passed-through
+    variables); by default none of it. An app started from a workspace whose setup was restored from the cache
+    is checked like any other: it must answer its readiness probe, or the provision fails.
+    """
 
     name = PROVIDER_NAME
 
-    def __init__(self, state_dir: Path, *, setup_timeout_s: float = 600.0, stop_grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        *,
+        setup_timeout_s: float = 600.0,
+        stop_grace_s: float = 5.0,
+        setup: SetupSettings | None = None,
+    ) -> None:
         self.state_dir = state_dir.absolute()
         self.setup_timeout_s = setup_timeout_s
         self.stop_grace_s = stop_grace_s
+        self.setup = setup or SetupSettings()
 
     def provision(
         self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
@@ -75,7 +89,8 @@ class LocalProcessProvider:
         """Adopt the live environment recorded for ``op_id``, or start a new one and wait for readiness.
 
         ``progress`` hears ``adopting <env id>``, or (after ``stopping earlier <env id>`` when a stale record
-        is replaced) ``setup: <command>`` per setup command, ``starting app: <command>``, ``waiting for
+        is replaced) ``setup: <command>`` per setup command (or ``setup: restoring <paths> from the dependency
+        cache``, see :func:`~environments.checks.run_setup`), ``starting app: <command>``, ``waiting for
         readiness at <url><path>`` and ``fixtures: <command>`` per fixture, in that order.
 
         Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError``
@@ -176,6 +191,9 @@ class LocalProcessProvider:
             timeout_s=self.setup_timeout_s,
             progress=progress,
             stop_grace_s=self.stop_grace_s,
+            settings=self.setup,
+            repository=spec.repository,
+            provider=PROVIDER_NAME,
         )
         port = _free_port()
         progress(f"starting app: {command_text(recipe.start)}")

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from typing import cast
 
+from environments.checks import SetupSettings
 from environments.interface import EnvironmentError, EnvironmentProvider
 from environments.local import LocalProcessProvider
 
@@ -18,13 +19,16 @@ class ProviderUnavailableError(EnvironmentError):
     """The named provider exists but cannot be used on this worker."""
 
 
-def get_provider(name: str, state_dir: Path, *, docker_host: str | None = None) -> EnvironmentProvider:
+def get_provider(
+    name: str, state_dir: Path, *, docker_host: str | None = None, setup: SetupSettings | None = None
+) -> EnvironmentProvider:
     """The provider called ``name`` keeping its state under ``state_dir``.
 
-    ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to.
+    ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to. ``setup`` is how the
+    local provider runs setup commands (the Docker provider runs them as image build steps, cached as images).
     """
     if name == "local":
-        return LocalProcessProvider(state_dir)
+        return LocalProcessProvider(state_dir, setup=setup)
     if name == "docker":
         host = docker_host or os.environ.get("DOCKER_HOST")
         if not host:

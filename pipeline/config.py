@@ -12,7 +12,10 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
+
+from environments.depcache import RestoreMode
+from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
 
 
 class DurafixConfig(BaseModel):
@@ -39,7 +42,24 @@ class DurafixConfig(BaseModel):
     fast_timeouts: bool = False
     # Record a WebM video of every reproduction run (needs ffmpeg with VP9; the worker refuses to start without).
     browser_video: bool = False
+    # Reuse the result of a recipe's setup per lock hash (STATE/cache/deps) instead of running it in every workspace.
+    dependency_cache: bool = True
+    # How a cached setup is put into a workspace: "auto" (reflinks, else hard links, else copies) or "copy".
+    dependency_restore: RestoreMode = "auto"
+    # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
+    setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
     extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("setup_passthrough", mode="before")
+    @classmethod
+    def _passthrough(cls, value: object) -> object:
+        """``"PIP_*,HTTPS_PROXY"`` (the variable's form) or a list; refused when a pattern could reach durafix's
+        own secrets (``PassthroughError``, a ``ValueError``: the configuration does not load)."""
+        if isinstance(value, str):
+            return list(parse_patterns(value))
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return list(check_patterns(value))
+        return value
 
     @property
     def config_file(self) -> Path:
@@ -79,6 +99,9 @@ _ENV = {
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
     "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
     "DURAFIX_BROWSER_VIDEO": "browser_video",
+    "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
+    "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
+    "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
 }
 
 

@@ -3,8 +3,9 @@ them, so a host constructs only what its queues need. Nothing else reaches into 
 their collaborators in their constructors.
 
 Nothing here is cached across activity attempts in a way that trusts a dead worker: the workspace manager's
-mirror cache is an optimisation keyed by content (revisions), the browser is relaunched when it crashed, and
-environments are re-probed on every use.
+mirror cache is an optimisation keyed by content (revisions), the dependency cache by content too (lock files,
+setup commands) and a workspace restored from it is checked like any other, the browser is relaunched when it
+crashed, and environments are re-probed on every use.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from pipeline.config import DurafixConfig
 
 if TYPE_CHECKING:
     from browser.runner import BrowserRunner
+    from environments.checks import SetupSettings
+    from environments.depcache import DependencyCache
     from environments.interface import EnvironmentProvider
     from environments.workspace import WorkspaceManager
     from evidence.interface import ArtifactStore
@@ -63,6 +66,33 @@ class Services:
 
         return WorkspaceManager(cache_dir=self.state_dir / "cache", root=self.state_dir / "workspaces")
 
+    @property
+    def dependency_cache_dir(self) -> Path:
+        """Where the results of setup are cached per lock hash (pruned by ``durafix cache prune``)."""
+        return self.state_dir / "cache" / "deps"
+
+    @property
+    def package_cache_dir(self) -> Path:
+        """Where the package managers run by setup keep their download caches (npm, yarn, pip, uv, poetry)."""
+        return self.state_dir / "cache" / "packages"
+
+    def dependency_cache(self) -> DependencyCache:
+        """The dependency cache of this state directory, whether or not setup uses it (pruning needs it anyway)."""
+        from environments.depcache import DependencyCache
+
+        return DependencyCache(self.dependency_cache_dir, restore=self.config.dependency_restore)
+
+    @cached_property
+    def setup(self) -> SetupSettings:
+        """How this worker runs recipe setup commands, for the local provider and for verification and baseline
+        runs alike: the dependency cache (unless switched off), the package caches, the passed-through variables."""
+        from environments.checks import SetupSettings
+
+        cache = self.dependency_cache() if self.config.dependency_cache else None
+        return SetupSettings(
+            cache=cache, package_caches=self.package_cache_dir, passthrough=tuple(self.config.setup_passthrough)
+        )
+
     def provider(self, name: str | None = None) -> EnvironmentProvider:
         from environments.registry import get_provider
 
@@ -70,7 +100,7 @@ class Services:
         with self._lock:
             if key not in self._providers:
                 self._providers[key] = get_provider(
-                    key, self.state_dir / "environments", docker_host=self.config.docker_host or None
+                    key, self.state_dir / "environments", docker_host=self.config.docker_host or None, setup=self.setup
                 )
             return self._providers[key]
 
@@ -125,7 +155,9 @@ class Services:
 
         # The local provider always: a run's processes may have been started before Docker was configured.
         providers = ["local", self.config.environment_provider]
-        return EnvironmentActivities(self.store, self.workspaces, self.provider, providers, self.git_token)
+        return EnvironmentActivities(
+            self.store, self.workspaces, self.provider, providers, self.git_token, setup=self.setup
+        )
 
     def browser_activities(self) -> BrowserActivities:
         from pipeline.activities.browser import BrowserActivities

@@ -7,7 +7,8 @@ trusted from a previous attempt or another worker. Idempotency:
 - ``env.prepare_spec``: content-addressed store write; the same revision gives the same spec reference.
 - ``env.provision``: idempotent per operation ID (the provider adopts what an earlier attempt started).
 - ``env.verify_candidate``: deterministic commit (same base + patch + message + timestamp, same SHA);
-  the recipe's setup, then its tests; stored outputs are content-addressed.
+  the recipe's setup (or its result restored from the worker's dependency cache: the tests still run on it),
+  then its tests; stored outputs are content-addressed.
 - ``env.run_baseline``: the recipe's setup and tests on a fresh workspace at the base revision; read-only
   towards the outside, its log stored by content.
 - ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
@@ -29,8 +30,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from environments.checks import SetupError, TestRunResult, run_setup, run_tests
-from environments.interface import AppRecipe, CleanupReport, EnvironmentHandle, EnvironmentProvider
+from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
+from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
 from environments.progress import command_text
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
@@ -68,9 +69,12 @@ class EnvironmentActivities:
         provider_for: ProviderFor,
         cleanup_providers: Sequence[str],
         git_token: str | None,
+        setup: SetupSettings | None = None,
     ) -> None:
         """``cleanup_providers``: every provider a run's resources may live in on this host; cleanup asks
-        each of them."""
+        each of them. ``setup``: how verification and baseline runs set up their workspace on this host (the
+        same dependency cache as the local provider's)."""
+        self.setup = setup or SetupSettings()
         self.store = store
         self.workspaces = workspaces
         self.provider_for = provider_for
@@ -162,7 +166,7 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(ws.path, spec.recipe, log, beat, f"on {commit[:12]}")
+                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.setup)
                     test_ref = store.put_file(
                         log,
                         kind=ArtifactKind.TEST_OUTPUT,
@@ -204,7 +208,7 @@ class EnvironmentActivities:
                 try:
                     with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
                         log = Path(tmp) / "baseline-tests.log"
-                        result = _setup_and_test(ws.path, spec.recipe, log, beat, "on the base revision")
+                        result = _setup_and_test(ws.path, spec, log, beat, "on the base revision", self.setup)
                         test_ref = self.store.put_file(
                             log,
                             kind=ArtifactKind.TEST_OUTPUT,
@@ -285,12 +289,23 @@ class _Checked:
         return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {result.output_tail[-400:]}")
 
 
-def _setup_and_test(ws: Path, recipe: AppRecipe, log: Path, beat: Heartbeat, where: str) -> _Checked:
-    """The recipe's setup then its tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable
-    test run (its message holds the setup log's tail)."""
+def _setup_and_test(
+    ws: Path, spec: RecoverySpec, log: Path, beat: Heartbeat, where: str, setup: SetupSettings
+) -> _Checked:
+    """The recipe's setup (run here, on the worker: the ``local`` entries of the dependency cache) then its
+    tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable test run (its message holds the
+    setup log's tail)."""
+    recipe = spec.recipe
     try:
         run_setup(
-            ws, recipe, marker=f"setup/{uuid.uuid4().hex}", log_path=log, timeout_s=SETUP_TIMEOUT_S, progress=beat.set
+            ws,
+            recipe,
+            marker=f"setup/{uuid.uuid4().hex}",
+            log_path=log,
+            timeout_s=SETUP_TIMEOUT_S,
+            progress=beat.set,
+            settings=setup,
+            repository=spec.repository,
         )
     except SetupError as err:
         return _Checked(False, False, f"setup failed: {str(err)[-400:]}")

@@ -3,16 +3,19 @@ nobody has used for a while.
 
 The caches are the ones a worker with the same configuration uses, built the way :class:`pipeline.services.
 Services` builds them: the git mirrors under ``STATE/cache/mirrors`` (with the workspaces under
-``STATE/workspaces`` that borrow from them), and, when a Docker engine is configured (``docker_host``, or
-Docker as the environment provider), the images in that engine and the root filesystem tarballs in the Docker
-provider's image cache (``STATE/environments/cache``; tarballs are pruned even without an engine).
+``STATE/workspaces`` that borrow from them), the results of setup under ``STATE/cache/deps`` (also when the
+dependency cache is switched off: what it stored before still goes), and, when a Docker engine is configured
+(``docker_host``, or Docker as the environment provider), the images in that engine and the root filesystem
+tarballs in the Docker provider's image cache (``STATE/environments/cache``; tarballs are pruned even without an
+engine).
 
 - Without ``--yes`` a dry run: a table of what would be removed (unused for longer than ``--older-than``,
   default 14d) and of what is kept and why. Nothing is changed (not even a lock file is created).
 - With ``--yes`` the planned entries are removed, each re-checked under its locks just before (see
   :mod:`environments.cache_prune`): the plan only ever narrows. What could not be removed is named with its
   error and the rest still goes.
-- Never removed: a mirror a workspace borrows from or that is being served, fetched or built on; an image any
+- Never removed: a mirror a workspace borrows from or that is being served, fetched or built on; a dependency
+  entry being restored into a workspace or built (an unfinished build whose builder still runs); an image any
   container uses (running or stopped), a base image other images are built on, an image or tarball being
   built. ``--older-than`` below 10m is refused: an image is served a moment before its container is created,
   and only its fresh stamp protects it in that moment.
@@ -38,6 +41,7 @@ from datetime import timedelta
 from environments.cache_prune import (
     CacheEntry,
     CacheSource,
+    DependencySource,
     MirrorSource,
     Outcome,
     Plan,
@@ -76,7 +80,7 @@ def _older_than(text: str) -> timedelta:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    parser.description = "A worker's caches: git mirrors, Docker images, root filesystem tarballs."
+    parser.description = "A worker's caches: git mirrors, dependency caches, Docker images, root filesystem tarballs."
     actions = parser.add_subparsers(dest="action", required=True)
     prune_cmd = actions.add_parser(
         "prune",
@@ -129,7 +133,10 @@ class WorkerCaches:
 
     def __init__(self, config: DurafixConfig) -> None:
         services = Services(config)
-        self.sources: list[CacheSource] = [MirrorSource(services.workspaces)]
+        self.sources: list[CacheSource] = [
+            MirrorSource(services.workspaces),
+            DependencySource(services.dependency_cache()),
+        ]
         self.unavailable: list[Unavailable] = []
         self._docker: DockerProvider | None = None
         # Where the Docker provider Services builds keeps its image cache (it is given no other place).

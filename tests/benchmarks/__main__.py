@@ -1,6 +1,6 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
-``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, browser, evidence, docker).
+``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, depcache, browser, evidence, docker).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["workspace", "browser", "evidence", "docker"]
+BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker"]
 
 
 def main(argv: list[str]) -> int:

@@ -14,14 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from environments.cache_prune import MirrorSource, prune, survey
+from environments.cache_prune import DependencySource, MirrorSource, prune, survey
+from environments.checks import SetupSettings, run_setup
+from environments.depcache import TMP_MARK, DependencyCache
 from environments.docker.images import build_lock_path, rootfs_stamp_path
 from environments.files import locked
+from environments.spec import load_recipe
 from environments.workspace import Workspace, WorkspaceManager
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from tests.environments.durafix_cli import run_durafix
 from tests.environments.gitrepo import Repo, git, make_repo
+from tests.environments.projects import shell_project
 from tests.environments.test_cleanup_cli import closed_port
 
 DAY = 86400.0
@@ -306,3 +310,96 @@ def test_the_durafix_command_prunes_the_caches_of_the_state_dir_it_is_given(mirr
     assert proc.returncode == 0, proc.stderr
     assert [e["name"] for e in json.loads(proc.stdout)["removed"]] == [mirrors.old.url]
     assert not mirrors.mirror(mirrors.old).exists()
+
+
+@dataclass
+class Dependencies:
+    """Dependency cache entries of the worker: ``old`` (restored 30 days ago), ``fresh`` (built just now), ``reading``
+    (as old, being restored right now), and leftovers of two unfinished builds, one whose builder died and one whose
+    builder still runs."""
+
+    cache: DependencyCache
+    entries: dict[str, Path]
+    dead_build: Path
+    live_build: Path
+
+
+@pytest.fixture
+def dependencies(state: Path, tmp_path: Path) -> Iterator[Dependencies]:
+    mgr = worker_workspaces(state)
+    cache = DependencyCache(state / "cache" / "deps")
+    repo = shell_project(tmp_path, tmp_path / "counter")
+    entries = {}
+    for repository in ("acme/old", "acme/fresh", "acme/reading"):
+        ws = mgr.rebuild(run_id=RUN, op_id=f"{RUN}:{repository}", clone_url=repo.url, base_revision=repo.base)
+        outcome = run_setup(
+            ws.path,
+            load_recipe(ws.path),
+            marker=f"test/{repository}",
+            log_path=tmp_path / "setup.log",
+            timeout_s=60,
+            settings=SetupSettings(cache=cache),
+            repository=repository,
+        )
+        assert outcome.stored is not None
+        [entries[repository]] = [
+            p for p in cache.entries() if (r := cache.read_record(p)) and r.repository == repository
+        ]
+        mgr.remove(ws)
+    for repository in ("acme/old", "acme/reading"):
+        age(cache.stamp_path(entries[repository]), 30)
+    old = entries["acme/old"]
+    dead_build = old.with_name(f".{old.name}{TMP_MARK}dead")
+    live_build = old.with_name(f".{old.name}{TMP_MARK}live")
+    for leftover in (dead_build, live_build):
+        (leftover / "tree" / "node_modules").mkdir(parents=True)
+        age(leftover, 30)
+    yield Dependencies(cache, entries, dead_build, live_build)
+    mgr.cleanup_run(RUN)
+
+
+def test_old_dependency_entries_and_dead_builds_are_pruned_never_one_being_restored_or_built(
+    dependencies: Dependencies, capsys: pytest.CaptureFixture[str]
+) -> None:
+    cache, entries = dependencies.cache, dependencies.entries
+    reading = entries["acme/reading"]
+    with (
+        locked(cache.use_lock(reading), shared=True),
+        locked(dependencies.live_build.with_name(dependencies.live_build.name + ".lock")),
+    ):
+        code, out, _ = run(["--json"], capsys)
+        assert code == 0
+        dry = json.loads(out)
+        code, out, _ = run(["--yes", "--json"], capsys)
+
+    assert code == 0
+    eligible = {e["ref"]: e for e in dry["eligible"] if e["kind"] == "dependencies"}
+    assert set(eligible) == {str(entries["acme/old"]), str(dependencies.dead_build)}
+    assert eligible[str(entries["acme/old"])]["name"].startswith("acme/old node_modules (package-lock.json) ")
+    assert "unfinished build of" in eligible[str(dependencies.dead_build)]["name"]
+    kept = {e["ref"]: e["reason"] for e in dry["kept"] if e["kind"] == "dependencies"}
+    assert kept == {
+        str(entries["acme/fresh"]): "used within 14d",
+        str(reading): "in use: being restored into a workspace",
+        str(dependencies.live_build): "busy: being built",
+    }
+    document = json.loads(out)
+    assert {e["ref"] for e in document["removed"]} == set(eligible)
+    assert not entries["acme/old"].exists() and not dependencies.dead_build.exists()
+    assert not dependencies.dead_build.with_name(dependencies.dead_build.name + ".lock").exists()
+    assert entries["acme/fresh"].is_dir() and reading.is_dir() and dependencies.live_build.is_dir()
+    assert cache.read_record(reading) is not None
+
+
+def test_a_dependency_entry_built_again_since_the_listing_is_skipped(dependencies: Dependencies) -> None:
+    source = DependencySource(dependencies.cache)
+    plan = survey([source], timedelta(days=14), time.time())
+    old = dependencies.entries["acme/old"]
+    assert str(old) in {e.ref for _, e in plan.eligible}
+    # A restore after the listing stamps the entry.
+    dependencies.cache.stamp_path(old).touch()
+
+    outcome = prune(plan)
+
+    assert [e.ref for e in outcome.skipped] == [str(old)] and outcome.skipped[0].reason == "used since the listing"
+    assert old.is_dir()

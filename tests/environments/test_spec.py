@@ -9,6 +9,7 @@ import pytest
 from environments.spec import (
     RecipeError,
     build_recovery_spec,
+    cached_paths,
     canonical_json,
     load_recipe,
     spec_digest,
@@ -44,6 +45,11 @@ def test_the_sample_app_recipe_loads() -> None:
         ("start: s\ntest: t\nreadiness:\n  deadline_s: soon\n", "readiness.deadline_s"),
         ("start: s\ntest: t\nsecrets:\n  API_KEY: vault:x\n", "secrets.API_KEY"),
         ("start: s\ntest: t\nlock_files: [../outside.lock]\n", "inside the repository"),
+        ("start: s\ntest: t\ncache: [/opt/node_modules]\n", "cache: '/opt/node_modules' must be a path inside"),
+        ("start: s\ntest: t\ncache: [../node_modules]\n", "cache: '../node_modules' must be a path inside"),
+        ("start: s\ntest: t\ncache: [.git/hooks]\n", "outside .git"),
+        ("start: s\ntest: t\ncache: [.]\n", "cache: '.' must be a path inside"),
+        ("start: s\ntest: t\ncache: [node_modules, node_modules/.cache]\n", "is inside 'node_modules'"),
     ],
 )
 def test_an_invalid_recipe_is_refused_with_the_reason(tmp_path: Path, text: str, message: str) -> None:
@@ -80,6 +86,29 @@ def test_the_lock_hash_follows_lock_file_contents_only(tmp_path: Path) -> None:
     assert lock_hash() == first
     (repo / "requirements.lock").write_text("httpx==0.28.2\n")
     assert lock_hash() != first
+
+
+def test_without_declared_lock_files_the_recognised_ones_at_the_root_are_hashed(tmp_path: Path) -> None:
+    repo = write_recipe(tmp_path, "start: s\ntest: t\n")
+    assert build_recovery_spec("acme/cart", "u", REVISION, repo).dependency_lock_hash is None
+    (repo / "package-lock.json").write_text("{}\n")
+    (repo / "requirements-dev.txt").write_text("pytest==8.3.4\n")
+    (repo / "sub").mkdir()
+    (repo / "sub" / "yarn.lock").write_text("")
+
+    recognised = build_recovery_spec("acme/cart", "u", REVISION, repo).dependency_lock_hash
+    write_recipe(tmp_path, "start: s\ntest: t\nlock_files: [requirements-dev.txt, package-lock.json]\n")
+    assert recognised is not None
+    assert build_recovery_spec("acme/cart", "u", REVISION, repo).dependency_lock_hash == recognised
+    (repo / "sub" / "yarn.lock").write_text("changed, but not at the root\n")
+    write_recipe(tmp_path, "start: s\ntest: t\n")
+    assert build_recovery_spec("acme/cart", "u", REVISION, repo).dependency_lock_hash == recognised
+
+
+def test_declared_cached_paths_are_normalised_and_an_undeclared_cache_is_none(tmp_path: Path) -> None:
+    recipe = load_recipe(write_recipe(tmp_path, "start: s\ntest: t\ncache: [./node_modules/, web/.venv]\n"))
+    assert cached_paths(recipe, ["package-lock.json"]) == ["node_modules", "web/.venv"]
+    assert load_recipe(write_recipe(tmp_path, "start: s\ntest: t\n")).cache is None
 
 
 def test_a_declared_lock_file_must_exist(tmp_path: Path) -> None:
