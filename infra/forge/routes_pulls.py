@@ -138,10 +138,11 @@ def list_pulls(ctx: Ctx) -> Response:
         sql += " AND issues.state = ?"
         args.append(state)
     head = req.arg("head")
-    if head:
-        head_owner, _, branch = head.rpartition(":")
+    # GitHub filters by head only when it is spelled OWNER:BRANCH; a bare branch name is silently ignored.
+    if head and ":" in head:
+        head_owner, _, branch = head.partition(":")
         owner = ctx.user_row(repo["owner_id"])["login"]
-        if head_owner and head_owner.lower() != owner.lower():
+        if head_owner.lower() != owner.lower():
             return Response.json(200, [])
         sql += " AND pulls.head_ref = ?"
         args.append(branch)
