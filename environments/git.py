@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import base64
 import os
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from environments.interface import EnvironmentError
@@ -22,13 +24,92 @@ _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TMPDIR")
 
 
 class GitError(EnvironmentError):
-    """A git command failed; ``stderr`` holds git's own explanation."""
+    """A git command failed; ``stderr`` holds git's own explanation.
 
-    def __init__(self, args: Sequence[str], returncode: int, stderr: str) -> None:
+    Raised as is for failures that are not about a remote (a corrupt repository, a bad argument, a held lock).
+    Failures talking to a remote raise a subclass, so a caller can tell them apart without reading stderr:
+    :class:`GitProtocolError` when the remote answered and will answer the same again, and
+    :class:`GitTransportError` when the exchange broke off. ``http_status`` is the HTTP status git reported
+    for the remote's answer, when it reported one.
+    """
+
+    def __init__(self, args: Sequence[str], returncode: int, stderr: str, http_status: int | None = None) -> None:
         self.args_run = list(args)
         self.returncode = returncode
         self.stderr = stderr.strip()
+        self.http_status = http_status
         super().__init__(f"git {' '.join(self.args_run)} failed ({returncode}): {self.stderr}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args_run, self.returncode, self.stderr, self.http_status))
+
+
+class GitProtocolError(GitError):
+    """The remote answered, and the answer is final for this request: running it again fails the same way.
+
+    Examples: authentication or authorisation refused (HTTP 401/403), no such repository (404), a wanted
+    object the server will not serve ("not our ref"), a ref it does not have, a "fatal: protocol error".
+    Retrying needs something to change first (credentials, the URL, the remote's refs).
+    """
+
+
+class GitTransportError(GitError):
+    """The exchange with the remote broke off or the remote was unavailable; the same command may succeed later.
+
+    Examples: connection refused or reset, a name that does not resolve, timeouts, an empty reply or a
+    connection closed mid-pack (curl errors, "early EOF", "the remote end hung up unexpectedly"), HTTP 5xx,
+    408 and 429.
+    """
+
+
+# "The requested URL returned error: 403" (curl 22) and "RPC failed; HTTP 403" both carry the status.
+_HTTP_STATUS = re.compile(r"returned error: (\d{3})|RPC failed; HTTP (\d{3})")
+_TRANSIENT_STATUSES = frozenset({408, 429})
+# Statements the remote made about the request itself: checked before the transport symptoms, which a
+# remote refusing a request often prints as well ("the remote end hung up unexpectedly" after an error).
+_REFUSED = re.compile(
+    r"not our ref|Repository not found|repository '[^']*' not found|does not appear to be a git repository"
+    r"|Authentication failed|could not read (Username|Password)|Permission to \S+ denied"
+    r"|couldn't find remote ref|remote error:",
+    re.IGNORECASE,
+)
+_BROKEN_OFF = re.compile(
+    r"RPC failed|\bcurl \d+\b|Empty reply from server|early EOF|remote end hung up unexpectedly"
+    r"|unexpected disconnect|transfer closed|Could not resolve (host|proxy)|Failed to connect"
+    r"|Couldn't connect to server|Connection (refused|reset|timed out)|Operation timed out|timed out"
+    r"|Recv failure|Send failure|\bSSL\b|\bTLS\b|gnutls",
+    re.IGNORECASE,
+)
+# Checked last: a transfer that broke off mid-stream also makes git report the garbled stream this way.
+_PROTOCOL = re.compile(r"protocol error", re.IGNORECASE)
+
+
+def classify_failure(stderr: str) -> tuple[type[GitError], int | None]:
+    """Which :class:`GitError` class git's ``stderr`` describes, and the HTTP status it reports (if any).
+
+    Order matters: a reported HTTP status decides (4xx other than 408/429: the answer is final; 5xx, 408,
+    429: transient); then what the remote said about the request (refused, not found, not our ref); then
+    symptoms of a broken transfer; then a protocol error. Anything else is a local failure: ``GitError``.
+    """
+    status_match = _HTTP_STATUS.search(stderr)
+    status = int(next(g for g in status_match.groups() if g)) if status_match else None
+    if status is not None and 400 <= status < 600:
+        if status >= 500 or status in _TRANSIENT_STATUSES:
+            return GitTransportError, status
+        return GitProtocolError, status
+    if _REFUSED.search(stderr):
+        return GitProtocolError, status
+    if _BROKEN_OFF.search(stderr):
+        return GitTransportError, status
+    if _PROTOCOL.search(stderr):
+        return GitProtocolError, status
+    return GitError, status
+
+
+def git_error(args: Sequence[str], returncode: int, stderr: str) -> GitError:
+    """The :class:`GitError` (or subclass, see :func:`classify_failure`) for a failed ``git *args``."""
+    cls, status = classify_failure(stderr)
+    return cls(args, returncode, stderr, status)
 
 
 def check_clone_url(clone_url: str) -> None:
@@ -77,7 +158,11 @@ def run_git(
     stdin: str | None = None,
     timeout_s: float | None = 600.0,
 ) -> str:
-    """Run ``git *args`` and return its stdout (stripped of the final newline); raise :class:`GitError`."""
+    """Run ``git *args`` and return its stdout (stripped of the final newline).
+
+    Raises :class:`GitError`, or its :class:`GitProtocolError` / :class:`GitTransportError` subclass when the
+    failure was talking to a remote (see :func:`classify_failure`).
+    """
     proc = subprocess.run(
         ["git", *args],
         cwd=cwd,
@@ -89,7 +174,7 @@ def run_git(
         check=False,
     )
     if proc.returncode != 0:
-        raise GitError(args, proc.returncode, proc.stderr)
+        raise git_error(args, proc.returncode, proc.stderr)
     return proc.stdout.rstrip("\n")
 
 

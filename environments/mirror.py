@@ -11,6 +11,9 @@ Contracts:
   alternates, and a commit they stand on must survive a force-push on the remote.
 - Commits restored from a bundle are kept under ``refs/durafix/bundles/<sha>`` so they stay reachable; a
   plain fetch (no ``--prune``) never deletes them.
+- A fetch into an existing mirror that fails with a git error is answered by one fresh clone, which takes the
+  mirror's place only once it succeeded and after every object and ``refs/durafix/`` ref of the old mirror was
+  carried over (see :meth:`MirrorCache._clone`); if the fresh clone fails too, its error is raised.
 - Every time :meth:`MirrorCache.ensure` serves a mirror it touches the mirror's stamp
   (``<mirror>/durafix-last-used``): its mtime is when the mirror was last used, which is what
   ``durafix cache prune`` judges age by.
@@ -29,8 +32,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-from environments.files import locked, path_key
-from environments.git import GitError, check_clone_url, git_env, has_commit, run_git
+from environments.files import locked, path_key, remove_tree
+from environments.git import (
+    GitError,
+    GitTransportError,
+    check_clone_url,
+    git_env,
+    has_commit,
+    run_git,
+)
 from environments.interface import EnvironmentError
 
 _BUNDLE_REFS = "refs/durafix/bundles"
@@ -135,23 +145,28 @@ class MirrorCache:
         if mirror.exists() and has_commit(mirror, revision):
             return
         with locked(self.update_lock(mirror)):
-            if not mirror.exists():
+            # A mirror cloned in this call is as current as the remote: fetching it again would be wasted.
+            current = not mirror.exists()
+            if current:
                 self._clone(clone_url, mirror, token)
             if has_commit(mirror, revision):
                 return
             if bundle is not None:
-                self._import_bundle(mirror, bundle, clone_url, token)
+                current = self._import_bundle(mirror, bundle, clone_url, token, current=current)
                 if has_commit(mirror, revision):
                     return
-            env = git_env(clone_url=clone_url, token=token)
-            run_git(["fetch", "--quiet", "origin"], cwd=mirror, env=env)
+            if not current:
+                self._refresh(clone_url, mirror, token)
             if not has_commit(mirror, revision):
                 try:
                     run_git(
                         ["fetch", "--quiet", "origin", f"{revision}:refs/durafix/fetched/{revision}"],
                         cwd=mirror,
-                        env=env,
+                        env=git_env(clone_url=clone_url, token=token),
                     )
+                except GitTransportError:
+                    # Says nothing about the commit: the remote may well have it once it can be reached.
+                    raise
                 except GitError as exc:
                     raise RevisionNotFoundError(
                         f"commit {revision} is not on {clone_url} (nor in a bundle): {exc.stderr}"
@@ -159,10 +174,35 @@ class MirrorCache:
             if not has_commit(mirror, revision):
                 raise RevisionNotFoundError(f"commit {revision} is not on {clone_url}")
 
-    def _clone(self, clone_url: str, mirror: Path, token: str | None) -> None:
+    def _refresh(self, clone_url: str, mirror: Path, token: str | None) -> None:
+        """Fetch every ref of the remote into ``mirror``; when git fails, replace the mirror by a fresh clone.
+
+        Called with the update lock held. The fresh clone is tried once: if it fails too, its error is raised
+        (``GitProtocolError`` or ``GitTransportError`` when the remote was the problem), chained to the fetch's
+        error, and the mirror stays as it was.
+        """
+        try:
+            run_git(["fetch", "--quiet", "origin"], cwd=mirror, env=git_env(clone_url=clone_url, token=token))
+        except GitError as failed:
+            try:
+                self._clone(clone_url, mirror, token, replacing=True)
+            except GitError as again:
+                raise again from failed
+
+    def _clone(self, clone_url: str, mirror: Path, token: str | None, *, replacing: bool = False) -> None:
+        """Clone ``clone_url`` into a temporary sibling and rename it to ``mirror``; with the update lock held.
+
+        ``replacing``: ``mirror`` exists and the fresh clone takes its place. Workspaces may be borrowing the
+        old mirror's objects through alternates, which name the mirror's path, and the cache promises that a
+        commit they stand on survives a force-push on the remote; so every object file of the old mirror the
+        new clone lacks is carried over (hard-linked where possible) and so are its ``refs/durafix/`` refs
+        (bundle imports, commits fetched by ID), before the old mirror is removed. If anything fails before the
+        swap, the old mirror is left as it was.
+        """
         mirror.parent.mkdir(parents=True, exist_ok=True)
-        for leftover in mirror.parent.glob(f".{mirror.name}.tmp-*"):
-            shutil.rmtree(leftover, ignore_errors=True)
+        for pattern in (f".{mirror.name}.tmp-*", f".{mirror.name}.removing-*"):
+            for leftover in mirror.parent.glob(pattern):
+                shutil.rmtree(leftover, ignore_errors=True)
         tmp = mirror.with_name(f".{mirror.name}.tmp-{uuid.uuid4().hex}")
         try:
             run_git(
@@ -170,16 +210,26 @@ class MirrorCache:
                 env=git_env(clone_url=clone_url, token=token),
             )
             run_git(["config", "gc.pruneExpire", "never"], cwd=tmp)
+            if replacing:
+                _carry_over(mirror, tmp)
+                # Renamed away first (a crash mid-delete leaves a dot-name nobody serves); the gap before the
+                # rename below is what a reader without the update lock may see, and it then waits for that lock.
+                remove_tree(mirror)
             os.rename(tmp, mirror)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def _import_bundle(self, mirror: Path, bundle: Path, clone_url: str, token: str | None) -> None:
+    def _import_bundle(self, mirror: Path, bundle: Path, clone_url: str, token: str | None, *, current: bool) -> bool:
+        """Fetch ``bundle``'s heads into ``mirror`` under ``refs/durafix/bundles/``; return whether the mirror is
+        now as current as the remote (``current``, or refreshed here because the bundle needed newer commits)."""
         try:
             run_git(["bundle", "verify", "--quiet", str(bundle.resolve())], cwd=mirror)
-        except GitError:
+        except GitError as exc:
+            if current:
+                raise BundleError(f"bundle {bundle} cannot be applied: {exc.stderr}") from exc
             # Usually the prerequisite (the base revision) is newer than the mirror: fetch, then retry.
-            run_git(["fetch", "--quiet", "origin"], cwd=mirror, env=git_env(clone_url=clone_url, token=token))
+            self._refresh(clone_url, mirror, token)
+            current = True
             try:
                 run_git(["bundle", "verify", "--quiet", str(bundle.resolve())], cwd=mirror)
             except GitError as exc:
@@ -190,3 +240,34 @@ class MirrorCache:
             sha, ref = line.split(" ", 1)
             refspecs.append(f"{ref}:{_BUNDLE_REFS}/{sha}")
         run_git(["fetch", "--quiet", str(bundle.resolve()), *refspecs], cwd=mirror)
+        return current
+
+
+def _carry_over(old: Path, new: Path) -> None:
+    """Give the mirror ``new`` every object file of ``old`` it lacks, and ``old``'s ``refs/durafix/`` refs.
+
+    Object files are content-addressed, so an extra one never changes what a ref means; packs go before
+    their indexes, because git only looks at a pack once its index exists. Bitmaps and multi-pack indexes
+    describe one repository's own packs and are not carried. A ref whose object git cannot read in ``old``
+    (the old mirror may be the broken thing) is skipped.
+    """
+    src, dst = old / "objects", new / "objects"
+    files = [p for p in src.rglob("*") if p.is_file() and p.relative_to(src).parts[0] != "info"]
+    files = [p for p in files if p.suffix != ".bitmap" and p.name != "multi-pack-index"]
+    for path in sorted(files, key=lambda p: p.suffix == ".idx"):
+        target = dst / path.relative_to(src)
+        if target.exists():
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target)
+        except OSError:
+            shutil.copy2(path, target)
+    try:
+        listing = run_git(["for-each-ref", "--format=%(objectname) %(refname)", "refs/durafix/"], cwd=old)
+    except GitError:
+        return
+    for line in listing.splitlines():
+        sha, ref = line.split(" ", 1)
+        with contextlib.suppress(GitError):
+            run_git(["update-ref", ref, sha], cwd=new)

@@ -18,7 +18,7 @@ from reviews.config import ForgeConfig
 from reviews.errors import ForgePermanentError
 from reviews.issues import IssueInfo, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
-from reviews.models import CommentRef, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
 from reviews.pulls import Pulls
 from reviews.tickets import KIND as TICKET_CLAIMS
 from reviews.tickets import Tickets
@@ -67,10 +67,24 @@ class GitHubForge:
 
         Failures are classified like every read: 5xx, rate limits and missing answers are
         `ForgeTransientError`; 404 (no such user, or a repository the token cannot see) is
-        `ForgeNotFoundError`; 401 and any other 403 are `ForgePermanentError`. An answer naming another
-        value is a `ForgePermanentError` too, so a caller deciding access on it fails closed.
+        `ForgeNotFoundError`; 401 is `ForgePermanentError`, and so is 403, which GitHub answers when the token
+        itself lacks push access ("Must have push access to view collaborator permission."): the adapter's
+        token needs write access to read reviewers' permissions. An answer naming another value is a
+        `ForgePermanentError` too, so a caller deciding access on it fails closed.
         """
-        answer = self._t.read(f"read permission of {login}", lambda: self._t.repo.get_collaborator_permission(login))
+        what = f"read permission of {login}"
+        try:
+            answer = self._t.read(what, lambda: self._t.repo.get_collaborator_permission(login))
+        except ForgePermanentError as exc:
+            if exc.status != 403:
+                raise
+            # GitHub shows collaborator permissions only to callers with push access to the repository.
+            raise ForgePermanentError(
+                f"{what}: the token has no push access to {self.config.repository}, which GitHub requires to "
+                f"read collaborator permissions (HTTP 403 {exc.github_message})",
+                status=403,
+                github_message=exc.github_message,
+            ) from exc
         for permission in REPO_PERMISSIONS:
             if answer == permission:
                 return permission
@@ -108,8 +122,9 @@ class GitHubForge:
     def get_pr(self, number: int) -> PullState:
         return self._pulls.state(number)
 
-    def merge(self, pr_number: int, approved_sha: str, method: str = "merge") -> MergeResult:
-        """Merge only at `approved_sha`; refusals are statuses; see `reviews.pulls`."""
+    def merge(self, pr_number: int, approved_sha: str, method: MergeMethod | None = None) -> MergeResult:
+        """Merge only at `approved_sha`; refusals are statuses. `method` None: the first method the repository
+        allows (merge, squash, rebase); see `reviews.pulls`."""
         return self._pulls.merge(pr_number, approved_sha, method)
 
     def add_labels(self, number: int, labels: list[str]) -> None:

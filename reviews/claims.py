@@ -323,4 +323,5 @@ class ClaimStore:
                     states.append(ClaimState(kind, path, commit, record, _server_age_s(commit)))
             return states
 
-        return self._t.read(f"list claims {prefix}", read)
+        # An empty repository has no refs, so no claims.
+        return self._t.read_if_found(f"list claims {prefix}", read) or []

@@ -39,6 +39,14 @@ class ForgeConfig(BaseModel):
     claim_poll_s: float = 0.5
     push_timeout_s: float = 300.0
     push_attempts: int = Field(default=2, ge=1)
+    # GitHub answers 405 "Base branch was modified" when a push to the base lands during a merge; the merge
+    # is read again and re-sent up to this many times in all, waiting `merge_retry_wait_s` times the attempt.
+    merge_attempts: int = Field(default=3, ge=1)
+    merge_retry_wait_s: float = 1.0
+    # `mergeable` is null while GitHub computes it after a push; a PR read is repeated (conditionally, so an
+    # unchanged answer is a 304 that costs no rate limit) up to this many times in all, `mergeable_poll_s` apart.
+    mergeable_reads: int = Field(default=5, ge=1)
+    mergeable_poll_s: float = 1.0
 
     @field_validator("repository")
     @classmethod

@@ -4,8 +4,11 @@ Every failure leaving the adapter is one of four classes, so callers (Temporal r
 without parsing messages:
 
 - `ForgeTransientError`: nothing changed, or the operation is safe to run again as a whole; retry after
-  `retry_after_s` when given (rate limits), with backoff otherwise.
-- `ForgePermanentError`: retrying cannot help (bad credentials, no permission, not found, invalid input).
+  `retry_after_s` when given (rate limits), with backoff otherwise. Includes 405 "Base branch was modified",
+  GitHub's answer when a push to the base lands during a merge.
+- `ForgePermanentError`: retrying cannot help (bad credentials, no permission, not found, invalid input);
+  subclasses name the cases a caller may act on: `ForgeNotFoundError` (404), `ForgeEmptyRepositoryError`
+  (409 on a repository nothing was pushed to), `ForgeMergeMethodError` (405, the repository refuses the method).
 - `ForgeConflictError`: a precondition on GitHub's state failed (ref exists, not a fast forward, head
   moved, someone else's object in the way); escalate or re-plan, never blind-retry.
 - `ForgeAmbiguousError`: a mutation was sent and its outcome is unknown; the operation could not settle it
@@ -14,6 +17,7 @@ without parsing messages:
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any, ClassVar
 
@@ -23,6 +27,11 @@ from github import GithubException
 
 # GitHub documents waiting at least a minute when a secondary limit carries no retry-after.
 SECONDARY_LIMIT_DEFAULT_WAIT_S = 60.0
+
+EMPTY_REPOSITORY = "git repository is empty"
+BASE_MODIFIED = "base branch was modified"
+# "Merge commits are not allowed on this repository." / "Squash merges ..." / "Rebase merges ..."
+METHOD_REFUSED = re.compile(r"\b(merge commits|squash merges|rebase merges) are not allowed on this repository", re.I)
 
 _CONFLICT_MESSAGES = (
     "reference already exists",
@@ -75,6 +84,16 @@ class ForgePermanentError(ForgeError):
 
 class ForgeNotFoundError(ForgePermanentError):
     """404: the object does not exist or the token cannot see it (GitHub hides private repos as 404)."""
+
+
+class ForgeEmptyRepositoryError(ForgePermanentError):
+    """409 "Git Repository is empty.": nothing was ever pushed, so no ref, commit or tree exists and none can be
+    written through the API; the first commit has to arrive by a push. Reads of refs treat it as "not there"."""
+
+
+class ForgeMergeMethodError(ForgePermanentError):
+    """405 "... merges are not allowed on this repository.": the repository's settings refuse the merge method
+    asked for. A setting, not the pull request's state: retrying with the same method cannot help."""
 
 
 class ForgeConflictError(ForgeError):
@@ -140,6 +159,13 @@ def from_github_exception(exc: GithubException, what: str) -> ForgeError:
         return ForgeTransientError(description, status=status, github_message=message)
     if status == 404:
         return ForgeNotFoundError(description, status=status, github_message=message)
+    if status == 409 and EMPTY_REPOSITORY in lowered:
+        return ForgeEmptyRepositoryError(description, status=status, github_message=message)
+    if status == 405 and BASE_MODIFIED in lowered:
+        # GitHub lost a race with a push to the base while merging: nothing changed, and trying again can work.
+        return ForgeTransientError(description, status=status, github_message=message)
+    if status == 405 and METHOD_REFUSED.search(message):
+        return ForgeMergeMethodError(description, status=status, github_message=message)
     if status == 409 or (status == 422 and any(m in lowered for m in _CONFLICT_MESSAGES)):
         return ForgeConflictError(description, status=status, github_message=message)
     return ForgePermanentError(description, status=status, github_message=message)

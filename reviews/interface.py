@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Protocol
 
 from reviews.issues import IssueInfo
-from reviews.models import CommentRef, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
 
 
 class ForgePort(Protocol):
@@ -39,7 +39,7 @@ class ForgePort(Protocol):
 
     def get_pr(self, number: int) -> PullState: ...
 
-    def merge(self, pr_number: int, approved_sha: str, method: str = "merge") -> MergeResult: ...
+    def merge(self, pr_number: int, approved_sha: str, method: MergeMethod | None = None) -> MergeResult: ...
 
     def add_labels(self, number: int, labels: list[str]) -> None: ...
 

@@ -73,12 +73,16 @@ class PullState(BaseModel):
 
 
 MergeStatus = Literal["merged", "already_merged", "head_moved", "not_mergeable", "merged_at_other_head"]
+# GitHub's merge methods, in the order the adapter prefers them when the caller names none.
+MergeMethod = Literal["merge", "squash", "rebase"]
+MERGE_METHODS: tuple[MergeMethod, ...] = ("merge", "squash", "rebase")
 
 
 class MergeResult(BaseModel):
     """Outcome of a merge enforcing `approved_sha`; every expected refusal is a status, not an exception.
 
     `merged_at_other_head`: the PR is merged, but not at the approved head (someone else merged it).
+    `method`: the merge method of the merge this call sent and GitHub accepted (None otherwise).
     """
 
     status: MergeStatus
@@ -88,6 +92,7 @@ class MergeResult(BaseModel):
     head_sha: str | None = None
     message: str = ""
     reconciled: bool = False
+    method: MergeMethod | None = None
 
 
 class RunFootprint(BaseModel):

@@ -7,18 +7,30 @@ run's marker `<!-- durafix:pr run=<run_id> -->`, otherwise it belongs to someone
 
 `merge(pr, approved_sha)`: passes `sha`, so GitHub refuses (409) if the head moved after approval. Every
 expected refusal becomes a `MergeResult` status. An ambiguous merge is reconciled by reading the PR
-(merged, head, merge commit); if it is not merged, the same conditional merge is sent once more.
+(merged, head, merge commit); if it is not merged, the same conditional merge is sent once more. A merge
+method the repository does not allow, and GitHub's transient 405 "Base branch was modified", are not refusals
+of the PR: see `Pulls.merge`.
+
+`get_pr` reads again while GitHub still computes `mergeable` (null right after a push).
 """
 
 from __future__ import annotations
 
+import time
 from functools import partial
 
 from github.PullRequest import PullRequest
 
-from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgeError, ForgePermanentError
+from reviews.errors import (
+    ForgeAmbiguousError,
+    ForgeConflictError,
+    ForgeError,
+    ForgeMergeMethodError,
+    ForgePermanentError,
+    ForgeTransientError,
+)
 from reviews.markers import PULL, find_marker, pull_marker, with_marker
-from reviews.models import MergeResult, PullRef, PullState, ReviewInfo
+from reviews.models import MERGE_METHODS, MergeMethod, MergeResult, PullRef, PullState, ReviewInfo
 from reviews.transport import Transport
 
 
@@ -86,8 +98,12 @@ class Pulls:
         return pr
 
     def state(self, number: int) -> PullState:
+        """The PR as GitHub reports it. `mergeable` is null for a while after a push, while GitHub computes it;
+        an open PR reading null is read again (`mergeable_reads`, `mergeable_poll_s` apart) with conditional
+        GETs, and `mergeable` stays None only if it is still unknown after the last read."""
+
         def read() -> PullState:
-            pr = self._t.repo.get_pull(number)
+            pr = self._until_mergeable_known(self._t.repo.get_pull(number).complete())
             reviews = [
                 ReviewInfo(
                     id=r.id,
@@ -114,6 +130,20 @@ class Pulls:
 
         return self._t.read(f"read PR #{number}", read)
 
+    def _until_mergeable_known(self, pr: PullRequest) -> PullRequest:
+        """`pr`, read again until GitHub has computed `mergeable` (or the reads run out).
+
+        Each re-read is `update()`: a GET with `If-None-Match`, so while nothing changed GitHub answers 304,
+        which does not count against the rate limit. To be called inside `Transport.read`.
+        """
+        config = self._t.config
+        for _ in range(config.mergeable_reads - 1):
+            if pr.state != "open" or pr.merged or pr.mergeable is not None:
+                break
+            time.sleep(config.mergeable_poll_s)
+            pr.update()
+        return pr
+
     def list_by_run(self, run_id: str) -> list[int]:
         """Numbers of PRs in any state whose body carries this run's marker."""
 
@@ -125,7 +155,7 @@ class Pulls:
     def mark_ready(self, number: int) -> None:
         """Draft -> ready for review (GraphQL). Idempotent: a PR already ready is left alone."""
         for _ in range(2):
-            pr = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+            pr = self._read_pull(number)
             if not pr.draft:
                 return
             try:
@@ -136,15 +166,36 @@ class Pulls:
                 continue
         raise ForgeAmbiguousError(f"marking PR #{number} ready: outcome unknown twice")
 
-    def merge(self, number: int, approved_sha: str, method: str) -> MergeResult:
-        for attempt in range(2):
-            pr = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+    def _read_pull(self, number: int) -> PullRequest:
+        # `get_pull` is lazy: complete it here, so the GET happens inside the classifying wrapper.
+        return self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number).complete())
+
+    def merge(self, number: int, approved_sha: str, method: MergeMethod | None) -> MergeResult:
+        """Merge PR `number` only at `approved_sha`; see the module docstring for the reconciliation.
+
+        `method` None: the first method the repository allows, preferring merge, then squash, then rebase. The
+        merge commit is tried first; if GitHub refuses it as not allowed, the repository's settings are read
+        and the next method they allow (or do not show) is tried. A method named by the caller is never
+        swapped: its refusal raises `ForgeMergeMethodError`.
+
+        405 "Base branch was modified" (a push to the base during GitHub's merge; nothing changed) is answered
+        by reading the PR again and re-sending, `merge_attempts` times in all; after that it stays a
+        `ForgeTransientError` for the caller's retry policy. It is never reported as `not_mergeable`.
+        """
+        config = self._t.config
+        chosen: MergeMethod = method or MERGE_METHODS[0]
+        refused: list[MergeMethod] = []
+        unanswered = 0
+        base_moved = 0
+        while True:
+            pr = self._read_pull(number)
+            reconciled = unanswered > 0
             if pr.merged:
-                return self._merged_result(pr, approved_sha, reconciled=attempt > 0)
+                return self._merged_result(pr, approved_sha, reconciled=reconciled, method=chosen)
             try:
                 status = self._t.mutate(
-                    f"merge PR #{number} at {approved_sha}",
-                    partial(pr.merge, sha=approved_sha, merge_method=method),
+                    f"merge PR #{number} at {approved_sha} ({chosen})",
+                    partial(pr.merge, sha=approved_sha, merge_method=chosen),
                 )
             except ForgeConflictError as exc:
                 head = self._head_now(number)
@@ -155,24 +206,52 @@ class Pulls:
                     approved_sha=approved_sha,
                     head_sha=head,
                     message=exc.github_message or str(exc),
-                    reconciled=attempt > 0,
+                    reconciled=reconciled,
                 )
             except ForgeAmbiguousError:
+                unanswered += 1
+                if unanswered >= 2:
+                    raise ForgeAmbiguousError(
+                        f"merge of PR #{number}: outcome unknown twice and PR not merged"
+                    ) from None
+                continue
+            except ForgeTransientError as exc:
+                if exc.status != 405:
+                    raise
+                base_moved += 1
+                if base_moved >= config.merge_attempts:
+                    raise ForgeTransientError(
+                        f"merge of PR #{number}: the base branch moved during each of {base_moved} attempts",
+                        status=405,
+                        github_message=exc.github_message,
+                    ) from exc
+                time.sleep(config.merge_retry_wait_s * base_moved)
+                continue
+            except ForgeMergeMethodError as exc:
+                refused.append(chosen)
+                left = [] if method is not None else self._methods_not_refused(refused)
+                if not left:
+                    raise ForgeMergeMethodError(
+                        f"merge of PR #{number}: {exc.github_message}; refused: {', '.join(refused)}",
+                        status=405,
+                        github_message=exc.github_message,
+                    ) from exc
+                chosen = left[0]
                 continue
             except ForgePermanentError as exc:
                 if exc.status != 405:
                     raise
-                after = self._t.read(f"read PR #{number}", lambda: self._t.repo.get_pull(number))
+                after = self._read_pull(number)
                 if after.merged:
                     # Merged by our own earlier, unanswered attempt, or by someone else before ours.
-                    return self._merged_result(after, approved_sha, reconciled=attempt > 0)
+                    return self._merged_result(after, approved_sha, reconciled=reconciled, method=chosen)
                 return MergeResult(
                     status="not_mergeable",
                     pr_number=number,
                     approved_sha=approved_sha,
                     head_sha=after.head.sha,
                     message=exc.github_message or str(exc),
-                    reconciled=attempt > 0,
+                    reconciled=reconciled,
                 )
             return MergeResult(
                 status="merged",
@@ -181,9 +260,25 @@ class Pulls:
                 merge_commit_sha=status.sha,
                 head_sha=approved_sha,
                 message=status.message or "",
-                reconciled=attempt > 0,
+                reconciled=reconciled,
+                method=chosen,
             )
-        raise ForgeAmbiguousError(f"merge of PR #{number}: outcome unknown twice and PR not merged")
+
+    def _methods_not_refused(self, refused: list[MergeMethod]) -> list[MergeMethod]:
+        """Methods, in order of preference, that GitHub has not refused and the repository's settings do not
+        rule out. A setting GitHub leaves out of the answer (it may, for callers without admin rights) does not
+        rule its method out. The settings are read conditionally (a 304 when unchanged)."""
+
+        def read() -> list[MergeMethod]:
+            self._t.repo.update()
+            settings = {
+                "merge": self._t.repo.allow_merge_commit,
+                "squash": self._t.repo.allow_squash_merge,
+                "rebase": self._t.repo.allow_rebase_merge,
+            }
+            return [m for m in MERGE_METHODS if m not in refused and settings[m] is not False]
+
+        return self._t.read("read the repository's merge settings", read)
 
     def _head_now(self, number: int) -> str | None:
         try:
@@ -192,10 +287,12 @@ class Pulls:
             return None
 
     @staticmethod
-    def _merged_result(pr: PullRequest, approved_sha: str, *, reconciled: bool) -> MergeResult:
-        """A merged PR: `merged` if our unanswered merge did it, `already_merged` if it was so before."""
+    def _merged_result(pr: PullRequest, approved_sha: str, *, reconciled: bool, method: MergeMethod) -> MergeResult:
+        """A merged PR: `merged` if our unanswered merge (with `method`) did it, `already_merged` if it was so
+        before."""
         at_approved = pr.head.sha == approved_sha
         return MergeResult(
+            method=method if reconciled and at_approved else None,
             status=("merged" if reconciled else "already_merged") if at_approved else "merged_at_other_head",
             pr_number=pr.number,
             approved_sha=approved_sha,

@@ -17,7 +17,13 @@ from github.Repository import Repository
 from urllib3.util.retry import Retry
 
 from reviews.config import ForgeConfig
-from reviews.errors import ForgeError, ForgeNotFoundError, from_github_exception, from_transport_exception
+from reviews.errors import (
+    ForgeEmptyRepositoryError,
+    ForgeError,
+    ForgeNotFoundError,
+    from_github_exception,
+    from_transport_exception,
+)
 
 T = TypeVar("T")
 
@@ -71,10 +77,11 @@ class Transport:
         return self._call(what, fn, mutation=False)
 
     def read_if_found(self, what: str, fn: Callable[[], T]) -> T | None:
-        """`read`, with a 404 (the object does not exist, or the token cannot see it) answered as None."""
+        """`read`, with "it is not there" answered as None: a 404 (the object does not exist, or the token
+        cannot see it), and GitHub's 409 for an empty repository, in which no ref or git object exists."""
         try:
             return self.read(what, fn)
-        except ForgeNotFoundError:
+        except (ForgeNotFoundError, ForgeEmptyRepositoryError):
             return None
 
     def mutate(self, what: str, fn: Callable[[], T]) -> T:

@@ -3,10 +3,15 @@
 One API request is: consume a matching fault (which may answer instead, before anything is applied),
 authenticate, run the route inside one store transaction, commit, wake the webhook sender, then answer, or,
 for a ``drop_after_apply`` fault, close the connection without answering although the change is committed.
+
+Conditional requests, as on GitHub: every successful GET carries an ``ETag`` (weak, a hash of the body and
+the ``Link`` header); a GET whose ``If-None-Match`` names it is answered 304 without a body, and a 304 does not
+count against the rate limit.
 """
 
 from __future__ import annotations
 
+import hashlib
 import sqlite3
 import sys
 import traceback
@@ -101,9 +106,10 @@ class Forge:
             response = _error(ApiError(500, "Server Error"))
         if fault is not None and fault.action == "drop_after_apply":
             return Dropped()
+        response, charge = _conditional(req, response)
         caller = f"user:{viewer['id']}" if viewer is not None else req.client_ip
         resource = "graphql" if req.path == GRAPHQL_PATH else "core"
-        headers = self.rates.count(caller, resource, viewer is not None)
+        headers = self.rates.count(caller, resource, viewer is not None, charge=charge)
         present = {k.lower() for k, _ in response.headers}
         response.headers += [(k, v) for k, v in headers.items() if k not in present]
         response.headers += [
@@ -127,6 +133,42 @@ class Forge:
         finally:
             if route.mutates:
                 self.deliverer.wake()
+
+
+# What GitHub sends with cacheable answers: the answer differs per caller and media type.
+CACHE_HEADERS = [
+    ("Cache-Control", "private, max-age=60, s-maxage=60"),
+    ("Vary", "Accept, Authorization, Cookie, X-GitHub-OTP"),
+]
+
+
+def etag_of(response: Response) -> str:
+    """A weak entity tag for ``response``: equal bodies (and pagination links) give equal tags."""
+    digest = hashlib.sha256(response.body)
+    for name, value in response.headers:
+        if name.lower() == "link":
+            digest.update(b"\0" + value.encode())
+    return f'W/"{digest.hexdigest()}"'
+
+
+def _matches(if_none_match: str, etag: str) -> bool:
+    """RFC 9110 weak comparison of ``etag`` against an ``If-None-Match`` list (``*`` matches anything)."""
+    tags = [tag.strip() for tag in if_none_match.split(",")]
+    return "*" in tags or any(tag.removeprefix("W/") == etag.removeprefix("W/") for tag in tags)
+
+
+def _conditional(req: Request, response: Response) -> tuple[Response, bool]:
+    """Tag a successful GET; answer 304 when the client already holds that version. Returns the answer and
+    whether it counts against the rate limit (a 304 does not)."""
+    if req.method not in ("GET", "HEAD") or response.status != 200:
+        return response, True
+    etag = etag_of(response)
+    condition = req.headers.get("If-None-Match")
+    if condition is not None and _matches(condition, etag):
+        kept = [(k, v) for k, v in response.headers if k.lower() == "link"]
+        return Response(304, b"", [("ETag", etag), *CACHE_HEADERS, *kept]), False
+    response.headers += [("ETag", etag), *CACHE_HEADERS]
+    return response, True
 
 
 def _error(err: ApiError) -> Response:

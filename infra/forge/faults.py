@@ -12,6 +12,9 @@ Actions:
 - ``secondary_rate_limit``: 403 with ``retry-after`` and GitHub's secondary rate-limit message.
 - ``rate_limit_429``: 429 with ``retry-after``.
 - ``primary_rate_limit``: 403 with ``x-ratelimit-remaining: 0`` and ``x-ratelimit-reset``.
+- ``error``: answer ``status`` (400-599) with GitHub's error body carrying ``message``, before the request is
+  applied: for answers GitHub gives at moments a test cannot arrange, such as 405 "Base branch was modified.
+  Review and try the merge again." when the base moves during a merge.
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from typing import Any
 
 from .wire import ApiError, invalid_field
 
-ACTIONS = ("status", "delay", "drop_after_apply", "secondary_rate_limit", "rate_limit_429", "primary_rate_limit")
+ACTIONS = (
+    "status",
+    "delay",
+    "drop_after_apply",
+    "secondary_rate_limit",
+    "rate_limit_429",
+    "primary_rate_limit",
+    "error",
+)
 SECONDARY_MESSAGE = (
     "You have exceeded a secondary rate limit. Please wait a few minutes before you try again. If you reach "
     "out to GitHub Support for help, please include the request ID {request_id}."
@@ -48,6 +59,7 @@ class Fault:
     seconds: float = 0.0
     retry_after: int = 1
     reset_in: int = 60
+    message: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,6 +92,13 @@ def parse_fault(fault_id: int, data: dict[str, Any]) -> Fault:
             setattr(fault, name, value)
     if action == "status" and fault.status not in (500, 502, 503):
         raise invalid_field("Fault", "status")
+    if action == "error":
+        if not 400 <= fault.status <= 599:
+            raise invalid_field("Fault", "status")
+        message = data.get("message")
+        if not isinstance(message, str) or not message:
+            raise invalid_field("Fault", "message", "missing_field")
+        fault.message = message
     return fault
 
 
@@ -131,6 +150,8 @@ def error_before_apply(fault: Fault, request_id: str, user_id: int | None) -> Ap
             headers={"retry-after": str(fault.retry_after)},
             documentation_url=SECONDARY_DOCS,
         )
+    if fault.action == "error":
+        return ApiError(fault.status, fault.message)
     if fault.action == "primary_rate_limit":
         headers = {"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(time.time()) + fault.reset_in)}
         return ApiError(

@@ -130,6 +130,10 @@ class GitRepo:
         except GitError:
             return None
 
+    def is_empty(self) -> bool:
+        """Whether the repository has no refs at all: nothing was ever pushed or committed (GitHub's "empty")."""
+        return not self.run("for-each-ref", "--count=1", "--format=%(refname)").strip()
+
     def read_ref(self, ref: str) -> str | None:
         return self.list_refs(ref, exact=True).get(ref)
 

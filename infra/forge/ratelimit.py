@@ -19,13 +19,16 @@ class RateCounter:
         self._lock = threading.Lock()
         self._windows: dict[tuple[str, str], tuple[int, int]] = {}
 
-    def count(self, caller: str, resource: str, authenticated: bool) -> dict[str, str]:
+    def count(self, caller: str, resource: str, authenticated: bool, *, charge: bool = True) -> dict[str, str]:
+        """The ``x-ratelimit-*`` headers for one answer; ``charge=False`` reports without counting the request
+        (a conditional GET answered 304, which GitHub does not count)."""
         now = int(time.time())
         with self._lock:
             start, used = self._windows.get((caller, resource), (now, 0))
             if now >= start + WINDOW_S:
                 start, used = now, 0
-            used += 1
+            if charge:
+                used += 1
             self._windows[(caller, resource)] = (start, used)
         limit = LIMITS.get(resource, 5000) if authenticated else ANONYMOUS_LIMIT
         return {

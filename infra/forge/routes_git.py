@@ -4,6 +4,10 @@ Refs are compare-and-swap writes, which is what makes them usable as atomic clai
 ``refs/durafix/claims/X``): ``POST /git/refs`` succeeds for exactly one caller and answers 422 "Reference
 already exists" to every other; ``PATCH`` without ``force`` only fast-forwards (422 "Update is not a fast
 forward" otherwise). Blobs, trees and commits are content-addressed, so creating one twice is harmless.
+
+On an empty repository (no refs: nothing was ever pushed) every git data endpoint, read or write, and the
+commit listings answer 409 "Git Repository is empty.", as GitHub does: its git database does not exist yet,
+and the first commit has to come from a push.
 """
 
 from __future__ import annotations
@@ -27,6 +31,18 @@ SHA = re.compile(r"^[0-9a-f]{40}$")
 MODES = {"100644": "blob", "100755": "blob", "120000": "blob", "040000": "tree", "160000": "commit"}
 
 
+EMPTY = "Git Repository is empty."
+
+
+def load_git(ctx: Ctx, needed: str = "read") -> tuple[sqlite3.Row, GitRepo]:
+    """The path's repository (``needed`` role checked first) and its git, or 409 when it is empty."""
+    repo = load_repo(ctx, needed)
+    git = ctx.git(repo)
+    if git.is_empty():
+        raise ApiError(409, EMPTY)
+    return repo, git
+
+
 def _object(git: GitRepo, sha: Any, kind: str | None) -> str:
     """``sha`` when it names an object of ``kind`` (of any kind when None); otherwise GitHub's 422."""
     if isinstance(sha, str) and SHA.match(sha):
@@ -38,7 +54,7 @@ def _object(git: GitRepo, sha: Any, kind: str | None) -> str:
 
 @routes.add("POST", "/repos/{owner}/{repo}/git/blobs")
 def create_blob(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
+    repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
     content, encoding = data.get("content"), data.get("encoding", "utf-8")
     if not isinstance(content, str):
@@ -59,14 +75,13 @@ def create_blob(ctx: Ctx) -> Response:
                 "message": f"encoding {encoding} is not supported",
             }
         )
-    sha = ctx.git(repo).hash_blob(raw)
+    sha = git.hash_blob(raw)
     return Response.json(201, {"url": f"{ctx.repo_api(repo)}/git/blobs/{sha}", "sha": sha})
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/blobs/{sha}")
 def get_blob(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    git = ctx.git(repo)
+    repo, git = load_git(ctx)
     sha = ctx.p("sha")
     if git.object_type(sha) != "blob":
         raise not_found()
@@ -75,8 +90,7 @@ def get_blob(ctx: Ctx) -> Response:
 
 @routes.add("POST", "/repos/{owner}/{repo}/git/trees")
 def create_tree(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
-    git = ctx.git(repo)
+    repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
     entries = data.get("tree")
     if not isinstance(entries, list):
@@ -107,8 +121,7 @@ def create_tree(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/trees/{sha}")
 def get_tree(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    git = ctx.git(repo)
+    repo, git = load_git(ctx)
     rev = ctx.p("sha")
     kind = git.object_type(rev) if SHA.match(rev) else None
     if kind == "commit":
@@ -133,8 +146,7 @@ def _identity(value: Any, fallback: Identity, field_name: str) -> Identity:
 
 @routes.add("POST", "/repos/{owner}/{repo}/git/commits")
 def create_commit(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
-    git = ctx.git(repo)
+    repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
     message = data.get("message")
     if not isinstance(message, str):
@@ -153,8 +165,7 @@ def create_commit(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/commits/{sha}")
 def get_git_commit(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    git = ctx.git(repo)
+    repo, git = load_git(ctx)
     sha = ctx.p("sha")
     if not SHA.match(sha) or git.object_type(sha) != "commit":
         raise not_found()
@@ -173,8 +184,8 @@ def _path_ref(ctx: Ctx, git: GitRepo) -> tuple[str, str | None]:
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/ref/{ref:path}")
 def get_ref(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    ref, sha = _path_ref(ctx, ctx.git(repo))
+    repo, git = load_git(ctx)
+    ref, sha = _path_ref(ctx, git)
     if sha is None:
         raise not_found()
     return Response.json(200, _ref_json(ctx, repo, ref, sha))
@@ -182,25 +193,25 @@ def get_ref(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/matching-refs/{ref:path}")
 def matching_refs(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
+    repo, git = load_git(ctx)
     prefix = "refs/" + ctx.p("ref")
-    refs = sorted((r, s) for r, s in ctx.git(repo).list_refs("refs/").items() if r.startswith(prefix))
+    refs = sorted((r, s) for r, s in git.list_refs("refs/").items() if r.startswith(prefix))
     return paginate(ctx, refs, lambda item: _ref_json(ctx, repo, item[0], item[1]))
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/refs")
 def list_refs(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    refs = sorted(ctx.git(repo).list_refs("refs/").items())
+    repo, git = load_git(ctx)
+    refs = sorted(git.list_refs("refs/").items())
     return paginate(ctx, refs, lambda item: _ref_json(ctx, repo, item[0], item[1]))
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/refs/{ref:path}")
 def get_ref_legacy(ctx: Ctx) -> Response:
     """The older spelling of "get a reference"; an exact match answers one ref, a prefix a list."""
-    repo = load_repo(ctx)
+    repo, git = load_git(ctx)
     ref = "refs/" + ctx.p("ref")
-    refs = ctx.git(repo).list_refs("refs/")
+    refs = git.list_refs("refs/")
     if ref in refs:
         return Response.json(200, _ref_json(ctx, repo, ref, refs[ref]))
     matching = sorted((r, s) for r, s in refs.items() if r.startswith(ref + "/"))
@@ -211,8 +222,7 @@ def get_ref_legacy(ctx: Ctx) -> Response:
 
 @routes.add("POST", "/repos/{owner}/{repo}/git/refs")
 def create_ref(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
-    git = ctx.git(repo)
+    repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
     ref, sha = data.get("ref"), data.get("sha")
     if not isinstance(ref, str) or not isinstance(sha, str):
@@ -228,8 +238,7 @@ def create_ref(ctx: Ctx) -> Response:
 
 @routes.add("PATCH", "/repos/{owner}/{repo}/git/refs/{ref:path}")
 def update_ref(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
-    git = ctx.git(repo)
+    repo, git = load_git(ctx, "write")
     ref, old = _path_ref(ctx, git)
     data = ctx.request.json_object()
     sha, force = data.get("sha"), data.get("force", False)
@@ -250,8 +259,7 @@ def update_ref(ctx: Ctx) -> Response:
 
 @routes.add("DELETE", "/repos/{owner}/{repo}/git/refs/{ref:path}")
 def delete_ref(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
-    git = ctx.git(repo)
+    repo, git = load_git(ctx, "write")
     ref, old = _path_ref(ctx, git)
     if old is None or not git.delete_ref(ref, old):
         raise ApiError(422, "Reference does not exist")
@@ -273,13 +281,12 @@ def _statuses(ctx: Ctx, repo: sqlite3.Row) -> tuple[str, list[sqlite3.Row]]:
 
 @routes.add("GET", "/repos/{owner}/{repo}/commits")
 def list_commits(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    git = ctx.git(repo)
+    repo, git = load_git(ctx)
     start = ctx.request.arg("sha") or repo["default_branch"]
     head = git.resolve_commit(start)
     if head is None:
         if not git.list_refs("refs/heads/"):
-            raise ApiError(409, "Git Repository is empty.")
+            raise ApiError(409, EMPTY)
         raise not_found()
     shas = git.rev_list(head, limit=1000)
     return paginate(ctx, shas, lambda s: shapes_git.commit(ctx, repo, git.commit_info(s), with_files=False))
@@ -302,8 +309,7 @@ def combined_status(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/commits/{ref:path}")
 def get_commit(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    git = ctx.git(repo)
+    repo, git = load_git(ctx)
     sha = git.resolve_commit(ctx.p("ref"))
     if sha is None:
         raise ApiError(422, f"No commit found for SHA: {ctx.p('ref')}")

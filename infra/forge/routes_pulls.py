@@ -28,6 +28,12 @@ from .routes_repos import load_repo
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
+# Each merge method, the repository setting that allows it, and GitHub's 405 when the setting is off.
+MERGE_METHODS = {
+    "merge": ("allow_merge_commit", "Merge commits are not allowed on this repository."),
+    "squash": ("allow_squash_merge", "Squash merges are not allowed on this repository."),
+    "rebase": ("allow_rebase_merge", "Rebase merges are not allowed on this repository."),
+}
 
 
 def load_pull(ctx: Ctx, repo: sqlite3.Row) -> tuple[sqlite3.Row, sqlite3.Row]:
@@ -109,8 +115,16 @@ def create_pull(ctx: Ctx) -> Response:
     pull_id = int(pull_cur.lastrowid or 0)
     git.update_ref(f"refs/pull/{number}/head", head_sha, git.read_ref(f"refs/pull/{number}/head"))
     emit_pull(ctx, repo, "opened", pull_id)
+    return Response.json(201, _answer_then_compute(ctx, pull_id))
+
+
+def _answer_then_compute(ctx: Ctx, pull_id: int) -> dict[str, Any]:
+    """The pull request as it reads now, after which its mergeability is computed, as GitHub starts that job when
+    a pull request is read or changed: an answer given before the job says ``mergeable: null``."""
     issue, pull = reload(ctx, pull_id)
-    return Response.json(201, shapes_pulls.pull(ctx, issue, pull))
+    answer = shapes_pulls.pull(ctx, issue, pull)
+    shapes_pulls.compute_mergeability(ctx, issue, pull)
+    return answer
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/pulls")
@@ -124,10 +138,11 @@ def list_pulls(ctx: Ctx) -> Response:
         sql += " AND issues.state = ?"
         args.append(state)
     head = req.arg("head")
-    if head:
-        head_owner, _, branch = head.rpartition(":")
+    # GitHub filters by head only when it is spelled OWNER:BRANCH; a bare branch name is silently ignored.
+    if head and ":" in head:
+        head_owner, _, branch = head.partition(":")
         owner = ctx.user_row(repo["owner_id"])["login"]
-        if head_owner and head_owner.lower() != owner.lower():
+        if head_owner.lower() != owner.lower():
             return Response.json(200, [])
         sql += " AND pulls.head_ref = ?"
         args.append(branch)
@@ -143,8 +158,8 @@ def list_pulls(ctx: Ctx) -> Response:
 @routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}")
 def get_pull(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
-    issue, pull = load_pull(ctx, repo)
-    return Response.json(200, shapes_pulls.pull(ctx, issue, pull))
+    _, pull = load_pull(ctx, repo)
+    return Response.json(200, _answer_then_compute(ctx, pull["id"]))
 
 
 @routes.add("PATCH", "/repos/{owner}/{repo}/pulls/{number}")
@@ -192,7 +207,7 @@ def edit_pull(ctx: Ctx) -> Response:
                 }
             )
         close_or_reopen(ctx, repo, issue_row(ctx, issue["id"]), state, None)
-    return Response.json(200, shapes_pulls.pull(ctx, *reload(ctx, pull["id"])))
+    return Response.json(200, _answer_then_compute(ctx, pull["id"]))
 
 
 def _pull_span(ctx: Ctx) -> tuple[sqlite3.Row, sqlite3.Row, GitRepo, str | None]:
@@ -250,10 +265,11 @@ def merge_pull(ctx: Ctx) -> Response:
     issue, pull = load_pull(ctx, repo)
     data = ctx.request.json_object()
     method = data.get("merge_method", "merge")
-    if method not in ("merge", "squash", "rebase"):
+    if method not in MERGE_METHODS:
         raise invalid_field("PullRequest", "merge_method")
-    if method == "rebase":
-        raise ApiError(405, "Rebase merges are not allowed on this repository.")
+    setting, refusal = MERGE_METHODS[method]
+    if not repo[setting]:
+        raise ApiError(405, refusal)
     if issue["state"] != "open":
         raise ApiError(405, "Pull Request is not mergeable")
     if pull["draft"]:

@@ -3,7 +3,9 @@
 Creating a repository is keyed by ``OWNER/NAME``: a second create answers 422 "name already exists on this
 account", so a client that lost the first answer can look the repository up instead of creating another.
 ``auto_init`` makes an initial commit with a README on the default branch (``main``). Collaborators are added
-directly (204), as for organisation members on GitHub; invitations are not modelled.
+directly (204), as for organisation members on GitHub; invitations are not modelled. A repository's merge
+settings (``allow_merge_commit``, ``allow_squash_merge``) are set at creation or by ``PATCH``; at least one
+must stay allowed, and rebase merges are never allowed (not implemented).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from . import shapes_core as core
 from . import shapes_git
-from .auth import ROLE_ALIASES, repo_role, require_role
+from .auth import ROLE_ALIASES, repo_role, require_role, role_at_least
 from .names import now_iso, valid_branch, valid_repo_name
 from .paging import paginate
 from .router import Ctx, RouteTable
@@ -22,6 +24,38 @@ from .wire import ApiError, Response, invalid_field, not_found, validation_faile
 
 routes = RouteTable()
 DEFAULT_BRANCH = "main"
+# The merge methods a repository may allow, as its settings name them, with what a new repository allows.
+# Rebase merges are not implemented, so the forge never allows them.
+MERGE_SETTINGS = {"allow_merge_commit": True, "allow_squash_merge": True, "allow_rebase_merge": False}
+
+
+def _merge_settings(data: dict[str, Any], current: dict[str, bool]) -> dict[str, bool]:
+    """``current`` with the merge settings ``data`` names; GitHub's 422 when none would be left allowed."""
+    settings = dict(current)
+    for name in MERGE_SETTINGS:
+        if name in data:
+            if not isinstance(data[name], bool):
+                raise invalid_field("Repository", name)
+            settings[name] = data[name]
+    if settings["allow_rebase_merge"]:
+        raise validation_failed(
+            {
+                "resource": "Repository",
+                "code": "custom",
+                "field": "allow_rebase_merge",
+                "message": "rebase merges are not supported by this forge",
+            }
+        )
+    if not any(settings.values()):
+        raise validation_failed(
+            {
+                "resource": "Repository",
+                "code": "invalid",
+                "field": "merge_commit_allowed",
+                "message": "Sorry, you need to allow at least one merge strategy. (no_merge_strategy)",
+            }
+        )
+    return settings
 
 
 def load_repo(ctx: Ctx, needed: str = "read") -> sqlite3.Row:
@@ -55,11 +89,21 @@ def _create(ctx: Ctx, owner: sqlite3.Row, data: dict[str, Any]) -> Response:
                 "message": "name already exists on this account",
             }
         )
+    merging = _merge_settings(data, MERGE_SETTINGS)
     now = now_iso()
     cur = ctx.db.execute(
-        "INSERT INTO repos (owner_id, name, description, private, default_branch, created_at, updated_at)"
-        " VALUES (?, ?, ?, ?, ?, ?, ?)",
-        (owner["id"], name, description, int(private), DEFAULT_BRANCH, now, now),
+        "INSERT INTO repos (owner_id, name, description, private, default_branch, created_at, updated_at,"
+        " allow_merge_commit, allow_squash_merge, allow_rebase_merge) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (
+            owner["id"],
+            name,
+            description,
+            int(private),
+            DEFAULT_BRANCH,
+            now,
+            now,
+            *(int(merging[key]) for key in MERGE_SETTINGS),
+        ),
     )
     repo = ctx.repo_row(int(cur.lastrowid or 0))
     path = ctx.repo_path(repo)
@@ -114,6 +158,32 @@ def list_own_repos(ctx: Ctx) -> Response:
 @routes.add("GET", "/repos/{owner}/{repo}")
 def get_repo(ctx: Ctx) -> Response:
     return Response.json(200, core.full_repo(ctx, load_repo(ctx)))
+
+
+@routes.add("PATCH", "/repos/{owner}/{repo}")
+def edit_repo(ctx: Ctx) -> Response:
+    """Edit the description, visibility and merge settings (admin only); other fields are ignored, and a
+    different ``name`` is refused because renames are not modelled."""
+    repo = load_repo(ctx, "admin")
+    data = ctx.request.json_object()
+    name = data.get("name")
+    if name is not None and (not isinstance(name, str) or name.lower() != str(repo["name"]).lower()):
+        raise validation_failed(
+            {"resource": "Repository", "code": "custom", "field": "name", "message": "renaming is not supported"}
+        )
+    description = data.get("description", repo["description"])
+    if description is not None and not isinstance(description, str):
+        raise invalid_field("Repository", "description")
+    private = data.get("private", bool(repo["private"]))
+    if not isinstance(private, bool):
+        raise invalid_field("Repository", "private")
+    merging = _merge_settings(data, {key: bool(repo[key]) for key in MERGE_SETTINGS})
+    ctx.db.execute(
+        "UPDATE repos SET description = ?, private = ?, allow_merge_commit = ?, allow_squash_merge = ?,"
+        " allow_rebase_merge = ?, updated_at = ? WHERE id = ?",
+        (description, int(private), *(int(merging[key]) for key in MERGE_SETTINGS), now_iso(), repo["id"]),
+    )
+    return Response.json(200, core.full_repo(ctx, ctx.repo_row(repo["id"])))
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/branches")
@@ -173,9 +243,18 @@ def remove_collaborator(ctx: Ctx) -> Response:
     return Response.empty()
 
 
+def _require_push(ctx: Ctx, repo: sqlite3.Row, message: str) -> None:
+    """GitHub's answer to a caller without push access on the collaborator endpoints: 401 anonymous, else 403."""
+    if not role_at_least(repo_role(ctx.db, repo, ctx.viewer), "write"):
+        if ctx.viewer is None:
+            raise ApiError(401, "Requires authentication")
+        raise ApiError(403, message)
+
+
 @routes.add("GET", "/repos/{owner}/{repo}/collaborators")
 def list_collaborators(ctx: Ctx) -> Response:
-    repo = load_repo(ctx, "write")
+    repo = load_repo(ctx)
+    _require_push(ctx, repo, "Must have push access to view repository collaborators.")
     owner = ctx.user_row(repo["owner_id"])
     members: list[tuple[sqlite3.Row, str]] = []
     if owner["type"] == "User":
@@ -204,7 +283,9 @@ def check_collaborator(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/collaborators/{user}/permission")
 def get_permission(ctx: Ctx) -> Response:
+    """The user's permission; only callers with push access may ask (403 otherwise, as on GitHub)."""
     repo = load_repo(ctx)
+    _require_push(ctx, repo, "Must have push access to view collaborator permission.")
     user = _user_param(ctx)
     role = repo_role(ctx.db, repo, user)
     if not repo["private"] and role == "read":

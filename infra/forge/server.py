@@ -2,7 +2,8 @@
 
 Owning the socket is what lets fault injection drop a connection after a request was applied. Routing:
 ``/api/v3/...`` and ``/api/graphql`` go to the API, ``/OWNER/REPO.git/...`` to git smart HTTP, anything else
-is 404. Request bodies over the limit (25 MB for the API, 2 GB for git) are refused with 413 unread.
+is 404. Request bodies over the limit (25 MB for the API, 2 GB for git, on the wire or decoded) are refused with
+413, bodies in an unknown content coding with 415 (before they are read), undecodable ones with 400.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import IO, cast
 from .app import API_PREFIX, GRAPHQL_PATH, Dropped, Forge
 from .faults import error_before_apply
 from .githttp import handle_git, is_git_path
-from .wire import ApiError, BodyTooLarge, Request, Response, read_body
+from .wire import DECODABLE, ApiError, BodyTooLarge, Request, Response, UndecodableBody, UnsupportedEncoding, read_body
 
 API_BODY_LIMIT = 25 * 1024 * 1024
 GIT_BODY_LIMIT = 2 * 1024 * 1024 * 1024
@@ -52,6 +53,16 @@ class _Handler(BaseHTTPRequestHandler):
         except BodyTooLarge:
             self.close_connection = True
             self._send(Response.json(413, ApiError(413, "Request body too large").body()))
+            return
+        except UnsupportedEncoding as exc:
+            # RFC 9110: a 415 for a content coding names the codings that would have been accepted.
+            self.close_connection = True
+            refusal = ApiError(415, f"Unsupported Content-Encoding: {exc.coding}")
+            self._send(Response.json(415, refusal.body(), [("Accept-Encoding", ", ".join(DECODABLE))]))
+            return
+        except UndecodableBody as exc:
+            self.close_connection = True
+            self._send(Response.json(400, ApiError(400, f"Problems decoding the request body: {exc}").body()))
             return
         except (ConnectionError, ValueError, OSError):
             self.close_connection = True

@@ -199,9 +199,9 @@ def full_repo(v: View, row: sqlite3.Row) -> dict[str, Any]:
         {
             "subscribers_count": 0,
             "network_count": 0,
-            "allow_squash_merge": True,
-            "allow_merge_commit": True,
-            "allow_rebase_merge": False,
+            "allow_squash_merge": bool(row["allow_squash_merge"]),
+            "allow_merge_commit": bool(row["allow_merge_commit"]),
+            "allow_rebase_merge": bool(row["allow_rebase_merge"]),
             "allow_auto_merge": False,
             "delete_branch_on_merge": False,
             "allow_update_branch": False,

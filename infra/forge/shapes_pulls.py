@@ -1,8 +1,11 @@
 """GitHub's JSON shapes for pull requests and their reviews.
 
-``mergeable`` is computed on every read of an open pull request by a real three-way merge of the current
-base tip and the recorded head (``git merge-tree --write-tree``); GitHub computes it in the background and may
-answer ``null`` first, which clients must tolerate anyway.
+``mergeable`` comes from a real three-way merge of the current base tip and the head (``git merge-tree
+--write-tree``). As on GitHub it is computed after the fact: a pull request answers ``mergeable: null``
+(``mergeable_state: "unknown"``) until the merge was computed for its current base tip and head, which the
+REST handlers start right after answering (:func:`compute_mergeability`). So the answer to a create, and the
+first read after a push to the head or the base, say ``null``; the next read says ``true`` or ``false``.
+Webhook payloads report what is known when they are written and never start the computation.
 """
 
 from __future__ import annotations
@@ -31,11 +34,27 @@ def _branch(v: View, repo_row: sqlite3.Row, ref: str, sha: str) -> dict[str, Any
     }
 
 
+def _merge_key(v: View, repo_row: sqlite3.Row, pull_row: sqlite3.Row) -> str:
+    return f"{base_sha(v, repo_row, pull_row)}:{pull_row['head_sha']}"
+
+
 def mergeability(v: View, repo_row: sqlite3.Row, issue_row: sqlite3.Row, pull_row: sqlite3.Row) -> bool | None:
-    if issue_row["state"] != "open":
+    """``mergeable`` as GitHub reports it: None for a closed pull request, and for an open one whose current
+    base tip and head have not been computed yet."""
+    if issue_row["state"] != "open" or pull_row["mergeable_for"] != _merge_key(v, repo_row, pull_row):
         return None
+    return bool(pull_row["mergeable"])
+
+
+def compute_mergeability(v: View, issue_row: sqlite3.Row, pull_row: sqlite3.Row) -> None:
+    """Compute and record whether an open pull request merges cleanly at its current base tip and head (GitHub's
+    background job); nothing to do when that pair is already recorded or the pull request is closed."""
+    repo_row = v.repo_row(issue_row["repo_id"])
+    key = _merge_key(v, repo_row, pull_row)
+    if issue_row["state"] != "open" or pull_row["mergeable_for"] == key:
+        return
     clean, _ = v.git(repo_row).merge_tree(base_sha(v, repo_row, pull_row), pull_row["head_sha"])
-    return clean
+    v.db.execute("UPDATE pulls SET mergeable_for = ?, mergeable = ? WHERE id = ?", (key, int(clean), pull_row["id"]))
 
 
 def pull(v: View, issue_row: sqlite3.Row, pull_row: sqlite3.Row, full: bool = True) -> dict[str, Any]:

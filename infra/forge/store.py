@@ -164,6 +164,19 @@ CREATE TABLE IF NOT EXISTS deliveries (
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries(state, id);
 """
 
+# Columns added after the first release of the schema, with their definitions: a data dir made before they
+# existed gets them on open (``CREATE TABLE IF NOT EXISTS`` leaves an existing table as it is).
+ADDED_COLUMNS = {
+    "repos": {
+        "allow_merge_commit": "INTEGER NOT NULL DEFAULT 1",
+        "allow_squash_merge": "INTEGER NOT NULL DEFAULT 1",
+        "allow_rebase_merge": "INTEGER NOT NULL DEFAULT 0",
+    },
+    # The (base tip, head) pair whose mergeability was last computed, and the result: GitHub computes it in
+    # the background after a change, so a pull request read before that answers ``mergeable: null``.
+    "pulls": {"mergeable_for": "TEXT", "mergeable": "INTEGER"},
+}
+
 
 class Store:
     """A single SQLite connection shared by all threads, serialised by a re-entrant lock."""
@@ -177,6 +190,11 @@ class Store:
         self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.execute("PRAGMA foreign_keys=ON")
         self._conn.executescript(SCHEMA)
+        for table, columns in ADDED_COLUMNS.items():
+            present = {row["name"] for row in self._conn.execute(f"PRAGMA table_info({table})")}
+            for name, definition in columns.items():
+                if name not in present:
+                    self._conn.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
         self._depth = 0
 
     @contextmanager

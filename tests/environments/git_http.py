@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import os
+import socket
 import subprocess
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,9 +20,14 @@ class GitHttpServer:
 
     def __init__(self, root: Path, token: str) -> None:
         self.root = root
-        self.expected = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
+        self.accept_token(token)
         self.authorized_requests = 0
         self.refused_requests = 0
+        self.failed_requests = 0
+        # (path substring, status or None to hang up, whether this entry lets the request through)
+        self._failures: list[tuple[str, int | None, bool]] = []
+        self.paths: list[str] = []
+        self._lock = threading.Lock()
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -37,6 +43,30 @@ class GitHttpServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    def accept_token(self, token: str) -> None:
+        """From now on only ``token`` authenticates (the previous one is revoked)."""
+        self.expected = "Basic " + base64.b64encode(f"x-access-token:{token}".encode()).decode()
+
+    def fail_next(
+        self, count: int, *, status: int | None = None, path: str = "/git-upload-pack", skip: int = 0
+    ) -> None:
+        """Fail ``count`` authorised requests whose path contains ``path``, after letting ``skip`` of them
+        through: answer ``status`` with an empty body, or, when ``status`` is None, close the connection
+        without any answer (curl's "Empty reply from server")."""
+        with self._lock:
+            self._failures += [(path, None, True)] * skip + [(path, status, False)] * count
+
+    def _take_failure(self, path: str) -> tuple[bool, int | None]:
+        with self._lock:
+            for i, (needle, status, passes) in enumerate(self._failures):
+                if needle in path:
+                    del self._failures[i]
+                    if passes:
+                        return False, None
+                    self.failed_requests += 1
+                    return True, status
+        return False, None
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.port}/{name}"
@@ -59,6 +89,17 @@ class GitHttpServer:
             return
         self.authorized_requests += 1
         parts = urlsplit(handler.path)
+        self.paths.append(parts.path)
+        failing, status = self._take_failure(parts.path)
+        if failing:
+            if status is None:
+                handler.close_connection = True
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            handler.send_response(status)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         env = {
             "PATH": os.environ["PATH"],
             "GIT_PROJECT_ROOT": str(self.root),
@@ -74,11 +115,20 @@ class GitHttpServer:
             "GIT_PROTOCOL": handler.headers.get("Git-Protocol", ""),
             "REMOTE_ADDR": "127.0.0.1",
         }
-        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=True).stdout
-        head, _, payload = out.partition(b"\r\n\r\n")
+        # http-backend exits non-zero when upload-pack refuses a request ("not our ref"), after writing the
+        # refusal as its answer: that answer is what the client must get.
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=False).stdout
+        head, sep, payload = out.partition(b"\r\n\r\n")
+        if not sep:
+            head, sep, payload = out.partition(b"\n\n")
+        if not sep:
+            handler.send_response(500)
+            handler.send_header("Content-Length", "0")
+            handler.end_headers()
+            return
         status = 200
         headers = []
-        for line in head.decode().split("\r\n"):
+        for line in head.decode().splitlines():
             name, _, value = line.partition(": ")
             if name.lower() == "status":
                 status = int(value.split()[0])

@@ -10,7 +10,7 @@ import pytest
 import requests
 from github import Auth, Github, GithubException, GithubRetry
 
-from .helpers import Team, git
+from .helpers import Team, branch_with, git
 
 
 def test_drop_after_apply_leaves_exactly_one_issue(team: Team) -> None:
@@ -117,6 +117,32 @@ def test_primary_rate_limit_reports_zero_remaining_and_a_reset(team: Team) -> No
     assert resp.headers["x-ratelimit-remaining"] == "0"
     assert int(resp.headers["x-ratelimit-reset"]) > time.time()
     assert resp.json()["message"].startswith("API rate limit exceeded")
+
+
+def test_error_fault_answers_its_status_and_message_before_applying(team: Team) -> None:
+    repo = team.shop
+    head = branch_with(repo, "later", {"l.txt": "l\n"})
+    pull = repo.create_pull(title="l", body="", head="later", base="main")
+    moved = "Base branch was modified. Review and try the merge again."
+    team.forge.set_faults(
+        {"method": "PUT", "path_regex": r"/merge$", "action": "error", "status": 405, "message": moved}
+    )
+    with pytest.raises(GithubException) as err:
+        pull.merge(sha=head)
+    assert (err.value.status, err.value.data["message"]) == (405, moved)
+    assert "documentation_url" in err.value.data
+    assert repo.get_pull(pull.number).state == "open"
+    assert pull.merge(sha=head).merged
+
+
+@pytest.mark.parametrize("rule", [{"status": 200, "message": "fine"}, {"status": 405}, {"status": 405, "message": ""}])
+def test_an_error_fault_needs_an_error_status_and_a_message(team: Team, rule: dict[str, object]) -> None:
+    resp = httpx.post(
+        f"{team.forge.api_url}/admin/faults",
+        json={"path_regex": ".", "action": "error", **rule},
+        headers={"Authorization": f"token {team.forge.admin_token}"},
+    )
+    assert resp.status_code == 422
 
 
 def test_invalid_fault_rule_is_422(team: Team) -> None:

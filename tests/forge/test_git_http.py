@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import httpx
 import pytest
 from github import GithubException
 
-from .helpers import Team, branch_with, git
+from .helpers import GIT_ENV, Team, branch_with, git
 
 
 def _clone(team: Team, tmp_path: Path, token: str | None, name: str = "wc", repo: str = "alice/shop") -> Path:
@@ -152,3 +153,55 @@ def test_pushing_a_pull_head_into_its_base_marks_the_pull_merged(team: Team, tmp
     git("push", "-q", "origin", "main", cwd=wc)
     merged = repo.get_pull(pull.number)
     assert (merged.merged, merged.state, merged.merge_commit_sha) == (True, "closed", head)
+
+
+def _tagged_history(wc: Path, start: int, count: int) -> None:
+    """Append ``count`` commits to ``main`` of ``wc``, each changing its own file and tagged ``vN``."""
+    script = []
+    for n in range(start, start + count):
+        message = f"commit {n}\n".encode()
+        content = f"line {n}\n".encode() * 20
+        script += [
+            b"commit refs/heads/main",
+            f"mark :{n}".encode(),
+            f"committer Dev <dev@example.com> {1_700_000_000 + n} +0000".encode(),
+            f"data {len(message)}".encode(),
+            message,
+        ]
+        if n == start and start > 1:
+            script.append(b"from refs/heads/main^0")
+        script += [f"M 100644 inline f{n}.txt".encode(), f"data {len(content)}".encode(), content]
+        script += [f"reset refs/tags/v{n}".encode(), f"from :{n}".encode(), b""]
+    subprocess.run(
+        ["git", "fast-import", "--quiet"],
+        cwd=wc,
+        input=b"\n".join(script) + b"\n",
+        check=True,
+        env={**os.environ, **GIT_ENV},
+    )
+
+
+def _refs(repo: Path) -> dict[str, str]:
+    listing = git("for-each-ref", "--format=%(refname) %(objectname)", cwd=repo).stdout
+    return {name: sha for name, sha in (line.split(" ", 1) for line in listing.splitlines())}
+
+
+def test_mirror_clone_and_fetch_of_a_long_tagged_history_send_gzip_bodies(team: Team, tmp_path: Path) -> None:
+    team.forge.create_repo(team.alice, "history", auto_init=False)
+    url = team.forge.clone_url("alice/history", team.alice)
+    author = tmp_path / "author"
+    git("init", "-q", "-b", "main", str(author))
+    _tagged_history(author, 1, 60)
+    git("push", "-q", url, "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*", cwd=author)
+
+    mirror = tmp_path / "mirror.git"
+    cloned = git("clone", "--mirror", url, str(mirror), env={"GIT_TRACE_CURL": "1", "GIT_TRACE_CURL_NO_DATA": "1"})
+    assert "Content-Encoding: gzip" in cloned.stderr
+    assert _refs(mirror) == _refs(author) and len(_refs(mirror)) == 61
+
+    _tagged_history(author, 61, 40)
+    git("push", "-q", url, "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*", cwd=author)
+    fetched = git("fetch", "origin", cwd=mirror, env={"GIT_TRACE_CURL": "1", "GIT_TRACE_CURL_NO_DATA": "1"})
+    assert "Content-Encoding: gzip" in fetched.stderr
+    assert _refs(mirror) == _refs(author) and len(_refs(mirror)) == 101
+    git("fsck", "--connectivity-only", cwd=mirror)

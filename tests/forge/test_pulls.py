@@ -57,6 +57,8 @@ def test_list_filters_by_head_base_and_state(team: Team) -> None:
     assert [p.title for p in repo.get_pulls(head="alice:a")] == ["A"]
     assert [p.title for p in repo.get_pulls(base="main", sort="created", direction="asc")] == ["A", "B"]
     assert list(repo.get_pulls(head="someone:a")) == []
+    # Without the owner GitHub ignores the filter: every pull request comes back.
+    assert sorted(p.title for p in repo.get_pulls(head="a")) == ["A", "B"]
     pull_a.edit(state="closed")
     assert [p.title for p in repo.get_pulls(state="closed")] == ["A"]
     assert [p.title for p in repo.get_pulls(state="open")] == ["B"]

@@ -68,6 +68,8 @@ def make_config(handle: ForgeHandle, token: str, full_name: str, git_url: str, *
         "seconds_between_writes": 0.0,
         "retry_backoff_s": 0.05,
         "claim_poll_s": 0.1,
+        "merge_retry_wait_s": 0.05,
+        "mergeable_poll_s": 0.05,
     }
     settings.update(overrides)
     return ForgeConfig(**settings)
