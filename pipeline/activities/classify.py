@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from browser.results import BrowserInfraError
 from environments.checks import SetupError
-from environments.git import GitError
+from environments.git import GitError, GitProtocolError
 from environments.interface import NotReadyError, ResourceConflictError, RunFencedError
 from environments.mirror import RevisionNotFoundError
 from environments.spec import RecipeError
@@ -56,6 +56,9 @@ RULES: tuple[Rule, ...] = (
     # A setup that fails is a finding about the revision's recipe (the app cannot be built), like NotReady.
     Rule((SetupError,), F.NOT_READY, "setup failed: {err}"),
     Rule((RecipeError, PatchError, TreeMismatchError, RevisionNotFoundError), F.PERMANENT, "{type}: {err}"),
+    # A refusal the remote will give again (401/403/404, "not our ref", a protocol error) is not retried; a
+    # transport failure (connection, timeout, 5xx) is.
+    Rule((GitProtocolError,), F.PERMANENT, "git: {err}"),
     Rule((GitError,), F.TRANSIENT, "git: {err}"),
     # browser
     Rule((BrowserInfraError,), F.INFRASTRUCTURE, "browser failed: {err}"),
