@@ -104,22 +104,13 @@ class CacheKey(BaseModel):
     lock_hash: str
 
 
-class BuildRecord(BaseModel):
-    """What an entry was built from and what it holds; written into the entry before it is renamed into place."""
+class BuildRecord(CacheKey):
+    """What an entry was built from (its key's fields) and what it holds; written into the entry before it
+    is renamed into place."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(frozen=False, extra="forbid")
 
     format: Literal[1]
-    key: str
-    repository: str
-    provider: str
-    platform: str
-    setup: list[str]
-    env: dict[str, str]
-    secrets: dict[str, str]
-    paths: list[str]
-    lock_files: dict[str, str]
-    lock_hash: str
     built_in: str
     built_in_real: str
     relocate: list[str]
