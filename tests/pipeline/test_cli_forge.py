@@ -49,11 +49,14 @@ def test_add_collaborator_sets_the_permission_and_changes_it_on_a_second_call(
 
     assert emulator.durafix("forge", "add-collaborator", "acme-dev/shop", "alice", "--permission", "admin") == 0
     assert capsys.readouterr().out.splitlines()[-1] == "alice has admin on acme-dev/shop"
-    assert emulator.api("GET", "/repos/acme-dev/shop/collaborators/alice/permission")["permission"] == "admin"
+    # Only callers with push access may read a permission (as on GitHub): ask as the owner.
+    owner = emulator.forge.create_token("acme-dev")
+    permission = "/repos/acme-dev/shop/collaborators/alice/permission"
+    assert emulator.api("GET", permission, owner)["permission"] == "admin"
 
     result = as_json(emulator, capsys, "add-collaborator", "acme-dev/shop", "alice", "--permission", "push")
     assert result == {"repository": "acme-dev/shop", "login": "alice", "permission": "push", "invited": False}
-    assert emulator.api("GET", "/repos/acme-dev/shop/collaborators/alice/permission")["permission"] == "write"
+    assert emulator.api("GET", permission, owner)["permission"] == "write"
 
 
 def test_add_webhook_keeps_one_hook_per_url_and_signs_with_the_configured_secret(
@@ -99,7 +102,7 @@ def test_a_token_of_the_owner_from_the_environment_acts_where_durafix_cannot_min
     monkeypatch.setenv("DURAFIX_FORGE_OWNER_TOKEN", alice)
     assert as_json(emulator, capsys, "create-repo", "alice/shop")["created"] is True
     assert as_json(emulator, capsys, "add-collaborator", "alice/shop", "durafix-bot")["permission"] == "push"
-    assert emulator.api("GET", "/repos/alice/shop/collaborators/durafix-bot/permission")["permission"] == "write"
+    assert emulator.api("GET", "/repos/alice/shop/collaborators/durafix-bot/permission", alice)["permission"] == "write"
 
 
 def test_a_refusal_of_the_forge_is_exit_1_with_its_message(emulator: Emulator) -> None:

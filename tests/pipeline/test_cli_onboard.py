@@ -85,7 +85,9 @@ def test_a_checkout_becomes_a_repository_with_its_history_tags_collaborators_and
         assert git(checkout, "rev-parse", "--abbrev-ref", "HEAD") == "trunk"
 
         for login in ("durafix-bot", "reviewer"):
-            permission = emulator.api("GET", f"/repos/maintainer/shop/collaborators/{login}/permission")
+            permission = emulator.api(
+                "GET", f"/repos/maintainer/shop/collaborators/{login}/permission", result["tokens"]["owner"]["token"]
+            )
             assert permission["permission"] == "write", login
         assert result["collaborators"] == {"durafix-bot": "push", "reviewer": "push"}
         hooks = emulator.api("GET", "/repos/maintainer/shop/hooks", result["tokens"]["owner"]["token"])
