@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from infra.forge.pytest_plugin import forge
 from infra.forge.testing import ForgeHandle
 
-from .helpers import Received, Receiver, Team
+from .helpers import Receiver, Team, running_receiver
 
 __all__ = ["forge"]
 
@@ -28,31 +26,5 @@ def team(forge: ForgeHandle) -> Team:
 
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    state: dict[str, Receiver] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            rec = state["r"]
-            with rec.lock:
-                rec.received.append(Received(self.path, dict(self.headers.items()), body))
-            reply = b'{"ok": true}'
-            self.send_response(rec.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    state["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}/hook")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield state["r"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with running_receiver() as rec:
+        yield rec

@@ -5,7 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from github import Auth, Github, InputGitTreeElement
@@ -87,6 +90,39 @@ class Receiver:
     def events(self) -> list[Received]:
         with self.lock:
             return list(self.received)
+
+
+@contextmanager
+def running_receiver(path: str = "/hook") -> Iterator[Receiver]:
+    """A :class:`Receiver` served on a free port of 127.0.0.1 at ``path`` until the block ends."""
+    state: dict[str, Receiver] = {}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            rec = state["r"]
+            with rec.lock:
+                rec.received.append(Received(self.path, dict(self.headers.items()), body))
+            reply = b'{"ok": true}'
+            self.send_response(rec.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, format: str, *args: object) -> None:
+            """Quiet: the test reads what was received, not the server's access log."""
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    state["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}{path}")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield state["r"]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
 
 
 def commit_files(repo: Repository, parent: str, files: dict[str, str], message: str) -> str:

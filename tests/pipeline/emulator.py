@@ -8,11 +8,9 @@ import hashlib
 import hmac
 import os
 import subprocess
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,8 @@ from pipeline import config as config_module
 from pipeline.cli import run_command
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import DurafixConfig
+from tests.forge.helpers import Receiver
+from tests.forge.helpers import running_receiver as forge_receiver
 
 WEBHOOK_SECRET = "onboarding-hook-secret"
 
@@ -92,52 +92,9 @@ def signed_with(secret: str, body: bytes, headers: dict[str, str]) -> bool:
     return hmac.compare_digest(expected, signature)
 
 
-@dataclass
-class Delivery:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    url: str
-    received: list[Delivery] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def events(self) -> list[str]:
-        with self.lock:
-            return [d.headers.get("X-GitHub-Event", "") for d in self.received]
-
-
-@contextmanager
-def running_receiver() -> Iterator[Receiver]:
-    """An HTTP server on a free port recording every POST to ``/webhook`` and answering 200."""
-    holder: dict[str, Receiver] = {}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            rec = holder["r"]
-            with rec.lock:
-                rec.received.append(Delivery(self.path, dict(self.headers.items()), body))
-            self.send_response(200)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            return
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    holder["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}/webhook")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield holder["r"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+def running_receiver() -> AbstractContextManager[Receiver]:
+    """A webhook receiver at ``/webhook`` on a free port, recording every POST and answering 200."""
+    return forge_receiver("/webhook")
 
 
 def git(cwd: Path, *args: str) -> str:
