@@ -26,6 +26,7 @@ from __future__ import annotations
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio import activity
@@ -199,7 +200,8 @@ class EnvironmentActivities:
     def run_baseline(self, inp: BaselineInput) -> BaselineResult:
         """The recipe's setup and tests on a fresh workspace at the base revision, once per run before any
         repair attempt: a fix is judged against it, and tests that cannot run are a recipe error found
-        before the model is asked for anything."""
+        before the model is asked for anything. Its summary names the stored log and never quotes what the
+        repository's commands printed (the summary reaches the ticket)."""
         spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to run the baseline {inp.op_id}")
@@ -208,7 +210,15 @@ class EnvironmentActivities:
                 try:
                     with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
                         log = Path(tmp) / "baseline-tests.log"
-                        result = _setup_and_test(ws.path, spec, log, beat, "on the base revision", self.setup)
+                        result = _setup_and_test(
+                            ws.path,
+                            spec,
+                            log,
+                            beat,
+                            "on the base revision",
+                            self.setup,
+                            output=f"its output is in {log.name}",
+                        )
                         test_ref = self.store.put_file(
                             log,
                             kind=ArtifactKind.TEST_OUTPUT,
@@ -271,30 +281,42 @@ class EnvironmentActivities:
         )
 
 
+@dataclass(frozen=True)
 class _Checked:
     """What one setup-and-test run came to, in the words the workflow records."""
 
-    def __init__(self, runnable: bool, passed: bool, summary: str) -> None:
-        self.runnable = runnable
-        self.passed = passed
-        self.summary = summary
+    runnable: bool
+    passed: bool
+    summary: str
 
     @classmethod
-    def of(cls, result: TestRunResult) -> _Checked:
+    def of(cls, result: TestRunResult, output: str | None) -> _Checked:
+        """``output``: what to say of the output, ``None`` for its last 400 characters."""
         if result.passed:
             return cls(True, True, "passed")
         if result.timed_out:
             return cls(False, False, f"timed out after {result.duration_s:.0f} s")
         why = "could not run (not found or not executable)" if not result.runnable else "failed"
-        return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {result.output_tail[-400:]}")
+        said = result.output_tail[-400:] if output is None else output
+        return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}")
 
 
 def _setup_and_test(
-    ws: Path, spec: RecoverySpec, log: Path, beat: Heartbeat, where: str, setup: SetupSettings
+    ws: Path,
+    spec: RecoverySpec,
+    log: Path,
+    beat: Heartbeat,
+    where: str,
+    setup: SetupSettings,
+    *,
+    output: str | None = None,
 ) -> _Checked:
     """The recipe's setup (run here, on the worker: the ``local`` entries of the dependency cache) then its
-    tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable test run (its message holds the
-    setup log's tail)."""
+    tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable test run.
+
+    With ``output`` the summary names the stored log in those words instead of quoting the commands'
+    output: what the repository's commands print must not reach the run's state and its ticket.
+    """
     recipe = spec.recipe
     try:
         run_setup(
@@ -308,9 +330,10 @@ def _setup_and_test(
             repository=spec.repository,
         )
     except SetupError as err:
-        return _Checked(False, False, f"setup failed: {str(err)[-400:]}")
+        said = str(err)[-400:] if output is None else f"{str(err).splitlines()[0].rstrip(':')}; {output}"
+        return _Checked(False, False, f"setup failed: {said}")
     beat.set(f"running tests {where}: {command_text(recipe.test)}")
-    return _Checked.of(run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log))
+    return _Checked.of(run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log), output)
 
 
 def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:

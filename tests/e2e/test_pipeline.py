@@ -316,6 +316,10 @@ async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_r
         c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
     ]
     assert len(ticket) == 1 and "cannot run on the base revision" in ticket[0], ticket
+    # What the shell printed is evidence in the store, never quoted on the public ticket.
+    log = Services(stack.config).store.read_bytes(final.baseline.test_output_ref).decode()
+    assert "no-such-test-runner" in log and "not found" in log
+    assert "no-such-test-runner: not found" not in ticket[0] and "baseline-tests.log" in ticket[0]
     # Tests of this module run one at a time on one worker: every request since is this run's.
     assert len(httpx.get(model_requests, timeout=10).json()) == asked_before, "the model was asked"
     assert footprint(stack, repository, wf, issue).pull_requests == []
