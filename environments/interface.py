@@ -79,6 +79,23 @@ class AppRecipe(BaseModel):
         "at the repository root are recognised (package-lock.json, yarn.lock, pnpm-lock.yaml, uv.lock, "
         "poetry.lock, requirements*.txt)",
     )
+    test_report: str | None = Field(
+        default=None,
+        description="the JUnit XML file (relative to the repository root) that `test` writes; with it a candidate "
+        "is judged per test (it may fail only tests that already fail on the base) and the regression proof names "
+        "the tests that fail before the fix and pass after it",
+    )
+    test_subset: str | None = Field(
+        default=None,
+        description="a command running only some test files, `{files}` standing for them (shell-quoted, space "
+        "separated), e.g. `python -m pytest {files}`; the regression proof runs the patch's test files with it. "
+        "Not given: the proof runs `test`",
+    )
+    test_files: list[str] = Field(
+        default_factory=list,
+        description="globs naming the repository's test files (a glob with `/` matches the path, one without the "
+        "file name); empty: the common conventions (tests/, test_*.py, *.test.js, *.spec.ts, ...)",
+    )
     cache: list[str] | None = Field(
         default=None,
         description="paths (relative to the repository root) that setup creates and that are cached per lock hash, "

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest
+from evidence.bundle import CheckResult, EvidenceBundle, RegressionEvidence, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
 from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
@@ -98,7 +98,8 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
             _comparison(bundle, observed, images),
             _procedure(bundle, store, procedure, procedure_text),
             _patch(bundle, store),
-            _checks(bundle.checks, store),
+            _checks([*([bundle.baseline] if bundle.baseline else []), *bundle.checks], store),
+            _regression(bundle.regression, store),
             _traces(bundle, store),
             _hashes(bundle, digest),
             "</main>",
@@ -406,6 +407,32 @@ def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
     return (
         '<section id="checks"><h2>Test results</h2><table><tr><th>check</th><th>result</th><th>detail</th>'
         "<th>output</th></tr>" + "".join(rows) + "</table>" + "".join(tails) + "</section>"
+    )
+
+
+def _regression(proof: RegressionEvidence | None, store: ArtifactStore) -> str:
+    """The patch's tests without the fix and with it: the proof that they catch the bug."""
+    head = '<section id="regression"><h2>Regression proof</h2>'
+    if proof is None:
+        return f'{head}<p class="note">no regression proof was run for this candidate</p></section>'
+    proven = proof.status == "proven"
+    verdict = f'<span class="verdict {"pass" if proven else "fail"}">{_e(proof.status)}</span>'
+    if not proof.test_files:
+        return f"{head}<p>{verdict} {_e(proof.summary)}</p></section>"
+    base_said = "failed" if proven else ("passed" if proof.status == "not-proven" else "did not run")
+    base_log = _link(proof.base_output, store) if proof.base_output else ""
+    candidate_log = _link(proof.candidate_output, store) if proof.candidate_output else "the candidate's test run"
+    files = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.test_files)
+    cases = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.fixed_cases)
+    return (
+        f"{head}<p>{verdict} {_e(proof.summary)}</p><p>the patch's test files:</p><ul>{files}</ul>"
+        "<table><tr><th>run</th><th>code</th><th>tests</th><th>output</th></tr>"
+        f'<tr class="regression-base"><td>base + the patch\'s tests</td><td>without the fix</td>'
+        f'<td><span class="verdict {"pass" if proven else "fail"}">{base_said}</span></td><td>{base_log}</td></tr>'
+        '<tr class="regression-candidate"><td>candidate</td><td>with the fix</td>'
+        f'<td><span class="verdict pass">passed</span></td><td>{candidate_log}</td></tr></table>'
+        + (f"<p>test cases that fail without the fix and pass with it:</p><ul>{cases}</ul>" if cases else "")
+        + "</section>"
     )
 
 

@@ -34,15 +34,25 @@ from temporalio import activity
 from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
 from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
 from environments.progress import command_text
+from environments.regression import prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
+from environments.test_results import CaseOutcome, ReportError, TestCases, read_junit, regressions
 from environments.workspace import Workspace, WorkspaceManager
-from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest, store_bundle
+from evidence.bundle import (
+    CheckResult,
+    EvidenceBundle,
+    RegressionEvidence,
+    RevisionEvidence,
+    bundle_digest,
+    store_bundle,
+)
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.state import RegressionFact
 from pipeline.steps import (
     BaselineInput,
     BaselineResult,
@@ -167,7 +177,12 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.setup)
+                    result = _setup_and_test(
+                        ws.path, spec, log, beat, f"on {commit[:12]}", self.setup, output=f"its output is in {log.name}"
+                    )
+                    cases = _cases(ws.path, spec)
+                    if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
+                        result = _judged_per_test(result, cases, store.read_bytes(inp.baseline_cases_ref))
                     test_ref = store.put_file(
                         log,
                         kind=ArtifactKind.TEST_OUTPUT,
@@ -186,6 +201,10 @@ class EnvironmentActivities:
                         revision=commit,
                         media_type="application/x-git-bundle",
                     )
+                    regression = None
+                    if result.passed:
+                        beat.set("regression proof: the patch's tests on the base revision's code")
+                        regression = self._prove(ws.path, spec, Path(tmp) / "regression", cases, inp.run_id, commit)
                 self.workspaces.remove(ws)
         return VerifyResult(
             commit=commit,
@@ -194,6 +213,53 @@ class EnvironmentActivities:
             test_summary=result.summary,
             test_output_ref=test_ref,
             bundle_ref=bundle_ref,
+            regression=regression,
+        )
+
+    def _prove(
+        self, ws: Path, spec: RecoverySpec, log_dir: Path, cases: TestCases | None, run_id: str, commit: str
+    ) -> RegressionFact:
+        """The regression proof in the verified workspace (after its snapshot: the proof reverts files); its
+        logs stored by content, the base run's under the base revision."""
+        recipe = spec.recipe
+
+        def run(command: str, log: Path) -> TestRunResult:
+            return run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log, command=command)
+
+        def setup() -> None:
+            run_setup(
+                ws,
+                recipe,
+                marker=f"setup/{uuid.uuid4().hex}",
+                log_path=log_dir / "regression-setup.log",
+                timeout_s=SETUP_TIMEOUT_S,
+                settings=self.setup,
+                repository=spec.repository,
+            )
+
+        proof = prove_regression(
+            ws, spec.base_revision, recipe, run=run, setup=setup, log_dir=log_dir, candidate_cases=cases
+        )
+
+        def stored(log: Path | None, revision: str) -> ArtifactRef | None:
+            if log is None or not log.exists():
+                return None
+            return self.store.put_file(
+                log,
+                kind=ArtifactKind.TEST_OUTPUT,
+                run_id=run_id,
+                name=log.name,
+                revision=revision,
+                media_type="text/plain",
+            )
+
+        return RegressionFact(
+            status=proof.status,
+            summary=proof.summary(),
+            test_files=proof.test_files,
+            fixed_cases=proof.fixed_cases,
+            base_output_ref=stored(proof.base_log, spec.base_revision),
+            candidate_output_ref=stored(proof.candidate_log, commit),
         )
 
     @activity.defn(name=steps.RUN_BASELINE.name)
@@ -227,10 +293,26 @@ class EnvironmentActivities:
                             revision=spec.base_revision,
                             media_type="text/plain",
                         )
+                        cases = _cases(ws.path, spec) if result.runnable else None
+                        cases_ref = None
+                        if cases is not None:
+                            result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
+                            cases_ref = self.store.put_bytes(
+                                cases.to_json(),
+                                kind=ArtifactKind.TEST_OUTPUT,
+                                run_id=inp.run_id,
+                                name="baseline-cases.json",
+                                revision=spec.base_revision,
+                                media_type="application/json",
+                            )
                 finally:
                     self.workspaces.remove(ws)
         return BaselineResult(
-            runnable=result.runnable, passed=result.passed, summary=result.summary, test_output_ref=test_ref
+            runnable=result.runnable,
+            passed=result.passed,
+            summary=result.summary,
+            test_output_ref=test_ref,
+            cases_ref=cases_ref,
         )
 
     @activity.defn(name=steps.CLEANUP_RUN.name)
@@ -301,6 +383,28 @@ class _Checked:
         return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}")
 
 
+def _cases(ws: Path, spec: RecoverySpec) -> TestCases | None:
+    """The run's test cases from the recipe's ``test_report``; ``None`` without one, or when it was not
+    written or cannot be read (then the exit code is all there is)."""
+    if not spec.recipe.test_report:
+        return None
+    try:
+        return read_junit(ws / spec.recipe.test_report)
+    except ReportError:
+        return None
+
+
+def _judged_per_test(result: _Checked, cases: TestCases, baseline: bytes) -> _Checked:
+    """A failing run judged against the baseline's cases: it passes when every test that fails already failed
+    on the base (and none that passed there is gone)."""
+    lost = regressions(TestCases.from_json(baseline), cases)
+    if not lost:
+        failing = len(cases.named(CaseOutcome.FAILED))
+        return _Checked(True, True, f"passed: the {failing} failing test case(s) fail on the base too")
+    named = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    return _Checked(True, False, f"{len(lost)} test case(s) that pass on the base fail or are gone: {named}")
+
+
 def _setup_and_test(
     ws: Path,
     spec: RecoverySpec,
@@ -350,7 +454,31 @@ def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:
             "candidate", inp.candidate_commit, inp.candidate_status, inp.candidate_reproduction
         ),
         patch=inp.patch_ref,
-        checks=[CheckResult(name="tests", passed=inp.tests_passed, output=inp.test_output_ref)],
+        checks=[
+            CheckResult(name="tests", passed=inp.tests_passed, detail=inp.test_summary, output=inp.test_output_ref)
+        ],
+        baseline=(
+            CheckResult(
+                name="baseline (base revision, before any change)",
+                passed=inp.baseline_passed,
+                detail=inp.baseline_summary,
+                output=inp.baseline_output_ref,
+            )
+            if inp.baseline_passed is not None
+            else None
+        ),
+        regression=(
+            RegressionEvidence(
+                status=inp.regression.status,
+                summary=inp.regression.summary,
+                test_files=inp.regression.test_files,
+                fixed_cases=inp.regression.fixed_cases,
+                base_output=inp.regression.base_output_ref,
+                candidate_output=inp.regression.candidate_output_ref,
+            )
+            if inp.regression is not None
+            else None
+        ),
     )
 
 
