@@ -8,7 +8,6 @@ runs the real test commands on the base revision's code with only the patch's te
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
