@@ -177,7 +177,7 @@ def _run_commands(
         if code != 0:
             stop_owned(marker, grace_s=stop_grace_s)
             outcome = "timed out" if code is None else f"exited {code}"
-            raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
+            raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
 
 
 def _note(log_path: Path, text: str) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -161,7 +162,12 @@ class CleanupReport(BaseModel):
 
 
 class EnvironmentError(Exception):
-    """Base of environment failures."""
+    """Base of environment failures. ``log_path``: the log of the commands that failed, when there is one; the
+    caller keeps it as evidence (what the repository's commands printed goes no further than that log)."""
+
+    def __init__(self, *args: object, log_path: Path | None = None) -> None:
+        super().__init__(*args)
+        self.log_path = log_path
 
 
 class RunFencedError(EnvironmentError):

@@ -522,12 +522,16 @@ class RepairBugWorkflow:
                 if failure_class(err) != FailureClass.NOT_READY:
                     raise
                 # The app at this revision never became ready: a finding about the revision, not a crash.
+                log_ref = _detail_ref(err, "log_ref")
+                if log_ref is not None:
+                    self._record(log_ref)
                 return ReproductionFact(
                     op_id=env_op,
                     revision=revision,
                     status=ReproductionOutcome.APP_NOT_READY,
                     procedure_ref=self._procedure_ref,
                     detail=failure_message(err),
+                    log_ref=log_ref,
                 )
             self._live_envs[handle.env_id] = handle
             self._state.environment = EnvironmentFact(
@@ -840,3 +844,11 @@ class RepairBugWorkflow:
         if self._cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def _detail_ref(err: BaseException, key: str) -> ArtifactRef | None:
+    """The artifact an activity's failure names in its details under ``key`` (``None`` when it names none)."""
+    for detail in failure_details(err):
+        if isinstance(detail, dict) and isinstance(detail.get(key), dict):
+            return ArtifactRef.model_validate(detail[key])
+    return None

@@ -32,7 +32,13 @@ from pathlib import Path
 from temporalio import activity
 
 from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
-from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
+from environments.interface import (
+    CleanupReport,
+    EnvironmentHandle,
+    EnvironmentProvider,
+    NotReadyError,
+    RecoverySpec,
+)
 from environments.progress import command_text
 from environments.regression import prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
@@ -52,6 +58,7 @@ from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.failures import FailureClass
 from pipeline.state import RegressionFact
 from pipeline.steps import (
     BaselineInput,
@@ -141,9 +148,33 @@ class EnvironmentActivities:
             with Heartbeat("rebuilding workspace") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 beat.set(f"starting app with {provider.name}")
-                return provider.provision(
-                    run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
-                )
+                try:
+                    return provider.provision(
+                        run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
+                    )
+                except (SetupError, NotReadyError) as err:
+                    raise self._not_ready(err, inp.run_id, spec.base_revision) from err
+
+    def _not_ready(self, err: SetupError | NotReadyError, run_id: str, revision: str) -> Exception:
+        """The app could not be set up or made ready: a finding about the revision. The environment's log
+        (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends here, and the
+        failure names it instead of quoting it (details: ``{"log_ref": ...}``)."""
+        first = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
+        said = f"setup failed: {first}" if isinstance(err, SetupError) else first
+        log = err.log_path
+        if log is None or not log.is_file():
+            return FailureClass.NOT_READY.error(said)
+        ref = self.store.put_file(
+            log,
+            kind=ArtifactKind.LOG,
+            run_id=run_id,
+            name="environment.log",
+            revision=revision,
+            media_type="text/plain",
+        )
+        return FailureClass.NOT_READY.error(
+            f"{said}; its output is in environment.log", {"log_ref": ref.model_dump(mode="json")}
+        )
 
     @activity.defn(name=steps.TEARDOWN.name)
     def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
