@@ -11,11 +11,12 @@ registry by the package manager's own client in the recipe's ``setup`` (never in
   ``humanize.intcomma``; ``total_points`` skips the first row, left over from when rows came from a CSV with
   a header (``Total points: 2,750`` instead of ``4,000``). Tests: ``unittest``; ``humanize`` in a ``.venv``.
 
-Each history has more than 50 commits, every one of them tagged, so that git's fetch requests (which list
-the refs it has) exceed the size git gzips them at. :data:`PROJECTS` also holds, per project, the scripted
-model's fix (a patch of the cause plus a regression test), the commit that moves ``main`` afterwards, and the
-two reports: the bug as first reported, and the same bug reported again by someone on the release before
-the fix, whose procedure checks it runs on the moved ``main`` and then finds the behaviour correct.
+Each history has more than 50 commits, every one of them tagged, so that the request of a mirror clone (a
+``want`` line per ref) exceeds the size git gzips a request body at (about 1 KB). :data:`PROJECTS` also holds,
+per project, the scripted model's fix (a patch of the cause plus a regression test), the commit that moves
+``main`` afterwards, and the two reports: the bug as first reported, and the same bug reported again from the
+release after the fix, whose procedure checks that it runs on the moved ``main`` and then finds the behaviour
+correct.
 """
 
 from __future__ import annotations

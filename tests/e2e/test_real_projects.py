@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from environments.depcache import BuildRecord, DependencyCache
+from environments.files import path_key
 from environments.spec import load_recipe
 from pipeline import client as runs
 from pipeline.ids import workflow_id_for
@@ -135,12 +136,13 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     assert "merged" in ticket and str(merged.merged_sha) in ticket, ticket
     assert owned_processes(wf) == []
 
-    # Setup ran once, in the base environment, and stored its result: the baseline and the candidate's
-    # verification (their logs are evidence) restored it instead of installing again.
+    # Setup ran once, in this run's first workspace (the base environment), and stored its result: the baseline
+    # and the candidate's verification (their logs are evidence) restored it instead of installing again.
     [(entry, record)] = entries_of(cache, repository)
     assert record.setup == recipe.setup and record.paths == [project.cached_path]
     assert record.provider == "local" and set(record.lock_files) == set(recipe.lock_files)
     assert record.created >= started
+    assert Path(record.built_in).is_relative_to(stack.state_dir / "workspaces" / path_key(wf)), record.built_in
     [candidate] = [c for c in merged.candidates if c.verification == "passed"]
     assert merged.baseline is not None and candidate.test_output_ref is not None
     for ref in (merged.baseline.test_output_ref, candidate.test_output_ref):
