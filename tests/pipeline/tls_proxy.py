@@ -81,8 +81,9 @@ def tls_proxy(upstream: str, context: ssl.SSLContext) -> Iterator[TlsProxy]:
         tls.settimeout(None)
         peer = tls.getpeercert()
         if peer:
-            subject = dict(pair for rdn in peer["subject"] for pair in rdn)
-            proxy.clients.append(str(subject.get("commonName", "")))
+            # The subject is a tuple of relative names, each a tuple of (attribute, value) pairs.
+            names = [pair[1] for rdn in peer.get("subject", ()) for pair in rdn if pair[0] == "commonName"]
+            proxy.clients.append(str(names[0]) if names else "")
         server = socket.create_connection((host, int(port)))
         open_sockets.extend((tls, server))
         threading.Thread(target=_pipe, args=(server, tls), daemon=True).start()
