@@ -28,6 +28,7 @@ import hmac
 import html
 import ipaddress
 import os
+import re
 import shutil
 import signal
 import sys
@@ -47,6 +48,7 @@ from evidence.links import LinkSigner
 from evidence.local import LocalArtifactStore
 from evidence.streams import hash_file
 
+_SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]*")
 _CSP = "default-src 'none'; img-src data: 'self'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
 
@@ -126,7 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(send_body=False)
 
     def log_message(self, format: str, *args: object) -> None:
-        sys.stderr.write(f"evidence-serve {self.address_string()} {format % args}\n")
+        # A signature is a capability for its artifact: the log names the request, not the key to it.
+        line = _SIGNATURE.sub(r"\1redacted", format % args)
+        sys.stderr.write(f"evidence-serve {self.address_string()} {line}\n")
 
     def _respond(self, *, send_body: bool) -> None:
         parts = urlsplit(self.path)

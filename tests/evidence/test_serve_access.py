@@ -48,6 +48,7 @@ class Served:
     local: str  # the same server through 127.0.0.1
     report: ArtifactRef
     log: ArtifactRef
+    stderr: str = ""  # what the server logged, once it has stopped
 
 
 def start(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[Served]:
@@ -68,10 +69,13 @@ def start(tmp_path: Path, env: dict[str, str], *args: str) -> Iterator[Served]:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://0.0.0.0:"), proc.stderr.read() if proc.stderr else ""
         port = int(url.rsplit(":", 1)[1])
-        yield Served(store, port, f"http://{own_address()}:{port}", f"http://127.0.0.1:{port}", report, log)
+        served = Served(store, port, f"http://{own_address()}:{port}", f"http://127.0.0.1:{port}", report, log)
+        yield served
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
+    assert proc.stderr is not None
+    served.stderr = proc.stderr.read()
 
 
 @pytest.fixture(scope="module")
@@ -159,6 +163,16 @@ def test_without_token_or_secret_only_loopback_is_answered(tmp_path: Path) -> No
         signed = LinkSigner(SECRET).sign(f"/a/{server.log.key}")
         assert get(f"{server.remote}{signed}").text == "this server accepts no signed links\n"
         assert get(f"{server.remote}/", Authorization="Bearer anything").status_code == 403
+
+
+def test_the_log_names_each_request_but_not_the_signature_that_opened_it(tmp_path: Path) -> None:
+    for server in start(tmp_path, {"DURAFIX_EVIDENCE_LINK_SECRET": SECRET}):
+        link = LinkSigner(SECRET).sign(f"/a/{server.log.key}", expires_at=int(time.time()) + 60)
+        assert get(f"{server.remote}{link}").status_code == 200
+        signature = link.split("sig=", 1)[1].split("&", 1)[0]
+
+    assert f"/a/{server.log.key}?sig=redacted&exp=" in server.stderr
+    assert signature not in server.stderr
 
 
 def test_behind_a_local_reverse_proxy_loopback_can_be_made_to_need_credentials_too(tmp_path: Path) -> None:
