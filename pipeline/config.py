@@ -18,10 +18,25 @@ from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
 
 
+class SettingsError(ValueError):
+    """A setting cannot be used as given (found when it is used, not when the configuration loads: a command that
+    does not need it still runs); the message names the setting and what to do. ``durafix`` prints it and exits 2."""
+
+
 class DurafixConfig(BaseModel):
     state_dir: Path
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # How to reach a secured cluster (pipeline/temporal_connection.py): TLS on/off (unset: on as soon as any of
+    # the others is set), a PEM CA to verify the server with, an mTLS client certificate and key (absolute
+    # paths), the server name to verify instead of the address's host, an API key (or a file holding it).
+    temporal_tls: bool | None = None
+    temporal_tls_ca: str = ""
+    temporal_tls_cert: str = ""
+    temporal_tls_key: str = ""
+    temporal_tls_server_name: str = ""
+    temporal_api_key: str = ""
+    temporal_api_key_file: str = ""
     forge_api_url: str = "https://api.github.com"
     forge_git_base: str = "https://github.com"
     forge_token: str = ""
@@ -83,6 +98,13 @@ class DurafixConfig(BaseModel):
 _ENV = {
     "DURAFIX_TEMPORAL_ADDRESS": "temporal_address",
     "DURAFIX_TEMPORAL_NAMESPACE": "temporal_namespace",
+    "DURAFIX_TEMPORAL_TLS": "temporal_tls",
+    "DURAFIX_TEMPORAL_TLS_CA": "temporal_tls_ca",
+    "DURAFIX_TEMPORAL_TLS_CERT": "temporal_tls_cert",
+    "DURAFIX_TEMPORAL_TLS_KEY": "temporal_tls_key",
+    "DURAFIX_TEMPORAL_TLS_SERVER_NAME": "temporal_tls_server_name",
+    "DURAFIX_TEMPORAL_API_KEY": "temporal_api_key",
+    "DURAFIX_TEMPORAL_API_KEY_FILE": "temporal_api_key_file",
     "DURAFIX_FORGE_API_URL": "forge_api_url",
     "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
     "DURAFIX_FORGE_TOKEN": "forge_token",
