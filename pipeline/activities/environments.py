@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +40,7 @@ from environments.interface import (
     RecoverySpec,
 )
 from environments.progress import command_text
+from environments.redaction import redactor_for
 from environments.regression import prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
@@ -110,6 +111,24 @@ class EnvironmentActivities:
             self.build_evidence,
         ]
 
+    def _put_output(
+        self,
+        path: Path,
+        kind: ArtifactKind,
+        run_id: str,
+        name: str,
+        revision: str,
+        recipe_secrets: Mapping[str, str],
+    ) -> ArtifactRef:
+        """Store what the repository's commands printed, every secret value known here redacted first
+        (:mod:`environments.redaction`): the recipe's, the worker's credentials, the forge token."""
+        redactor = redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", self.git_token or "")])
+        with tempfile.TemporaryDirectory(prefix="durafix-redacted-") as tmp:
+            clean = redactor.file(path, Path(tmp) / name) if redactor else path
+            return self.store.put_file(
+                clean, kind=kind, run_id=run_id, name=name, revision=revision, media_type="text/plain"
+            )
+
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
         return self.workspaces.rebuild(
             run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=self.git_token
@@ -153,9 +172,11 @@ class EnvironmentActivities:
                         run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
                     )
                 except (SetupError, NotReadyError) as err:
-                    raise self._not_ready(err, inp.run_id, spec.base_revision) from err
+                    raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
 
-    def _not_ready(self, err: SetupError | NotReadyError, run_id: str, revision: str) -> Exception:
+    def _not_ready(
+        self, err: SetupError | NotReadyError, run_id: str, revision: str, recipe_secrets: Mapping[str, str]
+    ) -> Exception:
         """The app could not be set up or made ready: a finding about the revision. The environment's log
         (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends here, and the
         failure names it instead of quoting it (details: ``{"log_ref": ...}``)."""
@@ -164,14 +185,7 @@ class EnvironmentActivities:
         log = err.log_path
         if log is None or not log.is_file():
             return FailureClass.NOT_READY.error(said)
-        ref = self.store.put_file(
-            log,
-            kind=ArtifactKind.LOG,
-            run_id=run_id,
-            name="environment.log",
-            revision=revision,
-            media_type="text/plain",
-        )
+        ref = self._put_output(log, ArtifactKind.LOG, run_id, "environment.log", revision, recipe_secrets)
         return FailureClass.NOT_READY.error(
             f"{said}; its output is in environment.log", {"log_ref": ref.model_dump(mode="json")}
         )
@@ -214,13 +228,8 @@ class EnvironmentActivities:
                     cases = _cases(ws.path, spec)
                     if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
                         result = _judged_per_test(result, cases, store.read_bytes(inp.baseline_cases_ref))
-                    test_ref = store.put_file(
-                        log,
-                        kind=ArtifactKind.TEST_OUTPUT,
-                        run_id=inp.run_id,
-                        name="tests.log",
-                        revision=commit,
-                        media_type="text/plain",
+                    test_ref = self._put_output(
+                        log, ArtifactKind.TEST_OUTPUT, inp.run_id, "tests.log", commit, spec.recipe.secrets
                     )
                     beat.set("snapshotting candidate")
                     bundle = self.workspaces.snapshot(ws, Path(tmp) / "candidate.bundle")
@@ -275,14 +284,7 @@ class EnvironmentActivities:
         def stored(log: Path | None, revision: str) -> ArtifactRef | None:
             if log is None or not log.exists():
                 return None
-            return self.store.put_file(
-                log,
-                kind=ArtifactKind.TEST_OUTPUT,
-                run_id=run_id,
-                name=log.name,
-                revision=revision,
-                media_type="text/plain",
-            )
+            return self._put_output(log, ArtifactKind.TEST_OUTPUT, run_id, log.name, revision, recipe.secrets)
 
         return RegressionFact(
             status=proof.status,
@@ -316,13 +318,13 @@ class EnvironmentActivities:
                             self.setup,
                             output=f"its output is in {log.name}",
                         )
-                        test_ref = self.store.put_file(
+                        test_ref = self._put_output(
                             log,
-                            kind=ArtifactKind.TEST_OUTPUT,
-                            run_id=inp.run_id,
-                            name="baseline-tests.log",
-                            revision=spec.base_revision,
-                            media_type="text/plain",
+                            ArtifactKind.TEST_OUTPUT,
+                            inp.run_id,
+                            "baseline-tests.log",
+                            spec.base_revision,
+                            spec.recipe.secrets,
                         )
                         cases = _cases(ws.path, spec) if result.runnable else None
                         cases_ref = None
