@@ -125,8 +125,8 @@ def parse_raw_numstat(out: bytes) -> list[FileChange]:
             raw.append((token[1:].split(), tokens[i + 1].decode("utf-8", errors="replace")))
             i += 2
         else:
-            added, deleted, path = token.split("\t", 2)
-            counts[path] = (None if added == "-" else int(added), None if deleted == "-" else int(deleted))
+            plus, minus, path = token.split("\t", 2)
+            counts[path] = (None if plus == "-" else int(plus), None if minus == "-" else int(minus))
             i += 1
     changes = []
     for (old_mode, new_mode, old_blob, new_blob, status), path in raw:

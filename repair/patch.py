@@ -9,6 +9,7 @@ one works on a dirty tree as well as on a clean one, and on a bare mirror.
 
 from __future__ import annotations
 
+import re
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,7 @@ _DIFF_OPTIONS = [
     "--dst-prefix=b/",
 ]
 _BINARY = "patch carries binary content"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class PatchCheck(BaseModel):
@@ -80,7 +82,10 @@ def workspace_patch(workspace: Path, base: str = "HEAD") -> tuple[str, list[str]
 
 
 def _resolve(repo: Path, revision: str) -> str:
-    """The commit ID ``revision`` names in ``repo`` (read with the repository's configuration overridden)."""
+    """The commit ID ``revision`` names in ``repo``: a full commit ID as it is; anything else (``HEAD``) is
+    read by ``git rev-parse`` in ``repo``, the clean environment's overrides on top of its configuration."""
+    if _FULL_SHA.fullmatch(revision):
+        return revision
     env = git_env(extra={"GIT_DIR": str(objects_of(repo).parent)})
     return _git(["rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"], env).decode().strip()
 
