@@ -59,6 +59,9 @@ DEFAULT_PROTECTED_PATHS: tuple[str, ...] = (
     "renovate.json5",
     ".renovaterc*",
     ".mergify.yml",
+    # Who must review: the forge reads CODEOWNERS at the root, in docs/ and in .github/.
+    "CODEOWNERS",
+    "docs/CODEOWNERS",
     # durafix's own recipe: the commands it runs, the secrets it passes.
     "**/durafix.yaml",
     "**/durafix.yml",

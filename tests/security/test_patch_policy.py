@@ -118,6 +118,7 @@ def test_an_edit_of_the_recipe_is_refused(repo: Repo) -> None:
         (".circleci/config.yml", ".circleci/**"),
         ("Jenkinsfile", "**/Jenkinsfile"),
         (".husky/pre-commit", ".husky/**"),
+        ("docs/CODEOWNERS", "docs/CODEOWNERS"),
         (".GitHub/Workflows/x.yml", ".github/**"),
     ],
 )
