@@ -14,10 +14,12 @@ clone URL, and is never written into any repository's configuration.
 
 from __future__ import annotations
 
+import atexit
 import base64
 import functools
 import os
 import re
+import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -145,7 +147,9 @@ def empty_home() -> str:
     Nothing git would read from a home directory (``~/.gitconfig``, ``~/.config/git/attributes``,
     ``~/.config/git/ignore``, credentials) exists there.
     """
-    return tempfile.mkdtemp(prefix="durafix-git-home-")
+    home = tempfile.mkdtemp(prefix="durafix-git-home-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
 
 
 def git_env(
