@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
+from repair.patch_policy import PatchPolicy
 
 
 class SettingsError(ValueError):
@@ -63,7 +64,18 @@ class DurafixConfig(BaseModel):
     dependency_restore: RestoreMode = "auto"
     # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
     setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
+    # What a model-written patch may change, per repository ("OWNER/REPO", or "*" for every other one); the
+    # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
+    # in a repository or an issue can (docs/security.md, "Patch policy").
+    patch_policies: dict[str, PatchPolicy] = Field(default_factory=dict)
     extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("patch_policies", mode="before")
+    @classmethod
+    def _patch_policies(cls, value: object) -> object:
+        """A JSON object (the variable's form: ``{"o/r": {"allowed_paths": [".github/workflows/ci.yml"]}}``)
+        or a mapping; an unknown key in a policy is refused, so a misspelt setting never loosens nothing."""
+        return json.loads(value) if isinstance(value, str) else value
 
     @field_validator("setup_passthrough", mode="before")
     @classmethod
@@ -124,6 +136,7 @@ _ENV = {
     "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
+    "DURAFIX_PATCH_POLICIES": "patch_policies",
 }
 
 

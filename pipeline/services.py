@@ -167,7 +167,14 @@ class Services:
     def model_activities(self) -> ModelActivities:
         from pipeline.activities.model import ModelActivities
 
-        return ModelActivities(self.store, self.workspaces, lambda: self.engine, lambda: self.drafter, self.git_token)
+        return ModelActivities(
+            self.store,
+            self.workspaces,
+            lambda: self.engine,
+            lambda: self.drafter,
+            self.git_token,
+            patch_policies=self.config.patch_policies,
+        )
 
     @cached_property
     def browser(self) -> BrowserRunner:

@@ -1,0 +1,94 @@
+"""Which files are tests, and how many test cases one holds.
+
+:func:`is_test_file` follows common conventions, plus the operator's own glob patterns for a repository:
+
+- a directory on the path named ``test``, ``tests``, ``__tests__``, ``spec`` or ``specs``;
+- Python: ``test_*.py``, ``*_test.py``;
+- JavaScript / TypeScript: ``*.test.*`` and ``*.spec.*`` with a ``js``, ``jsx``, ``ts``, ``tsx``, ``mjs``,
+  ``cjs``, ``mts`` or ``cts`` extension;
+- Go ``*_test.go``, Ruby ``*_spec.rb`` / ``*_test.rb``, Java / Kotlin ``*Test.java``, ``*Tests.java``,
+  ``*Test.kt``.
+
+:func:`count_test_cases` is deliberately simple and documented, so anyone can predict it:
+
+- Python: every ``def test*`` / ``async def test*`` in the module (at any depth, so methods of test
+  classes count), read with :mod:`ast`, except those decorated with a ``skip`` / ``skipif`` / ``xfail``
+  marker. A file that no longer parses counts zero.
+- JavaScript / TypeScript: calls ``it(``, ``test(``, ``it.only(``, ``test.only(``, ``it.concurrent(``,
+  ``test.concurrent(``, ``it.each(...)(`` / ``test.each(...)(`` (counted once); ``it.skip``, ``xit``,
+  ``test.todo`` and friends do not count. Comments are not stripped: the count compares two versions of
+  the same file, so a miscount made on both sides cancels out.
+- Go: ``func Test...(`` declarations.
+- Anything else: ``None`` (unknown); such a file is protected against deletion only.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+from repair.globs import matches_any
+
+TEST_DIRECTORIES = frozenset({"test", "tests", "__tests__", "spec", "specs"})
+JS_EXTENSIONS = frozenset({".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".mts", ".cts"})
+_NAMED_TESTS = re.compile(
+    r"(?:^test_.*\.py|.*_test\.py|.*_test\.go|.*_spec\.rb|.*_test\.rb|.*Tests?\.java|.*Test\.kt)$"
+)
+_JS_CASE = re.compile(r"(?<![\w$.])(?:it|test)(?:\.only|\.concurrent)?\s*\(|(?<![\w$.])(?:it|test)\.each\b")
+_GO_CASE = re.compile(r"^func\s+Test\w*\s*\(", re.MULTILINE)
+_SKIP_MARKERS = frozenset({"skip", "skipif", "xfail", "skipIf", "skipUnless", "expectedFailure"})
+
+
+def is_test_file(path: str, globs: Sequence[str] = ()) -> bool:
+    """Whether ``path`` (relative, ``/``-separated, as git names it) is a test file.
+
+    True by the conventions above or when it matches one of ``globs`` (``*`` within a path segment, ``**``
+    across segments, matched case-insensitively; see :func:`repair.globs.glob_matches`).
+    """
+    pure = PurePosixPath(path)
+    if any(part.lower() in TEST_DIRECTORIES for part in pure.parts[:-1]):
+        return True
+    name = pure.name
+    if _NAMED_TESTS.match(name):
+        return True
+    stem = PurePosixPath(name)
+    if stem.suffix.lower() in JS_EXTENSIONS and PurePosixPath(stem.stem).suffix.lower() in (".test", ".spec"):
+        return True
+    return matches_any(path, globs) is not None
+
+
+def count_test_cases(path: str, content: bytes) -> int | None:
+    """How many test cases ``content`` (the file at ``path``) declares, or ``None`` for a language the
+    count does not know (see the module's documentation for the rules)."""
+    suffix = PurePosixPath(path).suffix.lower()
+    text = content.decode("utf-8", errors="replace")
+    if suffix == ".py":
+        return _python_cases(text)
+    if suffix in JS_EXTENSIONS:
+        return len(_JS_CASE.findall(text))
+    if suffix == ".go":
+        return len(_GO_CASE.findall(text))
+    return None
+
+
+def _python_cases(text: str) -> int:
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return 0
+    return sum(
+        1
+        for node in ast.walk(tree)
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test")
+        and not any(_is_skip(decorator) for decorator in node.decorator_list)
+    )
+
+
+def _is_skip(decorator: ast.expr) -> bool:
+    """``@pytest.mark.skip``, ``@pytest.mark.skipif(...)``, ``@unittest.skip(...)``, ``@xfail``, ..."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    name = target.attr if isinstance(target, ast.Attribute) else target.id if isinstance(target, ast.Name) else ""
+    return name in _SKIP_MARKERS
