@@ -94,8 +94,8 @@ class AppRecipe(BaseModel):
     )
     test_files: list[str] = Field(
         default_factory=list,
-        description="globs naming the repository's test files (a glob with `/` matches the path, one without the "
-        "file name); empty: the common conventions (tests/, test_*.py, *.test.js, *.spec.ts, ...)",
+        description="globs naming more test files than the common conventions (tests/, test_*.py, *.test.js, "
+        "*.spec.ts, ...; see environments.test_files): `*` within a directory, `**` across directories",
     )
     cache: list[str] | None = Field(
         default=None,

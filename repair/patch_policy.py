@@ -23,8 +23,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environments.globs import matches_any
 from environments.staged_patch import FileChange, unsafe_changes
-from repair.globs import matches_any
 from repair.test_files import count_test_cases, is_test_file
 
 DEFAULT_MAX_PATCH_BYTES = 256 * 1024
@@ -84,7 +84,7 @@ class PatchPolicy(BaseModel):
 
     ``protected_paths`` replaces the default list when given; ``allowed_paths`` lifts protection from the
     paths it matches (``[".github/workflows/test.yml"]`` lets a fix touch that one workflow). Globs follow
-    :mod:`repair.globs`. ``protect_tests`` refuses deleting test files and lowering a test file's case
+    :mod:`environments.globs`. ``protect_tests`` refuses deleting test files and lowering a test file's case
     count; ``test_globs`` names more test files than the conventions of :mod:`repair.test_files`.
     """
 

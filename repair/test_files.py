@@ -1,6 +1,7 @@
-"""Which files are tests, and how many test cases one holds.
+"""How many test cases a test file holds (which files are tests: :mod:`environments.test_files`, re-exported
+here as :func:`is_test_file`).
 
-:func:`is_test_file` follows common conventions, plus the operator's own glob patterns for a repository:
+The conventions of :func:`is_test_file`, plus the operator's own glob patterns for a repository:
 
 - a directory on the path named ``test``, ``tests``, ``__tests__``, ``spec`` or ``specs``;
 - Python: ``test_*.py``, ``*_test.py``;
@@ -26,37 +27,15 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-from repair.globs import matches_any
+from environments.test_files import JS_EXTENSIONS, is_test_file
 
-TEST_DIRECTORIES = frozenset({"test", "tests", "__tests__", "spec", "specs"})
-JS_EXTENSIONS = frozenset({".js", ".jsx", ".ts", ".tsx", ".mjs", ".cjs", ".mts", ".cts"})
-_NAMED_TESTS = re.compile(
-    r"(?:^test_.*\.py|.*_test\.py|.*_test\.go|.*_spec\.rb|.*_test\.rb|.*Tests?\.java|.*Test\.kt)$"
-)
+__all__ = ["count_test_cases", "is_test_file"]
+
 _JS_CASE = re.compile(r"(?<![\w$.])(?:it|test)(?:\.only|\.concurrent)?\s*\(|(?<![\w$.])(?:it|test)\.each\b")
 _GO_CASE = re.compile(r"^func\s+Test\w*\s*\(", re.MULTILINE)
 _SKIP_MARKERS = frozenset({"skip", "skipif", "xfail", "skipIf", "skipUnless", "expectedFailure"})
-
-
-def is_test_file(path: str, globs: Sequence[str] = ()) -> bool:
-    """Whether ``path`` (relative, ``/``-separated, as git names it) is a test file.
-
-    True by the conventions above or when it matches one of ``globs`` (``*`` within a path segment, ``**``
-    across segments, matched case-insensitively; see :func:`repair.globs.glob_matches`).
-    """
-    pure = PurePosixPath(path)
-    if any(part.lower() in TEST_DIRECTORIES for part in pure.parts[:-1]):
-        return True
-    name = pure.name
-    if _NAMED_TESTS.match(name):
-        return True
-    stem = PurePosixPath(name)
-    if stem.suffix.lower() in JS_EXTENSIONS and PurePosixPath(stem.stem).suffix.lower() in (".test", ".spec"):
-        return True
-    return matches_any(path, globs) is not None
 
 
 def count_test_cases(path: str, content: bytes) -> int | None:

@@ -238,5 +238,6 @@ def test_test_file_conventions_and_declared_globs() -> None:
     assert is_test_file("tests/test_cart.py") and is_test_file("src/app/__tests__/x.js")
     assert is_test_file("pkg/thing_test.go") and is_test_file("web/button.spec.ts") and is_test_file("test_x.py")
     assert not is_test_file("cart.py") and not is_test_file("src/testing.py") and not is_test_file("latest/x.py")
+    # Declared globs add to the conventions.
     assert pick_test_files(["checks/a.py", "cart.py", "checks/b.py"], ["checks/*"]) == ["checks/a.py", "checks/b.py"]
-    assert not is_test_file("tests/test_cart.py", ["checks/*"])
+    assert is_test_file("tests/test_cart.py", ["checks/*"])

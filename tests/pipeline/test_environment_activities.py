@@ -88,7 +88,7 @@ def test_a_secret_the_app_prints_is_redacted_from_the_stored_log(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CART_SECRET", SECRET)
-    change = {
+    change: dict[str, object] = {
         "secrets": {"CART_TOKEN": "env:CART_SECRET"},
         "start": 'echo "the token is $CART_TOKEN"; sleep 30',
         "readiness": {"path": "/healthz", "deadline_s": 2},

@@ -1,4 +1,4 @@
-"""Path globs as the patch policy reads them.
+"""Path globs, as the patch policy (protected paths, test globs) and the recipe's ``test_files`` read them.
 
 A pattern is matched against a whole repository path (``/``-separated, no leading ``/``), case-insensitively
 (a stricter match refuses more, never less): ``*`` matches within one segment, ``?`` one character of a
