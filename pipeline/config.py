@@ -50,6 +50,9 @@ class DurafixConfig(BaseModel):
     model_name: str = "gpt-4o-mini"
     evidence_url: str = ""
     evidence_public_url: str = ""
+    # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
+    # reviewer on another host opens the PR's evidence links without a token.
+    evidence_link_secret: str = ""
     evidence_access_key: str = ""
     evidence_secret_key: str = ""
     environment_provider: str = "local"
@@ -128,6 +131,7 @@ _ENV = {
     "DURAFIX_MODEL": "model_name",
     "DURAFIX_EVIDENCE_URL": "evidence_url",
     "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
+    "DURAFIX_EVIDENCE_LINK_SECRET": "evidence_link_secret",
     "DURAFIX_ENVIRONMENT_PROVIDER": "environment_provider",
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",

@@ -57,7 +57,10 @@ class Services:
                 access_key_id=self.config.evidence_access_key, secret_access_key=self.config.evidence_secret_key
             )
         return open_store(
-            self.config.resolved_evidence_url(), public_url=self.config.evidence_public_url or None, credentials=creds
+            self.config.resolved_evidence_url(),
+            public_url=self.config.evidence_public_url or None,
+            credentials=creds,
+            link_secret=self.config.evidence_link_secret or None,
         )
 
     @cached_property

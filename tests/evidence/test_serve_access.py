@@ -212,3 +212,13 @@ def test_a_short_signing_secret_is_refused_at_start(tmp_path: Path) -> None:
 )
 def test_which_client_addresses_are_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+def test_links_from_a_store_with_the_servers_secret_open_from_another_host(served: Served) -> None:
+    # What the pipeline posts on a PR: the store's own links, signed with the secret the server checks.
+    store = LocalArtifactStore(served.store.root, public_url=served.remote, signer=LinkSigner(SECRET))
+    link = store.url_for(served.log)
+    assert "sig=" in link
+    assert get(link).content == b"the test log"
+    unsigned = LocalArtifactStore(served.store.root, public_url=served.remote).url_for(served.log)
+    assert get(unsigned).status_code == 401
