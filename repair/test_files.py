@@ -1,15 +1,6 @@
 """How many test cases a test file holds (which files are tests: :mod:`environments.test_files`, re-exported
 here as :func:`is_test_file`).
 
-The conventions of :func:`is_test_file`, plus the operator's own glob patterns for a repository:
-
-- a directory on the path named ``test``, ``tests``, ``__tests__``, ``spec`` or ``specs``;
-- Python: ``test_*.py``, ``*_test.py``;
-- JavaScript / TypeScript: ``*.test.*`` and ``*.spec.*`` with a ``js``, ``jsx``, ``ts``, ``tsx``, ``mjs``,
-  ``cjs``, ``mts`` or ``cts`` extension;
-- Go ``*_test.go``, Ruby ``*_spec.rb`` / ``*_test.rb``, Java / Kotlin ``*Test.java``, ``*Tests.java``,
-  ``*Test.kt``.
-
 :func:`count_test_cases` is deliberately simple and documented, so anyone can predict it:
 
 - Python: every ``def test*`` / ``async def test*`` in the module (at any depth, so methods of test

@@ -14,7 +14,7 @@ import pytest
 
 from environments.checks import TestRunResult, run_tests
 from environments.interface import AppRecipe
-from environments.regression import ProofStatus, TestRunner, prove_regression
+from environments.regression import ProofStatus, RegressionProof, TestRunner, prove_regression
 from environments.test_files import is_test_file, pick_test_files
 from environments.test_results import CaseOutcome, ReportError, TestCases, fixed, read_junit, regressions
 from tests.environments.gitrepo import CART_APP, git
@@ -64,6 +64,13 @@ def runner(ws: Path, recipe: AppRecipe) -> tuple[list[str], TestRunner]:
     return commands, run
 
 
+def cart_proof(ws: Path, base: str, run: TestRunner, tmp_path: Path) -> RegressionProof:
+    """The cart sample's proof (no report, no subset): setup must not run again."""
+    return prove_regression(
+        ws, base, CART_RECIPE, run=run, setup=never_setup, log_dir=tmp_path / "logs", candidate_cases=None
+    )
+
+
 def never_setup() -> None:
     raise AssertionError("setup must not run again: no lock file was reverted")
 
@@ -75,15 +82,7 @@ def test_a_test_that_fails_without_the_fix_and_passes_with_it_is_proven(tmp_path
         {"cart.py": (BROKEN, FIXED), "tests/test_cart.py": ("    def test_format_cents(self) -> None:\n", NEW_TEST)},
     )
     commands, run = runner(ws, CART_RECIPE)
-    proof = prove_regression(
-        ws,
-        base,
-        CART_RECIPE,
-        run=run,
-        setup=never_setup,
-        log_dir=tmp_path / "logs",
-        candidate_cases=None,
-    )
+    proof = cart_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.PROVEN, proof
     assert proof.test_files == ["tests/test_cart.py"]
     assert commands == [CART_RECIPE.test]  # no subset declared: the full suite, on the base's code
@@ -107,15 +106,7 @@ def test_a_test_that_passes_on_the_base_too_proves_nothing(tmp_path: Path) -> No
         },
     )
     _, run = runner(ws, CART_RECIPE)
-    proof = prove_regression(
-        ws,
-        base,
-        CART_RECIPE,
-        run=run,
-        setup=never_setup,
-        log_dir=tmp_path / "logs",
-        candidate_cases=None,
-    )
+    proof = cart_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.NOT_PROVEN
     assert "pass on the base too" in proof.summary()
 
@@ -123,15 +114,7 @@ def test_a_test_that_passes_on_the_base_too_proves_nothing(tmp_path: Path) -> No
 def test_a_patch_without_tests_has_nothing_to_prove(tmp_path: Path) -> None:
     ws, base = workspace_with(tmp_path, CART_APP, {"cart.py": (BROKEN, FIXED)})
     commands, run = runner(ws, CART_RECIPE)
-    proof = prove_regression(
-        ws,
-        base,
-        CART_RECIPE,
-        run=run,
-        setup=never_setup,
-        log_dir=tmp_path / "logs",
-        candidate_cases=None,
-    )
+    proof = cart_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.NO_TESTS and commands == []
 
 
