@@ -419,7 +419,11 @@ def _regression(proof: RegressionEvidence | None, store: ArtifactStore) -> str:
     verdict = f'<span class="verdict {"pass" if proven else "fail"}">{_e(proof.status)}</span>'
     if not proof.test_files:
         return f"{head}<p>{verdict} {_e(proof.summary)}</p></section>"
-    base_said = "failed" if proven else ("passed" if proof.status == "not-proven" else "did not run")
+    base_said = (
+        "failed, as a test of the bug should"
+        if proven
+        else ("passed" if proof.status == "not-proven" else "did not run")
+    )
     base_log = _link(proof.base_output, store) if proof.base_output else ""
     candidate_log = _link(proof.candidate_output, store) if proof.candidate_output else "the candidate's test run"
     files = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.test_files)
