@@ -7,6 +7,12 @@ case, the default port made explicit, so ``http://LocalHost`` and ``http://local
 
 URLs that reach no network (``data:``, ``blob:``, ``about:``) are always allowed; every other scheme
 (``file:``, ``chrome:``, ``ftp:``, ...) is blocked.
+
+Two layers enforce a policy (``browser/session.py``): Playwright routing aborts and lists every request to
+another origin; and the context's proxy is a dead end (a local port bound and never listened on) for every
+host:port except the allowed ones (``proxy_bypass``, loopback included: Chromium would otherwise never
+proxy loopback), so what routing does not see, such as the connection Chromium opens ahead of a frame's
+navigation, cannot reach another server either.
 """
 
 from __future__ import annotations
@@ -80,6 +86,11 @@ class OriginPolicy:
             if normalized not in allowed:
                 allowed.append(normalized)
         return cls(tuple(allowed))
+
+    def proxy_bypass(self) -> str:
+        """Chromium's proxy bypass rules for the allowed origins (``host:port``, any scheme, so their
+        WebSockets go direct too), with loopback's implicit bypass removed (``<-loopback>``)."""
+        return ",".join(["<-loopback>", *(origin.split("://", 1)[1] for origin in self.allowed)])
 
     def allows(self, url: str) -> bool:
         scheme = url.split(":", 1)[0].lower()

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import queue
 import shutil
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -85,6 +86,9 @@ class BrowserRunner:
         self._sandbox = sandbox
         self._sandbox_user = sandbox_user
         self._home: BrowserHome | None = None
+        # Bound, never listened on: connecting to it is refused. The proxy of every context for the hosts
+        # a run may not reach (browser/origins.py); held for the runner's life so no one else takes the port.
+        self._dead_end: socket.socket | None = None
         self._record_video = video_dir is not None
         if video_dir is not None:
             enable_video(video_dir)
@@ -178,6 +182,9 @@ class BrowserRunner:
         if self._home is not None:
             self._home.remove()
             self._home = None
+        if self._dead_end is not None:
+            self._dead_end.close()
+            self._dead_end = None
 
     def __enter__(self) -> BrowserRunner:
         return self
@@ -267,6 +274,13 @@ class BrowserRunner:
                 )
             raise BrowserInfraError(f"could not launch chromium ({executable}){hint}: {failure}")
 
+    def _dead_end_port(self) -> int:
+        if self._dead_end is None:
+            self._dead_end = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._dead_end.bind(("127.0.0.1", 0))
+        port: int = self._dead_end.getsockname()[1]
+        return port
+
     def _launch_plan(self, executable: str) -> BrowserHome:
         if self._home is None:
             try:
@@ -285,7 +299,13 @@ class BrowserRunner:
             started = time.monotonic()
             out_dir.mkdir(parents=True, exist_ok=True)
             collected = Collected(
-                procedure, base_url, out_dir, record_video=self._record_video, policy=policy, sandbox=self._sandbox
+                procedure,
+                base_url,
+                out_dir,
+                record_video=self._record_video,
+                policy=policy,
+                sandbox=self._sandbox,
+                dead_end_port=self._dead_end_port(),
             )
             try:
                 for run in range(1, procedure.runs + 1):

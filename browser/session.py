@@ -8,7 +8,9 @@ answers (a dead driver or browser surfaces as ``TargetClosedError``). Anything e
 Every request of the session's context (pages, popups, frames, WebSockets) goes through its origin guard:
 a request to an origin the run's :class:`OriginPolicy` does not allow is aborted (``blockedbyclient``; a
 WebSocket is closed before it connects) and recorded. Service workers are blocked, since requests they make
-would not pass through the guard.
+would not pass through the guard. Beneath that, the context's proxy is a dead end for every host but the
+allowed ones (``OriginPolicy.proxy_bypass``), so a connection routing never sees (Chromium connects ahead
+of a frame's navigation) fails too.
 """
 
 from __future__ import annotations
@@ -23,7 +25,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from playwright._impl._errors import TargetClosedError
-from playwright.async_api import Browser, BrowserContext, Page, Route, ViewportSize, WebSocketRoute
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    ProxySettings,
+    Route,
+    ViewportSize,
+    WebSocketRoute,
+)
 from playwright.async_api import Error as PlaywrightError
 
 from browser.checks import Verdict, evaluate, wait_until_holds
@@ -71,11 +81,15 @@ class Collected:
         record_video: bool = False,
         policy: OriginPolicy | None = None,
         sandbox: bool = True,
+        dead_end_port: int | None = None,
     ) -> None:
+        """``dead_end_port``: a local port bound and never listened on, the context's proxy for every host
+        the policy does not allow (None: routing only)."""
         self.procedure = procedure
         self.record_video = record_video
         self.policy = policy if policy is not None else OriginPolicy.for_app(base_url)
         self.sandbox = sandbox
+        self.dead_end_port = dead_end_port
         self.base_url = base_url.rstrip("/") + "/"
         self.out_dir = out_dir
         self.log_path = out_dir / "log.json"
@@ -165,6 +179,7 @@ class RunSession:
                 record_video_dir=self._video_dir if recording else None,
                 record_video_size=VIDEO_SIZE if recording else None,
                 service_workers="block",
+                proxy=self._dead_end_proxy(),
             )
             await self._context.route(_every_url, self._guard)
             await self._context.route_web_socket(_every_url, self._guard_socket)
@@ -180,6 +195,12 @@ class RunSession:
                     await asyncio.wait_for(self._context.close(), timeout=5)
             raise BrowserInfraError(f"could not open a browser page: {_first_line(err)}") from err
         self.recorder.attach_page(self._page)
+
+    def _dead_end_proxy(self) -> ProxySettings | None:
+        port = self.collected.dead_end_port
+        if port is None:
+            return None
+        return ProxySettings(server=f"http://127.0.0.1:{port}", bypass=self.collected.policy.proxy_bypass())
 
     async def _guard(self, route: Route) -> None:
         request = route.request
