@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,7 +34,6 @@ from evidence.report import render_report
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput
 from tests.browser.apps import serve_static
-from tests.conftest import unavailable
 from tests.evidence.samples import solid_png, store_cart_bundle
 from tests.proctree import Proc, descendants, is_chromium_browser
 
@@ -126,20 +124,6 @@ def counting_server() -> Iterator[CountingServer]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        unavailable("chromium is not installed: the browser guard tests need it (apt-get install chromium)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def runner(chromium: str) -> Iterator[BrowserRunner]:
-    with BrowserRunner(executable_path=chromium) as kept:
-        yield kept
 
 
 # ---- origins ------------------------------------------------------------------------------------------------
