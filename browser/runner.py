@@ -57,6 +57,9 @@ CHROMIUM_ARGS = (
     "--disable-sync",
     "--no-first-run",
     "--disable-quic",
+    # WebRTC may use only proxied TCP, so its UDP (STUN, peers) cannot bypass the origin guard; the proxy of
+    # every context is a dead end for hosts it may not reach (browser/origins.py).
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 StepCallback = Callable[[int, str], None]

@@ -8,10 +8,13 @@ connection it accepts (so "no hit" means no connection at all, not merely no wel
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import socket
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -177,6 +180,36 @@ def test_a_request_to_another_origin_is_blocked_reaches_nothing_and_is_listed(
     assert log["blocked_requests"] == [b.model_dump(mode="json") for b in result.blocked_requests]
     assert log["allowed_origins"] == [app]
     assert {e["url"] for e in log["runs"][0]["events"] if e["kind"] == "blocked"} == {u for u, _ in blocked}
+
+
+@pytest.mark.browser
+def test_webrtc_sends_no_udp_past_the_guard(runner: BrowserRunner, tmp_path: Path) -> None:
+    """A page asks a STUN "server" on a local UDP port for its address: not one datagram arrives (without
+    the runner's WebRTC policy, Chromium sends several)."""
+    received: list[bytes] = []
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+        udp.bind(("127.0.0.1", 0))
+        udp.settimeout(0.1)
+        port = udp.getsockname()[1]
+        page = (
+            "<!doctype html><p id='s'>gathering</p><script>"
+            f"const pc = new RTCPeerConnection({{iceServers: [{{urls: 'stun:127.0.0.1:{port}'}}]}});"
+            "pc.createDataChannel('d'); pc.createOffer().then((offer) => pc.setLocalDescription(offer));"
+            "setTimeout(() => { document.getElementById('s').textContent = 'done'; }, 2000);</script>"
+        )
+        procedure = parse_procedure(
+            "version: 1\nname: stun\nsteps:\n  - {action: goto}\n"
+            "  - {action: expect_text, selector: '#s', equals: done, timeout_ms: 10000}\n"
+            "bug_present:\n  - {action: expect_visible, selector: '#s'}\n"
+        )
+        with serve_static({"/": page}) as app:
+            result = runner.run(procedure, app, tmp_path / "stun")
+        deadline = time.monotonic() + 0.5
+        while time.monotonic() < deadline:
+            with contextlib.suppress(TimeoutError):
+                received.append(udp.recv(2048))
+    assert result.status == ReproductionStatus.REPRODUCED, result.detail
+    assert received == []
 
 
 @pytest.mark.browser
