@@ -125,14 +125,14 @@ def _origin(text: str) -> str:
         url = urlsplit(text.strip())
         port = url.port
     except ValueError as err:
-        raise ValueError(f"browser_origins: {text!r} is not an origin: {err}") from err
+        raise ValueError(f"{text!r} is not an origin: {err}") from err
     defaults = {"http": 80, "https": 443}
     if url.scheme not in defaults or not url.hostname:
-        raise ValueError(f"browser_origins: {text!r} is not an origin: expected http(s)://host[:port]")
+        raise ValueError(f"{text!r} is not an origin: expected http(s)://host[:port]")
     if url.username is not None or url.password is not None:
-        raise ValueError(f"browser_origins: {text!r} is not an origin: it carries credentials")
+        raise ValueError(f"{text!r} is not an origin: it carries credentials")
     if url.path not in ("", "/") or url.query or url.fragment or text.strip().endswith(("?", "#")):
-        raise ValueError(f"browser_origins: {text!r} is not an origin: no path, query or fragment")
+        raise ValueError(f"{text!r} is not an origin: no path, query or fragment")
     host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
     return f"{url.scheme}://{host}:{port if port is not None else defaults[url.scheme]}"
 
