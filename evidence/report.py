@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evidence.blocked_requests import BlockedRequests, read_blocked_requests
 from evidence.bundle import CheckResult, EvidenceBundle, RegressionEvidence, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
@@ -96,6 +97,7 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
             _summary(bundle, digest),
             _proof(bundle, procedure, observed, images),
             _comparison(bundle, observed, images),
+            _blocked_requests(bundle, store),
             _procedure(bundle, store, procedure, procedure_text),
             _patch(bundle, store),
             _checks([*([bundle.baseline] if bundle.baseline else []), *bundle.checks], store),
@@ -341,6 +343,40 @@ def _status_text(status: str) -> str:
         "inconclusive": "inconclusive: runs disagreed or could not be completed",
         "infra_failure": "infrastructure failure: no verdict",
     }.get(status, status)
+
+
+def _blocked_requests(bundle: EvidenceBundle, store: ArtifactStore) -> str:
+    """The requests the pages made to origins they may not reach (aborted in the browser), per revision;
+    nothing at all when no request was blocked. Every URL is the page's choice, so escaped and never a link."""
+    sides = [(side, read_blocked_requests(side, store)) for side in (bundle.base, bundle.candidate)]
+    if not any(blocked.total for _, blocked in sides):
+        return ""
+    parts = [
+        '<section id="blocked-requests"><h2>Blocked requests</h2>'
+        "<p>The app's pages asked for these addresses outside the origins they may reach (the app's own and "
+        "the recipe's <code>browser_origins</code>); the browser aborted each before it left, so none reached "
+        "its server.</p>"
+    ]
+    for side, blocked in sides:
+        parts.append(_blocked_table(side, blocked))
+    return "".join(parts) + "</section>"
+
+
+def _blocked_table(side: RevisionEvidence, blocked: BlockedRequests) -> str:
+    label = f"{_SIDE_LABEL[side.role]} {code(side.revision[:12], 'sha')}"
+    allowed = ", ".join(code(o) for o in blocked.allowed_origins) or '<span class="note">not recorded</span>'
+    head = f'<h3>{label}</h3><p class="note">allowed origins: {allowed}</p>'
+    if not blocked.total:
+        return f'{head}<p class="note">none blocked</p>'
+    rows = "".join(
+        f"<tr><td>{r.run}</td><td>{_e(r.method)}</td><td><code>{_e(r.url)}</code></td><td>{_e(r.resource_type)}</td></tr>"
+        for r in blocked.requests
+    )
+    more = f'<p class="note">and {blocked.dropped} more, not listed</p>' if blocked.dropped else ""
+    return (
+        f'{head}<table class="blocked" data-role="{side.role}"><tr><th>run</th><th>method</th><th>URL</th>'
+        f"<th>type</th></tr>{rows}</table>{more}"
+    )
 
 
 def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str, Any] | None, text: str) -> str:

@@ -61,6 +61,8 @@ class DurafixConfig(BaseModel):
     fast_timeouts: bool = False
     # Record a WebM video of every reproduction run (needs ffmpeg with VP9; the worker refuses to start without).
     browser_video: bool = False
+    # Chromium's own sandbox. Off (--no-sandbox, logged at every launch) only for hosts where it cannot run.
+    browser_sandbox: bool = True
     # Reuse the result of a recipe's setup per lock hash (STATE/cache/deps) instead of running it in every workspace.
     dependency_cache: bool = True
     # How a cached setup is put into a workspace: "auto" (reflinks, else hard links, else copies) or "copy".
@@ -137,6 +139,7 @@ _ENV = {
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
     "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
     "DURAFIX_BROWSER_VIDEO": "browser_video",
+    "DURAFIX_BROWSER_SANDBOX": "browser_sandbox",
     "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",

@@ -184,4 +184,4 @@ class Services:
         from browser.runner import BrowserRunner
 
         video_dir = self.config.state_dir / "playwright-browsers" if self.config.browser_video else None
-        return BrowserRunner(video_dir=video_dir)
+        return BrowserRunner(video_dir=video_dir, sandbox=self.config.browser_sandbox)

@@ -273,6 +273,9 @@ class ReproduceInput(BaseModel):
     procedure_ref: ArtifactRef
     environment: EnvironmentHandle
     readiness_path: str = "/"
+    # The run's recovery spec, for the origins its recipe lets the browser reach besides the app's
+    # (``browser_origins``). Absent (a run scheduled before it was passed): the app's origin only.
+    spec_ref: ArtifactRef | None = None
 
 
 class ReproduceResult(BaseModel):

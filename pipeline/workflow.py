@@ -554,6 +554,7 @@ class RepairBugWorkflow:
                         revision=revision,
                         procedure_ref=self._procedure_ref,
                         environment=handle,
+                        spec_ref=self._spec_ref,
                     ),
                 )
             except ActivityError as err:
