@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
+from environments.secrets import check_allowlist
 
 
 class DurafixConfig(BaseModel):
@@ -48,6 +49,10 @@ class DurafixConfig(BaseModel):
     dependency_restore: RestoreMode = "auto"
     # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
     setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
+    # Run the local provider's commands as plain host processes when bubblewrap is unusable (the ticket says so).
+    unsandboxed: bool = False
+    # Worker variables a recipe's ``secrets`` may name; DURAFIX_* and OPENAI_* never (environments/secrets.py).
+    secret_allowlist: list[str] = Field(default_factory=list)
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("setup_passthrough", mode="before")
@@ -59,6 +64,16 @@ class DurafixConfig(BaseModel):
             return list(parse_patterns(value))
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return list(check_patterns(value))
+        return value
+
+    @field_validator("secret_allowlist", mode="before")
+    @classmethod
+    def _allowlist(cls, value: object) -> object:
+        """``"NPM_TOKEN,SENTRY_DSN"`` (the variable's form) or a list; durafix's own variables refused."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return list(check_allowlist(value))
         return value
 
     @property
@@ -102,6 +117,8 @@ _ENV = {
     "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
+    "DURAFIX_UNSANDBOXED": "unsandboxed",
+    "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
 }
 
 

@@ -24,16 +24,14 @@ trusted from a previous attempt or another worker. Idempotency:
 from __future__ import annotations
 
 import tempfile
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio import activity
 
-from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
+from environments.checks import SetupError, SetupSettings, TestRunResult
 from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
-from environments.progress import command_text
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.workspace import Workspace, WorkspaceManager
@@ -167,7 +165,7 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.setup)
+                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.provider_for(None))
                     test_ref = store.put_file(
                         log,
                         kind=ArtifactKind.TEST_OUTPUT,
@@ -216,7 +214,7 @@ class EnvironmentActivities:
                             log,
                             beat,
                             "on the base revision",
-                            self.setup,
+                            self.provider_for(None),
                             output=f"its output is in {log.name}",
                         )
                         test_ref = self.store.put_file(
@@ -307,33 +305,34 @@ def _setup_and_test(
     log: Path,
     beat: Heartbeat,
     where: str,
-    setup: SetupSettings,
+    provider: EnvironmentProvider,
     *,
     output: str | None = None,
 ) -> _Checked:
-    """The recipe's setup (run here, on the worker: the ``local`` entries of the dependency cache) then its
-    tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable test run.
+    """The recipe's setup then its tests in ``ws``, both logged to ``log``, run by ``provider`` inside its
+    sandbox (local: bubblewrap on this worker, with its dependency cache; Docker: a container from the app
+    image); a failed setup is an unrunnable test run.
 
     With ``output`` the summary names the stored log in those words instead of quoting the commands'
     output: what the repository's commands print must not reach the run's state and its ticket.
     """
-    recipe = spec.recipe
+
+    def progress(text: str) -> None:
+        beat.set(text.replace("running tests:", f"running tests {where}:", 1))
+
     try:
-        run_setup(
-            ws,
-            recipe,
-            marker=f"setup/{uuid.uuid4().hex}",
+        result = provider.run_checks(
+            spec,
+            str(ws),
             log_path=log,
-            timeout_s=SETUP_TIMEOUT_S,
-            progress=beat.set,
-            settings=setup,
-            repository=spec.repository,
+            setup_timeout_s=SETUP_TIMEOUT_S,
+            test_timeout_s=TEST_TIMEOUT_S,
+            progress=progress,
         )
     except SetupError as err:
         said = str(err)[-400:] if output is None else f"{str(err).splitlines()[0].rstrip(':')}; {output}"
         return _Checked(False, False, f"setup failed: {said}")
-    beat.set(f"running tests {where}: {command_text(recipe.test)}")
-    return _Checked.of(run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log), output)
+    return _Checked.of(result, output)
 
 
 def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:
