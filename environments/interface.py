@@ -245,6 +245,8 @@ class EnvironmentProvider(Protocol):
         spec: RecoverySpec,
         workspace: str,
         *,
+        run_id: str,
+        op_id: str,
         log_path: Path,
         setup_timeout_s: float,
         test_timeout_s: float,
@@ -252,7 +254,9 @@ class EnvironmentProvider(Protocol):
     ) -> TestRunResult:
         """Run the recipe's setup, then its tests, for ``workspace`` inside this provider's sandbox (the local
         provider: bubblewrap, no network for the tests; Docker: a container from the app image, network none,
-        capabilities dropped, an unprivileged user); both logged to ``log_path``.
+        capabilities dropped, an unprivileged user); both logged to ``log_path``. What it creates is owned by
+        ``run_id`` / ``op_id`` (so ``cleanup_run`` finds whatever a dead worker left) and is refused once the run
+        is tombstoned.
 
         ``progress`` hears ``setup: <command>`` (or what restoring it from a cache says) and ``running tests:
         <command>``. Raises ``environments.checks.SetupError`` when setup fails (the message's first line says

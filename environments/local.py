@@ -209,6 +209,8 @@ class LocalProcessProvider:
         spec: RecoverySpec,
         workspace: str,
         *,
+        run_id: str,
+        op_id: str,
         log_path: Path,
         setup_timeout_s: float,
         test_timeout_s: float,
@@ -220,6 +222,8 @@ class LocalProcessProvider:
         progress = progress or ignore
         ws = Path(workspace).absolute()
         recipe = spec.recipe
+        # Its own marker per call: nothing of a check is a run's recorded resource, since nothing of it outlives
+        # the call (the sandbox's PID namespace ends with each command).
         run_setup(
             ws,
             recipe,

@@ -4,7 +4,8 @@ Untrusted means anything a repository or the model wrote: the recipe's setup, st
 whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` with:
 
 - new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
-  namespace unless the step may use the network (:class:`Network`);
+  namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
+  would keep them inside its user namespace for a worker running as root);
 - a file system built from nothing: the system directories (``/usr``, ``/etc`` and the merged-usr links)
   read-only; a private ``/proc`` of the new PID namespace, a minimal ``/dev``, and private tmpfs
   mounts on ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and ``/root`` (so ``HOME`` is an empty writable
@@ -116,6 +117,9 @@ class Sandbox:
             "--unshare-ipc",
             "--unshare-uts",
             "--unshare-cgroup-try",
+            # bwrap keeps its capabilities inside the user namespace when the worker runs as root: drop them all.
+            "--cap-drop",
+            "ALL",
         ]
         if network is Network.NONE:
             args.append("--unshare-net")

@@ -165,7 +165,9 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.provider_for(None))
+                    result = _setup_and_test(
+                        ws.path, spec, log, beat, f"on {commit[:12]}", self.provider_for(None), inp.run_id, inp.op_id
+                    )
                     test_ref = store.put_file(
                         log,
                         kind=ArtifactKind.TEST_OUTPUT,
@@ -215,6 +217,8 @@ class EnvironmentActivities:
                             beat,
                             "on the base revision",
                             self.provider_for(None),
+                            inp.run_id,
+                            inp.op_id,
                             output=f"its output is in {log.name}",
                         )
                         test_ref = self.store.put_file(
@@ -306,6 +310,8 @@ def _setup_and_test(
     beat: Heartbeat,
     where: str,
     provider: EnvironmentProvider,
+    run_id: str,
+    op_id: str,
     *,
     output: str | None = None,
 ) -> _Checked:
@@ -324,6 +330,8 @@ def _setup_and_test(
         result = provider.run_checks(
             spec,
             str(ws),
+            run_id=run_id,
+            op_id=op_id,
             log_path=log,
             setup_timeout_s=SETUP_TIMEOUT_S,
             test_timeout_s=TEST_TIMEOUT_S,

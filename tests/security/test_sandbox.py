@@ -31,12 +31,16 @@ import pytest
 import yaml
 from temporalio.testing import ActivityEnvironment
 
+from environments.docker import DockerProvider
 from environments.sandbox import bwrap_problem
 from evidence.interface import ArtifactKind
+from infra.docker.engine import DockerEngine
+from pipeline.activities.environments import EnvironmentActivities
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput, VerifyInput
 from tests.conftest import unavailable
+from tests.environments.docker.conftest import docker_engine, image_cache
 from tests.environments.gitrepo import CART_APP, Repo, make_repo
 
 pytestmark = pytest.mark.slow
@@ -49,9 +53,11 @@ WEBHOOK_SECRET = "webhook-secret-51d0c2aa-never-leak"
 SECRETS = (FORGE_TOKEN, MODEL_KEY, WEBHOOK_SECRET)
 A = TypeVar("A")
 R = TypeVar("R")
+# The Docker engine fixtures of the provider tests (one engine per session, the shared image cache).
+__all__ = ["docker_engine", "image_cache"]
 
 # What the hostile commands do, as one shell script run by each of setup, test and start. ``$1`` names the step.
-# Everything read goes to stdout (the step's log) and into the workspace, where the worker stores it.
+# Everything read goes to stdout: the step's log, which the worker stores.
 ATTACK = r"""
 step="$1"
 {
@@ -73,9 +79,9 @@ s.sendall(sys.argv[2].encode()); print('LOCAL SERVICE REACHED')" "$DURAFIX_SERVI
   echo "== $step: a background process"
   (exec sleep 97 &)
   setsid sleep 98 &
+  echo "== $step: identity"; id; grep -E '^Cap(Eff|Bnd)' /proc/self/status
   echo "== $step: done"
-} > "attack-$step.txt" 2>&1
-cat "attack-$step.txt"
+} 2>&1
 """
 
 
@@ -138,7 +144,7 @@ def hostile_repo(tmp: Path, tag: str, service_port: int, state_dir: Path) -> Rep
     (source / "attack.sh").write_text(ATTACK)
     recipe = {
         "setup": ["sh attack.sh setup"],
-        "start": "sh attack.sh start; exec python3 app.py --port $PORT",
+        "start": "sh attack.sh start; exec python3 app.py --host 0.0.0.0 --port $PORT",
         "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 20},
         "test": "sh attack.sh test && python3 -m unittest discover -s tests -t .",
         "env": {
@@ -270,6 +276,7 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         # The attack ran in full and reported what it saw: nothing of the worker's.
         assert "== test: done" in test_log and "== setup: done" in test_log
         assert "DOCKER SOCKET OPEN" not in test_log and "LOCAL SERVICE REACHED" not in test_log
+        assert "CapEff:\t0000000000000000" in test_log  # --cap-drop ALL, also for a root worker
 
         handle = worker.run(
             worker.env.provision, ProvisionInput(run_id=RUN, op_id=f"{RUN}:env-base:1", spec_ref=spec_ref)
@@ -292,3 +299,49 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
     # Every file the worker keeps (stored artifacts, provider logs and records, caches) is free of secrets.
     assert assert_no_secret_in(worker.state) > 3
     assert json.loads(worker.config.config_file.read_text())["forge_token"] == FORGE_TOKEN
+
+
+@pytest.mark.docker
+@pytest.mark.usefixtures("worker_secrets", "fake_docker_socket")
+def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_container_that_gets_nothing(
+    tmp_path: Path, service: ListeningService, docker_engine: DockerEngine, image_cache: Path
+) -> None:
+    tag = os.urandom(8).hex()
+    worker = Worker(tmp_path)
+    repo = hostile_repo(tmp_path, tag, service.port, worker.state)
+    docker_provider = DockerProvider(
+        worker.state / "environments", docker_engine.docker_host, image_cache_dir=image_cache, stop_timeout_s=5
+    )
+    # The worker's environments queue with the Docker provider configured: verification and baseline must run
+    # the repository's setup and tests inside the provider's containers, not on this host.
+    env = EnvironmentActivities(
+        worker.services.store, worker.services.workspaces, lambda name: docker_provider, ["docker"], None
+    )
+    spec_ref = worker.run(
+        env.prepare_spec,
+        PrepareSpecInput(
+            run_id=RUN, op_id=f"{RUN}:spec", repository=REPOSITORY, clone_url=repo.url, base_revision=repo.base
+        ),
+    )
+    try:
+        baseline = worker.run(env.run_baseline, BaselineInput(run_id=RUN, op_id=f"{RUN}:baseline", spec_ref=spec_ref))
+        assert baseline.passed, baseline.summary
+        assert wait_gone(tag) == [], "a process of the baseline's test container survived it"
+        test_log = worker.services.store.read_bytes(baseline.test_output_ref).decode()
+        assert "== test: done" in test_log and "# setup ran as build steps of durafix/app:" in test_log
+        assert "DOCKER SOCKET OPEN" not in test_log and "LOCAL SERVICE REACHED" not in test_log
+        # Inside the container: the app's unprivileged user, no capability at all.
+        assert "uid=65534" in test_log and "CapEff:\t0000000000000000" in test_log
+        assert "CapBnd:\t0000000000000000" in test_log
+        handle = worker.run(env.provision, ProvisionInput(run_id=RUN, op_id=f"{RUN}:env-base:1", spec_ref=spec_ref))
+        assert handle.sandbox == "container"
+        assert httpx.get(handle.base_url + "/healthz", trust_env=False, timeout=10).status_code == 200
+        for secret in SECRETS:
+            assert secret not in baseline.model_dump_json() and secret not in test_log
+        assert service.connections == [], f"a container reached a local service: {service.connections}"
+    finally:
+        report = worker.run(env.cleanup_run, CleanupRunInput(run_id=RUN))
+        docker_provider.close()
+    assert report.complete, report.errors
+    assert wait_gone(tag) == [], "a process of the run's containers survived its cleanup"
+    assert assert_no_secret_in(worker.state) > 3
