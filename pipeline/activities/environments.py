@@ -30,8 +30,8 @@ from pathlib import Path
 
 from temporalio import activity
 
-from environments.checks import SetupError, SetupSettings, TestRunResult
-from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
+from environments.checks import SetupError, SetupSettings
+from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec, TestRunResult
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.workspace import Workspace, WorkspaceManager

@@ -161,7 +161,7 @@ def hostile_repo(tmp: Path, tag: str, service_port: int, state_dir: Path) -> Rep
 class Worker:
     """A worker host built from a saved config holding the (fake) secrets."""
 
-    def __init__(self, tmp: Path, **config: object) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.state = tmp / "state"
         self.config = DurafixConfig(
             state_dir=self.state,
@@ -169,7 +169,6 @@ class Worker:
             forge_token=FORGE_TOKEN,
             model_api_key=MODEL_KEY,
             webhook_secret=WEBHOOK_SECRET,
-            **config,
         )
         self.config.save()
         self.services = Services(self.config)
