@@ -290,12 +290,14 @@ class DockerProvider:
         with log_path.open("a", encoding="utf-8") as log:
             log.write(f"# setup ran as build steps of {image}\n$ {recipe.test}\n")
         progress(f"running tests: {command_text(recipe.test)}")
-        name = container_name(f"{op_id}:checks")
-        with self.fence.creating(run_id, op_id):
-            stale = self._adopt(name, run_id, op_id)
+        # An op of its own (labelled and named ``<op>:checks``), apart from any environment of ``op_id``.
+        checks_op = f"{op_id}:checks"
+        name = container_name(checks_op)
+        with self.fence.creating(run_id, checks_op):
+            stale = self._adopt(name, run_id, checks_op)
             if stale is not None:  # a dead worker's check container: its result is not ours to trust
                 self._remove_container(stale, CleanupReport(run_id=run_id))
-            container = self._create_checks(name, image, run_id, op_id, recipe)
+            container = self._create_checks(name, image, run_id, checks_op, recipe)
         started = time.monotonic()
         code: int | None
         try:

@@ -71,8 +71,8 @@ class EnvironmentActivities:
         setup: SetupSettings | None = None,
     ) -> None:
         """``cleanup_providers``: every provider a run's resources may live in on this host; cleanup asks
-        each of them. ``setup``: how verification and baseline runs set up their workspace on this host (the
-        same dependency cache as the local provider's)."""
+        each of them. ``setup``: this host's setup settings (the local provider's own, which it uses when it runs
+        a verification's or the baseline's setup and tests: ``EnvironmentProvider.run_checks``)."""
         self.setup = setup or SetupSettings()
         self.store = store
         self.workspaces = workspaces

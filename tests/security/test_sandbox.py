@@ -35,11 +35,15 @@ from environments.docker import DockerProvider
 from environments.sandbox import bwrap_problem
 from evidence.interface import ArtifactKind
 from infra.docker.engine import DockerEngine
+from pipeline import client as runs
 from pipeline.activities.environments import EnvironmentActivities
 from pipeline.config import DurafixConfig
+from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput, VerifyInput
-from tests.conftest import unavailable
+from tests.conftest import require, unavailable
+from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack
+from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.environments.docker.conftest import docker_engine, image_cache
 from tests.environments.gitrepo import CART_APP, Repo, make_repo
 
@@ -344,3 +348,77 @@ def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_contain
     assert report.complete, report.errors
     assert wait_gone(tag) == [], "a process of the run's containers survived its cleanup"
     assert assert_no_secret_in(worker.state) > 3
+
+
+@pytest.fixture
+def hostile_stack(tmp_path: Path) -> Iterator[E2EStack]:
+    """The embedded stack of its own for one run (started outside the test's event loop, as the stack needs)."""
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state_dir = tmp_path / "stack"
+    state_dir.mkdir()
+    with running_e2e_stack(state_dir, model_script=combined_model_script(state_dir / "model-script.yaml")) as stack:
+        yield stack
+
+
+@pytest.mark.e2e
+@pytest.mark.browser
+@pytest.mark.usefixtures("sandboxed")
+async def test_a_hostile_repository_through_the_whole_pipeline_publishes_and_records_no_secret(
+    hostile_stack: E2EStack,
+) -> None:
+    """The same attack in a real run on the embedded stack (Temporal, the emulator, the scripted model, Chromium):
+    it is reproduced, repaired, verified and published as usual, and no secret of the worker — the forge tokens
+    and the webhook secret in ``config.json`` — is in the ticket, the PR, the workflow history, the model's
+    requests or the run's stored files; Temporal's port was never reached from the sandbox."""
+    stack = hostile_stack
+    state_dir = stack.state_dir
+    stack.spawn_worker()
+    tag = os.urandom(8).hex()
+    secrets = [stack.config.forge_token, stack.admin_token, stack.reviewer_token, stack.config.webhook_secret]
+    assert all(len(secret) >= 16 for secret in secrets)
+    temporal_port = int(stack.config.temporal_address.rsplit(":", 1)[1])
+    recipe = yaml.safe_load((CART_APP / "durafix.yaml").read_text())
+    recipe.update(
+        setup=["sh attack.sh setup"],
+        start=f"sh attack.sh start; exec {recipe['start']}",
+        test=f"sh attack.sh test && {recipe['test']}",
+        env={"HOSTILE_TAG": tag, "DURAFIX_SERVICE_PORT": str(temporal_port), "DURAFIX_STATE_GUESS": str(state_dir)},
+    )
+    repository = stack.new_repository()
+    stack.push_files(repository, {"attack.sh": ATTACK, "durafix.yaml": yaml.safe_dump(recipe)}, "Hostile recipe")
+    client = await runs.connect(stack.config)
+    issue = stack.open_report(repository)
+    wf = workflow_id_for(repository, issue)
+
+    state = await state_when(client, wf, awaiting_review)
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.environment is not None and state.environment.sandbox == "bubblewrap"
+    store = Services(stack.config).store
+    [candidate] = [c for c in state.candidates if c.verification == "passed"]
+    assert candidate.test_output_ref is not None
+    test_log = store.read_bytes(candidate.test_output_ref).decode()
+    assert "== setup: done" in test_log and "== test: done" in test_log
+    assert "LOCAL SERVICE REACHED" not in test_log and "DOCKER SOCKET OPEN" not in test_log
+
+    repo = stack.github().get_repo(repository)
+    pr = repo.get_pull(state.pending_approval.pr_number)
+    published = [
+        *(c.body for c in repo.get_issue(issue).get_comments()),
+        pr.body,
+        *(c.body for c in pr.get_issue_comments()),
+    ]
+    history = (await client.get_workflow_handle(wf).fetch_history()).to_json()
+    model_requests = httpx.get(f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests", timeout=10).text
+    await runs.cancel(client, wf)
+    final = await state_when(client, wf, finished)
+    assert final.cleanup is not None and final.cleanup.complete
+    assert wait_gone(tag) == [] and owned_processes(wf) == []
+
+    stored = [store.read_bytes(ref) for ref in final.evidence]
+    provider_files = [p.read_bytes() for p in (state_dir / "environments").rglob("*") if p.is_file()]
+    assert len(stored) >= 5, "the run stored less evidence than a published run has"
+    for secret in secrets:
+        assert all(secret not in text for text in published), "a secret is on the forge"
+        assert secret not in history, "a secret is in the workflow history"
+        assert secret not in model_requests, "a secret reached the model"
+        assert all(secret.encode() not in data for data in stored + provider_files), "a secret was stored"
