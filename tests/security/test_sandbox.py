@@ -147,10 +147,12 @@ def hostile_repo(tmp: Path, tag: str, service_port: int, state_dir: Path) -> Rep
                 target.write_bytes(item.read_bytes())
     (source / "attack.sh").write_text(ATTACK)
     recipe = {
-        "setup": ["sh attack.sh setup"],
+        # What setup saw is kept in the workspace and printed by the tests: on Docker setup is an image build,
+        # whose output is not the test log.
+        "setup": ["sh attack.sh setup > setup-report.txt 2>&1"],
         "start": "sh attack.sh start; exec python3 app.py --host 0.0.0.0 --port $PORT",
         "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 20},
-        "test": "sh attack.sh test && python3 -m unittest discover -s tests -t .",
+        "test": "cat setup-report.txt; sh attack.sh test && python3 -m unittest discover -s tests -t .",
         "env": {
             "HOSTILE_TAG": tag,
             "DURAFIX_SERVICE_PORT": str(service_port),
@@ -333,9 +335,11 @@ def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_contain
         test_log = worker.services.store.read_bytes(baseline.test_output_ref).decode()
         assert "== test: done" in test_log and "# setup ran as build steps of durafix/app:" in test_log
         assert "DOCKER SOCKET OPEN" not in test_log and "LOCAL SERVICE REACHED" not in test_log
-        # Inside the container: the app's unprivileged user, no capability at all.
-        assert "uid=65534" in test_log and "CapEff:\t0000000000000000" in test_log
-        assert "CapBnd:\t0000000000000000" in test_log
+        # Setup (an image build step) and the tests: the app's unprivileged user, no capability at all.
+        for step in ("setup", "test"):
+            seen = test_log.split(f"== {step}: identity", 1)[1].split("==", 1)[0]
+            assert "uid=65534" in seen and "CapEff:\t0000000000000000" in seen, seen
+            assert "CapBnd:\t0000000000000000" in seen, seen
         handle = worker.run(env.provision, ProvisionInput(run_id=RUN, op_id=f"{RUN}:env-base:1", spec_ref=spec_ref))
         assert handle.sandbox == "container"
         assert httpx.get(handle.base_url + "/healthz", trust_env=False, timeout=10).status_code == 200
