@@ -3,7 +3,7 @@
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
-APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates
+APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap
 PYTEST_ARGS ?=
 
 .PHONY: setup apt venv demo test test-quick lint bench clean

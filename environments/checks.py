@@ -10,6 +10,11 @@ How this worker runs setup is its :class:`SetupSettings`: a dependency cache (:m
 entries replace running setup in a workspace with the same lock files, the directory the package managers keep
 their download caches in, and the worker variables setup may see (:mod:`environments.passthrough`). Only setup
 gets those; the app, its fixtures and the tests run with the plain recipe environment.
+
+Where commands run is the caller's :class:`~environments.sandbox.Sandbox` (``None``: plain host processes, as
+the ``unsandboxed`` sandbox does). In it setup may write the workspace and the package caches, and reaches the
+network only when the recipe says ``setup_network: true``; the tests may write the workspace only and have no
+network. Both get the recipe's secrets only as far as the operator's ``allowed_secrets`` names them.
 """
 
 from __future__ import annotations
@@ -21,17 +26,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import BaseModel
-
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
-from environments.interface import AppRecipe, EnvironmentError, Progress
+from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import check_patterns, passed_through
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
-
-# What /bin/sh answers for a command it found but could not execute, and for one it did not find.
-NOT_RUNNABLE_EXIT_CODES = (126, 127)
+from environments.sandbox import Network, Sandbox
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
@@ -101,6 +102,8 @@ def run_setup(
     settings: SetupSettings | None = None,
     repository: str | None = None,
     provider: str = "local",
+    sandbox: Sandbox | None = None,
+    allowed_secrets: tuple[str, ...] = (),
 ) -> SetupOutcome:
     """Run ``recipe.setup`` in order in ``ws_path``, appending to ``log_path``; raise :class:`SetupError` on
     the first command that fails or times out (after stopping everything carrying ``marker``).
@@ -120,10 +123,11 @@ def run_setup(
     outcome = SetupOutcome(ran=False)
     if not recipe.setup:
         return outcome
-    env = command_env(recipe, marker=marker, worker=settings.worker_env(os.environ))
+    env = command_env(recipe, marker=marker, worker=settings.worker_env(os.environ), allowed_secrets=allowed_secrets)
+    run = _Runner(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, settings)
     cache = settings.cache
     if cache is None:
-        _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+        run()
         return SetupOutcome(ran=True)
     if not repository:
         raise ValueError("run_setup with a dependency cache needs the repository")
@@ -131,7 +135,7 @@ def run_setup(
     uncached = key if isinstance(key, str) else cache.occupied(key, ws_path)
     if uncached or isinstance(key, str):
         _note(log_path, uncached)
-        _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+        run()
         return SetupOutcome(ran=True, cache=uncached)
     if cache.entry_path(key).is_dir():
         progress(f"setup: restoring {', '.join(key.paths)} from the dependency cache")
@@ -143,7 +147,7 @@ def run_setup(
             if isinstance(again, str):
                 _note(log_path, f"miss ({again}); running setup")
                 before = cache.checkout_state(ws_path)
-                _run_commands(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s)
+                run()
                 progress(f"setup: storing {', '.join(key.paths)} in the dependency cache")
                 stored = cache.store(key, ws_path, before, exclusive=exclusive)
                 if isinstance(stored, str):
@@ -161,47 +165,46 @@ def run_setup(
     return SetupOutcome(ran=False, restored=restored.record, cache=note)
 
 
-def _run_commands(
-    ws_path: Path,
-    recipe: AppRecipe,
-    env: Mapping[str, str],
-    marker: str,
-    log_path: Path,
-    timeout_s: float,
-    progress: Progress,
-    stop_grace_s: float,
-) -> None:
-    for command in recipe.setup:
-        progress(f"setup: {command_text(command)}")
-        code, _ = run_to_completion(command, cwd=ws_path, env=env, log_path=log_path, timeout_s=timeout_s)
-        if code != 0:
-            stop_owned(marker, grace_s=stop_grace_s)
-            outcome = "timed out" if code is None else f"exited {code}"
-            raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
+@dataclass(frozen=True)
+class _Runner:
+    """Runs the recipe's setup commands in order, in the sandbox when there is one."""
+
+    ws_path: Path
+    recipe: AppRecipe
+    env: Mapping[str, str]
+    marker: str
+    log_path: Path
+    timeout_s: float
+    progress: Progress
+    stop_grace_s: float
+    sandbox: Sandbox | None
+    settings: SetupSettings
+
+    def __call__(self) -> None:
+        writable = [self.settings.package_caches.absolute()] if self.settings.package_caches is not None else []
+        network = Network.HOST if self.recipe.setup_network else Network.NONE
+        for command in self.recipe.setup:
+            self.progress(f"setup: {command_text(command)}")
+            code, _ = run_to_completion(
+                command,
+                cwd=self.ws_path,
+                env=self.env,
+                log_path=self.log_path,
+                timeout_s=self.timeout_s,
+                sandbox=self.sandbox,
+                writable=writable,
+                network=network,
+            )
+            if code != 0:
+                stop_owned(self.marker, grace_s=self.stop_grace_s)
+                outcome = "timed out" if code is None else f"exited {code}"
+                raise SetupError(f"setup command {command!r} {outcome}:\n{tail(self.log_path)}", log_path=self.log_path)
 
 
 def _note(log_path: Path, text: str) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"# dependency cache: {text}\n")
-
-
-class TestRunResult(BaseModel):
-    """Outcome of one test run. ``exit_code`` is ``None`` when the run timed out and was killed."""
-
-    __test__ = False  # a result model, not a pytest test class
-
-    passed: bool
-    exit_code: int | None
-    timed_out: bool
-    duration_s: float
-    output_tail: str
-    log_path: Path
-
-    @property
-    def runnable(self) -> bool:
-        """The test command ran (passing or failing): it did not time out and the shell could execute it."""
-        return not self.timed_out and self.exit_code not in NOT_RUNNABLE_EXIT_CODES
 
 
 def run_tests(
@@ -211,11 +214,14 @@ def run_tests(
     *,
     log_path: Path | None = None,
     command: str | None = None,
+    sandbox: Sandbox | None = None,
+    allowed_secrets: tuple[str, ...] = (),
 ) -> TestRunResult:
     """Run ``command`` (default ``recipe.test``) in ``ws_path``; passed means exit code 0 within ``timeout_s``.
 
-    The full output goes to ``log_path`` (default: a new temporary file, which the caller owns); the
-    result carries its last 4 KB.
+    In ``sandbox`` (when given) the tests may write ``ws_path`` only and have no network; whatever they leave
+    running dies when the test command ends. The full output goes to ``log_path`` (default: a new temporary
+    file, which the caller owns); the result carries its last 4 KB.
     """
     if log_path is None:
         with tempfile.NamedTemporaryFile(prefix="durafix-tests-", suffix=".log", delete=False) as fh:
@@ -223,9 +229,11 @@ def run_tests(
     code, duration = run_to_completion(
         command or recipe.test,
         cwd=ws_path,
-        env=command_env(recipe, marker=f"tests/{uuid.uuid4().hex}"),
+        env=command_env(recipe, marker=f"tests/{uuid.uuid4().hex}", allowed_secrets=allowed_secrets),
         log_path=log_path,
         timeout_s=timeout_s,
+        sandbox=sandbox,
+        network=Network.NONE,
     )
     return TestRunResult(
         passed=code == 0,

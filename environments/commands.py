@@ -8,6 +8,10 @@ variables the operator lets through and the package-manager cache locations (``w
 ``/bin/sh -c`` in its own session (``start_new_session=True``), so its whole process group can be signalled
 without touching the worker. Spawned long-running children are reaped by a daemon thread, so a dead one
 never lingers as a zombie that looks alive.
+
+Given a :class:`~environments.sandbox.Sandbox`, the shell runs inside it (:meth:`Sandbox.wrap`): only the
+working directory and ``writable`` are writable, the network is the step's (:class:`~environments.sandbox.Network`),
+and when the shell ends every process it left behind dies with the sandbox's PID namespace.
 """
 
 from __future__ import annotations
@@ -16,11 +20,12 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from environments.interface import AppRecipe
 from environments.processes import MARKER_VAR, start_time, stop_owned
+from environments.sandbox import Network, Sandbox
 from environments.secrets import resolve_secrets
 
 _PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -33,36 +38,54 @@ def command_env(
     marker: str,
     extra: Mapping[str, str] | None = None,
     worker: Mapping[str, str] | None = None,
+    allowed_secrets: Collection[str] = (),
 ) -> dict[str, str]:
     """Environment for one of ``recipe``'s commands; secrets resolved now from the worker's environment.
 
     Layers, each over the one before: the neutral worker variables, ``worker`` (what the worker adds for this
     kind of command: setup's package caches and passed-through variables, see :mod:`environments.checks`),
-    the recipe's ``env``, its secrets, ``extra``, the ownership marker.
+    the recipe's ``env``, its secrets (only worker variables the operator's ``allowed_secrets`` names, see
+    :func:`environments.secrets.resolve_secrets`), ``extra``, the ownership marker.
     """
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
     if worker:
         env.update(worker)
     env.update(recipe.env)
-    env.update(resolve_secrets(recipe.secrets, os.environ))
+    env.update(resolve_secrets(recipe.secrets, os.environ, allowed=allowed_secrets))
     if extra:
         env.update(extra)
     env[MARKER_VAR] = marker
     return env
 
 
-def spawn(command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path) -> tuple[subprocess.Popen[bytes], int]:
+def spawn(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    sandbox: Sandbox | None = None,
+    writable: Sequence[Path] = (),
+    network: Network = Network.NONE,
+    launcher: Sequence[str] = (),
+) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``command`` in its own session, appending its output to ``log_path``; reap it when it exits.
 
+    With ``sandbox`` the shell runs inside it, ``cwd`` and ``writable`` writable, on ``network``; ``launcher``
+    (an argv prefix such as the app forwarder's) runs outside the sandbox and is given the sandboxed argv.
     Returns the process and its start time, read before the reaper may collect it: a command that dies at
     once is still identified exactly, rather than confused with a later process reusing its pid.
     """
+    argv = ["/bin/sh", "-c", command]
+    if sandbox is not None:
+        argv = sandbox.wrap(argv, workspace=cwd, writable=writable, network=network)
+    argv = [*launcher, *argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
         log.write(f"$ {command}\n".encode())
         log.flush()
         proc = subprocess.Popen(
-            ["/bin/sh", "-c", command],
+            argv,
             cwd=cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
@@ -76,14 +99,33 @@ def spawn(command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path) ->
 
 
 def run_to_completion(
-    command: str, *, cwd: Path, env: Mapping[str, str], log_path: Path, timeout_s: float
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    log_path: Path,
+    timeout_s: float,
+    sandbox: Sandbox | None = None,
+    writable: Sequence[Path] = (),
+    network: Network = Network.NONE,
+    launcher: Sequence[str] = (),
 ) -> tuple[int | None, float]:
     """Run ``command`` to its end; return (exit code, or ``None`` if it timed out and was killed; seconds).
 
-    On timeout the command's whole process group (and anything carrying its marker) is stopped.
+    On timeout the command's whole process group (and anything carrying its marker) is stopped. In a sandbox
+    (see :func:`spawn`) nothing the command started outlives it: the sandbox's PID namespace ends with it.
     """
     started = time.monotonic()
-    proc, _ = spawn(command, cwd=cwd, env=env, log_path=log_path)
+    proc, _ = spawn(
+        command,
+        cwd=cwd,
+        env=env,
+        log_path=log_path,
+        sandbox=sandbox,
+        writable=writable,
+        network=network,
+        launcher=launcher,
+    )
     try:
         code: int | None = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -98,6 +98,12 @@ class AppRecipe(BaseModel):
         description="globs naming more test files than the common conventions (tests/, test_*.py, *.test.js, "
         "*.spec.ts, ...; see environments.test_files): `*` within a directory, `**` across directories",
     )
+    setup_network: bool = Field(
+        default=False,
+        description="setup commands may use the network (installs such as npm ci, pip install); otherwise they "
+        "run, like the tests, with no network at all. On the local provider setup then shares the worker's "
+        "network (docs/security.md, Sandbox)",
+    )
     cache: list[str] | None = Field(
         default=None,
         description="paths (relative to the repository root) that setup creates and that are cached per lock hash, "
@@ -173,6 +179,11 @@ class EnvironmentStatus(StrEnum):
     GONE = "gone"
 
 
+# How an environment's untrusted commands ran: in the provider's sandbox, or (local provider, the operator's
+# explicit DURAFIX_UNSANDBOXED=1 on a machine without bubblewrap) as plain host processes.
+SANDBOX_UNSANDBOXED = "unsandboxed"
+
+
 class EnvironmentHandle(BaseModel):
     env_id: str
     provider: str
@@ -180,6 +191,37 @@ class EnvironmentHandle(BaseModel):
     op_id: str
     base_url: str
     resources: list[OwnedResource] = Field(default_factory=list)
+    sandbox: str = Field(
+        default="",
+        description="what isolated the environment's commands: 'bubblewrap', 'container', or 'unsandboxed' "
+        "(say so wherever the run is reported); empty in handles recorded before sandboxes existed",
+    )
+
+    @property
+    def unsandboxed(self) -> bool:
+        return self.sandbox == SANDBOX_UNSANDBOXED
+
+
+# What /bin/sh answers for a command it found but could not execute, and for one it did not find.
+NOT_RUNNABLE_EXIT_CODES = (126, 127)
+
+
+class TestRunResult(BaseModel):
+    """Outcome of one test run. ``exit_code`` is ``None`` when the run timed out and was killed."""
+
+    __test__ = False  # a result model, not a pytest test class
+
+    passed: bool
+    exit_code: int | None
+    timed_out: bool
+    duration_s: float
+    output_tail: str
+    log_path: Path
+
+    @property
+    def runnable(self) -> bool:
+        """The test command ran (passing or failing): it did not time out and the shell could execute it."""
+        return not self.timed_out and self.exit_code not in NOT_RUNNABLE_EXIT_CODES
 
 
 class CleanupReport(BaseModel):
@@ -250,4 +292,34 @@ class EnvironmentProvider(Protocol):
 
     def cleanup_run(self, run_id: str) -> CleanupReport:
         """Tombstone ``run_id`` then remove everything it owns; idempotent, never widens its target."""
+        ...
+
+    def run_checks(
+        self,
+        spec: RecoverySpec,
+        workspace: str,
+        *,
+        run_id: str,
+        op_id: str,
+        log_path: Path,
+        setup_timeout_s: float,
+        test_timeout_s: float,
+        progress: Progress | None = None,
+        command: str | None = None,
+        setup: bool = True,
+    ) -> TestRunResult:
+        """Run the recipe's setup, then its tests, for ``workspace`` inside this provider's sandbox (the local
+        provider: bubblewrap, no network for the tests; Docker: a container from the app image, network none,
+        capabilities dropped, an unprivileged user); both logged to ``log_path``. What it creates is owned by
+        ``run_id`` / ``op_id`` (so ``cleanup_run`` finds whatever a dead worker left) and is refused once the run
+        is tombstoned.
+
+        ``progress`` hears ``setup: <command>`` (or what restoring it from a cache says) and ``running tests:
+        <command>``. Raises ``environments.checks.SetupError`` when setup fails (the message's first line says
+        which command and how); nothing either step started survives the call.
+
+        ``command`` runs instead of the recipe's ``test`` (the regression proof's subset). ``setup=False``: the
+        workspace is set up already (a provider whose setup is part of what it builds from the workspace, as
+        Docker's image, may still build).
+        """
         ...

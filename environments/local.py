@@ -1,4 +1,5 @@
-"""The local-process provider: the application runs as plain processes on the worker (no isolation).
+"""The local-process provider: the application runs as processes on the worker, each command of the recipe in
+a bubblewrap sandbox (:mod:`environments.sandbox`).
 
 Per run, under ``state_dir/<run-key>/``: one JSON ownership record per operation (pid, process group, start
 time, port, workspace), the operation's log, lock files and, once cleaned up, the run's tombstone.
@@ -23,17 +24,33 @@ Contracts (see :mod:`environments.interface`):
 - ``cleanup_run`` writes the tombstone first, then waits for in-flight provisions of the run (they hold
   the run lock shared), then stops everything recorded or marked for that run and nothing else.
 
-Secrets are resolved from the worker's environment when a command starts and are never recorded.
+Sandboxing (see :mod:`environments.sandbox` and ``docs/security.md``): setup, the app, its fixtures and the tests
+each run in a sandbox where only the workspace (and, for setup, the package caches) is writable and the state
+directory, the Docker socket and home directories do not exist. Tests have no network; setup only when the
+recipe says ``setup_network: true``. The app runs in a network namespace of its own, reached only through the
+forwarder (:mod:`environments.app_forwarder`) that listens on the worker's loopback: the recorded process is the
+forwarder, its group holds the sandbox. Fixtures run in a sandbox of their own that enters the app's network
+namespace, so they reach the app and nothing else. Without a working bubblewrap the provider refuses to be built
+unless the operator passed an ``unsandboxed`` :class:`~environments.sandbox.Sandbox`; its handles then say
+``sandbox: unsandboxed``.
+
+Secrets are resolved from the worker's environment when a command starts, only as far as the operator's
+``allowed_secrets`` names them (:mod:`environments.secrets`), and are never recorded.
 """
 
 from __future__ import annotations
 
+import os
 import socket
+import sys
 import time
+import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from environments.checks import SetupSettings, run_setup
+from environments import app_forwarder
+from environments.checks import SetupSettings, run_setup, run_tests
 from environments.commands import command_env, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
@@ -52,10 +69,13 @@ from environments.interface import (
     ResourceConflictError,
     ResourceKind,
     RunFencedError,
+    TestRunResult,
 )
-from environments.processes import StopOutcome, is_running, stop_owned
+from environments.processes import StopOutcome, is_running, live_processes, stop_owned
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
+from environments.sandbox import Network, Sandbox
+from environments.secrets import check_allowlist
 
 PROVIDER_NAME = "local"
 
@@ -65,7 +85,10 @@ class LocalProcessProvider:
 
     ``setup``: how setup commands run on this worker (dependency cache, package caches, passed-through
     variables); by default none of it. An app started from a workspace whose setup was restored from the cache
-    is checked like any other: it must answer its readiness probe, or the provision fails.
+    is checked like any other: it must answer its readiness probe, or the provision fails. ``sandbox``: where
+    the recipe's commands run; by default :meth:`Sandbox.detect` (bubblewrap, or
+    :class:`~environments.sandbox.SandboxUnavailableError`). ``allowed_secrets``: the worker variables a
+    recipe's ``secrets`` may name.
     """
 
     name = PROVIDER_NAME
@@ -77,11 +100,15 @@ class LocalProcessProvider:
         setup_timeout_s: float = 600.0,
         stop_grace_s: float = 5.0,
         setup: SetupSettings | None = None,
+        sandbox: Sandbox | None = None,
+        allowed_secrets: Sequence[str] = (),
     ) -> None:
         self.state_dir = state_dir.absolute()
         self.setup_timeout_s = setup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.setup = setup or SetupSettings()
+        self.sandbox = sandbox if sandbox is not None else Sandbox.detect()
+        self.allowed_secrets = check_allowlist(allowed_secrets)
 
     def provision(
         self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
@@ -177,6 +204,54 @@ class LocalProcessProvider:
                     leftover.unlink()
         return report
 
+    def run_checks(
+        self,
+        spec: RecoverySpec,
+        workspace: str,
+        *,
+        run_id: str,
+        op_id: str,
+        log_path: Path,
+        setup_timeout_s: float,
+        test_timeout_s: float,
+        progress: Progress | None = None,
+        command: str | None = None,
+        setup: bool = True,
+    ) -> TestRunResult:
+        """The recipe's setup (restored from the dependency cache when it can be) and then its tests in
+        ``workspace``, each command in this provider's sandbox: tests with no network, writing the workspace
+        only; nothing they start outlives them. Raises :class:`~environments.checks.SetupError`."""
+        progress = progress or ignore
+        ws = Path(workspace).absolute()
+        recipe = spec.recipe
+        # Its own marker per call: nothing of a check is a run's recorded resource, since nothing of it outlives
+        # the call (the sandbox's PID namespace ends with each command).
+        if setup:
+            run_setup(
+                ws,
+                recipe,
+                marker=f"setup/{uuid.uuid4().hex}",
+                log_path=log_path,
+                timeout_s=setup_timeout_s,
+                progress=progress,
+                stop_grace_s=self.stop_grace_s,
+                settings=self.setup,
+                repository=spec.repository,
+                provider=PROVIDER_NAME,
+                sandbox=self.sandbox,
+                allowed_secrets=self.allowed_secrets,
+            )
+        progress(f"running tests: {command_text(command or recipe.test)}")
+        return run_tests(
+            ws,
+            recipe,
+            test_timeout_s,
+            log_path=log_path,
+            command=command,
+            sandbox=self.sandbox,
+            allowed_secrets=self.allowed_secrets,
+        )
+
     def _start(
         self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path, progress: Progress
     ) -> EnvironmentHandle:
@@ -194,12 +269,20 @@ class LocalProcessProvider:
             settings=self.setup,
             repository=spec.repository,
             provider=PROVIDER_NAME,
+            sandbox=self.sandbox,
+            allowed_secrets=self.allowed_secrets,
         )
         port = _free_port()
         progress(f"starting app: {command_text(recipe.start)}")
-        proc, started_at = spawn(
-            recipe.start, cwd=ws, env=command_env(recipe, marker=marker, extra={"PORT": str(port)}), log_path=log_path
-        )
+        env = command_env(recipe, marker=marker, extra={"PORT": str(port)}, allowed_secrets=self.allowed_secrets)
+        if self.sandbox.sandboxed:
+            # The app gets a network namespace of its own; the forwarder on the worker's loopback is its one door.
+            forwarder = [sys.executable, "-I", app_forwarder.__file__, str(port), str(port), "--"]
+            proc, started_at = spawn(
+                recipe.start, cwd=ws, env=env, log_path=log_path, sandbox=self.sandbox, launcher=forwarder
+            )
+        else:
+            proc, started_at = spawn(recipe.start, cwd=ws, env=env, log_path=log_path)
         record: dict[str, Any] = {
             "run_id": run_id,
             "op_id": op_id,
@@ -212,6 +295,7 @@ class LocalProcessProvider:
             "workspace_inode": ws.stat().st_ino,
             "log": str(log_path),
             "probe": recipe.readiness.model_dump(mode="json"),
+            "sandbox": self.sandbox.kind,
         }
         write_json_atomic(run_dir / f"{key}.json", record)
         progress(f"waiting for readiness at {_url(record)}{recipe.readiness.path}")
@@ -239,11 +323,32 @@ class LocalProcessProvider:
         if not recipe.fixtures:
             return
         env = command_env(
-            recipe, marker=record["marker"], extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)}
+            recipe,
+            marker=record["marker"],
+            extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)},
+            allowed_secrets=self.allowed_secrets,
         )
+        launcher: list[str] = []
+        if self.sandbox.sandboxed:
+            # Into the app's own network namespace, where the app listens on the same port: the app and
+            # nothing else is reachable from there.
+            netns = _app_netns(int(record["pid"]))
+            if netns is None:
+                self._abandon(run_dir, key, record)
+                raise FixtureError(f"the app's sandbox for {record['op_id']} ended before its fixtures ran")
+            launcher = ["nsenter", f"--net={netns}", "--"]
         for command in recipe.fixtures:
             progress(f"fixtures: {command_text(command)}")
-            code, _ = run_to_completion(command, cwd=ws, env=env, log_path=log_path, timeout_s=self.setup_timeout_s)
+            code, _ = run_to_completion(
+                command,
+                cwd=ws,
+                env=env,
+                log_path=log_path,
+                timeout_s=self.setup_timeout_s,
+                sandbox=self.sandbox,
+                network=Network.HOST,
+                launcher=launcher,
+            )
             if code != 0:
                 self._abandon(run_dir, key, record)
                 outcome = "timed out" if code is None else f"exited {code}"
@@ -274,6 +379,22 @@ class LocalProcessProvider:
 
     def _run_dir(self, run_id: str) -> Path:
         return self.state_dir / path_key(run_id)
+
+
+def _app_netns(forwarder_pid: int) -> str | None:
+    """``/proc/<pid>/ns/net`` of the app's sandbox while it runs: the namespace of the child of the forwarder's
+    bwrap (bwrap's outer process stays in the worker's namespaces, its child is the sandbox's init)."""
+    own = os.readlink("/proc/self/ns/net")
+    processes = live_processes()
+    for bwrap in (p for p in processes if p.ppid == forwarder_pid):
+        for init in (p for p in processes if p.ppid == bwrap.pid):
+            path = f"/proc/{init.pid}/ns/net"
+            try:
+                if os.readlink(path) != own:
+                    return path
+            except OSError:
+                continue
+    return None
 
 
 def _adoptable(record: dict[str, Any], ws: Path, spec: RecoverySpec) -> bool:
@@ -336,6 +457,7 @@ def _handle(record: dict[str, Any]) -> EnvironmentHandle:
         op_id=record["op_id"],
         base_url=_url(record),
         resources=[_resource(record)],
+        sandbox=record.get("sandbox", ""),
     )
 
 

@@ -14,7 +14,8 @@ Two rules keep durafix's own secrets out whatever the patterns say:
 - :func:`passed_through` (each time a setup command starts) drops every variable in those namespaces and
   every variable named like a credential (token, secret, password, API or access key, auth, cookie) even when a pattern
   matches it: ``PIP_*`` never hands over a ``PIP_PASSWORD``. Credentials for a private index belong in the
-  package manager's own configuration under ``HOME`` (``~/.npmrc``, ``pip.conf``), which setup reads.
+  package manager's system-wide configuration (``/etc/pip.conf``, npm's ``/usr/etc/npmrc``), which setup reads
+  (its sandbox shows ``/etc`` and ``/usr`` read-only and an empty ``HOME``).
 
 Names are compared case-sensitively, as the kernel does; the namespace and credential checks ignore case.
 """

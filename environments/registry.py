@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import cast
 
 from environments.checks import SetupSettings
 from environments.interface import EnvironmentError, EnvironmentProvider
 from environments.local import LocalProcessProvider
+from environments.sandbox import Sandbox
 
 PROVIDERS = ("local", "docker")
 
@@ -20,15 +22,25 @@ class ProviderUnavailableError(EnvironmentError):
 
 
 def get_provider(
-    name: str, state_dir: Path, *, docker_host: str | None = None, setup: SetupSettings | None = None
+    name: str,
+    state_dir: Path,
+    *,
+    docker_host: str | None = None,
+    setup: SetupSettings | None = None,
+    unsandboxed: bool = False,
+    allowed_secrets: Sequence[str] = (),
 ) -> EnvironmentProvider:
     """The provider called ``name`` keeping its state under ``state_dir``.
 
     ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to. ``setup`` is how the
     local provider runs setup commands (the Docker provider runs them as image build steps, cached as images).
+    ``unsandboxed``: the operator's explicit permission for the local provider to run commands as plain host
+    processes when bubblewrap is unusable (otherwise it refuses, ``SandboxUnavailableError``).
+    ``allowed_secrets``: the worker variables a recipe's secrets may name (local provider).
     """
     if name == "local":
-        return LocalProcessProvider(state_dir, setup=setup)
+        sandbox = Sandbox.detect(unsandboxed=unsandboxed)
+        return LocalProcessProvider(state_dir, setup=setup, sandbox=sandbox, allowed_secrets=allowed_secrets)
     if name == "docker":
         host = docker_host or os.environ.get("DOCKER_HOST")
         if not host:

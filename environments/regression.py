@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from environments.checks import SetupError, TestRunResult
+from environments.checks import SetupError
 from environments.git import run_git
-from environments.interface import AppRecipe
+from environments.interface import AppRecipe, TestRunResult
 from environments.spec import lock_files
 from environments.test_files import pick_test_files
 from environments.test_results import ReportError, TestCases, fixed, read_junit
@@ -33,8 +33,9 @@ from environments.test_results import ReportError, TestCases, fixed, read_junit
 # How many fixed test cases a proof names; the report links the full logs for the rest.
 MAX_NAMED_CASES = 50
 
-TestRunner = Callable[[str, Path], TestRunResult]
-"""Runs a test command in the workspace, logging to the path given, and answers its result."""
+TestRunner = Callable[[str, Path, bool], TestRunResult]
+"""Runs a test command in the workspace (in the sandbox), logging to the path given, after running the recipe's
+setup first when the flag says so, and answers its result; raises :class:`SetupError` when that setup fails."""
 
 
 class ProofStatus(StrEnum):
@@ -78,14 +79,13 @@ def prove_regression(
     recipe: AppRecipe,
     *,
     run: TestRunner,
-    setup: Callable[[], None],
     log_dir: Path,
     candidate_cases: TestCases | None,
 ) -> RegressionProof:
     """Run the patch's test files against the base revision's code in ``ws`` (see the module docstring).
 
     ``candidate_cases``: the verification run's test cases (with a ``test_report``), used when the proof runs
-    the full ``test``. ``setup`` re-runs the recipe's setup in ``ws`` (called only when a lock file is reverted).
+    the full ``test``. ``run`` is asked to set up again only for the base run after a lock file was reverted.
     """
     changed = _changed(ws, base_revision)
     tests = pick_test_files([path for path, status in changed.items() if status != "D"], recipe.test_files)
@@ -95,7 +95,8 @@ def prove_regression(
     if recipe.test_subset:
         command = recipe.test_subset.replace("{files}", " ".join(shlex.quote(t) for t in tests))
         candidate_log = log_dir / "regression-candidate.log"
-        on_candidate = run(command, candidate_log)
+        forget_report(ws, recipe)
+        on_candidate = run(command, candidate_log, False)
         candidate_passed, candidate_summary = on_candidate.passed, _said(on_candidate)
         candidate_cases = _cases(ws, recipe)
         if not on_candidate.runnable:
@@ -110,20 +111,20 @@ def prove_regression(
         command, candidate_log = recipe.test, None
         candidate_passed, candidate_summary = True, "passed (the verification's run)"
     reverted = _revert_all_but(ws, base_revision, changed, keep=set(tests))
-    if set(reverted) & set(lock_files(ws, recipe)):
-        try:
-            setup()
-        except SetupError as err:
-            return RegressionProof(
-                status=ProofStatus.NOT_RUNNABLE,
-                test_files=tests,
-                command=command,
-                base_summary=f"setup failed: {str(err).splitlines()[0].rstrip(':')}",
-                candidate_summary=candidate_summary,
-                candidate_log=candidate_log,
-            )
     base_log = log_dir / "regression-base.log"
-    on_base = run(command, base_log)
+    forget_report(ws, recipe)
+    try:
+        on_base = run(command, base_log, bool(set(reverted) & set(lock_files(ws, recipe))))
+    except SetupError as err:
+        return RegressionProof(
+            status=ProofStatus.NOT_RUNNABLE,
+            test_files=tests,
+            command=command,
+            base_summary=f"setup failed: {str(err).splitlines()[0].rstrip(':')}",
+            candidate_summary=candidate_summary,
+            base_log=base_log,
+            candidate_log=candidate_log,
+        )
     base_cases = _cases(ws, recipe)
     proof = RegressionProof(
         status=ProofStatus.NOT_PROVEN,
@@ -160,6 +161,13 @@ def _revert_all_but(ws: Path, base_revision: str, changed: dict[str, str], keep:
     if existing:
         run_git(["checkout", base_revision, "--", *existing], cwd=ws)
     return added + existing
+
+
+def forget_report(ws: Path, recipe: AppRecipe) -> None:
+    """Remove the recipe's test report from ``ws`` before a run, so a run that writes none is not judged by an
+    earlier run's (or a committed) report."""
+    if recipe.test_report:
+        (ws / recipe.test_report).unlink(missing_ok=True)
 
 
 def _cases(ws: Path, recipe: AppRecipe) -> TestCases | None:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 
 from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
+from environments.secrets import check_allowlist
 from repair.patch_policy import PatchPolicy
 
 
@@ -73,6 +74,10 @@ class DurafixConfig(BaseModel):
     # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
     # in a repository or an issue can (docs/security.md, "Patch policy").
     patch_policies: dict[str, PatchPolicy] = Field(default_factory=dict)
+    # Run the local provider's commands as plain host processes when bubblewrap is unusable (the ticket says so).
+    unsandboxed: bool = False
+    # Worker variables a recipe's ``secrets`` may name; DURAFIX_* and OPENAI_* never (environments/secrets.py).
+    secret_allowlist: list[str] = Field(default_factory=list)
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -91,6 +96,16 @@ class DurafixConfig(BaseModel):
             return list(parse_patterns(value))
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             return list(check_patterns(value))
+        return value
+
+    @field_validator("secret_allowlist", mode="before")
+    @classmethod
+    def _allowlist(cls, value: object) -> object:
+        """``"NPM_TOKEN,SENTRY_DSN"`` (the variable's form) or a list; durafix's own variables refused."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",")]
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            return list(check_allowlist(value))
         return value
 
     @property
@@ -144,6 +159,8 @@ _ENV = {
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
     "DURAFIX_PATCH_POLICIES": "patch_policies",
+    "DURAFIX_UNSANDBOXED": "unsandboxed",
+    "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
 }
 
 

@@ -32,6 +32,11 @@ def ticket_body(state: RunState, note: str = "") -> str:
         lines.append(f"- phase: `{state.phase.value}`")
     if state.target_revision:
         lines.append(f"- base revision: `{state.target_revision}`")
+    if state.environment is not None and state.environment.sandbox == "unsandboxed":
+        lines.append(
+            "- sandbox: **none**: this worker runs the repository's commands and the model's code as plain host "
+            "processes (DURAFIX_UNSANDBOXED=1)"
+        )
     if state.reproduction is not None:
         lines.append(f"- reproduction on base: `{state.reproduction.status}`")
     if state.baseline is not None:

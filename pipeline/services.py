@@ -103,7 +103,12 @@ class Services:
         with self._lock:
             if key not in self._providers:
                 self._providers[key] = get_provider(
-                    key, self.state_dir / "environments", docker_host=self.config.docker_host or None, setup=self.setup
+                    key,
+                    self.state_dir / "environments",
+                    docker_host=self.config.docker_host or None,
+                    setup=self.setup,
+                    unsandboxed=self.config.unsandboxed,
+                    allowed_secrets=self.config.secret_allowlist,
                 )
             return self._providers[key]
 

@@ -102,6 +102,8 @@ class EnvironmentFact(BaseModel):
     spec_ref: ArtifactRef
     base_url: str
     last_status: EnvironmentState
+    # What isolated the environment's commands (EnvironmentHandle.sandbox); "unsandboxed" is said on the ticket.
+    sandbox: str = ""
 
 
 class ReproductionFact(BaseModel):

@@ -542,6 +542,7 @@ class RepairBugWorkflow:
                 spec_ref=self._spec_ref,
                 base_url=handle.base_url,
                 last_status=EnvironmentState.READY,
+                sandbox=handle.sandbox,
             )
             repro_op = op_id(wf, f"reproduce-{label}", env_attempt)
             self._enter(reproducing)

@@ -7,11 +7,14 @@ Two layers, both content-addressed and both reused when present:
   the Debian mirror apt is configured with, tarred, and imported with ``docker import``. The root filesystem
   tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
   instead of bootstrapping again.
-- The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app``, the
-  recipe's ``setup`` commands as ``RUN`` steps, built with ``network_mode="none"`` (setup cannot download
-  anything). ``d`` digests exactly what goes into the image: the base image ID, the setup commands and the
-  workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds and a changed byte always
-  does.
+- The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app`` owned by the
+  app's user (``65534:65534``), the recipe's ``setup`` commands as ``RUN`` steps that run as that user with
+  every capability dropped (``setpriv --reuid --regid --clear-groups --inh-caps=-all --bounding-set=-all
+  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"`` (setup
+  cannot download anything) unless the recipe says ``setup_network: true`` (then the engine host's network,
+  which installs need). ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
+  the network choice and the workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds
+  and a changed byte always does.
 
 Builds of one tag are serialised across processes with a lock file under ``STATE/cache``; whoever gets the
 lock second finds the image (or tarball) present and reuses it. Cache files are written to a temporary
@@ -57,6 +60,22 @@ APP_DIR = "/app"
 # Images are a cache, not a run's resource: they carry their own label, never the ownership labels.
 IMAGE_LABEL = "durafix.image"
 _FORMAT = 1
+# The app image's own format (2: workspace owned by the app user, setup steps unprivileged); the base image
+# keeps _FORMAT so its cached root filesystem tarballs stay valid.
+_APP_FORMAT = 2
+APP_UID = 65534
+# How each setup step runs: as the app's user, no capabilities (bounding set included), no new privileges.
+_UNPRIVILEGED = [
+    "setpriv",
+    f"--reuid={APP_UID}",
+    f"--regid={APP_UID}",
+    "--clear-groups",
+    "--inh-caps=-all",
+    "--bounding-set=-all",
+    "--no-new-privs",
+    "/usr/bin/env",
+    "HOME=/tmp",
+]
 _SUITES = {"debian-bookworm": "bookworm"}
 _OPTIONS = re.compile(r"\[[^\]]*\]")
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -73,6 +92,11 @@ _BUILD_STEP = re.compile(r"^Step (\d+)/\d+ : ")
 
 class ImageBuildError(EnvironmentError):
     """An image could not be built; the message carries the failing tool's output tail."""
+
+
+class SetupStepError(ImageBuildError):
+    """One of the recipe's setup commands failed as an image build step (the recipe's failure, not the engine's).
+    The first line names the command and its exit; the build's output tail follows."""
 
 
 def cache_key(tag: str) -> str | None:
@@ -223,11 +247,14 @@ def _dockerfile(base_tag: str, setup: list[str]) -> tuple[str, list[str | None]]
     when the builder reaches it (``setup: <command>`` for the setup steps, ``None`` for the others)."""
     steps: list[tuple[str, str | None]] = [
         (f"FROM {base_tag}", None),
-        (f"COPY src/ {APP_DIR}/", None),
+        (f"COPY --chown={APP_UID}:{APP_UID} src/ {APP_DIR}/", None),
         (f"WORKDIR {APP_DIR}", None),
     ]
     # JSON form keeps each command one shell invocation whatever quotes or newlines it holds.
-    steps += [(f"RUN {json.dumps(['/bin/sh', '-c', command])}", f"setup: {command_text(command)}") for command in setup]
+    steps += [
+        (f"RUN {json.dumps([*_UNPRIVILEGED, '/bin/sh', '-c', command])}", f"setup: {command_text(command)}")
+        for command in setup
+    ]
     return "\n".join(line for line, _ in steps) + "\n", [text for _, text in steps]
 
 
@@ -316,7 +343,13 @@ class ImageBuilder:
         if base_id is None:
             raise ImageBuildError(f"base image {base_tag} is missing")
         canonical = json.dumps(
-            {"format": _FORMAT, "base": base_id, "setup": recipe.setup, "tree": tree_digest(workspace)},
+            {
+                "format": _APP_FORMAT,
+                "base": base_id,
+                "setup": recipe.setup,
+                "setup_network": recipe.setup_network,
+                "tree": tree_digest(workspace),
+            },
             sort_keys=True,
         )
         return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
@@ -341,6 +374,7 @@ class ImageBuilder:
     def _build_app(self, recipe: AppRecipe, workspace: Path, base_tag: str, tag: str, progress: Progress) -> None:
         dockerfile, step_texts = _dockerfile(base_tag, recipe.setup)
         build_log: list[Any] = []
+        current: str | None = None
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
             _build_context(workspace, dockerfile, cast(IO[bytes], context))
             context.seek(0)
@@ -350,7 +384,7 @@ class ImageBuilder:
                     fileobj=context,
                     custom_context=True,
                     tag=tag,
-                    network_mode="none",
+                    network_mode="host" if recipe.setup_network else "none",
                     pull=False,
                     rm=True,
                     forcerm=True,
@@ -359,9 +393,17 @@ class ImageBuilder:
                 ):
                     build_log.append(chunk)
                     if "error" in chunk:
+                        if current is not None and current.startswith("setup: "):
+                            raise SetupStepError(
+                                f"setup command {current.removeprefix('setup: ')!r} failed: {chunk['error']}\n"
+                                f"{_build_log_tail(build_log)}"
+                            )
                         raise ImageBuildError(f"building {tag} failed: {chunk['error']}\n{_build_log_tail(build_log)}")
+                    if _BUILD_STEP.match(str(chunk.get("stream", ""))):
+                        current = None
                     text = _step_text(chunk, step_texts)
                     if text is not None:
+                        current = text
                         progress(text)
             except APIError as exc:
                 raise ImageBuildError(f"building {tag} failed: {exc}") from exc

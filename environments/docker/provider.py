@@ -40,10 +40,19 @@ half-way) is removed and replaced by a fresh container, and a failing fixture re
 Hardening applied to every container: memory (swap included), pids and CPU limits from the recipe, all
 capabilities dropped, ``no-new-privileges``, an unprivileged user (``65534:65534``), a read-only root
 filesystem with a ``tmpfs`` on ``/tmp`` (``HOME`` points there), a minimal init as PID 1, bounded logs.
+
+Checks (:meth:`DockerProvider.run_checks`, the verification's and the baseline's setup and tests): setup is the
+app image's build (its steps as the app's user with no capabilities, see :mod:`environments.docker.images`),
+and the tests run in a container of their own from that image, with the same hardening, ``network_mode=none``
+(no interface but loopback: not the app's network, not the host) and the run's labels (so ``cleanup_run`` finds
+one a dead worker left). Its root filesystem is writable (tests write caches into ``/app``) but dies with it;
+when the test command ends the container stops and every process in it is killed. Nothing of the worker is
+mounted: no state directory, no Docker socket, no home.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +61,10 @@ from docker.errors import APIError, NotFound
 from docker.types import LogConfig
 from requests.exceptions import RequestException
 
+from environments.checks import SetupError
+from environments.commands import tail
 from environments.docker.fencing import RunFence
-from environments.docker.images import APP_DIR, ImageBuilder
+from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
 from environments.docker.naming import (
     MANAGED_LABEL,
     OP_LABEL,
@@ -81,6 +92,7 @@ from environments.interface import (
     ResourceConflictError,
     ResourceKind,
     RunFencedError,
+    TestRunResult,
 )
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
@@ -180,6 +192,7 @@ class DockerProvider:
             op_id=op_id,
             base_url=base_url,
             resources=[_container_resource(container), self._network_resource(run_id, op_id)],
+            sandbox="container",
         )
 
     def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
@@ -244,6 +257,95 @@ class DockerProvider:
                     resource = _labelled_resource(ResourceKind.VOLUME, volume.name, volume.id, volume.attrs)
                     _remove(volume.remove, resource, report)
         return report
+
+    def run_checks(
+        self,
+        spec: RecoverySpec,
+        workspace: str,
+        *,
+        run_id: str,
+        op_id: str,
+        log_path: Path,
+        setup_timeout_s: float,
+        test_timeout_s: float,
+        progress: Progress | None = None,
+        command: str | None = None,
+        setup: bool = True,
+    ) -> TestRunResult:
+        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds
+        the workspace as it is now: a failing setup step is a
+        :class:`~environments.checks.SetupError`), then the tests in a container of their own from it (see the
+        module's contract), logged to ``log_path``. ``setup_timeout_s`` does not bound an image build here (the
+        engine's builder has no per-step limit); ``test_timeout_s`` bounds the test container, which is killed
+        when it passes. The container is removed whatever happens; a worker that dies meanwhile leaves it to
+        ``cleanup_run`` (it carries the run's labels)."""
+        progress = progress or ignore
+        recipe = spec.recipe
+        if recipe.secrets:
+            raise UnsupportedRecipeError("the docker provider does not inject secrets (see provision)")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            image = self.images.ensure_app(recipe, Path(workspace), progress=progress)
+        except SetupStepError as exc:
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write(f"# setup ran as build steps of the app image\n{exc}\n")
+            raise SetupError(str(exc)) from exc
+        with log_path.open("a", encoding="utf-8") as log:
+            log.write(f"# setup ran as build steps of {image}\n$ {command or recipe.test}\n")
+        progress(f"running tests: {command_text(command or recipe.test)}")
+        # An op of its own (labelled and named ``<op>:checks``), apart from any environment of ``op_id``.
+        checks_op = f"{op_id}:checks"
+        name = container_name(checks_op)
+        with self.fence.creating(run_id, checks_op):
+            stale = self._adopt(name, run_id, checks_op)
+            if stale is not None:  # a dead worker's check container: its result is not ours to trust
+                self._remove_container(stale, CleanupReport(run_id=run_id))
+            container = self._create_checks(name, image, run_id, checks_op, recipe, command or recipe.test)
+        started = time.monotonic()
+        code: int | None
+        try:
+            container.start()
+            try:
+                code = int(container.wait(timeout=test_timeout_s)["StatusCode"])
+            except RequestException:
+                container.kill()
+                code = None
+            duration = time.monotonic() - started
+            with log_path.open("ab") as log:
+                log.write(bytes(container.logs(stdout=True, stderr=True)))
+        finally:
+            report = CleanupReport(run_id=run_id)
+            _remove(lambda: container.remove(force=True), _container_resource(container), report)
+        return TestRunResult(
+            passed=code == 0,
+            exit_code=code,
+            timed_out=code is None,
+            duration_s=duration,
+            output_tail=tail(log_path),
+            log_path=log_path,
+        )
+
+    def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, command: str) -> Any:
+        limits = recipe.limits
+        return self.client.containers.create(
+            image,
+            ["/bin/sh", "-c", command],
+            name=name,
+            labels=ownership_labels(run_id, op_id),
+            environment={**recipe.env, "HOME": "/tmp"},
+            working_dir=APP_DIR,
+            user=APP_USER,
+            network_mode="none",
+            init=True,
+            mem_limit=f"{limits.memory_mb}m",
+            memswap_limit=f"{limits.memory_mb}m",
+            pids_limit=limits.pids,
+            nano_cpus=int(limits.cpus * 1_000_000_000),
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            tmpfs={"/tmp": _TMP_MOUNT},
+            log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "2"}),
+        )
 
     def _adopt(self, name: str, run_id: str, op_id: str) -> Any:
         try:

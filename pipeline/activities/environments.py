@@ -24,24 +24,23 @@ trusted from a previous attempt or another worker. Idempotency:
 from __future__ import annotations
 
 import tempfile
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio import activity
 
-from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
+from environments.checks import SetupError, SetupSettings
 from environments.interface import (
     CleanupReport,
     EnvironmentHandle,
     EnvironmentProvider,
     NotReadyError,
     RecoverySpec,
+    TestRunResult,
 )
-from environments.progress import command_text
 from environments.redaction import redactor_for
-from environments.regression import prove_regression
+from environments.regression import forget_report, prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.test_results import CaseOutcome, ReportError, TestCases, read_junit, regressions
@@ -91,8 +90,8 @@ class EnvironmentActivities:
         setup: SetupSettings | None = None,
     ) -> None:
         """``cleanup_providers``: every provider a run's resources may live in on this host; cleanup asks
-        each of them. ``setup``: how verification and baseline runs set up their workspace on this host (the
-        same dependency cache as the local provider's)."""
+        each of them. ``setup``: this host's setup settings (the local provider's own, which it uses when it runs
+        a verification's or the baseline's setup and tests: ``EnvironmentProvider.run_checks``)."""
         self.setup = setup or SetupSettings()
         self.store = store
         self.workspaces = workspaces
@@ -223,7 +222,15 @@ class EnvironmentActivities:
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
                     result = _setup_and_test(
-                        ws.path, spec, log, beat, f"on {commit[:12]}", self.setup, output=f"its output is in {log.name}"
+                        ws.path,
+                        spec,
+                        log,
+                        beat,
+                        f"on {commit[:12]}",
+                        self.provider_for(None),
+                        inp.run_id,
+                        inp.op_id,
+                        output=f"its output is in {log.name}",
                     )
                     cases = _cases(ws.path, spec)
                     if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
@@ -244,7 +251,9 @@ class EnvironmentActivities:
                     regression = None
                     if result.passed:
                         beat.set("regression proof: the patch's tests on the base revision's code")
-                        regression = self._prove(ws.path, spec, Path(tmp) / "regression", cases, inp.run_id, commit)
+                        regression = self._prove(
+                            ws.path, spec, Path(tmp) / "regression", cases, inp.run_id, inp.op_id, commit, beat
+                        )
                 self.workspaces.remove(ws)
         return VerifyResult(
             commit=commit,
@@ -257,29 +266,37 @@ class EnvironmentActivities:
         )
 
     def _prove(
-        self, ws: Path, spec: RecoverySpec, log_dir: Path, cases: TestCases | None, run_id: str, commit: str
+        self,
+        ws: Path,
+        spec: RecoverySpec,
+        log_dir: Path,
+        cases: TestCases | None,
+        run_id: str,
+        op_id: str,
+        commit: str,
+        beat: Heartbeat,
     ) -> RegressionFact:
-        """The regression proof in the verified workspace (after its snapshot: the proof reverts files); its
-        logs stored by content, the base run's under the base revision."""
+        """The regression proof in the verified workspace (after its snapshot: the proof reverts files), each
+        run in the provider's sandbox like the verification's; its logs stored by content (redacted), the base
+        run's under the base revision."""
         recipe = spec.recipe
+        provider = self.provider_for(None)
 
-        def run(command: str, log: Path) -> TestRunResult:
-            return run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log, command=command)
-
-        def setup() -> None:
-            run_setup(
-                ws,
-                recipe,
-                marker=f"setup/{uuid.uuid4().hex}",
-                log_path=log_dir / "regression-setup.log",
-                timeout_s=SETUP_TIMEOUT_S,
-                settings=self.setup,
-                repository=spec.repository,
+        def run(command: str, log: Path, setup_first: bool) -> TestRunResult:
+            return provider.run_checks(
+                spec,
+                str(ws),
+                run_id=run_id,
+                op_id=f"{op_id}:regression",
+                log_path=log,
+                setup_timeout_s=SETUP_TIMEOUT_S,
+                test_timeout_s=TEST_TIMEOUT_S,
+                progress=beat.set,
+                command=command,
+                setup=setup_first,
             )
 
-        proof = prove_regression(
-            ws, spec.base_revision, recipe, run=run, setup=setup, log_dir=log_dir, candidate_cases=cases
-        )
+        proof = prove_regression(ws, spec.base_revision, recipe, run=run, log_dir=log_dir, candidate_cases=cases)
 
         def stored(log: Path | None, revision: str) -> ArtifactRef | None:
             if log is None or not log.exists():
@@ -315,7 +332,9 @@ class EnvironmentActivities:
                             log,
                             beat,
                             "on the base revision",
-                            self.setup,
+                            self.provider_for(None),
+                            inp.run_id,
+                            inp.op_id,
                             output=f"its output is in {log.name}",
                         )
                         test_ref = self._put_output(
@@ -444,33 +463,39 @@ def _setup_and_test(
     log: Path,
     beat: Heartbeat,
     where: str,
-    setup: SetupSettings,
+    provider: EnvironmentProvider,
+    run_id: str,
+    op_id: str,
     *,
     output: str | None = None,
 ) -> _Checked:
-    """The recipe's setup (run here, on the worker: the ``local`` entries of the dependency cache) then its
-    tests in ``ws``, both logged to ``log``; a failed setup is an unrunnable test run.
+    """The recipe's setup then its tests in ``ws``, both logged to ``log``, run by ``provider`` inside its
+    sandbox (local: bubblewrap on this worker, with its dependency cache; Docker: a container from the app
+    image); a failed setup is an unrunnable test run.
 
     With ``output`` the summary names the stored log in those words instead of quoting the commands'
     output: what the repository's commands print must not reach the run's state and its ticket.
     """
-    recipe = spec.recipe
+
+    def progress(text: str) -> None:
+        beat.set(text.replace("running tests:", f"running tests {where}:", 1))
+
+    forget_report(ws, spec.recipe)  # a report already there (committed, say) is not this run's
     try:
-        run_setup(
-            ws,
-            recipe,
-            marker=f"setup/{uuid.uuid4().hex}",
+        result = provider.run_checks(
+            spec,
+            str(ws),
+            run_id=run_id,
+            op_id=op_id,
             log_path=log,
-            timeout_s=SETUP_TIMEOUT_S,
-            progress=beat.set,
-            settings=setup,
-            repository=spec.repository,
+            setup_timeout_s=SETUP_TIMEOUT_S,
+            test_timeout_s=TEST_TIMEOUT_S,
+            progress=progress,
         )
     except SetupError as err:
         said = str(err)[-400:] if output is None else f"{str(err).splitlines()[0].rstrip(':')}; {output}"
         return _Checked(False, False, f"setup failed: {said}")
-    beat.set(f"running tests {where}: {command_text(recipe.test)}")
-    return _Checked.of(run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log), output)
+    return _Checked.of(result, output)
 
 
 def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:

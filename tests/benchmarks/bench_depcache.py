@@ -259,7 +259,8 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="bench-depcache-") as tmp:
         root = Path(tmp)
-        bench = Bench(root, npm_project(root / "fixture", root / "counter"))
+        # Setup runs sandboxed and may write only its workspace and the package caches: the counter lives there.
+        bench = Bench(root, npm_project(root / "fixture", root / "packages" / "counter"))
         try:
             spec = bench.spec()
             cold, packages_only, cached = [], [], []
@@ -273,14 +274,15 @@ def main() -> None:
             cached = [bench.provision(spec) for _ in range(args.runs)]
         finally:
             bench.close()
-        installs = len((root / "counter").read_text().splitlines())
+        installs = len((root / "packages" / "counter").read_text().splitlines())
 
         padding = (
             f"python3 -c \"import pathlib; d = pathlib.Path('node_modules/.padding'); d.mkdir(); "
             f"[(d / f'{{i}}.js').write_text('module.exports = {{}};') for i in range({args.files})]\""
         )
         padded = Bench(
-            root / "padded", npm_project(root / "padded" / "fixture", root / "padded-counter", extra_setup=[padding])
+            root / "padded",
+            npm_project(root / "padded" / "fixture", root / "padded" / "packages" / "counter", extra_setup=[padding]),
         )
         try:
             bench_spec = padded.spec()

@@ -161,6 +161,7 @@ test("counts given as strings are added, not concatenated", () => {
 """
 TALLY_RECIPE = {
     "setup": ["npm ci --no-audit --no-fund"],
+    "setup_network": True,
     "start": "npm start",
     "port": 3000,
     "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
@@ -351,6 +352,7 @@ if __name__ == "__main__":
 """
 BOARD_RECIPE = {
     "setup": ["python3 -m venv .venv", ".venv/bin/pip install --quiet -r requirements.txt"],
+    "setup_network": True,
     "start": ".venv/bin/python app.py",
     "port": 8000,
     "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},

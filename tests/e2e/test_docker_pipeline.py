@@ -130,6 +130,11 @@ def provisioning_ops(run_id: str) -> set[str]:
     return {op_id(run_id, "env-base", 1), op_id(run_id, "env-candidate-1", 1)}
 
 
+def check_ops(run_id: str) -> set[str]:
+    """The ops of the containers the baseline's and the first candidate's tests ran in."""
+    return {f"{op_id(run_id, 'baseline')}:checks", f"{op_id(run_id, 'verify', 1)}:checks"}
+
+
 async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_volume(
     docker_stack: E2EStack, engine: docker.DockerClient
 ) -> None:
@@ -155,8 +160,9 @@ async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_vol
     assert final.approval is not None and final.approval.head_sha == head and final.approval.source == "webhook"
     assert stack.github().get_repo(repository).get_pull(pr.number).merged
     assert final.cleanup is not None and final.cleanup.complete, final.cleanup
-    # The app ran in the engine, once per provisioning op, and not as a local process.
-    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(provisioning_ops(wf), 1))
+    # The app ran in the engine, once per provisioning op, and not as a local process; so did the baseline's and
+    # the candidate's tests, each in a container of its own.
+    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(provisioning_ops(wf) | check_ops(wf), 1))
     assert owned_processes(wf) == []
     assert labelled(engine, wf) == NOTHING_LEFT
 
@@ -237,6 +243,6 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     assert final is not None and final.outcome == Outcome.MERGED, final
     assert {p.read_text() for p in tmp_path.iterdir()} == kills
     assert most_per_op == 1
-    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(kills, 1))
+    assert containers_created(engine, wf, since) == Counter(dict.fromkeys(kills | check_ops(wf), 1))
     assert final.cleanup is not None and final.cleanup.complete, final.cleanup
     assert labelled(engine, wf) == NOTHING_LEFT

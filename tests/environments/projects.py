@@ -108,6 +108,7 @@ def npm_project(tmp: Path, counter: Path, *, extra_setup: list[str] | None = Non
             "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
             "test": "node test.js",
             "env": {"SETUP_COUNTER": str(counter)},
+            "setup_network": True,
         },
     )
     return make_repo(tmp / "npm", source)
@@ -128,6 +129,7 @@ def pip_project(tmp: Path, counter: Path) -> Repo:
             "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
             "test": PYTHON_TEST,
             "env": {"SETUP_COUNTER": str(counter)},
+            "setup_network": True,
         },
     )
     return make_repo(tmp / "pip", source)

@@ -90,7 +90,11 @@ def host(tmp_path: Path) -> Iterator[Host]:
 
 @pytest.fixture
 def counter(tmp_path: Path) -> Path:
-    return tmp_path / "setup-counter"
+    # Setup runs sandboxed: besides its workspace it may write only the package caches (STATE/cache/packages),
+    # so the count of setups that ran is kept there.
+    path = tmp_path / "state" / "cache" / "packages" / "setup-counter"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def answers(handle: EnvironmentHandle) -> int:

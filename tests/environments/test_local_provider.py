@@ -28,7 +28,7 @@ from environments.interface import (
 )
 from environments.local import LocalProcessProvider
 from environments.processes import is_live, read_stat, start_time
-from environments.secrets import SecretUnavailableError
+from environments.secrets import SecretRefusedError, SecretUnavailableError
 from environments.spec import load_recipe
 from tests.environments.gitrepo import CART_APP
 
@@ -50,6 +50,13 @@ def tagged_pids(tag: str) -> set[int]:
         if needle in environ.split(b"\0") and is_live(int(entry.name)):
             pids.add(int(entry.name))
     return pids
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def wait_until(condition: object, timeout_s: float = 10.0) -> None:
@@ -171,7 +178,8 @@ def test_teardown_leaves_no_process_even_one_that_left_its_group(
 ) -> None:
     spec = cart_spec(tag, start="setsid sleep 300 & exec python3 app.py --port $PORT")
     handle = provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
-    wait_until(lambda: len(tagged_pids(tag)) == 2)
+    # The app runs in a sandbox (forwarder, bwrap, its init, then the commands): wait for the escaped sleep.
+    wait_until(lambda: any(_cmdline(pid).startswith("sleep") for pid in tagged_pids(tag)))
     pgid = leader_pid(handle)
 
     report = provider.teardown(handle)
@@ -253,10 +261,12 @@ def test_secrets_reach_the_app_but_never_the_records(
     monkeypatch.setenv("CART_API_KEY_SOURCE", "s3cr3t-value-41")
     monkeypatch.setenv("WORKER_ONLY_CREDENTIAL", "worker-credential-7")
     spec = cart_spec(tag, secrets={"API_KEY": "env:CART_API_KEY_SOURCE"})
+    provider = LocalProcessProvider(tmp_path / "state", stop_grace_s=2.0, allowed_secrets=["CART_API_KEY_SOURCE"])
     handle = provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
 
     environ = Path(f"/proc/{leader_pid(handle)}/environ").read_bytes().split(b"\0")
     assert b"API_KEY=s3cr3t-value-41" in environ
+    assert httpx.get(handle.base_url + "/healthz", trust_env=False).status_code == 200
     assert not any(b"worker-credential-7" in entry for entry in environ)
     assert b"s3cr3t-value-41" not in handle.model_dump_json().encode()
     for path in (tmp_path / "state").rglob("*"):
@@ -264,11 +274,26 @@ def test_secrets_reach_the_app_but_never_the_records(
             assert b"s3cr3t-value-41" not in path.read_bytes(), path
 
 
-def test_a_missing_secret_starts_nothing(provider: LocalProcessProvider, workspace: Path, tag: str) -> None:
-    spec = cart_spec(tag, secrets={"API_KEY": "env:DURAFIX_TEST_SURELY_UNSET"})
-    with pytest.raises(SecretUnavailableError, match="DURAFIX_TEST_SURELY_UNSET"):
+def test_a_missing_secret_starts_nothing(workspace: Path, tag: str, tmp_path: Path) -> None:
+    provider = LocalProcessProvider(tmp_path / "state", stop_grace_s=2.0, allowed_secrets=["CART_TEST_SURELY_UNSET"])
+    spec = cart_spec(tag, secrets={"API_KEY": "env:CART_TEST_SURELY_UNSET"})
+    with pytest.raises(SecretUnavailableError, match="CART_TEST_SURELY_UNSET"):
         provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
     assert tagged_pids(tag) == set() and provider.list_owned(RUN) == []
+
+
+def test_a_secret_the_operator_did_not_allow_or_of_durafix_own_is_refused(
+    provider: LocalProcessProvider, workspace: Path, tag: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CART_API_KEY_SOURCE", "s3cr3t-value-41")
+    for variable in ("CART_API_KEY_SOURCE", "DURAFIX_FORGE_TOKEN", "OPENAI_API_KEY"):
+        spec = cart_spec(tag, secrets={"STOLEN": f"env:{variable}"})
+        with pytest.raises(SecretRefusedError, match=variable):
+            provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
+    assert tagged_pids(tag) == set() and provider.list_owned(RUN) == []
+    # Allow-listing durafix's own token is refused when the provider is built, not when a run needs it.
+    with pytest.raises(ValueError, match="DURAFIX_FORGE_TOKEN"):
+        LocalProcessProvider(tmp_path / "other", allowed_secrets=["DURAFIX_FORGE_TOKEN"])
 
 
 def test_setup_commands_run_in_the_workspace_before_the_start_command(

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from environments.checks import TestRunResult, run_tests
-from environments.interface import AppRecipe
+from environments.checks import run_tests
+from environments.interface import AppRecipe, TestRunResult
 from environments.regression import ProofStatus, RegressionProof, TestRunner, prove_regression
 from environments.test_files import is_test_file, pick_test_files
 from environments.test_results import CaseOutcome, ReportError, TestCases, fixed, read_junit, regressions
@@ -54,10 +54,15 @@ def workspace_with(tmp_path: Path, source: Path, edits: dict[str, tuple[str, str
     return ws, base
 
 
-def runner(ws: Path, recipe: AppRecipe) -> tuple[list[str], TestRunner]:
+def runner(ws: Path, recipe: AppRecipe, setups: list[str] | None = None) -> tuple[list[str], TestRunner]:
+    """Runs the real test command; a run asked to set up first records the lock file it would set up from
+    (``setups``; without that list, setting up again fails the test: no lock file was reverted)."""
     commands: list[str] = []
 
-    def run(command: str, log: Path) -> TestRunResult:
+    def run(command: str, log: Path, setup_first: bool) -> TestRunResult:
+        if setup_first:
+            assert setups is not None, "setup must not run again: no lock file was reverted"
+            setups.append((ws / "package.json").read_text())
         commands.append(command)
         return run_tests(ws, recipe, 60, log_path=log, command=command)
 
@@ -65,14 +70,8 @@ def runner(ws: Path, recipe: AppRecipe) -> tuple[list[str], TestRunner]:
 
 
 def cart_proof(ws: Path, base: str, run: TestRunner, tmp_path: Path) -> RegressionProof:
-    """The cart sample's proof (no report, no subset): setup must not run again."""
-    return prove_regression(
-        ws, base, CART_RECIPE, run=run, setup=never_setup, log_dir=tmp_path / "logs", candidate_cases=None
-    )
-
-
-def never_setup() -> None:
-    raise AssertionError("setup must not run again: no lock file was reverted")
+    """The cart sample's proof (no report, no subset)."""
+    return prove_regression(ws, base, CART_RECIPE, run=run, log_dir=tmp_path / "logs", candidate_cases=None)
 
 
 def test_a_test_that_fails_without_the_fix_and_passes_with_it_is_proven(tmp_path: Path) -> None:
@@ -158,17 +157,9 @@ def test_with_a_junit_report_the_proof_names_the_cases_and_a_reverted_lock_file_
             "test/double.test.js": (NODE_OLD_TEST, NODE_OLD_TEST + NODE_NEW_TEST),
         },
     )
-    commands, run = runner(ws, NODE_RECIPE)
     setups: list[str] = []
-    proof = prove_regression(
-        ws,
-        base,
-        NODE_RECIPE,
-        run=run,
-        setup=lambda: setups.append((ws / "package.json").read_text()),
-        log_dir=tmp_path / "logs",
-        candidate_cases=None,
-    )
+    commands, run = runner(ws, NODE_RECIPE, setups)
+    proof = prove_regression(ws, base, NODE_RECIPE, run=run, log_dir=tmp_path / "logs", candidate_cases=None)
     assert proof.status == ProofStatus.PROVEN, proof
     assert proof.fixed_cases == ["test::double of two is four"]
     assert NODE_RECIPE.test_subset is not None

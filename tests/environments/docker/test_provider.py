@@ -15,6 +15,7 @@ import docker
 import httpx
 import pytest
 
+from environments.checks import SetupError
 from environments.docker import DockerProvider, UnsupportedRecipeError
 from environments.docker.naming import container_name, network_name, ownership_labels, run_filter
 from environments.interface import (
@@ -347,3 +348,52 @@ def test_a_half_seeded_container_is_replaced_not_adopted(
     [container] = containers_of(docker_client, run_id)
     assert container.id != first_id and container.name == second.env_id
     assert seeded(docker_client, second) == "seeded as 65534\n"
+
+
+def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_hung_test_is_killed(
+    run_id: str,
+    provider: DockerProvider,
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    log = tmp_path / "checks.log"
+    result = provider.run_checks(
+        cart_spec,
+        str(cart_workspace),
+        run_id=run_id,
+        op_id=f"{run_id}:verify:1",
+        log_path=log,
+        setup_timeout_s=60,
+        test_timeout_s=120,
+    )
+    assert result.passed and result.exit_code == 0 and "OK" in log.read_text()
+
+    broken = cart_spec.recipe.model_copy(update={"setup": ["echo about to fail; exit 3"]})
+    with pytest.raises(SetupError, match="setup command 'echo about to fail; exit 3' failed"):
+        provider.run_checks(
+            cart_spec.model_copy(update={"recipe": broken}),
+            str(cart_workspace),
+            run_id=run_id,
+            op_id=f"{run_id}:verify:2",
+            log_path=log,
+            setup_timeout_s=60,
+            test_timeout_s=60,
+        )
+
+    hung = cart_spec.recipe.model_copy(update={"test": "echo started; sleep 300"})
+    started = time.monotonic()
+    result = provider.run_checks(
+        cart_spec.model_copy(update={"recipe": hung}),
+        str(cart_workspace),
+        run_id=run_id,
+        op_id=f"{run_id}:verify:3",
+        log_path=log,
+        setup_timeout_s=60,
+        test_timeout_s=3,
+    )
+    assert result.timed_out and not result.passed and time.monotonic() - started < 60
+    assert "started" in log.read_text()
+    # Every check container is gone once its check ended.
+    assert containers_of(docker_client, run_id) == []

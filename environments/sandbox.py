@@ -1,0 +1,160 @@
+"""The sandbox every untrusted command of the local provider runs in: bubblewrap (``/usr/bin/bwrap``).
+
+Untrusted means anything a repository or the model wrote: the recipe's setup, start, fixtures and tests, and
+whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` with:
+
+- new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
+  namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
+  would keep them inside its user namespace for a worker running as root);
+- a file system built from nothing: the system directories (``/usr``, ``/etc`` and the merged-usr links)
+  read-only; a private ``/proc`` of the new PID namespace, a minimal ``/dev``, and private tmpfs
+  mounts on ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and ``/root`` (so ``HOME`` is an empty writable
+  directory); the workspace read-write at its own path (so absolute paths recorded by ``npm`` or a ``.venv``
+  keep working) and the few directories a step must write besides it (setup's package caches). Nothing else
+  of the host exists inside: not the state directory (``config.json``, tokens, other runs' workspaces), not
+  the Docker socket, not the worker's home or its virtual environment, not ``/sys``. ``/etc/shadow`` and
+  ``/etc/gshadow`` are masked by empty files: the sandbox keeps the worker's real uid, so a worker running as
+  root would otherwise still own them;
+- ``--die-with-parent`` and the PID namespace: when the step's first process ends (or bwrap is killed), the
+  namespace's init dies and the kernel kills every process left in it, so nothing a step starts survives it;
+- the caller's process group (its own session, without a terminal, so there is none to inject input into) and
+  exactly the environment the caller built (:func:`environments.commands.command_env`): bwrap passes its own
+  environment to the command.
+
+A machine without a working bubblewrap refuses to build a :class:`Sandbox` (:class:`SandboxUnavailableError`)
+unless the operator asked for ``unsandboxed`` explicitly; then commands run as plain host processes, and
+:attr:`Sandbox.kind` says ``unsandboxed`` wherever a run reports how it ran.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+
+from environments.interface import EnvironmentError
+
+BWRAP = "/usr/bin/bwrap"
+SANDBOXED = "bubblewrap"
+UNSANDBOXED = "unsandboxed"
+
+# Read-only system trees: what programs, libraries and their configuration need.
+_SYSTEM_DIRS = ("/usr", "/etc")
+# Top-level names that are merged-usr links on Debian (``/bin -> usr/bin``); recreated as links, or bound
+# read-only where a system keeps them as directories.
+_SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/run", "/home", "/root")
+_MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+
+
+class SandboxUnavailableError(EnvironmentError):
+    """bubblewrap is missing or cannot create namespaces here, and running unsandboxed was not asked for."""
+
+
+class Network(StrEnum):
+    """What a sandboxed step may reach over the network.
+
+    ``NONE``: a network namespace of its own with only loopback (tests, fixtures' own namespace, setup unless
+    the recipe asks for the network). ``HOST``: the worker's network (setup with ``setup_network: true``:
+    installs need the package index; the price is that such a setup can also reach the worker's local
+    services, which is why it is the recipe's explicit choice).
+    """
+
+    NONE = "none"
+    HOST = "host"
+
+
+@dataclass(frozen=True)
+class Sandbox:
+    """How this worker runs untrusted commands: inside bubblewrap (``kind == 'bubblewrap'``) or, only when the
+    operator asked for it, as plain processes (``'unsandboxed'``). Build one with :meth:`detect`."""
+
+    kind: str = SANDBOXED
+    bwrap: str = BWRAP
+    # Extra read-only paths (an operator's toolchain outside the system directories, e.g. /usr/local is
+    # already under /usr); never the state directory.
+    read_only: tuple[Path, ...] = field(default=())
+
+    @classmethod
+    def detect(cls, *, unsandboxed: bool = False, bwrap: str = BWRAP) -> Sandbox:
+        """A bubblewrap sandbox if ``bwrap`` works here; else an unsandboxed one when ``unsandboxed`` (the
+        operator's explicit flag), else :class:`SandboxUnavailableError` saying why."""
+        problem = bwrap_problem(bwrap)
+        if problem is None:
+            return cls(kind=SANDBOXED, bwrap=bwrap)
+        if unsandboxed:
+            return cls(kind=UNSANDBOXED, bwrap=bwrap)
+        raise SandboxUnavailableError(
+            f"the local provider runs untrusted commands in bubblewrap, which is unusable here ({problem}); "
+            "install the Debian package bubblewrap, or set DURAFIX_UNSANDBOXED=1 to run them as plain host "
+            "processes (every run's ticket then says so)"
+        )
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.kind == SANDBOXED
+
+    def wrap(
+        self,
+        argv: Sequence[str],
+        *,
+        workspace: Path,
+        writable: Sequence[Path] = (),
+        network: Network = Network.NONE,
+    ) -> list[str]:
+        """``argv`` as it runs in this sandbox with ``workspace`` (its working directory) and ``writable``
+        read-write; unchanged when unsandboxed."""
+        if not self.sandboxed:
+            return list(argv)
+        args = [
+            self.bwrap,
+            "--die-with-parent",
+            "--unshare-user",
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+            # bwrap keeps its capabilities inside the user namespace when the worker runs as root: drop them all.
+            "--cap-drop",
+            "ALL",
+        ]
+        if network is Network.NONE:
+            args.append("--unshare-net")
+        for directory in _SYSTEM_DIRS:
+            args += ["--ro-bind-try", directory, directory]
+        for name in _SYSTEM_LINKS:
+            path = Path(name)
+            if path.is_symlink():
+                args += ["--symlink", str(path.readlink()), name]
+            elif path.is_dir():
+                args += ["--ro-bind", name, name]
+        for extra in self.read_only:
+            args += ["--ro-bind-try", str(extra), str(extra)]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        for directory in _PRIVATE_TMPFS:
+            args += ["--tmpfs", directory]
+        for masked in _MASKED_FILES:
+            if Path(masked).exists():
+                args += ["--ro-bind", "/dev/null", masked]
+        for path in [workspace, *writable]:
+            resolved = str(Path(path).absolute())
+            args += ["--bind", resolved, resolved]
+        args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
+        return args
+
+
+def bwrap_problem(bwrap: str = BWRAP) -> str | None:
+    """Why ``bwrap`` cannot sandbox commands here (not installed, or namespaces refused), or ``None``."""
+    if shutil.which(bwrap) is None:
+        return f"{bwrap} is not installed"
+    probe = [bwrap, "--unshare-user", "--unshare-pid", "--unshare-net", "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        result = subprocess.run(probe, capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{bwrap} did not run: {exc}"
+    if result.returncode != 0:
+        return f"{bwrap} cannot create namespaces: {result.stderr.decode(errors='replace').strip()[-300:]}"
+    return None
