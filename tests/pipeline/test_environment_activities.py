@@ -26,7 +26,9 @@ PRINTED = "installer printed this line"
 PRINT = "python3 -c \"print('installer ' + 'printed this line')\""
 
 
-def failed_provision(tmp_path: Path, change: dict[str, object]) -> tuple[ApplicationError, LocalArtifactStore]:
+def failed_provision(
+    tmp_path: Path, change: dict[str, object], **settings: object
+) -> tuple[ApplicationError, LocalArtifactStore]:
     """Provision the cart sample with ``change`` made to its recipe, expecting it to fail; the failure and the
     store."""
     repo = make_repo(tmp_path / "repo")
@@ -39,7 +41,7 @@ def failed_provision(tmp_path: Path, change: dict[str, object]) -> tuple[Applica
 
     root = tmp_path / "evidence"
     store = LocalArtifactStore(root)
-    config = DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri())
+    config = DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri(), **settings)  # type: ignore[arg-type]
     activities = Services(config).environment_activities()
     env = ActivityEnvironment()
     spec_ref = env.run(
@@ -93,7 +95,8 @@ def test_a_secret_the_app_prints_is_redacted_from_the_stored_log(
         "start": 'echo "the token is $CART_TOKEN"; sleep 30',
         "readiness": {"path": "/healthz", "deadline_s": 2},
     }
-    err, store = failed_provision(tmp_path, change)
+    # The operator lets the recipe's secret reach the app (the sandbox gives it nothing else).
+    err, store = failed_provision(tmp_path, change, secret_allowlist=["CART_SECRET"])
     log = store.read_bytes(ArtifactRef.model_validate(err.details[0]["log_ref"])).decode()
     assert "the token is [redacted CART_TOKEN]" in log
     assert SECRET not in log and SECRET not in err.message
