@@ -14,6 +14,10 @@ Contract:
   403 naming reviewer, permission and what is required; a forge that cannot answer now gives 503, one
   that refuses the read (bad token, repository or user not visible) 502, a receiver without a forge
   token 500. In every one of these cases nothing is sent to the workflow.
+- The HTTP side is bounded (``pipeline.webhook_server``): ``Content-Length`` missing (411), malformed or
+  negative (400) or over ``MAX_BODY`` (413) is refused before the body is read; every socket read times
+  out; at most ``ReceiverLimits.max_connections`` connections are served at once, one more gets 503. So
+  connections that send headers and no body are closed after the read timeout and never starve a delivery.
 - Answers within GitHub's 10 s: the receiver reads one permission and talks to Temporal, never waits for
   the run.
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
@@ -26,10 +30,9 @@ import asyncio
 import hashlib
 import hmac
 import json
-import sys
 import threading
 from collections.abc import Coroutine
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowUpdateFailedError
@@ -39,12 +42,13 @@ from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.state import Approval, Rejection
+from pipeline.webhook_server import BodyRefused, BoundedHTTPServer, ReceiverLimits, body_length, handler_class
 from reviews.adapter import REPO_PERMISSIONS
 from reviews.errors import ForgeError, ForgeTransientError
 from reviews.markers import PULL, find_marker
 
 T = TypeVar("T")
-MAX_BODY = 25 * 1024 * 1024
+MAX_BODY = ReceiverLimits().max_body
 
 
 def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
@@ -58,23 +62,20 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
 class WebhookReceiver:
     """Owns an asyncio loop on a thread (for the Temporal client) and an HTTP server feeding it."""
 
-    def __init__(self, config: DurafixConfig, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        config: DurafixConfig,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: ReceiverLimits | None = None,
+    ) -> None:
         self.config = config
+        self.limits = limits or ReceiverLimits()
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="webhook-loop", daemon=True)
         self._loop_thread.start()
         self._client: Client = self._run(runs.connect(config))
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                receiver._handle(self)
-
-            def log_message(self, format: str, *args: object) -> None:
-                print(f"webhook {format % args}", file=sys.stderr, flush=True)
-
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
+        self._server = BoundedHTTPServer((host, port), handler_class(self._handle, self.limits), self.limits)
         self._thread: threading.Thread | None = None
 
     @property
@@ -101,12 +102,15 @@ class WebhookReceiver:
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         try:
-            length = int(req.headers.get("Content-Length") or 0)
-        except ValueError:
-            return _reply(req, 400, {"message": "bad Content-Length"})
-        if length > MAX_BODY:
-            return _reply(req, 413, {"message": "payload too large"})
-        body = req.rfile.read(length)
+            length = body_length(req.headers.get("Content-Length"), self.limits.max_body)
+        except BodyRefused as refused:
+            return _reply(req, refused.status, {"message": refused.message})
+        try:
+            body = req.rfile.read(length)
+        except TimeoutError:
+            return _reply(req, 408, {"message": f"body not received within {self.limits.read_timeout_s} s"})
+        if len(body) != length:
+            return _reply(req, 400, {"message": f"body ended after {len(body)} of {length} bytes"})
         if not signature_ok(self.config.webhook_secret, body, req.headers.get("X-Hub-Signature-256")):
             return _reply(req, 401, {"message": "bad signature"})
         try:
@@ -226,8 +230,12 @@ class WebhookReceiver:
 
 def _reply(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
     data = json.dumps(body).encode()
-    req.send_response(status)
-    req.send_header("Content-Type", "application/json")
-    req.send_header("Content-Length", str(len(data)))
-    req.end_headers()
-    req.wfile.write(data)
+    try:
+        req.send_response(status)
+        req.send_header("Content-Type", "application/json")
+        req.send_header("Content-Length", str(len(data)))
+        req.end_headers()
+        req.wfile.write(data)
+    except (TimeoutError, ConnectionError):
+        # The client stopped reading or went away: nothing left to tell it.
+        req.close_connection = True
