@@ -18,9 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
-from pipeline.inputs import ApprovalAck, RepairInput
+from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Rejection, RunState
+from pipeline.state import Approval, Rejection, ReportEdit, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 
@@ -65,8 +65,10 @@ async def start_run(
     base_branch: str = "main",
     trigger: str = "cli",
     policy: RunPolicy | None = None,
+    report: PinnedReport | None = None,
 ) -> Started:
-    """Start ``repair_bug`` for the report, or attach to the run that already handles it."""
+    """Start ``repair_bug`` for the report, or attach to the run that already handles it. ``report`` pins the
+    text the run works on (a run attached to keeps the text it was started with)."""
     workflow_id = workflow_id_for(repository, issue_number)
     try:
         desc = await handle_for(client, workflow_id).describe()
@@ -88,6 +90,7 @@ async def start_run(
             trigger=trigger,
             policy=policy,
             environment_provider=config.environment_provider,
+            report=report,
         ),
         id=workflow_id,
         task_queue=TaskQueue.ORCHESTRATION.value,
@@ -118,6 +121,10 @@ async def approve(client: Client, workflow_id: str, approval: Approval) -> Appro
 
 async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:
     await handle_for(client, workflow_id).signal(RepairBugWorkflow.reject, rejection)
+
+
+async def report_edited(client: Client, workflow_id: str, edit: ReportEdit) -> None:
+    await handle_for(client, workflow_id).signal(RepairBugWorkflow.report_edited, edit)
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

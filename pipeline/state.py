@@ -184,6 +184,16 @@ class Rejection(BaseModel):
     source: str = "cli"
 
 
+class ReportEdit(BaseModel):
+    """The report changed after the trigger: noted on the ticket, never taken into the run."""
+
+    editor: str
+    fields: list[str]
+    at: datetime
+    source: str = ""
+    """Where it was seen: ``intake`` (the text read then differs from the pinned one) or ``webhook:<delivery>``."""
+
+
 class Budgets(BaseModel):
     repair_attempts_used: int = 0
     repair_attempts_max: int
@@ -257,6 +267,7 @@ class RunState(BaseModel):
     publish: PublishFact | None = None
     pending_approval: ApprovalRequest | None = None
     approval: Approval | None = None
+    report_edits: list[ReportEdit] = Field(default_factory=list)
     merged_sha: str | None = None
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)

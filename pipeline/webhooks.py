@@ -31,7 +31,8 @@ import hashlib
 import hmac
 import json
 import threading
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler
 from typing import Any, TypeVar
 
@@ -40,10 +41,12 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
+from pipeline.ids import workflow_id_for
+from pipeline.inputs import PinnedReport
 from pipeline.services import Services
-from pipeline.state import Approval, Rejection
+from pipeline.state import Approval, Rejection, ReportEdit
 from pipeline.webhook_server import BodyRefused, BoundedHTTPServer, ReceiverLimits, body_length, handler_class
-from reviews.adapter import REPO_PERMISSIONS
+from reviews.adapter import REPO_PERMISSIONS, GitHubForge, role_at_least
 from reviews.errors import ForgeError, ForgeTransientError
 from reviews.markers import PULL, find_marker
 
@@ -123,6 +126,8 @@ class WebhookReceiver:
         delivery = req.headers.get("X-GitHub-Delivery", "")
         try:
             status, answer = self._dispatch(event, delivery, payload)
+        except Refused as refused:
+            status, answer = refused.status, refused.body
         except (KeyError, TypeError, ValueError) as err:
             status, answer = 400, {"message": f"payload lacks what a {event} event carries: {err!r}"}
         except RPCError as err:
@@ -145,6 +150,8 @@ class WebhookReceiver:
 
     def _on_issue(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         action = payload.get("action")
+        if action == "edited":
+            return self._on_edit(delivery, payload)
         label = self.config.trigger_label
         issue = payload.get("issue") or {}
         labels = {lbl.get("name") for lbl in issue.get("labels") or []}
@@ -154,15 +161,76 @@ class WebhookReceiver:
         if not triggered:
             return 202, {"message": f"issues.{action} without the {label!r} label: ignored"}
         repository = payload["repository"]["full_name"]
+        number = int(issue["number"])
+        # Who triggered: the account that added the label or opened the issue (issue forms put labels on for
+        # anyone who opens one), never the issue's author as such.
+        sender = str(payload["sender"]["login"])
+        required = self.config.trigger_permission
+        role = self._forge_read(
+            repository,
+            f"{sender}'s role on {repository} could not be checked, no run was started",
+            lambda forge: forge.get_role(sender),
+        )
+        if not role_at_least(role, required):
+            return 403, {
+                "sender": sender,
+                "role": role,
+                "required": required,
+                "message": (
+                    f"{sender} has the {role} role on {repository}; starting a durafix run requires {required} "
+                    "or more: no run was started"
+                ),
+            }
+        pinned = PinnedReport(
+            title=str(issue["title"]),
+            body=str(issue.get("body") or ""),
+            author=str((issue.get("user") or {}).get("login") or ""),
+            triggered_by=sender,
+        )
         try:
             started = self._run(
                 runs.start_run(
-                    self._client, self.config, repository, int(issue["number"]), trigger=f"webhook:{delivery}"
+                    self._client, self.config, repository, number, trigger=f"webhook:{delivery}", report=pinned
                 )
             )
         except runs.RunAlreadyEnded as ended:
             return 200, {"workflow_id": ended.workflow_id, "message": str(ended)}
         return 202, {"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached}
+
+    def _on_edit(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """An edit of the report's title or body after its trigger: the live run (if any) is told, so its
+        ticket says so; the run keeps the text pinned at its trigger. Anyone who may edit the issue may cause
+        this note, which is all it causes."""
+        fields = sorted(name for name in ("title", "body") if name in (payload.get("changes") or {}))
+        if not fields:
+            return 202, {"message": "issues.edited without a title or body change: ignored"}
+        workflow_id = workflow_id_for(payload["repository"]["full_name"], int(payload["issue"]["number"]))
+        edit = ReportEdit(
+            editor=str(payload["sender"]["login"]), fields=fields, at=datetime.now(UTC), source=f"webhook:{delivery}"
+        )
+        try:
+            self._run(runs.report_edited(self._client, workflow_id, edit))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return 202, {"workflow_id": workflow_id, "message": "no live run for this issue: nothing to note"}
+        return 200, {"workflow_id": workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}
+
+    def _forge_read(self, repository: str, unchecked: str, read: Callable[[GitHubForge], T]) -> T:
+        """``read`` on a fresh adapter for ``repository``, or :class:`Refused` saying why ``unchecked``: 500
+        without a forge token, 503 when the forge does not answer now (redeliver later), 502 when it refuses
+        the read (bad token, repository or user not visible)."""
+        if not self.config.forge_token:
+            raise Refused(500, {"message": f"no forge token configured: {unchecked}"})
+        # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
+        # thread-safe; closing it releases its connections.
+        try:
+            with Services(self.config).forge(repository) as forge:
+                return read(forge)
+        except ForgeTransientError as err:
+            raise Refused(503, {"message": f"forge unavailable: {unchecked}: {err}"}) from err
+        except ForgeError as err:
+            raise Refused(502, {"message": f"forge refused the read: {unchecked}: {err}"}) from err
 
     def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         review = payload.get("review") or {}
@@ -226,6 +294,15 @@ class WebhookReceiver:
                 f"on a durafix PR requires {required} or more"
             ),
         }
+
+
+class Refused(Exception):
+    """A delivery answered ``status`` with ``body`` before anything was sent to a run."""
+
+    def __init__(self, status: int, body: dict[str, Any]) -> None:
+        super().__init__(body.get("message", ""))
+        self.status = status
+        self.body = body
 
 
 def _reply(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:

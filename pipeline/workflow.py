@@ -13,6 +13,7 @@ activity running in it is its heartbeat. Cleanup runs on every ending, cancellat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import TypeVar
 
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         PhaseMark,
         PublishFact,
         Rejection,
+        ReportEdit,
         ReproductionFact,
         ReproductionOutcome,
         RunState,
@@ -90,6 +92,9 @@ LATE_COMPLETION_PATCH = "cancellation-wins-over-late-completion"
 BASELINE_PATCH = "baseline-tests"
 # The ticket is updated when the run starts waiting for a review (runs recorded before left it at publish).
 REVIEW_TICKET_PATCH = "ticket-at-review-wait"
+# A run started with the report pinned at the trigger works on that text; an edit (seen at intake, or
+# signalled by the receiver) is noted on the ticket, which is updated when the signal arrives.
+PINNED_REPORT_PATCH = "report-pinned-at-trigger"
 
 
 class RunEnded(Exception):
@@ -138,6 +143,9 @@ class RepairBugWorkflow:
         self._ending = False
         # Said on the ticket until the end: the final update rewrites the same comment.
         self._closing_note = ""
+        # Ticket updates from a signal handler and from the run never interleave: each body is computed
+        # when its turn comes, so the last write carries the latest state. Uncontended, it never yields.
+        self._ticket_lock = asyncio.Lock()
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -176,6 +184,21 @@ class RepairBugWorkflow:
     def reject(self, rejection: Rejection) -> None:
         if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
             self._rejection = rejection
+
+    @workflow.signal
+    async def report_edited(self, edit: ReportEdit) -> None:
+        """The issue's title or body changed after the trigger. Noted (once per source) and said on the ticket;
+        the run keeps the text pinned at its trigger."""
+        if self._input.report is None or any(e.source == edit.source for e in self._state.report_edits):
+            return
+        self._state.report_edits.append(edit)
+        if self._state.ticket is None or self._ending or self._state.outcome is not None:
+            return  # the ticket, once created (or at the end), carries it
+        if not workflow.patched(PINNED_REPORT_PATCH):
+            return
+        # Best effort: the next ticket update of the run carries the note as well.
+        with contextlib.suppress(ActivityError, asyncio.CancelledError):
+            await self._update_ticket(note=self._closing_note)
 
     # ---- the run ------------------------------------------------------------------------------------
 
@@ -271,6 +294,14 @@ class RepairBugWorkflow:
             steps.READ_REPORT,
             ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
         )
+        pinned = inp.report
+        if pinned is not None and workflow.patched(PINNED_REPORT_PATCH):
+            changed = [name for name in ("title", "body") if getattr(report, name) != getattr(pinned, name)]
+            if changed and not any(e.source == "intake" for e in self._state.report_edits):
+                self._state.report_edits.append(
+                    ReportEdit(editor="", fields=changed, at=workflow.now(), source="intake")
+                )
+            report = report.model_copy(update={"title": pinned.title, "body": pinned.body})
         self._report = report
         self._state.target_revision = report.base_revision
 
@@ -768,16 +799,17 @@ class RepairBugWorkflow:
         ticket = self._state.ticket
         if ticket is None:
             return
-        await self._step(
-            steps.UPDATE_TICKET,
-            UpdateTicketInput(
-                repository=self._input.repository,
-                issue_number=ticket.issue_number,
-                comment_id=ticket.comment_id,
-                op_id=ticket.op_id,
-                body=messages.ticket_body(self._state, note),
-            ),
-        )
+        async with self._ticket_lock:
+            await self._step(
+                steps.UPDATE_TICKET,
+                UpdateTicketInput(
+                    repository=self._input.repository,
+                    issue_number=ticket.issue_number,
+                    comment_id=ticket.comment_id,
+                    op_id=ticket.op_id,
+                    body=messages.ticket_body(self._state, note),
+                ),
+            )
 
     # ---- helpers ------------------------------------------------------------------------------------
 

@@ -404,8 +404,9 @@ async def test_review_of_a_pr_without_the_durafix_marker_is_ignored(hook: Hook) 
     assert "ignored" in answer.body["message"]
 
 
-async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(hook: Hook) -> None:
+async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(hook: Hook, forge: Forge) -> None:
     foreign = f"acme/elsewhere-{uuid.uuid4().hex[:6]}"
+    forge.create_repository(foreign)
     foreign_run = hook.run_id(1, foreign)
     start = await hook.deliver("issues", hook.issue_event("labeled", 1, [TRIGGER], TRIGGER, foreign))
     assert start.status == 202 and start.body["workflow_id"] == foreign_run, start
