@@ -20,7 +20,7 @@ from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Rejection, ReportEdit, RunState
+from pipeline.state import Approval, Rejection, ReportEdit, RunState, Withdrawal
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 
@@ -121,6 +121,10 @@ async def approve(client: Client, workflow_id: str, approval: Approval) -> Appro
 
 async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:
     await handle_for(client, workflow_id).signal(RepairBugWorkflow.reject, rejection)
+
+
+async def withdraw(client: Client, workflow_id: str, withdrawal: Withdrawal) -> None:
+    await handle_for(client, workflow_id).signal(RepairBugWorkflow.withdraw, withdrawal)
 
 
 async def report_edited(client: Client, workflow_id: str, edit: ReportEdit) -> None:

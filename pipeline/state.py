@@ -176,12 +176,26 @@ class Approval(BaseModel):
     review_id: str | None = None
     policy_version: int = 1
     expires_at: AwareDatetime | None = None
+    pr_number: int | None = None
+    """The PR the review was made on (webhook approvals): refused unless it is the run's own PR."""
 
 
 class Rejection(BaseModel):
     reviewer: str
     reason: str = ""
     source: str = "cli"
+    pr_number: int | None = None
+    """The PR the review was made on (webhook rejections): ignored unless it is the run's own PR."""
+
+
+class Withdrawal(BaseModel):
+    """A review was dismissed on the forge: the approval it carried (if the run holds it and has not acted on
+    it) no longer stands."""
+
+    review_id: str
+    reviewer: str
+    dismissed_by: str = ""
+    pr_number: int | None = None
 
 
 class ReportEdit(BaseModel):

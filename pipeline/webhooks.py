@@ -44,11 +44,12 @@ from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import PinnedReport
 from pipeline.services import Services
-from pipeline.state import Approval, Rejection, ReportEdit
+from pipeline.state import Approval, Rejection, ReportEdit, Withdrawal
 from pipeline.webhook_server import BodyRefused, BoundedHTTPServer, ReceiverLimits, body_length, handler_class
-from reviews.adapter import REPO_PERMISSIONS, GitHubForge, role_at_least
+from reviews.adapter import GitHubForge
 from reviews.errors import ForgeError, ForgeTransientError
 from reviews.markers import PULL, find_marker
+from reviews.permissions import permission_at_least, role_at_least
 
 T = TypeVar("T")
 MAX_BODY = ReceiverLimits().max_body
@@ -233,20 +234,51 @@ class WebhookReceiver:
             raise Refused(502, {"message": f"forge refused the read: {unchecked}: {err}"}) from err
 
     def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        action = payload.get("action")
         review = payload.get("review") or {}
         pr = payload.get("pull_request") or {}
         marker = find_marker(pr.get("body"), PULL)
-        if payload.get("action") != "submitted" or marker is None or "run" not in marker.attrs:
-            return 202, {"message": "not a submitted review of a durafix PR: ignored"}
+        if action not in ("submitted", "dismissed") or marker is None or "run" not in marker.attrs:
+            return 202, {"message": "not a submitted or dismissed review of a durafix PR: ignored"}
+        repository = payload["repository"]["full_name"]
         workflow_id = marker.attrs["run"]
-        if not workflow_id.startswith(f"repair:{payload['repository']['full_name']}#"):
+        if not workflow_id.startswith(f"repair:{repository}#"):
             return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
         state = str(review.get("state", "")).lower()
-        if state not in ("approved", "changes_requested"):
+        if action == "submitted" and state not in ("approved", "changes_requested"):
             return 202, {"message": f"review state {state}: ignored"}
         # No fallback name: a decision must be attributable to the account whose permission was read.
         reviewer = str(review["user"]["login"])
-        refusal = self._refuse_reviewer(payload["repository"]["full_name"], reviewer, workflow_id)
+        number = int(pr["number"])
+        # A marker is text anyone can paste into a PR body: only the bot's own PRs are durafix's, and the
+        # bot's own reviews are never a decision. (The run also checks the PR is the one it recorded.)
+        bot = self._forge_read(
+            repository,
+            f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
+            lambda forge: forge.login(),
+        )
+        author = str((pr.get("user") or {}).get("login") or "")
+        if author != bot:
+            return 403, {
+                "workflow_id": workflow_id,
+                "message": (
+                    f"PR #{number} is authored by {author or 'nobody'}, not by durafix ({bot}): its reviews are not "
+                    f"decisions about {workflow_id}, whatever its body says"
+                ),
+            }
+        if reviewer == bot:
+            return 403, {"workflow_id": workflow_id, "message": f"a review by durafix's own login {bot} never counts"}
+        if action == "dismissed":
+            # Withdrawing takes no permission to be heard: it only ever takes an approval away.
+            withdrawal = Withdrawal(
+                review_id=str(review.get("id")),
+                reviewer=reviewer,
+                dismissed_by=str((payload.get("sender") or {}).get("login") or ""),
+                pr_number=number,
+            )
+            self._run(runs.withdraw(self._client, workflow_id, withdrawal))
+            return 200, {"workflow_id": workflow_id, "message": f"dismissal of {reviewer}'s review sent to the run"}
+        refusal = self._refuse_reviewer(repository, reviewer, workflow_id)
         if refusal is not None:
             return refusal
         if state == "approved":
@@ -255,6 +287,7 @@ class WebhookReceiver:
                 head_sha=review["commit_id"],
                 source="webhook",
                 review_id=str(review.get("id")),
+                pr_number=number,
             )
             try:
                 ack = self._run(runs.approve(self._client, workflow_id, approval))
@@ -262,27 +295,21 @@ class WebhookReceiver:
                 return 409, {"workflow_id": workflow_id, "message": f"approval refused: {err.cause or err}"}
             return 200, {"workflow_id": workflow_id, "accepted": ack.accepted, "detail": ack.detail}
         reason = str(review.get("body") or "changes requested")
-        self._run(runs.reject(self._client, workflow_id, Rejection(reviewer=reviewer, reason=reason, source="webhook")))
+        rejection = Rejection(reviewer=reviewer, reason=reason, source="webhook", pr_number=number)
+        self._run(runs.reject(self._client, workflow_id, rejection))
         return 200, {"workflow_id": workflow_id, "message": "rejection recorded"}
 
     def _refuse_reviewer(self, repository: str, reviewer: str, workflow_id: str) -> tuple[int, dict[str, Any]] | None:
         """None when ``reviewer`` holds at least ``approver_permission`` on ``repository``; otherwise the
-        answer to give instead of sending their decision: 403 (too little permission), 503 (the forge did
-        not answer: redeliver later), 502 (the forge refused the read), 500 (no forge token configured)."""
+        answer to give instead of sending their decision: 403 (too little permission), or the forge read's
+        :class:`Refused` (503 the forge did not answer: redeliver later; 502 it refused the read; 500 no token)."""
         required = self.config.approver_permission
         unchecked = f"{reviewer}'s permission on {repository} could not be checked, nothing was sent to the run"
-        if not self.config.forge_token:
-            return 500, {"workflow_id": workflow_id, "message": f"no forge token configured: {unchecked}"}
-        # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
-        # thread-safe; closing it releases its connections.
         try:
-            with Services(self.config).forge(repository) as forge:
-                permission = forge.get_permission(reviewer)
-        except ForgeTransientError as err:
-            return 503, {"workflow_id": workflow_id, "message": f"forge unavailable: {unchecked}: {err}"}
-        except ForgeError as err:
-            return 502, {"workflow_id": workflow_id, "message": f"forge refused the read: {unchecked}: {err}"}
-        if REPO_PERMISSIONS.index(permission) >= REPO_PERMISSIONS.index(required):
+            permission = self._forge_read(repository, unchecked, lambda forge: forge.get_permission(reviewer))
+        except Refused as refused:
+            return refused.status, {"workflow_id": workflow_id, **refused.body}
+        if permission_at_least(permission, required):
             return None
         return 403, {
             "workflow_id": workflow_id,

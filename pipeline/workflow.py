@@ -53,6 +53,7 @@ with workflow.unsafe.imports_passed_through():
         RunState,
         TicketFact,
         VerificationStatus,
+        Withdrawal,
     )
     from pipeline.steps import (
         BaselineInput,
@@ -95,6 +96,9 @@ REVIEW_TICKET_PATCH = "ticket-at-review-wait"
 # A run started with the report pinned at the trigger works on that text; an edit (seen at intake, or
 # signalled by the receiver) is noted on the ticket, which is updated when the signal arrives.
 PINNED_REPORT_PATCH = "report-pinned-at-trigger"
+# The merge activity merges only on an approval the forge holds (or an allowed operator approval); when it
+# finds none, the run says so on the PR and the ticket and waits for a review again.
+REVIEW_ON_FORGE_PATCH = "approval-authority-on-forge"
 
 
 class RunEnded(Exception):
@@ -146,6 +150,8 @@ class RepairBugWorkflow:
         # Ticket updates from a signal handler and from the run never interleave: each body is computed
         # when its turn comes, so the last write carries the latest state. Uncontended, it never yields.
         self._ticket_lock = asyncio.Lock()
+        # Said on the ticket while the run waits again for a review after an approval that did not stand.
+        self._review_note = ""
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -171,6 +177,8 @@ class RepairBugWorkflow:
         pending = self._state.pending_approval
         if pending is None or self._state.phase != Phase.AWAITING_REVIEW:
             raise ValueError(f"run is not awaiting review (phase {self._state.phase})")
+        if approval.pr_number is not None and approval.pr_number != pending.pr_number:
+            raise ValueError(f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}")
         if approval.head_sha != pending.head_sha:
             raise ValueError(f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}")
         if approval.expires_at is not None and approval.expires_at <= workflow.now():
@@ -182,8 +190,21 @@ class RepairBugWorkflow:
 
     @workflow.signal
     def reject(self, rejection: Rejection) -> None:
+        pending = self._state.pending_approval
+        if rejection.pr_number is not None and (pending is None or rejection.pr_number != pending.pr_number):
+            return  # a review of another PR is not a decision about this run
         if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
             self._rejection = rejection
+
+    @workflow.signal
+    def withdraw(self, withdrawal: Withdrawal) -> None:
+        """A dismissed review withdraws the approval it carried, if the run has not acted on it yet. (Once the
+        merge has started, the merge activity's own read of the PR's reviews no longer finds it.)"""
+        approval = self._approval
+        if approval is None or approval.review_id != withdrawal.review_id:
+            return
+        if self._state.phase == Phase.AWAITING_REVIEW:
+            self._approval = None
 
     @workflow.signal
     async def report_edited(self, edit: ReportEdit) -> None:
@@ -704,7 +725,7 @@ class RepairBugWorkflow:
                 requested_at=workflow.now(),
             )
             if workflow.patched(REVIEW_TICKET_PATCH):
-                await self._update_ticket()
+                await self._update_ticket(note=self._review_note)
             try:
                 await workflow.wait_condition(
                     lambda: self._approval is not None or self._rejection is not None,
@@ -748,8 +769,17 @@ class RepairBugWorkflow:
                     repository=self._input.repository,
                     number=publish.pr_number,
                     approved_sha=approval.head_sha,
+                    reviewer=approval.reviewer,
+                    source=approval.source,
+                    review_id=approval.review_id,
                 ),
             )
+            if merge_result.status == MergeStatus.NOT_APPROVED and workflow.patched(REVIEW_ON_FORGE_PATCH):
+                # The approval has no standing on the forge: it is dropped, and a reviewer is asked for one.
+                self._approval = None
+                self._state.approval = None
+                await self._ask_for_review(publish.pr_number, head, approval, merge_result.detail)
+                continue
             if merge_result.status in (MergeStatus.MERGED, MergeStatus.ALREADY_MERGED):
                 self._state.merged_sha = merge_result.merged_sha
                 return Outcome.MERGED, f"merged {approval.head_sha[:12]} approved by {approval.reviewer}"
@@ -765,6 +795,24 @@ class RepairBugWorkflow:
             self._approval = None
             self._state.approval = None
             await self._update_ticket(note=f"the PR head moved to {head[:12]} after approval; renewed review needed")
+
+    async def _ask_for_review(self, pr_number: int, head: str, approval: Approval, why: str) -> None:
+        """Say on the PR (one keyed comment per head) and on the ticket that the approval received does not
+        stand on the forge, and what would: a review approving ``head``."""
+        wf = self._state.workflow_id
+        ask = (
+            f"durafix received an approval of `{head}` ({approval.source}, by {approval.reviewer}) but did not merge: "
+            f"{why}. To merge, a reviewer with permission to approve submits an **Approve** review of `{head}` "
+            "on this pull request."
+        )
+        await self._step(
+            steps.ENSURE_COMMENT,
+            EnsureCommentInput(
+                repository=self._input.repository, number=pr_number, key=f"{wf}:review-needed:{head}", body=ask
+            ),
+        )
+        self._review_note = f"not merged: {why}; waiting for an approving review of `{head[:12]}` on the PR"
+        await self._update_ticket(note=self._review_note)
 
     # ---- ending -------------------------------------------------------------------------------------
 

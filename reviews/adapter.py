@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, get_args
 
 from reviews.branches import Branches
 from reviews.claims import ClaimStore
@@ -20,30 +19,20 @@ from reviews.errors import ForgePermanentError
 from reviews.issues import IssueInfo, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
 from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.permissions import (
+    REPO_PERMISSIONS,
+    REPO_ROLES,
+    ROLE_OF_PERMISSION,
+    RepoPermission,
+    RepoRole,
+    role_at_least,
+)
 from reviews.pulls import Pulls
 from reviews.tickets import KIND as TICKET_CLAIMS
 from reviews.tickets import Tickets
 from reviews.transport import Transport
 
-# A user's permission on a repository as GitHub's collaborator-permission API names it (maintain is
-# reported as write, triage as read), listed from least to most, so an index compares two of them.
-RepoPermission = Literal["none", "read", "write", "admin"]
-REPO_PERMISSIONS: tuple[RepoPermission, ...] = get_args(RepoPermission)
-# A user's role on a repository as the same API's `role_name` names it (GitHub's five base roles), least first.
-RepoRole = Literal["none", "read", "triage", "write", "maintain", "admin"]
-REPO_ROLES: tuple[RepoRole, ...] = get_args(RepoRole)
-# The base role a legacy permission guarantees at least (a custom role names its base permission only).
-_ROLE_OF_PERMISSION: dict[RepoPermission, RepoRole] = {
-    "none": "none",
-    "read": "read",
-    "write": "write",
-    "admin": "admin",
-}
-
-
-def role_at_least(role: RepoRole, required: RepoRole) -> bool:
-    """Whether `role` includes everything `required` may do (GitHub's roles are ordered)."""
-    return REPO_ROLES.index(role) >= REPO_ROLES.index(required)
+__all__ = ["REPO_PERMISSIONS", "REPO_ROLES", "GitHubForge", "RepoPermission", "RepoRole", "role_at_least"]
 
 
 class GitHubForge:
@@ -100,7 +89,7 @@ class GitHubForge:
         for role in REPO_ROLES:
             if answer == role:
                 return role
-        return _ROLE_OF_PERMISSION[self.get_permission(login)]
+        return ROLE_OF_PERMISSION[self.get_permission(login)]
 
     def _read_collaborator(self, what: str, read: Callable[[str], str], login: str) -> str:
         try:
