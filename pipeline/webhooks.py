@@ -167,7 +167,7 @@ class WebhookReceiver:
         # anyone who opens one), never the issue's author as such.
         sender = str(payload["sender"]["login"])
         required = self.config.trigger_permission
-        role = self._forge_read(
+        role = self._with_forge(
             repository,
             f"{sender}'s role on {repository} could not be checked, no run was started",
             lambda forge: forge.get_role(sender),
@@ -195,8 +195,31 @@ class WebhookReceiver:
                 )
             )
         except runs.RunAlreadyEnded as ended:
-            return 200, {"workflow_id": ended.workflow_id, "message": str(ended)}
+            return 200, self._answer_ended(repository, number, ended)
         return 202, {"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached}
+
+    def _answer_ended(self, repository: str, number: int, ended: runs.RunAlreadyEnded) -> dict[str, Any]:
+        """A trigger for a report whose run ended is answered on the issue, once: one keyed comment per run
+        (``reviews.comments``: a second trigger finds it unchanged), saying what to do instead."""
+        state = ended.status.name.lower() if ended.status else "closed"
+        body = (
+            f"durafix already ran on this report (`{ended.workflow_id}`, now {state}); a report gets one run, "
+            "so adding the label again starts nothing. To try again, open a new issue with the report and add "
+            f"the `{self.config.trigger_label}` label to it; the outcome of the earlier run is in its status "
+            "comment above."
+        )
+        answer: dict[str, Any] = {"workflow_id": ended.workflow_id, "message": str(ended)}
+        try:
+            ref = self._with_forge(
+                repository,
+                f"the issue could not be told that {ended.workflow_id} already ran",
+                lambda forge: forge.ensure_comment(number, f"{ended.workflow_id}:already-ran", body),
+            )
+        except Refused as refused:
+            answer["comment"] = refused.body["message"]
+        else:
+            answer["comment"] = ref.action
+        return answer
 
     def _on_edit(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """An edit of the report's title or body after its trigger: the live run (if any) is told, so its
@@ -217,10 +240,10 @@ class WebhookReceiver:
             return 202, {"workflow_id": workflow_id, "message": "no live run for this issue: nothing to note"}
         return 200, {"workflow_id": workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}
 
-    def _forge_read(self, repository: str, unchecked: str, read: Callable[[GitHubForge], T]) -> T:
-        """``read`` on a fresh adapter for ``repository``, or :class:`Refused` saying why ``unchecked``: 500
-        without a forge token, 503 when the forge does not answer now (redeliver later), 502 when it refuses
-        the read (bad token, repository or user not visible)."""
+    def _with_forge(self, repository: str, unchecked: str, read: Callable[[GitHubForge], T]) -> T:
+        """``read`` (or an idempotent write) on a fresh adapter for ``repository``, or :class:`Refused` saying
+        why ``unchecked``: 500 without a forge token, 503 when the forge does not answer now (redeliver later),
+        502 when it refuses (bad token, repository or user not visible)."""
         if not self.config.forge_token:
             raise Refused(500, {"message": f"no forge token configured: {unchecked}"})
         # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
@@ -252,7 +275,7 @@ class WebhookReceiver:
         number = int(pr["number"])
         # A marker is text anyone can paste into a PR body: only the bot's own PRs are durafix's, and the
         # bot's own reviews are never a decision. (The run also checks the PR is the one it recorded.)
-        bot = self._forge_read(
+        bot = self._with_forge(
             repository,
             f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
             lambda forge: forge.login(),
@@ -306,7 +329,7 @@ class WebhookReceiver:
         required = self.config.approver_permission
         unchecked = f"{reviewer}'s permission on {repository} could not be checked, nothing was sent to the run"
         try:
-            permission = self._forge_read(repository, unchecked, lambda forge: forge.get_permission(reviewer))
+            permission = self._with_forge(repository, unchecked, lambda forge: forge.get_permission(reviewer))
         except Refused as refused:
             return refused.status, {"workflow_id": workflow_id, **refused.body}
         if permission_at_least(permission, required):

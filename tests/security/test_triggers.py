@@ -18,7 +18,9 @@ from pipeline import client as runs
 from pipeline.demo import issue_text
 from pipeline.services import Services
 from pipeline.state import Phase
+from reviews.markers import COMMENT, find_marker
 from tests.security.harness import (
+    BOT,
     DECISION_EVENTS,
     MAINTAINER,
     OUTSIDER,
@@ -161,3 +163,36 @@ async def _state_at_provision(site: Site, workflow_id: str) -> Any:
     except Exception:
         return None
     return state if state.phase == Phase.PROVISION and state.ticket is not None else None
+
+
+async def test_relabelling_an_issue_whose_run_ended_is_answered_on_the_issue_once(site: Site) -> None:
+    issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
+    triager = site.repo(TRIAGER).get_issue(issue.number)
+    triager.add_to_labels(TRIGGER)
+    workflow_id = site.run_id(issue.number)
+    [first] = site.deliveries("issues", "labeled")
+    assert first["status_code"] == 202, first
+    await site.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+
+    for _ in range(2):
+        triager.remove_from_labels(TRIGGER)
+        triager.add_to_labels(TRIGGER)
+    relabels = site.deliveries("issues", "labeled")[1:]
+    assert [d["status_code"] for d in relabels] == [200, 200], relabels
+    answers = already_ran_comments(site, issue.number, workflow_id)
+    assert len(answers) == 1, answers
+    assert "already ran on this report" in answers[0] and "open a new issue" in answers[0]
+    # An outsider's re-label is refused before anything is said on the issue.
+    status, _ = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, OUTSIDER))
+    assert status == 403
+    assert len(already_ran_comments(site, issue.number, workflow_id)) == 1
+
+
+def already_ran_comments(site: Site, number: int, workflow_id: str) -> list[str]:
+    """The bot's comments on the issue keyed as the answer to a trigger of an ended run."""
+    found = []
+    for comment in site.repo(MAINTAINER).get_issue(number).get_comments():
+        marker = find_marker(comment.body, COMMENT)
+        if comment.user.login == BOT and marker and marker.attrs.get("key") == f"{workflow_id}:already-ran":
+            found.append(comment.body)
+    return found
