@@ -34,7 +34,7 @@ from pipeline.services import Services
 from pipeline.state import Approval, Outcome, Phase
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
-from reviews.markers import pull_marker
+from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.e2e.conftest import E2EStack, e2e_stack, stack_with_worker
 from tests.forge.helpers import branch_with, commit_files
 from tests.security.harness import (
@@ -231,6 +231,11 @@ def test_an_operator_approval_merges_only_where_operator_approvals_are_enabled(s
     assert site.repo().get_pull(number).merged
 
 
+def _key_of(body: str | None) -> str | None:
+    marker = find_marker(body, COMMENT)
+    return marker.attrs.get("key") if marker else None
+
+
 # ---- the whole run -----------------------------------------------------------------------------------------
 
 
@@ -263,7 +268,7 @@ async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_th
     ask_key = f"{wf}:review-needed:{head}"
 
     def asked() -> Any:
-        return [c.body for c in repo.get_issue(number).get_comments() if ask_key in (c.body or "")]
+        return [c.body for c in repo.get_issue(number).get_comments() if _key_of(c.body) == ask_key]
 
     [ask] = await eventually(asked, 60, "the run to ask for a review on the PR")
     assert "did not merge" in ask and "Approve** review" in ask
