@@ -3,7 +3,11 @@ assertions that, all holding, mean the bug is present.
 
 A report embeds the procedure as YAML in a fenced code block tagged ``durafix-repro``. The text comes from
 an untrusted issue body, so the schema is closed (unknown keys are errors), navigation is confined to paths
-under the environment's base URL, and every regular expression is compiled at validation time.
+under the environment's base URL, and every regular expression is compiled at validation time by the
+linear-time engine that later evaluates it (:mod:`browser.patterns`: RE2; a pattern it cannot evaluate, such
+as one with a backreference or a lookaround, is refused here, saying which syntax). The report and the
+procedure are length-capped, and finding the block is linear in the report's length (no backtracking regex
+reads it), so no report can stall a worker.
 
 ``procedure_digest`` is a pure function of the validated procedure (defaults included), so two reports that
 spell the same procedure differently share a digest and a stored procedure can be checked against its
@@ -14,14 +18,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from typing import Annotated, Any, Literal, TypeAlias
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from browser.patterns import MAX_PATTERN_CHARS, validate_pattern
+
 FENCE_TAG = "durafix-repro"
 MAX_PROCEDURE_CHARS = 64_000
+# GitHub caps an issue body at 65,536 characters; a longer report is not from GitHub and is refused.
+MAX_REPORT_CHARS = 256_000
 DEFAULT_TIMEOUT_MS = 5_000
 MAX_TIMEOUT_MS = 60_000
 MAX_RUNS = 10
@@ -36,14 +43,6 @@ class ProcedureError(ValueError):
         super().__init__(f"line {line}: {message}" if line is not None else message)
 
 
-def _compiled(pattern: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as err:
-        raise ValueError(f"invalid regular expression {pattern!r}: {err}") from err
-    return pattern
-
-
 def _relative_path(path: str) -> str:
     # A report must not steer the browser to another host: only paths under the base URL are allowed.
     if not path.startswith("/") or path.startswith("//"):
@@ -53,7 +52,7 @@ def _relative_path(path: str) -> str:
 
 Selector = Annotated[str, Field(min_length=1, max_length=500)]
 Timeout = Annotated[int, Field(ge=1, le=MAX_TIMEOUT_MS)]
-Pattern = Annotated[str, Field(max_length=500), AfterValidator(_compiled)]
+Pattern = Annotated[str, Field(max_length=MAX_PATTERN_CHARS), AfterValidator(validate_pattern)]
 RelativePath = Annotated[str, Field(max_length=2_000), AfterValidator(_relative_path)]
 
 
@@ -203,28 +202,26 @@ def parse_procedure(text: str, first_line: int = 1) -> Procedure:
         raise ProcedureError(f"{where}: {first['msg']}{more}", line) from err
 
 
-_FENCE_OPEN = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\n]*)$")
-
-
 def extract_procedure(issue_body: str) -> Procedure | None:
     """The procedure in ``issue_body``'s fenced ``durafix-repro`` block, or None if there is none.
 
-    Raises ProcedureError (with the line in the body) when the block is unterminated, appears more than
-    once, or does not hold a valid procedure.
+    Raises ProcedureError (with the line in the body) when the body is longer than
+    :data:`MAX_REPORT_CHARS`, or the block is unterminated, appears more than once, or does not hold a
+    valid procedure.
     """
+    if len(issue_body) > MAX_REPORT_CHARS:
+        raise ProcedureError(f"the report is longer than {MAX_REPORT_CHARS} characters")
     lines = issue_body.splitlines()
     blocks: list[tuple[int, list[str]]] = []
     i = 0
     while i < len(lines):
-        opened = _FENCE_OPEN.match(lines[i])
+        opened = _fence_open(lines[i])
         if opened is None:
             i += 1
             continue
-        fence = opened["fence"]
-        closing = re.compile(rf"^ {{0,3}}{re.escape(fence[0])}{{{len(fence)},}}\s*$")
-        end = next((j for j in range(i + 1, len(lines)) if closing.match(lines[j])), None)
-        info = opened["info"].split()
-        if info[:1] == [FENCE_TAG]:
+        fence, info = opened
+        end = next((j for j in range(i + 1, len(lines)) if _fence_closes(lines[j], fence)), None)
+        if info.split()[:1] == [FENCE_TAG]:
             if end is None:
                 raise ProcedureError(f"the {FENCE_TAG} block is never closed", i + 1)
             blocks.append((i + 2, lines[i + 1 : end]))
@@ -235,6 +232,32 @@ def extract_procedure(issue_body: str) -> Procedure | None:
         raise ProcedureError(f"more than one {FENCE_TAG} block; keep exactly one", blocks[1][0] - 1)
     first_line, body = blocks[0]
     return parse_procedure("\n".join(body), first_line)
+
+
+def _fence_open(line: str) -> tuple[str, str] | None:
+    """``(fence, info)`` when ``line`` opens a fenced code block (CommonMark: up to 3 spaces of indent, 3 or
+    more backticks or tildes, an info string without backticks), else None. One pass over the line."""
+    body = line.lstrip(" ")
+    if len(line) - len(body) > 3 or body[:1] not in ("`", "~"):
+        return None
+    char = body[0]
+    run = len(body) - len(body.lstrip(char))
+    if run < 3:
+        return None
+    info = body[run:]
+    if "`" in info:
+        return None
+    return body[:run], info.strip()
+
+
+def _fence_closes(line: str, fence: str) -> bool:
+    """Whether ``line`` closes a block opened by ``fence``: indent up to 3 spaces, at least as many of the
+    same character, then only whitespace."""
+    body = line.lstrip(" ")
+    if len(line) - len(body) > 3:
+        return False
+    mark = body.rstrip()
+    return len(mark) >= len(fence) and mark == fence[0] * len(mark)
 
 
 def _node_line(node: yaml.Node, loc: tuple[int | str, ...]) -> int:

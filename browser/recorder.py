@@ -4,6 +4,10 @@ steps and assertions themselves, and crashes, as timestamped events for the run'
 The recorder also remembers the status of every same-origin response, which ``expect_response_status``
 reads. Events are capped per run so a page that logs in a loop cannot grow the log without bound; the number
 dropped is recorded.
+
+It also keeps the requests the run's origin policy aborted (``blocked``: method, URL, resource type), capped
+the same way (``blocked_dropped`` counts the rest) and with each URL cut to :data:`MAX_URL_CHARS`, since the
+page chooses them.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from urllib.parse import urlsplit
 from playwright.async_api import BrowserContext, ConsoleMessage, Page, Request, Response
 
 MAX_EVENTS = 2_000
+MAX_BLOCKED = 200
+MAX_URL_CHARS = 2_000
 
 
 class RunRecorder:
@@ -26,6 +32,8 @@ class RunRecorder:
         self.dropped = 0
         self.crashed = False
         self._statuses: list[tuple[str, str, int]] = []
+        self.blocked: list[dict[str, str]] = []
+        self.blocked_dropped = 0
 
     def attach(self, context: BrowserContext) -> None:
         """Listen on the whole context, so popups and frames the app opens are recorded too."""
@@ -42,6 +50,15 @@ class RunRecorder:
             self.dropped += 1
             return
         self.events.append({"t": round(time.monotonic() - self._started, 3), "kind": kind, **fields})
+
+    def block(self, method: str, url: str, resource_type: str) -> None:
+        """Note a request the origin policy aborted (also as a ``blocked`` event on the run's timeline)."""
+        shown = url if len(url) <= MAX_URL_CHARS else url[:MAX_URL_CHARS] + "..."
+        if len(self.blocked) >= MAX_BLOCKED:
+            self.blocked_dropped += 1
+        else:
+            self.blocked.append({"method": method, "url": shown, "resource_type": resource_type})
+        self.add("blocked", method=method, url=shown, resource_type=resource_type)
 
     def latest_status(self, path: str) -> int | None:
         """Status of the latest same-origin response whose path (plus query, when ``path`` has one) is ``path``."""

@@ -56,7 +56,23 @@ class RunOutcome(BaseModel):
         return self.failed_step is None and all(a.holds is not None for a in self.assertions)
 
 
+class BlockedRequest(BaseModel):
+    """A request the page made to an origin it may not reach; it was aborted before leaving the browser.
+
+    ``resource_type`` is Playwright's (``fetch``, ``xhr``, ``document``, ``image``, ``websocket``, ...).
+    """
+
+    run: int
+    method: str
+    url: str
+    resource_type: str
+
+
 class ReproductionResult(BaseModel):
+    """``blocked_requests`` lists every request aborted by the origin policy (``allowed_origins``: the app's
+    first), at most ``MAX_BLOCKED`` per run; ``blocked_dropped`` counts those beyond. ``chromium_sandbox``
+    is False only when the operator turned Chromium's sandbox off."""
+
     status: ReproductionStatus
     runs: list[RunOutcome]
     trace_paths: list[Path]
@@ -66,6 +82,10 @@ class ReproductionResult(BaseModel):
     video_paths: list[Path] = []
     duration_s: float
     detail: str
+    allowed_origins: list[str] = []
+    blocked_requests: list[BlockedRequest] = []
+    blocked_dropped: int = 0
+    chromium_sandbox: bool = True
 
 
 class BrowserInfraError(RuntimeError):

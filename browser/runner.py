@@ -16,29 +16,40 @@ browser that cannot be launched, crashes, or disconnects (or whose Playwright dr
 the browser and its driver are discarded (unless only the run's own page crashed) and the next run launches
 fresh ones; a browser found dead when a run opens its context is replaced at once, so a crash between runs
 costs no failed run.
+
+Isolation: Chromium runs with its own sandbox on (as an unprivileged user when the worker is root, with a
+clean environment; :mod:`browser.sandbox`), and every request a page makes is checked against the run's
+allowed origins (the app's, plus those the caller names): anything else is aborted and listed in the result
+and the log (:mod:`browser.origins`, :mod:`browser.session`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import queue
 import shutil
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+from browser.origins import OriginPolicy
 from browser.procedure import Procedure
 from browser.results import BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome, verdict
+from browser.sandbox import DEFAULT_SANDBOX_USER, BrowserHome, SandboxUnavailable
 from browser.session import Announce, Collected, RunSession
 from browser.video import enable_video
 
+logger = logging.getLogger(__name__)
+
+# No --no-sandbox: Playwright adds it only when launched with chromium_sandbox=False (an operator's choice).
 CHROMIUM_ARGS = (
-    "--no-sandbox",
     "--disable-gpu",
     "--disable-dev-shm-usage",
     "--disable-background-networking",
@@ -46,6 +57,9 @@ CHROMIUM_ARGS = (
     "--disable-sync",
     "--no-first-run",
     "--disable-quic",
+    # WebRTC may use only proxied TCP, so its UDP (STUN, peers) cannot bypass the origin guard; the proxy of
+    # every context is a dead end for hosts it may not reach (browser/origins.py).
+    "--webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 StepCallback = Callable[[int, str], None]
@@ -62,10 +76,22 @@ class BrowserRunner:
         max_concurrent_runs: int = 2,
         launch_timeout_s: float = 30.0,
         video_dir: Path | None = None,
+        sandbox: bool = True,
+        sandbox_user: str = DEFAULT_SANDBOX_USER,
     ) -> None:
         """``video_dir``: record a WebM video of every run, with the system ffmpeg linked into that folder
-        (raises ``VideoUnavailable`` at once when this host cannot encode video)."""
+        (raises ``VideoUnavailable`` at once when this host cannot encode video).
+
+        ``sandbox``: Chromium's own sandbox (default on); off only when an operator asks, for hosts where it
+        cannot run, and then logged at every launch. ``sandbox_user``: the unprivileged user Chromium runs as
+        when this process is root."""
         self._executable_path = executable_path
+        self._sandbox = sandbox
+        self._sandbox_user = sandbox_user
+        self._home: BrowserHome | None = None
+        # Bound, never listened on: connecting to it is refused. The proxy of every context for the hosts
+        # a run may not reach (browser/origins.py); held for the runner's life so no one else takes the port.
+        self._dead_end: socket.socket | None = None
         self._record_video = video_dir is not None
         if video_dir is not None:
             enable_video(video_dir)
@@ -83,6 +109,11 @@ class BrowserRunner:
         self._launches = 0
 
     @property
+    def sandboxed(self) -> bool:
+        """Whether Chromium is launched with its own sandbox."""
+        return self._sandbox
+
+    @property
     def launches(self) -> int:
         """How many browsers this runner has launched: the first, plus one per relaunch after a crash or close."""
         return self._launches
@@ -93,12 +124,18 @@ class BrowserRunner:
         base_url: str,
         out_dir: Path,
         on_step: StepCallback | None = None,
+        allowed_origins: Sequence[str] = (),
     ) -> ReproductionResult:
         """Run ``procedure`` ``procedure.runs`` times against ``base_url``; artifacts go to ``out_dir``.
+
+        The page may reach ``base_url``'s origin and ``allowed_origins`` (``scheme://host[:port]``; a
+        ``ValueError`` names one that is not an origin); every other request is aborted and listed in the
+        result's ``blocked_requests`` and the log.
 
         Raises BrowserInfraError when the browser fails (its ``result`` holds the partial artifacts), or
         whatever ``on_step`` raised.
         """
+        policy = OriginPolicy.for_app(base_url, allowed_origins)
         loop, thread = self._ensure_loop()
         events: queue.Queue[_Event] = queue.Queue()
 
@@ -114,7 +151,7 @@ class BrowserRunner:
             assert task is not None
             self._runs.add(task)
             try:
-                return await self._reproduce(procedure, base_url, out_dir.resolve(), announce)
+                return await self._reproduce(procedure, base_url, policy, out_dir.resolve(), announce)
             finally:
                 self._runs.discard(task)
                 events.put(None)
@@ -145,6 +182,12 @@ class BrowserRunner:
         asyncio.run_coroutine_threadsafe(self._shutdown(), loop).result(timeout=60)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=60)
+        if self._home is not None:
+            self._home.remove()
+            self._home = None
+        if self._dead_end is not None:
+            self._dead_end.close()
+            self._dead_end = None
 
     def __enter__(self) -> BrowserRunner:
         return self
@@ -200,13 +243,24 @@ class BrowserRunner:
             executable = self._executable_path or shutil.which("chromium")
             if executable is None:
                 raise BrowserInfraError("chromium is not installed (no 'chromium' on PATH)")
+            plan = self._launch_plan(executable).plan
+            if not plan.sandbox:
+                logger.warning(
+                    "launching chromium WITHOUT its sandbox (--no-sandbox), as the operator configured "
+                    "(DURAFIX_BROWSER_SANDBOX=0): a page that exploits the renderer runs as this worker's user"
+                )
             failure: Exception | None = None
             for _ in range(2):
                 try:
                     if self._playwright is None:
                         self._playwright = await async_playwright().start()
                     self._browser = await self._playwright.chromium.launch(
-                        executable_path=executable, args=list(CHROMIUM_ARGS), timeout=self._launch_timeout_ms
+                        executable_path=plan.executable,
+                        args=list(CHROMIUM_ARGS),
+                        chromium_sandbox=plan.sandbox,
+                        env=dict(plan.env),
+                        downloads_path=plan.downloads,
+                        timeout=self._launch_timeout_ms,
                     )
                 except (PlaywrightError, OSError) as err:
                     failure = err
@@ -215,18 +269,47 @@ class BrowserRunner:
                     continue
                 self._launches += 1
                 return self._browser
-            raise BrowserInfraError(f"could not launch chromium ({executable}): {failure}")
+            hint = ""
+            if plan.sandbox:
+                hint = (
+                    " (its sandbox is on: it needs unprivileged user namespaces; on a host without them an "
+                    "operator may set DURAFIX_BROWSER_SANDBOX=0, see docs/security.md)"
+                )
+            raise BrowserInfraError(f"could not launch chromium ({executable}){hint}: {failure}")
+
+    def _dead_end_port(self) -> int:
+        if self._dead_end is None:
+            self._dead_end = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            self._dead_end.bind(("127.0.0.1", 0))
+        port: int = self._dead_end.getsockname()[1]
+        return port
+
+    def _launch_plan(self, executable: str) -> BrowserHome:
+        if self._home is None:
+            try:
+                self._home = BrowserHome(executable, sandbox=self._sandbox, user=self._sandbox_user)
+            except (SandboxUnavailable, OSError) as err:
+                raise BrowserInfraError(f"cannot prepare chromium's sandbox: {err}") from err
+        return self._home
 
     # ---- one reproduction -------------------------------------------------------------------------------
 
     async def _reproduce(
-        self, procedure: Procedure, base_url: str, out_dir: Path, announce: Announce
+        self, procedure: Procedure, base_url: str, policy: OriginPolicy, out_dir: Path, announce: Announce
     ) -> ReproductionResult:
         assert self._slots is not None
         async with self._slots:
             started = time.monotonic()
             out_dir.mkdir(parents=True, exist_ok=True)
-            collected = Collected(procedure, base_url, out_dir, record_video=self._record_video)
+            collected = Collected(
+                procedure,
+                base_url,
+                out_dir,
+                record_video=self._record_video,
+                policy=policy,
+                sandbox=self._sandbox,
+                dead_end_port=self._dead_end_port(),
+            )
             try:
                 for run in range(1, procedure.runs + 1):
                     collected.runs.append(await self._run_once(run, collected, announce))

@@ -4,6 +4,13 @@ A ``RunSession`` never lets a browser failure pass for a finding about the app: 
 the app's doing only while the browser is connected, the page is open and alive, and the driver still
 answers (a dead driver or browser surfaces as ``TargetClosedError``). Anything else raises
 ``BrowserInfraError`` and marks the session ``browser_lost`` unless only its own page crashed.
+
+Every request of the session's context (pages, popups, frames, WebSockets) goes through its origin guard:
+a request to an origin the run's :class:`OriginPolicy` does not allow is aborted (``blockedbyclient``; a
+WebSocket is closed before it connects) and recorded. Service workers are blocked, since requests they make
+would not pass through the guard. Beneath that, the context's proxy is a dead end for every host but the
+allowed ones (``OriginPolicy.proxy_bypass``), so a connection routing never sees (Chromium connects ahead
+of a frame's navigation) fails too.
 """
 
 from __future__ import annotations
@@ -18,10 +25,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from playwright._impl._errors import TargetClosedError
-from playwright.async_api import Browser, BrowserContext, Page, ViewportSize
+from playwright.async_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    ProxySettings,
+    Route,
+    ViewportSize,
+    WebSocketRoute,
+)
 from playwright.async_api import Error as PlaywrightError
 
 from browser.checks import Verdict, evaluate, wait_until_holds
+from browser.origins import OriginPolicy
 from browser.procedure import (
     EXPECTATIONS,
     Click,
@@ -38,7 +54,14 @@ from browser.procedure import (
     procedure_digest,
 )
 from browser.recorder import RunRecorder
-from browser.results import AssertionOutcome, BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome
+from browser.results import (
+    AssertionOutcome,
+    BlockedRequest,
+    BrowserInfraError,
+    ReproductionResult,
+    ReproductionStatus,
+    RunOutcome,
+)
 
 VIEWPORT = ViewportSize(width=1280, height=800)
 # Half the viewport: enough to follow the steps, a quarter of the pixels to encode.
@@ -50,9 +73,23 @@ Announce = Callable[[int, str], Awaitable[None]]
 class Collected:
     """Everything one reproduction (all its runs) collects; written to ``log.json`` whatever the outcome."""
 
-    def __init__(self, procedure: Procedure, base_url: str, out_dir: Path, record_video: bool = False) -> None:
+    def __init__(
+        self,
+        procedure: Procedure,
+        base_url: str,
+        out_dir: Path,
+        record_video: bool = False,
+        policy: OriginPolicy | None = None,
+        sandbox: bool = True,
+        dead_end_port: int | None = None,
+    ) -> None:
+        """``dead_end_port``: a local port bound and never listened on, the context's proxy for every host
+        the policy does not allow (None: routing only)."""
         self.procedure = procedure
         self.record_video = record_video
+        self.policy = policy if policy is not None else OriginPolicy.for_app(base_url)
+        self.sandbox = sandbox
+        self.dead_end_port = dead_end_port
         self.base_url = base_url.rstrip("/") + "/"
         self.out_dir = out_dir
         self.log_path = out_dir / "log.json"
@@ -73,7 +110,18 @@ class Collected:
             log_path=self.log_path,
             duration_s=duration_s,
             detail=detail,
+            allowed_origins=list(self.policy.allowed),
+            blocked_requests=self.blocked_requests(),
+            blocked_dropped=sum(r.blocked_dropped for r in self.recorders),
+            chromium_sandbox=self.sandbox,
         )
+
+    def blocked_requests(self) -> list[BlockedRequest]:
+        return [
+            BlockedRequest(run=run, **blocked)
+            for run, recorder in enumerate(self.recorders, start=1)
+            for blocked in recorder.blocked
+        ]
 
     def log(self, result: ReproductionResult | None) -> dict[str, Any]:
         """The JSON document ``log.json`` holds; ``result`` is None when the reproduction was cancelled.
@@ -87,6 +135,10 @@ class Collected:
             "procedure_digest": procedure_digest(self.procedure),
             "base_url": self.base_url,
             "browser_version": self.browser_version,
+            "chromium_sandbox": self.sandbox,
+            "allowed_origins": list(self.policy.allowed),
+            "blocked_requests": [b.model_dump(mode="json") for b in self.blocked_requests()],
+            "blocked_dropped": sum(r.blocked_dropped for r in self.recorders),
             "status": result.status.value if result is not None else "cancelled",
             "detail": result.detail if result is not None else None,
             "runs": [
@@ -95,6 +147,7 @@ class Collected:
                     "outcome": _outcome_json(self.runs[index]) if index < len(self.runs) else None,
                     "events": recorder.events,
                     "events_dropped": recorder.dropped,
+                    "blocked_dropped": recorder.blocked_dropped,
                 }
                 for index, recorder in enumerate(self.recorders)
             ],
@@ -125,7 +178,11 @@ class RunSession:
                 viewport=VIEWPORT,
                 record_video_dir=self._video_dir if recording else None,
                 record_video_size=VIDEO_SIZE if recording else None,
+                service_workers="block",
+                proxy=self._dead_end_proxy(),
             )
+            await self._context.route(_every_url, self._guard)
+            await self._context.route_web_socket(_every_url, self._guard_socket)
             self.recorder.attach(self._context)
             await self._context.tracing.start(
                 screenshots=True, snapshots=True, title=f"{self.collected.procedure.name} (run {self.run})"
@@ -138,6 +195,31 @@ class RunSession:
                     await asyncio.wait_for(self._context.close(), timeout=5)
             raise BrowserInfraError(f"could not open a browser page: {_first_line(err)}") from err
         self.recorder.attach_page(self._page)
+
+    def _dead_end_proxy(self) -> ProxySettings | None:
+        port = self.collected.dead_end_port
+        if port is None:
+            return None
+        return ProxySettings(server=f"http://127.0.0.1:{port}", bypass=self.collected.policy.proxy_bypass())
+
+    async def _guard(self, route: Route) -> None:
+        request = route.request
+        # The context may close under a request in flight; the request is gone with it, nothing to decide.
+        with contextlib.suppress(PlaywrightError):
+            if self.collected.policy.allows(request.url):
+                await route.fallback()
+                return
+            self.recorder.block(request.method, request.url, request.resource_type)
+            await route.abort("blockedbyclient")
+
+    async def _guard_socket(self, socket: WebSocketRoute) -> None:
+        with contextlib.suppress(PlaywrightError):
+            if self.collected.policy.allows(socket.url):
+                socket.connect_to_server()
+                return
+            self.recorder.block("GET", socket.url, "websocket")
+            # Never connected to the server: the page sees the socket close.
+            await socket.close(code=1008, reason="blocked by durafix: origin not allowed")
 
     async def execute(self, announce: Announce) -> RunOutcome:
         """Perform the steps (announcing each first), then evaluate ``bug_present`` once."""
@@ -302,6 +384,10 @@ async def _act(step: Step, page: Page, base_url: str) -> None:
         await page.locator(step.selector).select_option(step.value, timeout=step.timeout_ms)
     elif isinstance(step, WaitFor):
         await page.locator(step.selector).wait_for(state=step.state, timeout=step.timeout_ms)
+
+
+def _every_url(_url: str) -> bool:
+    return True
 
 
 def _outcome_json(outcome: RunOutcome) -> dict[str, Any]:

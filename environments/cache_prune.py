@@ -21,11 +21,16 @@ Contracts:
   removing it. An entry that was used, became busy or in use since the listing is skipped, which only
   narrows the plan. One failure does not stop the others; each is reported with its error.
 - Removing is idempotent: an entry already gone is skipped, and running the prune again is always safe.
+- **One mirror by its URL** (:func:`plan_mirror`, ``durafix cache prune --mirror URL``): that mirror whatever
+  its age, under every other rule above: a mirror being cloned or fetched, served or built on, or borrowed by
+  a workspace is kept with the reason (never waited for), and a URL no mirror was made from is refused
+  (:class:`UnknownMirrorError`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 from collections.abc import Collection, Iterable, Iterator
 from contextlib import AbstractContextManager
@@ -44,6 +49,7 @@ from environments.mirror import MirrorCache
 from environments.workspace import WorkspaceManager
 
 MIRROR, DEPENDENCIES, IMAGE, TARBALL = "mirror", "dependencies", "image", "rootfs-tarball"
+FETCHING = "busy: being cloned or fetched"
 _UNITS = (("d", 86400), ("h", 3600), ("m", 60))
 
 
@@ -220,6 +226,39 @@ def _remove(source: CacheSource, entry: CacheEntry, cutoff: float) -> str:
         return ""
 
 
+class UnknownMirrorError(LookupError):
+    """No mirror of ``clone_url`` is cached; ``known`` are the clone URLs of the mirrors that are."""
+
+    def __init__(self, clone_url: str, known: list[str]) -> None:
+        listed = ", ".join(known) if known else "none"
+        super().__init__(f"no mirror of {clone_url} is cached (mirrors cached: {listed})")
+        self.clone_url = clone_url
+        self.known = known
+
+
+def plan_mirror(source: MirrorSource, clone_url: str, now: float) -> Plan:
+    """The plan for dropping the one mirror made from ``clone_url``, however recently it was used.
+
+    Read-only, like :func:`survey`: the mirror is eligible only when nobody holds its locks (no clone, fetch
+    or bundle import in progress; nobody served from it or building a workspace on it) and no workspace
+    borrows its objects; otherwise it is kept with the reason. ``now`` is the plan's cutoff, so
+    :func:`prune` still skips the mirror if a worker is served it after this listing. Raises
+    :class:`UnknownMirrorError` when no mirror of ``clone_url`` is cached.
+    """
+    entry = source.entry_for(clone_url)
+    if entry is None:
+        raise UnknownMirrorError(clone_url, [e.name for e in source.entries()])
+    plan = Plan(cutoff=now)
+    with source.hold(entry, create=False) as busy:
+        entry.reason = busy or source.in_use(entry, ())
+    if entry.reason:
+        plan.kept.append(entry)
+    else:
+        entry.reason = "named by its URL"
+        plan.eligible.append((source, entry))
+    return plan
+
+
 def first_and_count(names: Iterable[str]) -> str:
     """``a`` or ``a and 3 more``: one name to look at, and how many others there are."""
     listed = list(names)
@@ -250,18 +289,35 @@ class MirrorSource:
         for mirror in self.mirrors.cached():
             # Removed since the directory was listed (by another prune): nothing to plan for it.
             with contextlib.suppress(FileNotFoundError):
-                last_used, stamped = self.mirrors.last_used(mirror)
-                found.append(
-                    CacheEntry(
-                        kind=MIRROR,
-                        name=self.mirrors.clone_url_of(mirror),
-                        ref=str(mirror),
-                        size_bytes=tree_size(mirror),
-                        last_used=last_used,
-                        stamped=stamped,
-                    )
-                )
+                found.append(self._entry(mirror))
         return found
+
+    def entry_for(self, clone_url: str) -> CacheEntry | None:
+        """The mirror made from ``clone_url``, or ``None`` when there is none.
+
+        Found where :meth:`MirrorCache.path_for` puts it, or else among the mirrors whose origin is
+        ``clone_url`` (a mirror whose directory is named otherwise is still the one the URL names).
+        """
+        direct = self.mirrors.path_for(clone_url)
+        # Lazy: the scan asks git for each mirror's origin, and only runs when the direct place is empty.
+        by_origin = (m for m in self.mirrors.cached() if m != direct and self.mirrors.clone_url_of(m) == clone_url)
+        for mirror in itertools.chain([direct], by_origin):
+            # Gone since it was looked at (another prune): not there, like one never made.
+            with contextlib.suppress(FileNotFoundError):
+                if mirror.is_dir():
+                    return self._entry(mirror)
+        return None
+
+    def _entry(self, mirror: Path) -> CacheEntry:
+        last_used, stamped = self.mirrors.last_used(mirror)
+        return CacheEntry(
+            kind=MIRROR,
+            name=self.mirrors.clone_url_of(mirror),
+            ref=str(mirror),
+            size_bytes=tree_size(mirror),
+            last_used=last_used,
+            stamped=stamped,
+        )
 
     @contextlib.contextmanager
     def hold(self, entry: CacheEntry, *, create: bool) -> Iterator[str]:
@@ -269,10 +325,12 @@ class MirrorSource:
         # The use lock first: ensure and workspace builds hold it shared for as long as they rely on the mirror.
         with try_locked(self.mirrors.use_lock(mirror), create=create) as unused:
             if not unused:
-                yield "in use: being served, or a workspace is being built from it"
+                # A fetch runs inside a use: the update lock tells the two apart, for the message only.
+                with try_locked(self.mirrors.update_lock(mirror), create=False) as idle:
+                    yield "in use: being served, or a workspace is being built from it" if idle else FETCHING
                 return
             with try_locked(self.mirrors.update_lock(mirror), create=create) as idle:
-                yield "" if idle else "busy: being cloned or fetched"
+                yield "" if idle else FETCHING
 
     def present(self, entry: CacheEntry) -> bool:
         return Path(entry.ref).is_dir()

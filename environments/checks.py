@@ -177,7 +177,7 @@ def _run_commands(
         if code != 0:
             stop_owned(marker, grace_s=stop_grace_s)
             outcome = "timed out" if code is None else f"exited {code}"
-            raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}")
+            raise SetupError(f"setup command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
 
 
 def _note(log_path: Path, text: str) -> None:
@@ -204,8 +204,15 @@ class TestRunResult(BaseModel):
         return not self.timed_out and self.exit_code not in NOT_RUNNABLE_EXIT_CODES
 
 
-def run_tests(ws_path: Path, recipe: AppRecipe, timeout_s: float, *, log_path: Path | None = None) -> TestRunResult:
-    """Run ``recipe.test`` in ``ws_path``; passed means exit code 0 within ``timeout_s``.
+def run_tests(
+    ws_path: Path,
+    recipe: AppRecipe,
+    timeout_s: float,
+    *,
+    log_path: Path | None = None,
+    command: str | None = None,
+) -> TestRunResult:
+    """Run ``command`` (default ``recipe.test``) in ``ws_path``; passed means exit code 0 within ``timeout_s``.
 
     The full output goes to ``log_path`` (default: a new temporary file, which the caller owns); the
     result carries its last 4 KB.
@@ -214,7 +221,7 @@ def run_tests(ws_path: Path, recipe: AppRecipe, timeout_s: float, *, log_path: P
         with tempfile.NamedTemporaryFile(prefix="durafix-tests-", suffix=".log", delete=False) as fh:
             log_path = Path(fh.name)
     code, duration = run_to_completion(
-        recipe.test,
+        command or recipe.test,
         cwd=ws_path,
         env=command_env(recipe, marker=f"tests/{uuid.uuid4().hex}"),
         log_path=log_path,

@@ -1,7 +1,12 @@
 """Running git with a controlled configuration and an in-memory credential.
 
-Every git command runs with the system and global configuration switched off, so a worker's own settings
-(``core.autocrlf``, ``commit.gpgsign``, hooks paths, ...) can never change a tree or commit hash. A token is
+Every git command runs in a clean git environment (:func:`git_env`): the system and global configuration
+switched off and ``HOME`` / ``XDG_CONFIG_HOME`` an empty directory, so a worker's own settings
+(``core.autocrlf``, ``commit.gpgsign``, hooks paths, a global attributes file, ...) can never change a tree
+or commit hash; hooks switched off (``core.hooksPath=/dev/null``) and no file-system monitor, so git runs no
+program of anyone's choosing. Filters and diff/merge drivers named by a ``.gitattributes`` (a patch may add
+one) need a ``filter.<name>`` / ``diff.<name>`` / ``merge.<name>`` section in the configuration, and no
+configuration git reads here defines one, so none runs. A token is
 handed to git as an ``http.<url>.extraHeader`` through ``GIT_CONFIG_COUNT``/``GIT_CONFIG_KEY_n``/
 ``GIT_CONFIG_VALUE_n`` environment variables: it lives only in the git child's environment, is scoped to the
 clone URL, and is never written into any repository's configuration.
@@ -9,10 +14,14 @@ clone URL, and is never written into any repository's configuration.
 
 from __future__ import annotations
 
+import atexit
 import base64
+import functools
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -21,6 +30,18 @@ from urllib.parse import urlsplit
 from environments.interface import EnvironmentError
 
 _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TMPDIR")
+
+# Set through GIT_CONFIG_COUNT, which outranks every configuration file, a repository's own included: a
+# repository whose ``.git/config`` untrusted code could have written still runs no hook and no monitor.
+CLEAN_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.hooksPath", os.devnull),
+    ("core.fsmonitor", "false"),
+    ("core.attributesFile", os.devnull),
+    ("core.excludesFile", os.devnull),
+    # Workspaces borrow the mirror's objects through alternates; never pruning keeps every commit a
+    # workspace may still stand on, even after a force-push made it unreachable in the mirror.
+    ("gc.pruneExpire", "never"),
+)
 
 
 class GitError(EnvironmentError):
@@ -119,23 +140,42 @@ def check_clone_url(clone_url: str) -> None:
         raise ValueError("clone URL must not embed credentials; pass the token separately")
 
 
+@functools.cache
+def empty_home() -> str:
+    """An empty directory private to this process (mode 0700), git's ``HOME`` and ``XDG_CONFIG_HOME``.
+
+    Nothing git would read from a home directory (``~/.gitconfig``, ``~/.config/git/attributes``,
+    ``~/.config/git/ignore``, credentials) exists there.
+    """
+    home = tempfile.mkdtemp(prefix="durafix-git-home-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
+    return home
+
+
 def git_env(
     *,
     clone_url: str | None = None,
     token: str | None = None,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment for one git child: isolated configuration, optional scoped auth header."""
+    """The clean environment for one git child, with an optional scoped auth header.
+
+    Only ``PATH``, ``LANG``, ``LC_ALL`` and ``TMPDIR`` are taken from the worker (no ``GIT_*`` variable of
+    its own reaches git); no system or global configuration; ``HOME`` and ``XDG_CONFIG_HOME`` an empty
+    directory; no system attributes file; :data:`CLEAN_CONFIG` on top of any repository configuration.
+    ``extra`` is added last (commit identities, ``GIT_INDEX_FILE``, ``GIT_DIR``, ...).
+    """
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
+    home = empty_home()
     env.update(
         GIT_CONFIG_NOSYSTEM="1",
         GIT_CONFIG_GLOBAL=os.devnull,
+        GIT_ATTR_NOSYSTEM="1",
         GIT_TERMINAL_PROMPT="0",
-        HOME=os.environ.get("HOME", "/"),
+        HOME=home,
+        XDG_CONFIG_HOME=home,
     )
-    # Workspaces borrow the mirror's objects through alternates; never pruning keeps every commit a
-    # workspace may still stand on, even after a force-push made it unreachable in the mirror.
-    config: list[tuple[str, str]] = [("gc.pruneExpire", "never")]
+    config = list(CLEAN_CONFIG)
     if token is not None:
         if clone_url is None:
             raise ValueError("a token needs the clone URL it is scoped to")
@@ -176,6 +216,23 @@ def run_git(
     if proc.returncode != 0:
         raise git_error(args, proc.returncode, proc.stderr)
     return proc.stdout.rstrip("\n")
+
+
+def run_git_bytes(
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    stdin: bytes | None = None,
+    timeout_s: float | None = 120.0,
+) -> bytes:
+    """:func:`run_git` for binary input and output (``-z`` listings, blobs, patches): stdout as git wrote it."""
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, env=dict(env), input=stdin, capture_output=True, timeout=timeout_s, check=False
+    )
+    if proc.returncode != 0:
+        raise git_error(args, proc.returncode, proc.stderr.decode("utf-8", errors="replace"))
+    return proc.stdout
 
 
 def has_commit(repo: Path, revision: str) -> bool:

@@ -20,9 +20,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
+from pathlib import Path
 from typing import Literal, Protocol
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 # A provider calls this with a short human sub-state ("setup: npm ci", "waiting for readiness at ...") each
 # time its work changes, on the provisioning thread. Text only: the receiver adds timing itself. It must not
@@ -79,12 +81,60 @@ class AppRecipe(BaseModel):
         "at the repository root are recognised (package-lock.json, yarn.lock, pnpm-lock.yaml, uv.lock, "
         "poetry.lock, requirements*.txt)",
     )
+    test_report: str | None = Field(
+        default=None,
+        description="the JUnit XML file (relative to the repository root) that `test` writes; with it a candidate "
+        "is judged per test (it may fail only tests that already fail on the base) and the regression proof names "
+        "the tests that fail before the fix and pass after it",
+    )
+    test_subset: str | None = Field(
+        default=None,
+        description="a command running only some test files, `{files}` standing for them (shell-quoted, space "
+        "separated), e.g. `python -m pytest {files}`; the regression proof runs the patch's test files with it. "
+        "Not given: the proof runs `test`",
+    )
+    test_files: list[str] = Field(
+        default_factory=list,
+        description="globs naming more test files than the common conventions (tests/, test_*.py, *.test.js, "
+        "*.spec.ts, ...; see environments.test_files): `*` within a directory, `**` across directories",
+    )
     cache: list[str] | None = Field(
         default=None,
         description="paths (relative to the repository root) that setup creates and that are cached per lock hash, "
         "so that a workspace with the same lock files gets them restored instead of running setup again. Not "
         "given: node_modules next to a JavaScript lock file, .venv next to a Python one. [] turns caching off",
     )
+    browser_origins: list[str] = Field(
+        default_factory=list,
+        description="origins (scheme://host[:port], http or https) the app's pages may reach from the reproduction "
+        "browser besides the app's own; every other request is blocked and listed in the evidence",
+    )
+
+    @field_validator("browser_origins")
+    @classmethod
+    def _origins(cls, value: list[str]) -> list[str]:
+        return [_origin(item) for item in value]
+
+
+def _origin(text: str) -> str:
+    """``text`` as a normalized origin (lower case, default port explicit: ``https://cdn.example:443``).
+
+    The browser normalizes the same way when it compares (``browser/origins.py``; this package may not
+    import it), so what the recipe lists is exactly what the browser allows."""
+    try:
+        url = urlsplit(text.strip())
+        port = url.port
+    except ValueError as err:
+        raise ValueError(f"{text!r} is not an origin: {err}") from err
+    defaults = {"http": 80, "https": 443}
+    if url.scheme not in defaults or not url.hostname:
+        raise ValueError(f"{text!r} is not an origin: expected http(s)://host[:port]")
+    if url.username is not None or url.password is not None:
+        raise ValueError(f"{text!r} is not an origin: it carries credentials")
+    if url.path not in ("", "/") or url.query or url.fragment or text.strip().endswith(("?", "#")):
+        raise ValueError(f"{text!r} is not an origin: no path, query or fragment")
+    host = f"[{url.hostname}]" if ":" in url.hostname else url.hostname
+    return f"{url.scheme}://{host}:{port if port is not None else defaults[url.scheme]}"
 
 
 class RecoverySpec(BaseModel):
@@ -144,7 +194,12 @@ class CleanupReport(BaseModel):
 
 
 class EnvironmentError(Exception):
-    """Base of environment failures."""
+    """Base of environment failures. ``log_path``: the log of the commands that failed, when there is one; the
+    caller keeps it as evidence (what the repository's commands printed goes no further than that log)."""
+
+    def __init__(self, *args: object, log_path: Path | None = None) -> None:
+        super().__init__(*args)
+        self.log_path = log_path
 
 
 class RunFencedError(EnvironmentError):

@@ -219,7 +219,8 @@ class LocalProcessProvider:
             self._abandon(run_dir, key, record)
             raise NotReadyError(
                 f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
-                f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}"
+                f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}",
+                log_path=log_path,
             )
         self._seed(run_dir, key, record, recipe, ws, log_path, progress)
         return _handle(record)
@@ -246,7 +247,7 @@ class LocalProcessProvider:
             if code != 0:
                 self._abandon(run_dir, key, record)
                 outcome = "timed out" if code is None else f"exited {code}"
-                raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}")
+                raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
         record["seeded"] = True
         write_json_atomic(run_dir / f"{key}.json", record)
 

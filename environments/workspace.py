@@ -39,6 +39,7 @@ from environments.interface import (
     RunFencedError,
 )
 from environments.mirror import MirrorCache
+from environments.staged_patch import staged_patch, unsafe_changes
 
 COMMITTER_NAME = "durafix"
 COMMITTER_EMAIL = "durafix@localhost"
@@ -48,7 +49,8 @@ _FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 class PatchError(EnvironmentError):
-    """The patch does not apply to the base revision (permanent for these inputs)."""
+    """The patch does not apply to the base revision, or writes what no workspace may hold (a symlink, a
+    submodule, a path in ``.git``): permanent for these inputs."""
 
 
 class TreeMismatchError(EnvironmentError):
@@ -90,8 +92,13 @@ class WorkspaceManager:
         """Build a fresh tree for ``op_id`` at ``base_revision`` with ``patch`` staged; replace any older one.
 
         Idempotent per ``op_id``: the same inputs always give the same ``tree_sha`` at the same path.
-        ``bundle`` (from :meth:`snapshot`) supplies a commit the mirror and remote lack.
-        Raises :class:`PatchError`, :class:`TreeMismatchError` (nothing is left in place for either),
+        ``bundle`` (from :meth:`snapshot`) supplies a commit the mirror and remote lack. The patch is first
+        applied to a scratch index and read back (:mod:`environments.staged_patch`); one that writes a
+        symlink, a submodule, a mode other than the executable bit or a path in ``.git`` is refused before
+        any file of it is written. Every git command runs in the clean git environment
+        (:func:`environments.git.git_env`).
+        Raises :class:`PatchError` (does not apply, or refused), :class:`TreeMismatchError` (nothing is left
+        in place for either),
         :class:`~environments.mirror.RevisionNotFoundError`, or ``RunFencedError`` once the run is cleaned up.
         """
         if not _FULL_SHA.match(base_revision):
@@ -277,13 +284,27 @@ def _build_tree(tmp: Path, mirror: Path, revision: str, patch: str | None) -> st
     alternates.write_text(f"{mirror / 'objects'}\n", encoding="utf-8")
     run_git(["update-ref", "--no-deref", "HEAD", revision], cwd=tmp)
     run_git(["reset", "--quiet", "--hard", "HEAD"], cwd=tmp)
-    if patch is not None:
-        try:
-            run_git(["apply", "--index", "--check", "-"], cwd=tmp, stdin=patch)
-        except GitError as exc:
-            raise PatchError(f"patch does not apply to {revision}: {exc}") from exc
-        run_git(["apply", "--index", "-"], cwd=tmp, stdin=patch)
-    return run_git(["write-tree"], cwd=tmp)
+    if patch is None:
+        return run_git(["write-tree"], cwd=tmp)
+    # Judged on a scratch index before anything reaches the working tree: a stored patch that would write a
+    # symlink, a submodule or into .git is refused here whatever validated it, and leaves no file behind.
+    try:
+        with staged_patch(mirror / "objects", revision, patch.encode("utf-8")) as staged:
+            unsafe = unsafe_changes(staged.changes)
+            expected = staged.tree
+    except GitError as exc:
+        raise PatchError(f"patch does not apply to {revision}: {exc}") from exc
+    if unsafe:
+        raise PatchError(f"patch refused for {revision}: " + "; ".join(unsafe))
+    try:
+        run_git(["apply", "--index", "--check", "-"], cwd=tmp, stdin=patch)
+    except GitError as exc:
+        raise PatchError(f"patch does not apply to {revision}: {exc}") from exc
+    run_git(["apply", "--index", "-"], cwd=tmp, stdin=patch)
+    tree = run_git(["write-tree"], cwd=tmp)
+    if tree != expected:
+        raise PatchError(f"patch applied to the workspace gave tree {tree}, the scratch index {expected}")
+    return tree
 
 
 def _remove_leftovers(run_dir: Path, key: str) -> None:

@@ -22,6 +22,7 @@ from pydantic import BaseModel, Field, model_validator
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore, IntegrityError
 
 MANIFEST_NAME = "evidence-manifest.json"
+_LATER_FIELDS = ("baseline", "regression")
 
 
 class RevisionEvidence(BaseModel):
@@ -77,6 +78,21 @@ class CheckResult(BaseModel):
     output: ArtifactRef | None = None
 
 
+class RegressionEvidence(BaseModel):
+    """The regression proof: the patch's test files run on the base revision's code (``base_output``) and on
+    the candidate (``candidate_output``; ``None`` when the candidate's full test run stands for it).
+    ``status`` is ``proven`` when they fail on the base and pass on the candidate; ``fixed_cases`` names the
+    test cases that do, when the recipe reports per test. Informational: the run's policy decides whether a
+    missing proof fails a candidate, so it does not enter :attr:`EvidenceBundle.passed`."""
+
+    status: str
+    summary: str
+    test_files: list[str] = Field(default_factory=list)
+    fixed_cases: list[str] = Field(default_factory=list)
+    base_output: ArtifactRef | None = None
+    candidate_output: ArtifactRef | None = None
+
+
 class EvidenceBundle(BaseModel):
     version: Literal[1] = 1
     run_id: str
@@ -90,6 +106,9 @@ class EvidenceBundle(BaseModel):
     candidate: RevisionEvidence
     patch: ArtifactRef
     checks: list[CheckResult] = Field(default_factory=list)
+    # The recipe's tests on the base before any change: what a candidate's results are judged against.
+    baseline: CheckResult | None = None
+    regression: RegressionEvidence | None = None
 
     @model_validator(mode="after")
     def _revisions_line_up(self) -> EvidenceBundle:
@@ -108,9 +127,13 @@ class EvidenceBundle(BaseModel):
         return self.base.as_expected and self.candidate.as_expected and all(c.passed for c in self.checks)
 
     def canonical_json(self) -> bytes:
-        return json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode("utf-8")
+        data = self.model_dump(mode="json")
+        # Fields added after manifests were first stored are left out while empty, so an older manifest
+        # re-serialises to its own bytes (and keeps the digest an approval named).
+        for later in _LATER_FIELDS:
+            if data.get(later) is None:
+                data.pop(later, None)
+        return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
     def artifacts(self) -> list[ArtifactRef]:
         """Every artifact the bundle names, each key once, in reading order."""
@@ -120,7 +143,9 @@ class EvidenceBundle(BaseModel):
         for side in (self.base, self.candidate):
             refs += [*side.traces, *side.screenshots, *side.videos, *side.logs]
         refs.append(self.patch)
-        refs += [c.output for c in self.checks if c.output is not None]
+        refs += [c.output for c in [*self.checks, *([self.baseline] if self.baseline else [])] if c.output is not None]
+        if self.regression is not None:
+            refs += [r for r in (self.regression.base_output, self.regression.candidate_output) if r is not None]
         seen: set[str] = set()
         unique = []
         for ref in refs:

@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef
 from evidence.keys import media_type_for, object_key, parse_key, utc_iso
+from evidence.links import LinkSigner
 from evidence.streams import check_digest, copy_hashing, read_chunks, write_hashing, write_verified
 
 # Leftovers of crashed puts are swept by delete_expired once they are this old (no live put takes a day).
@@ -42,9 +43,12 @@ class LocalArtifactStore:
     answers ``file://`` URLs.
     """
 
-    def __init__(self, root: Path, *, public_url: str | None = None) -> None:
+    def __init__(self, root: Path, *, public_url: str | None = None, signer: LinkSigner | None = None) -> None:
+        """``signer``: links from :meth:`url_for` carry its signature, so the evidence server opens them to a
+        reviewer on another host who has no token (``evidence/serve.py``)."""
         self.root = root.resolve()
         self.public_url = public_url.rstrip("/") if public_url else None
+        self.signer = signer
         for sub in ("objects", "meta", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -159,9 +163,11 @@ class LocalArtifactStore:
         return self.object_path(ref.key).is_file()
 
     def url_for(self, ref: ArtifactRef, expires_s: int = 7 * 24 * 3600) -> str:
-        """The evidence server's URL when one is configured (it never expires), else a ``file://`` URL."""
+        """The evidence server's URL when one is configured (it never expires; signed with the store's
+        ``signer`` when it has one), else a ``file://`` URL."""
         if self.public_url:
-            return f"{self.public_url}/a/{ref.key}"
+            path = f"/a/{ref.key}"
+            return f"{self.public_url}{self.signer.sign(path) if self.signer else path}"
         return self.object_path(ref.key).as_uri()
 
     # ---- what the evidence server needs ----------------------------------------------------------------

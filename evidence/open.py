@@ -16,17 +16,26 @@ from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from evidence.interface import ArtifactStore
+from evidence.links import LinkSigner
 from evidence.local import LocalArtifactStore
 from evidence.s3 import S3ArtifactStore, S3Credentials
 
 
-def open_store(url: str, *, public_url: str | None = None, credentials: S3Credentials | None = None) -> ArtifactStore:
-    """The store ``url`` names. S3 ``credentials`` default to the environment's (see module docstring)."""
+def open_store(
+    url: str,
+    *,
+    public_url: str | None = None,
+    credentials: S3Credentials | None = None,
+    link_secret: str | None = None,
+) -> ArtifactStore:
+    """The store ``url`` names. S3 ``credentials`` default to the environment's (see module docstring).
+    ``link_secret``: a local store's links to its evidence server are signed with it (:mod:`evidence.links`)."""
     parts = urlsplit(url)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ValueError(f"file URL must name a local path, got host {parts.netloc!r}: {url}")
-        return LocalArtifactStore(Path(unquote(parts.path)), public_url=public_url)
+        signer = LinkSigner(link_secret) if link_secret else None
+        return LocalArtifactStore(Path(unquote(parts.path)), public_url=public_url, signer=signer)
     if parts.scheme == "s3":
         if not parts.netloc:
             raise ValueError(f"s3 URL names no bucket: {url}")

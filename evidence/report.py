@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest
+from evidence.blocked_requests import BlockedRequests, read_blocked_requests
+from evidence.bundle import CheckResult, EvidenceBundle, RegressionEvidence, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
 from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
@@ -96,9 +97,11 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
             _summary(bundle, digest),
             _proof(bundle, procedure, observed, images),
             _comparison(bundle, observed, images),
+            _blocked_requests(bundle, store),
             _procedure(bundle, store, procedure, procedure_text),
             _patch(bundle, store),
-            _checks(bundle.checks, store),
+            _checks([*([bundle.baseline] if bundle.baseline else []), *bundle.checks], store),
+            _regression(bundle.regression, store),
             _traces(bundle, store),
             _hashes(bundle, digest),
             "</main>",
@@ -342,6 +345,40 @@ def _status_text(status: str) -> str:
     }.get(status, status)
 
 
+def _blocked_requests(bundle: EvidenceBundle, store: ArtifactStore) -> str:
+    """The requests the pages made to origins they may not reach (aborted in the browser), per revision;
+    nothing at all when no request was blocked. Every URL is the page's choice, so escaped and never a link."""
+    sides = [(side, read_blocked_requests(side, store)) for side in (bundle.base, bundle.candidate)]
+    if not any(blocked.total for _, blocked in sides):
+        return ""
+    parts = [
+        '<section id="blocked-requests"><h2>Blocked requests</h2>'
+        "<p>The app's pages asked for these addresses outside the origins they may reach (the app's own and "
+        "the recipe's <code>browser_origins</code>); the browser aborted each before it left, so none reached "
+        "its server.</p>"
+    ]
+    for side, blocked in sides:
+        parts.append(_blocked_table(side, blocked))
+    return "".join(parts) + "</section>"
+
+
+def _blocked_table(side: RevisionEvidence, blocked: BlockedRequests) -> str:
+    label = f"{_SIDE_LABEL[side.role]} {code(side.revision[:12], 'sha')}"
+    allowed = ", ".join(code(o) for o in blocked.allowed_origins) or '<span class="note">not recorded</span>'
+    head = f'<h3>{label}</h3><p class="note">allowed origins: {allowed}</p>'
+    if not blocked.total:
+        return f'{head}<p class="note">none blocked</p>'
+    rows = "".join(
+        f"<tr><td>{r.run}</td><td>{_e(r.method)}</td><td><code>{_e(r.url)}</code></td><td>{_e(r.resource_type)}</td></tr>"
+        for r in blocked.requests
+    )
+    more = f'<p class="note">and {blocked.dropped} more, not listed</p>' if blocked.dropped else ""
+    return (
+        f'{head}<table class="blocked" data-role="{side.role}"><tr><th>run</th><th>method</th><th>URL</th>'
+        f"<th>type</th></tr>{rows}</table>{more}"
+    )
+
+
 def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str, Any] | None, text: str) -> str:
     head = f'<section id="steps"><h2>Reproduction procedure</h2><p>{_link(bundle.procedure, store)}</p>'
     if procedure is None:
@@ -406,6 +443,36 @@ def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
     return (
         '<section id="checks"><h2>Test results</h2><table><tr><th>check</th><th>result</th><th>detail</th>'
         "<th>output</th></tr>" + "".join(rows) + "</table>" + "".join(tails) + "</section>"
+    )
+
+
+def _regression(proof: RegressionEvidence | None, store: ArtifactStore) -> str:
+    """The patch's tests without the fix and with it: the proof that they catch the bug."""
+    head = '<section id="regression"><h2>Regression proof</h2>'
+    if proof is None:
+        return f'{head}<p class="note">no regression proof was run for this candidate</p></section>'
+    proven = proof.status == "proven"
+    verdict = f'<span class="verdict {"pass" if proven else "fail"}">{_e(proof.status)}</span>'
+    if not proof.test_files:
+        return f"{head}<p>{verdict} {_e(proof.summary)}</p></section>"
+    base_said = (
+        "failed, as a test of the bug should"
+        if proven
+        else ("passed" if proof.status == "not-proven" else "did not run")
+    )
+    base_log = _link(proof.base_output, store) if proof.base_output else ""
+    candidate_log = _link(proof.candidate_output, store) if proof.candidate_output else "the candidate's test run"
+    files = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.test_files)
+    cases = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.fixed_cases)
+    return (
+        f"{head}<p>{verdict} {_e(proof.summary)}</p><p>the patch's test files:</p><ul>{files}</ul>"
+        "<table><tr><th>run</th><th>code</th><th>tests</th><th>output</th></tr>"
+        f'<tr class="regression-base"><td>base + the patch\'s tests</td><td>without the fix</td>'
+        f'<td><span class="verdict {"pass" if proven else "fail"}">{base_said}</span></td><td>{base_log}</td></tr>'
+        '<tr class="regression-candidate"><td>candidate</td><td>with the fix</td>'
+        f'<td><span class="verdict pass">passed</span></td><td>{candidate_log}</td></tr></table>'
+        + (f"<p>test cases that fail without the fix and pass with it:</p><ul>{cases}</ul>" if cases else "")
+        + "</section>"
     )
 
 

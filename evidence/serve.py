@@ -11,35 +11,104 @@ Routes:
 
 ``HEAD`` works wherever ``GET`` does. Only keys of the store's own shape are accepted, so no request
 reaches outside ``<root>/objects``.
+
+Who may read (:class:`Access`): a loopback client (``127.0.0.0/8``, ``::1``) everything, as the local stack
+needs; any other client only ``/healthz``, plus an artifact with a link signed for it
+(:mod:`evidence.links`, ``?sig=``) and everything with ``Authorization: Bearer <token>``. Otherwise 401 (no
+credentials) or 403 (wrong token, a bad or expired signature), saying what is needed and never what was
+expected. A server with neither token nor signing secret answers only loopback clients. Behind a reverse proxy
+on the same host every client looks like loopback: run it with ``loopback_open=False`` there
+(``--no-loopback-exemption``). The index lists signed links when the server can sign.
 """
 
 from __future__ import annotations
 
 import argparse
+import hmac
 import html
+import ipaddress
+import os
+import re
 import shutil
 import signal
 import sys
 import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import FrameType
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 from evidence.interface import ArtifactKind, ArtifactMissingError
 from evidence.keys import media_type_for, parse_key
+from evidence.links import LinkSigner
 from evidence.local import LocalArtifactStore
 from evidence.streams import hash_file
 
+_SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]*")
 _CSP = "default-src 'none'; img-src data: 'self'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+
+
+# The variables ``python -m evidence.serve`` reads its secrets from (never the command line: ps shows it).
+TOKEN_VARIABLE, LINK_SECRET_VARIABLE = "DURAFIX_EVIDENCE_TOKEN", "DURAFIX_EVIDENCE_LINK_SECRET"
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a client that is not loopback needs (see the module's docstring).
+
+    ``token``: a bearer token that opens everything. ``links``: the signer whose links open one artifact each.
+    ``loopback_open``: loopback clients need nothing (off behind a reverse proxy on the same host).
+    """
+
+    token: str = ""
+    links: LinkSigner | None = None
+    loopback_open: bool = True
+
+    def decide(self, client_host: str, path: str, query: dict[str, str], authorization: str | None) -> str:
+        """``""`` when the request may be answered; else ``"401 ..."`` or ``"403 ..."``: status and reason."""
+        if path == "/healthz" or (self.loopback_open and is_loopback(client_host)):
+            return ""
+        if authorization is not None:
+            scheme, _, given = authorization.partition(" ")
+            if scheme.lower() == "bearer" and self.token and _same(given.strip(), self.token):
+                return ""
+            return "403 the token is not accepted"
+        if path.startswith("/a/") and self.links is not None and "sig" in query:
+            why = self.links.check(path, query, time.time())
+            return f"403 {why}" if why else ""
+        if path.startswith("/a/") and "sig" in query:
+            return "403 this server accepts no signed links"
+        return (
+            "401 this evidence server answers clients other than loopback only with a signed link to an artifact "
+            "or a token (Authorization: Bearer ...)"
+        )
+
+
+def _same(given: str, expected: str) -> bool:
+    return hmac.compare_digest(given.encode("utf-8", "replace"), expected.encode())
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a client address is loopback (an IPv4-mapped ``::ffff:127.x`` too); a malformed one is not."""
+    try:
+        address = ipaddress.ip_address(host.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 class EvidenceServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: LocalArtifactStore, host: str, port: int) -> None:
+    def __init__(self, store: LocalArtifactStore, host: str, port: int, access: Access | None = None) -> None:
         self.store = store
+        self.access = access or Access()
         super().__init__((host, port), _Handler)
 
     @property
@@ -59,10 +128,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._respond(send_body=False)
 
     def log_message(self, format: str, *args: object) -> None:
-        sys.stderr.write(f"evidence-serve {self.address_string()} {format % args}\n")
+        # A signature is a capability for its artifact: the log names the request, not the key to it.
+        line = _SIGNATURE.sub(r"\1redacted", format % args)
+        sys.stderr.write(f"evidence-serve {self.address_string()} {line}\n")
 
     def _respond(self, *, send_body: bool) -> None:
-        path = unquote(urlsplit(self.path).path)
+        parts = urlsplit(self.path)
+        path = unquote(parts.path)
+        refusal = self.server.access.decide(
+            str(self.client_address[0]), path, dict(parse_qsl(parts.query)), self.headers.get("Authorization")
+        )
+        if refusal:
+            code, _, reason = refusal.partition(" ")
+            self._send_text(HTTPStatus(int(code)), reason + "\n", send_body, challenge=code == "401")
+            return
         if path == "/healthz":
             self._send_text(HTTPStatus.OK, "ok\n", send_body)
         elif path == "/":
@@ -109,9 +188,10 @@ class _Handler(BaseHTTPRequestHandler):
             meta = store.stored_meta(key) or {}
             entries.append((str(meta.get("created_at", "")), key))
         entries.sort(reverse=True)
+        links = self.server.access.links
         items = "".join(
-            f'<li><a href="/a/{html.escape(key)}">{html.escape(created or key)}</a> '
-            f"<code>{parse_key(key)[1][:16]}</code></li>"
+            f'<li><a href="{html.escape(links.sign(f"/a/{key}") if links else f"/a/{key}")}">'
+            f"{html.escape(created or key)}</a> <code>{parse_key(key)[1][:16]}</code></li>"
             for created, key in entries
         )
         page = (
@@ -122,10 +202,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_text(HTTPStatus.OK, page, send_body, media_type="text/html; charset=utf-8")
 
     def _send_text(
-        self, status: HTTPStatus, text: str, send_body: bool, media_type: str = "text/plain; charset=utf-8"
+        self,
+        status: HTTPStatus,
+        text: str,
+        send_body: bool,
+        media_type: str = "text/plain; charset=utf-8",
+        *,
+        challenge: bool = False,
     ) -> None:
         data = text.encode("utf-8")
         self.send_response(status)
+        if challenge:
+            self.send_header("WWW-Authenticate", 'Bearer realm="durafix evidence"')
         self.send_header("Content-Type", media_type)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-Content-Type-Options", "nosniff")
@@ -135,14 +223,27 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
 
-def make_server(store_root: Path, host: str = "127.0.0.1", port: int = 0) -> EvidenceServer:
+def make_server(
+    store_root: Path, host: str = "127.0.0.1", port: int = 0, access: Access | None = None
+) -> EvidenceServer:
     """A bound server over ``store_root`` (port 0 picks a free port); run it with ``serve_forever``."""
-    return EvidenceServer(LocalArtifactStore(store_root), host, port)
+    return EvidenceServer(LocalArtifactStore(store_root), host, port, access)
 
 
-def serve(store_root: Path, host: str = "127.0.0.1", port: int = 0) -> None:
-    """Serve until SIGINT or SIGTERM; prints the base URL on stdout once listening."""
-    server = make_server(store_root, host, port)
+def access_from_environment(environ: Mapping[str, str] | None = None, *, loopback_open: bool = True) -> Access:
+    """:class:`Access` from ``$DURAFIX_EVIDENCE_TOKEN`` and ``$DURAFIX_EVIDENCE_LINK_SECRET`` (either may be
+    unset); ``ValueError`` for a signing secret shorter than 16 bytes."""
+    env = os.environ if environ is None else environ
+    secret = env.get(LINK_SECRET_VARIABLE, "")
+    return Access(
+        token=env.get(TOKEN_VARIABLE, ""), links=LinkSigner(secret) if secret else None, loopback_open=loopback_open
+    )
+
+
+def serve(store_root: Path, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
+    """Serve until SIGINT or SIGTERM; prints the base URL on stdout once listening. ``access`` ``None``: from
+    the environment (:func:`access_from_environment`), which is how ``durafix evidence serve`` is configured."""
+    server = make_server(store_root, host, port, access if access is not None else access_from_environment())
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -166,15 +267,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--root", required=True, type=Path, help="the local evidence store's directory")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
+    parser.add_argument(
+        "--no-loopback-exemption",
+        action="store_true",
+        help="loopback clients need a token or signed link too (behind a reverse proxy on the same host)",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m evidence.serve", description="Serve a local evidence store over HTTP."
+        prog="python -m evidence.serve",
+        description="Serve a local evidence store over HTTP. Clients other than loopback need a token "
+        f"(${TOKEN_VARIABLE}) or a link signed with ${LINK_SECRET_VARIABLE}.",
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    serve(args.root, args.host, args.port)
+    try:
+        access = access_from_environment(loopback_open=not args.no_loopback_exemption)
+    except ValueError as err:
+        parser.error(f"${LINK_SECRET_VARIABLE}: {err}")
+    serve(args.root, args.host, args.port, access)
     return 0
 
 

@@ -22,14 +22,23 @@ from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Rejection, ReportEdit, RunState, Withdrawal
 from pipeline.steps import TaskQueue
+from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
 
 RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 
 
 async def connect(config: DurafixConfig) -> Client:
+    """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
+    key from ``config`` (:func:`pipeline.temporal_connection.connect_options`, whose
+    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried)."""
+    options = connect_options(config)
     return await Client.connect(
-        config.temporal_address, namespace=config.temporal_namespace, data_converter=pydantic_data_converter
+        options.target_host,
+        namespace=options.namespace,
+        tls=options.tls,
+        api_key=options.api_key,
+        data_converter=pydantic_data_converter,
     )
 
 

@@ -16,12 +16,28 @@ from pydantic import BaseModel, Field, field_validator
 
 from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
+from repair.patch_policy import PatchPolicy
+
+
+class SettingsError(ValueError):
+    """A setting cannot be used as given (found when it is used, not when the configuration loads: a command that
+    does not need it still runs); the message names the setting and what to do. ``durafix`` prints it and exits 2."""
 
 
 class DurafixConfig(BaseModel):
     state_dir: Path
     temporal_address: str = "127.0.0.1:7233"
     temporal_namespace: str = "default"
+    # How to reach a secured cluster (pipeline/temporal_connection.py): TLS on/off (unset: on as soon as any of
+    # the others is set), a PEM CA to verify the server with, an mTLS client certificate and key (absolute
+    # paths), the server name to verify instead of the address's host, an API key (or a file holding it).
+    temporal_tls: bool | None = None
+    temporal_tls_ca: str = ""
+    temporal_tls_cert: str = ""
+    temporal_tls_key: str = ""
+    temporal_tls_server_name: str = ""
+    temporal_api_key: str = ""
+    temporal_api_key_file: str = ""
     forge_api_url: str = "https://api.github.com"
     forge_git_base: str = "https://github.com"
     forge_token: str = ""
@@ -39,6 +55,9 @@ class DurafixConfig(BaseModel):
     model_name: str = "gpt-4o-mini"
     evidence_url: str = ""
     evidence_public_url: str = ""
+    # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
+    # reviewer on another host opens the PR's evidence links without a token.
+    evidence_link_secret: str = ""
     evidence_access_key: str = ""
     evidence_secret_key: str = ""
     environment_provider: str = "local"
@@ -47,13 +66,26 @@ class DurafixConfig(BaseModel):
     fast_timeouts: bool = False
     # Record a WebM video of every reproduction run (needs ffmpeg with VP9; the worker refuses to start without).
     browser_video: bool = False
+    # Chromium's own sandbox. Off (--no-sandbox, logged at every launch) only for hosts where it cannot run.
+    browser_sandbox: bool = True
     # Reuse the result of a recipe's setup per lock hash (STATE/cache/deps) instead of running it in every workspace.
     dependency_cache: bool = True
     # How a cached setup is put into a workspace: "auto" (reflinks, else hard links, else copies) or "copy".
     dependency_restore: RestoreMode = "auto"
     # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
     setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
+    # What a model-written patch may change, per repository ("OWNER/REPO", or "*" for every other one); the
+    # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
+    # in a repository or an issue can (docs/security.md, "Patch policy").
+    patch_policies: dict[str, PatchPolicy] = Field(default_factory=dict)
     extra: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("patch_policies", mode="before")
+    @classmethod
+    def _patch_policies(cls, value: object) -> object:
+        """A JSON object (the variable's form: ``{"o/r": {"allowed_paths": [".github/workflows/ci.yml"]}}``)
+        or a mapping; an unknown key in a policy is refused, so a misspelt setting never loosens nothing."""
+        return json.loads(value) if isinstance(value, str) else value
 
     @field_validator("setup_passthrough", mode="before")
     @classmethod
@@ -88,6 +120,13 @@ class DurafixConfig(BaseModel):
 _ENV = {
     "DURAFIX_TEMPORAL_ADDRESS": "temporal_address",
     "DURAFIX_TEMPORAL_NAMESPACE": "temporal_namespace",
+    "DURAFIX_TEMPORAL_TLS": "temporal_tls",
+    "DURAFIX_TEMPORAL_TLS_CA": "temporal_tls_ca",
+    "DURAFIX_TEMPORAL_TLS_CERT": "temporal_tls_cert",
+    "DURAFIX_TEMPORAL_TLS_KEY": "temporal_tls_key",
+    "DURAFIX_TEMPORAL_TLS_SERVER_NAME": "temporal_tls_server_name",
+    "DURAFIX_TEMPORAL_API_KEY": "temporal_api_key",
+    "DURAFIX_TEMPORAL_API_KEY_FILE": "temporal_api_key_file",
     "DURAFIX_FORGE_API_URL": "forge_api_url",
     "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
     "DURAFIX_FORGE_TOKEN": "forge_token",
@@ -101,14 +140,17 @@ _ENV = {
     "DURAFIX_MODEL": "model_name",
     "DURAFIX_EVIDENCE_URL": "evidence_url",
     "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
+    "DURAFIX_EVIDENCE_LINK_SECRET": "evidence_link_secret",
     "DURAFIX_ENVIRONMENT_PROVIDER": "environment_provider",
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
     "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
     "DURAFIX_BROWSER_VIDEO": "browser_video",
+    "DURAFIX_BROWSER_SANDBOX": "browser_sandbox",
     "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
+    "DURAFIX_PATCH_POLICIES": "patch_policies",
 }
 
 

@@ -55,6 +55,9 @@ class RunPolicy(BaseModel):
     reproduction_runs: int = 1
     # The keyword that makes the PR close the report's issue when it merges; empty: the issue stays open.
     closing_keyword: str = "Fixes"
+    # A candidate passes only if its patch adds or changes a test that fails on the base and passes with the fix
+    # (the regression proof). Off by default: the browser replay on the candidate is a proof too.
+    require_regression_test: bool = False
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

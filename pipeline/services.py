@@ -57,7 +57,10 @@ class Services:
                 access_key_id=self.config.evidence_access_key, secret_access_key=self.config.evidence_secret_key
             )
         return open_store(
-            self.config.resolved_evidence_url(), public_url=self.config.evidence_public_url or None, credentials=creds
+            self.config.resolved_evidence_url(),
+            public_url=self.config.evidence_public_url or None,
+            credentials=creds,
+            link_secret=self.config.evidence_link_secret or None,
         )
 
     @cached_property
@@ -175,11 +178,18 @@ class Services:
     def model_activities(self) -> ModelActivities:
         from pipeline.activities.model import ModelActivities
 
-        return ModelActivities(self.store, self.workspaces, lambda: self.engine, lambda: self.drafter, self.git_token)
+        return ModelActivities(
+            self.store,
+            self.workspaces,
+            lambda: self.engine,
+            lambda: self.drafter,
+            self.git_token,
+            patch_policies=self.config.patch_policies,
+        )
 
     @cached_property
     def browser(self) -> BrowserRunner:
         from browser.runner import BrowserRunner
 
         video_dir = self.config.state_dir / "playwright-browsers" if self.config.browser_video else None
-        return BrowserRunner(video_dir=video_dir)
+        return BrowserRunner(video_dir=video_dir, sandbox=self.config.browser_sandbox)

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, Field, computed_field, model_validator
 
 from browser.results import ReproductionStatus
+from environments.regression import ProofStatus
 from evidence.interface import ArtifactRef
 
 WORKFLOW_VERSION = 1
@@ -116,13 +117,31 @@ class ReproductionFact(BaseModel):
 
 
 class BaselineFact(BaseModel):
-    """The recipe's tests on the base revision, run once before any repair attempt."""
+    """The recipe's tests on the base revision, run once before any repair attempt. ``cases_ref``: its test cases
+    (stored JSON, :class:`environments.test_results.TestCases`) when the recipe names a ``test_report``."""
 
     op_id: str
     runnable: bool
     passed: bool
     summary: str
     test_output_ref: ArtifactRef
+    cases_ref: ArtifactRef | None = None
+
+
+class RegressionFact(BaseModel):
+    """The regression proof of one candidate (:func:`environments.regression.prove_regression`): the patch's
+    test files run on the base without the fix; ``fixed_cases`` fail there and pass on the candidate."""
+
+    status: ProofStatus
+    summary: str
+    test_files: list[str] = Field(default_factory=list)
+    fixed_cases: list[str] = Field(default_factory=list)
+    base_output_ref: ArtifactRef | None = None
+    candidate_output_ref: ArtifactRef | None = None
+
+    @property
+    def refs(self) -> list[ArtifactRef]:
+        return [ref for ref in (self.base_output_ref, self.candidate_output_ref) if ref is not None]
 
 
 class CandidateFact(BaseModel):
@@ -135,8 +154,10 @@ class CandidateFact(BaseModel):
     tree: str | None = None
     verification: VerificationStatus = VerificationStatus.PENDING
     tests_passed: bool | None = None
+    test_summary: str | None = None
     test_output_ref: ArtifactRef | None = None
     bundle_ref: ArtifactRef | None = None
+    regression: RegressionFact | None = None
     replay: ReproductionFact | None = None
     failure: str | None = None
 

@@ -23,6 +23,7 @@ from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
+from pipeline.state import RegressionFact
 
 
 class TaskQueue(StrEnum):
@@ -181,21 +182,28 @@ class ProvisionInput(BaseModel):
 
 
 class VerifyInput(BaseModel):
+    """``baseline_cases_ref``: the baseline's test cases, when the recipe names a ``test_report``: the candidate
+    then passes if it fails no test that passes on the base."""
+
     run_id: str
     op_id: str
     spec_ref: ArtifactRef
     patch_ref: ArtifactRef
     message: str
     commit_timestamp: int
+    baseline_cases_ref: ArtifactRef | None = None
 
 
 class VerifyResult(BaseModel):
+    """``regression``: the regression proof, run when the tests passed (``None`` from workers that predate it)."""
+
     commit: str
     tree: str
     tests_passed: bool
     test_summary: str
     test_output_ref: ArtifactRef
     bundle_ref: ArtifactRef
+    regression: RegressionFact | None = None
 
 
 class BaselineInput(BaseModel):
@@ -212,6 +220,7 @@ class BaselineResult(BaseModel):
     passed: bool
     summary: str
     test_output_ref: ArtifactRef
+    cases_ref: ArtifactRef | None = None
 
 
 class CleanupRunInput(BaseModel):
@@ -233,6 +242,11 @@ class BuildEvidenceInput(BaseModel):
     test_output_ref: ArtifactRef
     tests_passed: bool
     spec_ref: ArtifactRef
+    test_summary: str = ""
+    baseline_passed: bool | None = None
+    baseline_summary: str = ""
+    baseline_output_ref: ArtifactRef | None = None
+    regression: RegressionFact | None = None
 
 
 class EvidenceResult(BaseModel):
@@ -269,6 +283,9 @@ class ReproduceInput(BaseModel):
     procedure_ref: ArtifactRef
     environment: EnvironmentHandle
     readiness_path: str = "/"
+    # The run's recovery spec, for the origins its recipe lets the browser reach besides the app's
+    # (``browser_origins``). Absent (a run scheduled before it was passed): the app's origin only.
+    spec_ref: ArtifactRef | None = None
 
 
 class ReproduceResult(BaseModel):

@@ -22,6 +22,7 @@ from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
+from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
 
 ALL_QUEUES = [q for q in TaskQueue]
@@ -87,7 +88,8 @@ async def run_worker(config: DurafixConfig, queues: Sequence[TaskQueue]) -> None
     with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as executor:
         workers = build_workers(client, config, queues, executor)
         names = ", ".join(q.value for q in queues)
-        print(f"durafix worker polling {names} on {config.temporal_address}", file=sys.stderr, flush=True)
+        where = connect_options(config).describe()
+        print(f"durafix worker polling {names} on {where}", file=sys.stderr, flush=True)
         runs = [asyncio.create_task(w.run()) for w in workers]
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*runs, waiter], return_when=asyncio.FIRST_COMPLETED)

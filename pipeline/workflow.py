@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from environments.interface import EnvironmentHandle
+    from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
     from pipeline import messages, steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
@@ -409,12 +410,14 @@ class RepairBugWorkflow:
                 f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
                 "fix `setup`/`test` in durafix.yaml",
             )
-        if not result.passed:
-            raise RunEnded(
-                Outcome.NEEDS_HUMAN_TRIAGE,
-                f"the recipe's tests already fail on the base revision {base} ({result.summary}); "
-                "a fix is judged against a passing baseline",
-            )
+        if result.passed or result.cases_ref is not None:
+            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
+            return
+        raise RunEnded(
+            Outcome.NEEDS_HUMAN_TRIAGE,
+            f"the recipe's tests already fail on the base revision {base} ({result.summary}); a fix is judged "
+            "against a passing baseline, or per test with a `test_report` (JUnit XML) named in durafix.yaml",
+        )
 
     async def _draft_procedure(self, report: ReportInfo) -> ProcedureResult:
         """The report has no procedure block: ask the model to draft one from its prose."""
@@ -512,17 +515,28 @@ class RepairBugWorkflow:
                 patch_ref=candidate.patch_ref,
                 message=messages.commit_message(self._state, report.title, candidate.summary),
                 commit_timestamp=candidate.commit_timestamp,
+                baseline_cases_ref=self._state.baseline.cases_ref if self._state.baseline else None,
             ),
         )
         candidate.commit = verified.commit
         candidate.tree = verified.tree
         candidate.tests_passed = verified.tests_passed
+        candidate.test_summary = verified.test_summary
         candidate.test_output_ref = verified.test_output_ref
         candidate.bundle_ref = verified.bundle_ref
         self._record(verified.test_output_ref)
         self._record(verified.bundle_ref)
+        candidate.regression = verified.regression
+        for ref in verified.regression.refs if verified.regression else []:
+            self._record(ref)
         if not verified.tests_passed:
             return f"tests failed: {verified.test_summary}"
+        proof = verified.regression
+        if self._input.policy.require_regression_test and (proof is None or proof.status != ProofStatus.PROVEN):
+            said = proof.summary if proof else "no regression proof was run"
+            return (
+                f"no regression test: {said}; the policy asks for a test that fails on the base and passes with the fix"
+            )
         label = f"candidate-{candidate.attempt}"
         replay = await self._reproduce_on(verified.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY)
         candidate.replay = replay
@@ -560,12 +574,16 @@ class RepairBugWorkflow:
                 if failure_class(err) != FailureClass.NOT_READY:
                     raise
                 # The app at this revision never became ready: a finding about the revision, not a crash.
+                log_ref = _detail_ref(err, "log_ref")
+                if log_ref is not None:
+                    self._record(log_ref)
                 return ReproductionFact(
                     op_id=env_op,
                     revision=revision,
                     status=ReproductionOutcome.APP_NOT_READY,
                     procedure_ref=self._procedure_ref,
                     detail=failure_message(err),
+                    log_ref=log_ref,
                 )
             self._live_envs[handle.env_id] = handle
             self._state.environment = EnvironmentFact(
@@ -588,6 +606,7 @@ class RepairBugWorkflow:
                         revision=revision,
                         procedure_ref=self._procedure_ref,
                         environment=handle,
+                        spec_ref=self._spec_ref,
                     ),
                 )
             except ActivityError as err:
@@ -629,6 +648,7 @@ class RepairBugWorkflow:
         base = self._state.reproduction
         replay = candidate.replay
         assert base is not None and replay is not None and candidate.test_output_ref is not None
+        baseline = self._state.baseline
         evidence = await self._step(
             steps.BUILD_EVIDENCE,
             BuildEvidenceInput(
@@ -656,6 +676,11 @@ class RepairBugWorkflow:
                 test_output_ref=candidate.test_output_ref,
                 tests_passed=bool(candidate.tests_passed),
                 spec_ref=self._spec_ref,
+                test_summary=candidate.test_summary or "",
+                baseline_passed=baseline.passed if baseline else None,
+                baseline_summary=baseline.summary if baseline else "",
+                baseline_output_ref=baseline.test_output_ref if baseline else None,
+                regression=candidate.regression,
             ),
         )
         self._record(evidence.manifest_ref)
@@ -900,3 +925,11 @@ class RepairBugWorkflow:
         if self._cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def _detail_ref(err: BaseException, key: str) -> ArtifactRef | None:
+    """The artifact an activity's failure names in its details under ``key`` (``None`` when it names none)."""
+    for detail in failure_details(err):
+        if isinstance(detail, dict) and isinstance(detail.get(key), dict):
+            return ArtifactRef.model_validate(detail[key])
+    return None

@@ -1,25 +1,28 @@
 """Patches: taking one from a workspace, and deciding whether one may be applied.
 
-Both work through a throwaway index file (``GIT_INDEX_FILE``) loaded from the base revision, so neither
-touches the repository's own index or working tree: taking a patch leaves the workspace as the model left
-it, and checking one works on a dirty tree as well as on a clean one.
+Both run git in the clean git environment (:func:`environments.git.git_env`) against a throwaway git
+directory that borrows the repository's objects, with a throwaway index: neither reads the workspace's own
+``.git/config``, hooks or info files (code the model ran may have written them), and neither touches the
+repository's own index or working tree. Taking a patch leaves the workspace as the model left it; checking
+one works on a dirty tree as well as on a clean one, and on a bare mirror.
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path, PurePosixPath
+from collections.abc import Sequence
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-DEFAULT_MAX_PATCH_BYTES = 256 * 1024
+from environments.git import GitError, empty_home, git_env, run_git_bytes
+from environments.staged_patch import objects_of, path_problem, staged_patch
+from repair.patch_policy import DEFAULT_MAX_PATCH_BYTES, PatchPolicy, policy_violations
 
-# Force a/ b/ prefixes and plain output whatever the user's git configuration says.
+__all__ = ["DEFAULT_MAX_PATCH_BYTES", "PatchCheck", "validate_patch", "workspace_patch"]
+
+# Force a/ b/ prefixes and plain output whatever a configuration says.
 _DIFF_OPTIONS = [
     "--no-color",
     "--no-ext-diff",
@@ -29,11 +32,12 @@ _DIFF_OPTIONS = [
     "--src-prefix=a/",
     "--dst-prefix=b/",
 ]
-_LINK_OR_SUBMODULE = re.compile(r"^(?:new file mode|new mode) (120000|160000)$", re.MULTILINE)
+_BINARY = "patch carries binary content"
+_FULL_SHA = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class PatchCheck(BaseModel):
-    """Whether a patch may be applied; ``reasons`` says why not."""
+    """Whether a patch may be applied; ``reasons`` says why not, each naming the path it is about."""
 
     ok: bool
     reasons: list[str] = Field(default_factory=list)
@@ -41,52 +45,58 @@ class PatchCheck(BaseModel):
     size_bytes: int
 
 
-def _git(repo: Path, *args: str, env: dict[str, str] | None = None, stdin: bytes | None = None) -> bytes:
-    done = subprocess.run(["git", *args], cwd=repo, env=env, input=stdin, capture_output=True, check=False, timeout=120)
-    if done.returncode != 0:
-        raise subprocess.CalledProcessError(done.returncode, ["git", *args], done.stdout, done.stderr)
-    return done.stdout
+def _git(args: Sequence[str], env: dict[str, str], cwd: Path | None = None, stdin: bytes | None = None) -> bytes:
+    return run_git_bytes(args, env=env, cwd=cwd, stdin=stdin)
 
 
-@contextmanager
-def _scratch_index(repo: Path, base: str) -> Iterator[dict[str, str]]:
-    """An environment whose git commands use a fresh index holding ``base``'s tree."""
-    with tempfile.TemporaryDirectory(prefix="durafix-index-") as tmp:
-        env = {**os.environ, "GIT_INDEX_FILE": str(Path(tmp) / "index")}
-        _git(repo, "read-tree", base, env=env)
-        yield env
+def _outside_any_repository() -> tuple[dict[str, str], Path]:
+    """An environment and a directory in which git finds no repository at all (for ``git apply --numstat``)."""
+    home = Path(empty_home())
+    return git_env(extra={"GIT_CEILING_DIRECTORIES": str(home.parent)}), home
 
 
 def workspace_patch(workspace: Path, base: str = "HEAD") -> tuple[str, list[str]]:
     """The workspace's changes against ``base`` as a unified diff (new files included), and the paths changed.
 
     Files ignored by ``.gitignore`` are left out. Binary changes appear as git's ``Binary files ... differ``
-    line, which :func:`validate_patch` refuses.
+    line, which :func:`validate_patch` refuses. ``base`` is resolved in the workspace's repository.
     """
-    with _scratch_index(workspace, base) as env:
-        _git(workspace, "add", "--all", "--", ".", env=env)
-        patch = _git(workspace, "diff", "--cached", *_DIFF_OPTIONS, base, "--", env=env)
-        names = _git(workspace, "diff", "--cached", "--name-only", "-z", "--no-renames", base, "--", env=env)
+    revision = _resolve(workspace, base)
+    with tempfile.TemporaryDirectory(prefix="durafix-take-") as tmp:
+        git_dir = Path(tmp) / "scratch.git"
+        _git(["init", "--quiet", "--bare", "--template=", str(git_dir)], git_env())
+        (git_dir / "objects" / "info").mkdir(parents=True, exist_ok=True)
+        (git_dir / "objects" / "info" / "alternates").write_text(f"{objects_of(workspace)}\n", encoding="utf-8")
+        env = git_env(
+            extra={
+                "GIT_DIR": str(git_dir),
+                "GIT_WORK_TREE": str(workspace.absolute()),
+                "GIT_INDEX_FILE": str(Path(tmp) / "index"),
+            }
+        )
+        _git(["read-tree", revision], env, cwd=workspace)
+        _git(["add", "--all", "--", "."], env, cwd=workspace)
+        patch = _git(["diff", "--cached", *_DIFF_OPTIONS, revision, "--"], env, cwd=workspace)
+        names = _git(["diff", "--cached", "--name-only", "-z", "--no-renames", revision, "--"], env, cwd=workspace)
     return patch.decode("utf-8"), [n for n in names.decode("utf-8").split("\0") if n]
 
 
-def _path_problem(path: str) -> str | None:
-    pure = PurePosixPath(path)
-    if not path or pure.is_absolute():
-        return f"{path!r}: absolute or empty path"
-    if ".." in pure.parts:
-        return f"{path!r}: escapes the repository"
-    if any(part.lower() == ".git" for part in pure.parts):
-        return f"{path!r}: touches .git"
-    return None
+def _resolve(repo: Path, revision: str) -> str:
+    """The commit ID ``revision`` names in ``repo``: a full commit ID as it is; anything else (``HEAD``) is
+    read by ``git rev-parse`` in ``repo``, the clean environment's overrides on top of its configuration."""
+    if _FULL_SHA.fullmatch(revision):
+        return revision
+    env = git_env(extra={"GIT_DIR": str(objects_of(repo).parent)})
+    return _git(["rev-parse", "--verify", "--end-of-options", f"{revision}^{{commit}}"], env).decode().strip()
 
 
-def _touched_paths(numstat: bytes) -> tuple[list[str], bool]:
-    """The paths a patch writes, as ``git apply --numstat -z`` reads them, and whether any change is binary.
+def _patch_paths(data: bytes) -> tuple[list[str], bool]:
+    """The paths a patch writes, as ``git apply --numstat -z`` parses them, and whether any change is binary.
 
-    For a rename or copy git names only the destination; the source must exist in the base tree, which no
-    git tree lets hold an absolute, ``..`` or ``.git`` path, so ``git apply --check`` refuses a bad source.
+    Raises :class:`GitError` for text git does not read as a patch.
     """
+    env, cwd = _outside_any_repository()
+    numstat = _git(["apply", "--numstat", "-z", "-"], env, cwd=cwd, stdin=data)
     paths: list[str] = []
     binary = False
     for entry in numstat.decode("utf-8", errors="replace").split("\0"):
@@ -97,37 +107,49 @@ def _touched_paths(numstat: bytes) -> tuple[list[str], bool]:
     return paths, binary
 
 
-def validate_patch(repo: Path, patch: str, max_bytes: int = DEFAULT_MAX_PATCH_BYTES, base: str = "HEAD") -> PatchCheck:
-    """Check ``patch`` before anyone applies it to ``repo`` at ``base``.
+def validate_patch(
+    repo: Path,
+    patch: str,
+    max_bytes: int | None = None,
+    base: str = "HEAD",
+    policy: PatchPolicy | None = None,
+) -> PatchCheck:
+    """Check ``patch`` before anyone applies it to ``repo`` (a working tree or a bare mirror) at ``base``.
 
-    Refused, each with a reason: an empty patch, one larger than ``max_bytes``, binary content, a symlink or
-    submodule entry, a path that is absolute, contains ``..`` or lies in ``.git``, text that is not a patch,
-    and a patch that does not apply cleanly (``git apply --check``) to ``base``'s tree.
+    Refused, each with a reason: an empty patch, one larger than ``max_bytes`` (default: the policy's),
+    text that is not a patch, a path that is absolute, contains ``..`` or lies in ``.git``, a patch that
+    does not apply cleanly to ``base``'s tree, binary content, and whatever the operator's ``policy``
+    (default :class:`PatchPolicy()`, the safe defaults) refuses on the patch as git applied it to a scratch
+    index: symlinks, submodules, mode changes, protected paths, deleted or weakened tests
+    (:func:`repair.patch_policy.policy_violations`).
     """
+    policy = policy or PatchPolicy()
+    limit = max_bytes if max_bytes is not None else policy.max_bytes
     data = patch.encode("utf-8")
     if not patch.strip():
         return PatchCheck(ok=False, reasons=["patch is empty"], size_bytes=len(data))
     reasons: list[str] = []
-    if len(data) > max_bytes:
-        reasons.append(f"patch is {len(data)} bytes; the limit is {max_bytes}")
-    if "\0" in patch or re.search(r"^(GIT binary patch|Binary files .* differ)$", patch, re.MULTILINE):
-        reasons.append("patch carries binary content")
-    if _LINK_OR_SUBMODULE.search(patch):
-        reasons.append("patch creates a symlink or submodule")
+    if len(data) > limit:
+        reasons.append(f"patch is {len(data)} bytes; the limit is {limit}")
+    if "\0" in patch:
+        reasons.append(_BINARY)
     try:
-        numstat = _git(repo, "apply", "--numstat", "-z", stdin=data)
-    except subprocess.CalledProcessError as e:
-        reasons.append(f"not a valid patch: {e.stderr.decode('utf-8', errors='replace').strip()}")
+        files, binary = _patch_paths(data)
+    except GitError as e:
+        reasons.append(f"not a valid patch: {e.stderr}")
         return PatchCheck(ok=False, reasons=reasons, size_bytes=len(data))
-    files, binary = _touched_paths(numstat)
-    if binary and "patch carries binary content" not in reasons:
-        reasons.append("patch carries binary content")
-    reasons += [problem for p in files if (problem := _path_problem(p))]
-    if not reasons:
-        with _scratch_index(repo, base) as env:
-            try:
-                _git(repo, "apply", "--cached", "--check", env=env, stdin=data)
-            except subprocess.CalledProcessError as e:
-                detail = e.stderr.decode("utf-8", errors="replace").strip()
-                reasons.append(f"does not apply to {base}: {detail}")
+    if binary and _BINARY not in reasons:
+        reasons.append(_BINARY)
+    reasons += [problem for p in files if (problem := path_problem(p))]
+    if reasons:
+        return PatchCheck(ok=False, reasons=reasons, files=files, size_bytes=len(data))
+    try:
+        revision = _resolve(repo, base)
+        with staged_patch(objects_of(repo), revision, data) as staged:
+            files = [change.path for change in staged.changes]
+            if any(change.binary for change in staged.changes):
+                reasons.append(_BINARY)
+            reasons += policy_violations(staged.changes, policy, staged.read_blob)
+    except GitError as e:
+        reasons.append(f"does not apply to {base}: {e.stderr}")
     return PatchCheck(ok=not reasons, reasons=reasons, files=files, size_bytes=len(data))

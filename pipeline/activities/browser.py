@@ -9,7 +9,8 @@
   element crop of every check among them), videos (when the worker records them) and the log. Only
   complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and
   the retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not
-  reproduced".
+  reproduced". The page may reach the app's origin and the recipe's ``browser_origins`` (read from the
+  run's stored spec); the requests blocked beyond them are in the stored log, which the report lists.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from temporalio import activity
 from browser.procedure import Procedure, ProcedureError, extract_procedure
 from browser.runner import BrowserRunner
 from environments.readiness import answers
+from environments.spec import spec_from_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
@@ -60,6 +62,9 @@ class BrowserActivities:
     @activity.defn(name=steps.REPRODUCE.name)
     def reproduce(self, inp: ReproduceInput) -> ReproduceResult:
         procedure = Procedure.model_validate_json(self.store.read_bytes(inp.procedure_ref))
+        origins: list[str] = []
+        if inp.spec_ref is not None:
+            origins = spec_from_json(self.store.read_bytes(inp.spec_ref)).recipe.browser_origins
         env = inp.environment
         down = answers(env.base_url, inp.readiness_path)
         if down is not None:
@@ -71,7 +76,9 @@ class BrowserActivities:
 
         with tempfile.TemporaryDirectory(prefix="durafix-repro-") as tmp:
             with classified():
-                result = self.browser().run(procedure, env.base_url, Path(tmp), on_step=on_step)
+                result = self.browser().run(
+                    procedure, env.base_url, Path(tmp), on_step=on_step, allowed_origins=origins
+                )
             down = answers(env.base_url, inp.readiness_path)
             if down is not None:
                 raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} died during the reproduction: {down}")

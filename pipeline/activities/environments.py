@@ -25,24 +25,42 @@ from __future__ import annotations
 
 import tempfile
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio import activity
 
 from environments.checks import SetupError, SetupSettings, TestRunResult, run_setup, run_tests
-from environments.interface import CleanupReport, EnvironmentHandle, EnvironmentProvider, RecoverySpec
+from environments.interface import (
+    CleanupReport,
+    EnvironmentHandle,
+    EnvironmentProvider,
+    NotReadyError,
+    RecoverySpec,
+)
 from environments.progress import command_text
+from environments.redaction import redactor_for
+from environments.regression import prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
+from environments.test_results import CaseOutcome, ReportError, TestCases, read_junit, regressions
 from environments.workspace import Workspace, WorkspaceManager
-from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence, bundle_digest, store_bundle
+from evidence.bundle import (
+    CheckResult,
+    EvidenceBundle,
+    RegressionEvidence,
+    RevisionEvidence,
+    bundle_digest,
+    store_bundle,
+)
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.failures import FailureClass
+from pipeline.state import RegressionFact
 from pipeline.steps import (
     BaselineInput,
     BaselineResult,
@@ -93,6 +111,24 @@ class EnvironmentActivities:
             self.build_evidence,
         ]
 
+    def _put_output(
+        self,
+        path: Path,
+        kind: ArtifactKind,
+        run_id: str,
+        name: str,
+        revision: str,
+        recipe_secrets: Mapping[str, str],
+    ) -> ArtifactRef:
+        """Store what the repository's commands printed, every secret value known here redacted first
+        (:mod:`environments.redaction`): the recipe's, the worker's credentials, the forge token."""
+        redactor = redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", self.git_token or "")])
+        with tempfile.TemporaryDirectory(prefix="durafix-redacted-") as tmp:
+            clean = redactor.file(path, Path(tmp) / name) if redactor else path
+            return self.store.put_file(
+                clean, kind=kind, run_id=run_id, name=name, revision=revision, media_type="text/plain"
+            )
+
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
         return self.workspaces.rebuild(
             run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=self.git_token
@@ -131,9 +167,28 @@ class EnvironmentActivities:
             with Heartbeat("rebuilding workspace") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 beat.set(f"starting app with {provider.name}")
-                return provider.provision(
-                    run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
-                )
+                try:
+                    return provider.provision(
+                        run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
+                    )
+                except (SetupError, NotReadyError) as err:
+                    raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
+
+    def _not_ready(
+        self, err: SetupError | NotReadyError, run_id: str, revision: str, recipe_secrets: Mapping[str, str]
+    ) -> Exception:
+        """The app could not be set up or made ready: a finding about the revision. The environment's log
+        (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends here, and the
+        failure names it instead of quoting it (details: ``{"log_ref": ...}``)."""
+        first = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
+        said = f"setup failed: {first}" if isinstance(err, SetupError) else first
+        log = err.log_path
+        if log is None or not log.is_file():
+            return FailureClass.NOT_READY.error(said)
+        ref = self._put_output(log, ArtifactKind.LOG, run_id, "environment.log", revision, recipe_secrets)
+        return FailureClass.NOT_READY.error(
+            f"{said}; its output is in environment.log", {"log_ref": ref.model_dump(mode="json")}
+        )
 
     @activity.defn(name=steps.TEARDOWN.name)
     def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
@@ -167,14 +222,14 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(ws.path, spec, log, beat, f"on {commit[:12]}", self.setup)
-                    test_ref = store.put_file(
-                        log,
-                        kind=ArtifactKind.TEST_OUTPUT,
-                        run_id=inp.run_id,
-                        name="tests.log",
-                        revision=commit,
-                        media_type="text/plain",
+                    result = _setup_and_test(
+                        ws.path, spec, log, beat, f"on {commit[:12]}", self.setup, output=f"its output is in {log.name}"
+                    )
+                    cases = _cases(ws.path, spec)
+                    if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
+                        result = _judged_per_test(result, cases, store.read_bytes(inp.baseline_cases_ref))
+                    test_ref = self._put_output(
+                        log, ArtifactKind.TEST_OUTPUT, inp.run_id, "tests.log", commit, spec.recipe.secrets
                     )
                     beat.set("snapshotting candidate")
                     bundle = self.workspaces.snapshot(ws, Path(tmp) / "candidate.bundle")
@@ -186,6 +241,10 @@ class EnvironmentActivities:
                         revision=commit,
                         media_type="application/x-git-bundle",
                     )
+                    regression = None
+                    if result.passed:
+                        beat.set("regression proof: the patch's tests on the base revision's code")
+                        regression = self._prove(ws.path, spec, Path(tmp) / "regression", cases, inp.run_id, commit)
                 self.workspaces.remove(ws)
         return VerifyResult(
             commit=commit,
@@ -194,6 +253,46 @@ class EnvironmentActivities:
             test_summary=result.summary,
             test_output_ref=test_ref,
             bundle_ref=bundle_ref,
+            regression=regression,
+        )
+
+    def _prove(
+        self, ws: Path, spec: RecoverySpec, log_dir: Path, cases: TestCases | None, run_id: str, commit: str
+    ) -> RegressionFact:
+        """The regression proof in the verified workspace (after its snapshot: the proof reverts files); its
+        logs stored by content, the base run's under the base revision."""
+        recipe = spec.recipe
+
+        def run(command: str, log: Path) -> TestRunResult:
+            return run_tests(ws, recipe, TEST_TIMEOUT_S, log_path=log, command=command)
+
+        def setup() -> None:
+            run_setup(
+                ws,
+                recipe,
+                marker=f"setup/{uuid.uuid4().hex}",
+                log_path=log_dir / "regression-setup.log",
+                timeout_s=SETUP_TIMEOUT_S,
+                settings=self.setup,
+                repository=spec.repository,
+            )
+
+        proof = prove_regression(
+            ws, spec.base_revision, recipe, run=run, setup=setup, log_dir=log_dir, candidate_cases=cases
+        )
+
+        def stored(log: Path | None, revision: str) -> ArtifactRef | None:
+            if log is None or not log.exists():
+                return None
+            return self._put_output(log, ArtifactKind.TEST_OUTPUT, run_id, log.name, revision, recipe.secrets)
+
+        return RegressionFact(
+            status=proof.status,
+            summary=proof.summary(),
+            test_files=proof.test_files,
+            fixed_cases=proof.fixed_cases,
+            base_output_ref=stored(proof.base_log, spec.base_revision),
+            candidate_output_ref=stored(proof.candidate_log, commit),
         )
 
     @activity.defn(name=steps.RUN_BASELINE.name)
@@ -219,18 +318,34 @@ class EnvironmentActivities:
                             self.setup,
                             output=f"its output is in {log.name}",
                         )
-                        test_ref = self.store.put_file(
+                        test_ref = self._put_output(
                             log,
-                            kind=ArtifactKind.TEST_OUTPUT,
-                            run_id=inp.run_id,
-                            name="baseline-tests.log",
-                            revision=spec.base_revision,
-                            media_type="text/plain",
+                            ArtifactKind.TEST_OUTPUT,
+                            inp.run_id,
+                            "baseline-tests.log",
+                            spec.base_revision,
+                            spec.recipe.secrets,
                         )
+                        cases = _cases(ws.path, spec) if result.runnable else None
+                        cases_ref = None
+                        if cases is not None:
+                            result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
+                            cases_ref = self.store.put_bytes(
+                                cases.to_json(),
+                                kind=ArtifactKind.TEST_OUTPUT,
+                                run_id=inp.run_id,
+                                name="baseline-cases.json",
+                                revision=spec.base_revision,
+                                media_type="application/json",
+                            )
                 finally:
                     self.workspaces.remove(ws)
         return BaselineResult(
-            runnable=result.runnable, passed=result.passed, summary=result.summary, test_output_ref=test_ref
+            runnable=result.runnable,
+            passed=result.passed,
+            summary=result.summary,
+            test_output_ref=test_ref,
+            cases_ref=cases_ref,
         )
 
     @activity.defn(name=steps.CLEANUP_RUN.name)
@@ -301,6 +416,28 @@ class _Checked:
         return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}")
 
 
+def _cases(ws: Path, spec: RecoverySpec) -> TestCases | None:
+    """The run's test cases from the recipe's ``test_report``; ``None`` without one, or when it was not
+    written or cannot be read (then the exit code is all there is)."""
+    if not spec.recipe.test_report:
+        return None
+    try:
+        return read_junit(ws / spec.recipe.test_report)
+    except ReportError:
+        return None
+
+
+def _judged_per_test(result: _Checked, cases: TestCases, baseline: bytes) -> _Checked:
+    """A failing run judged against the baseline's cases: it passes when every test that fails already failed
+    on the base (and none that passed there is gone)."""
+    lost = regressions(TestCases.from_json(baseline), cases)
+    if not lost:
+        failing = len(cases.named(CaseOutcome.FAILED))
+        return _Checked(True, True, f"passed: the {failing} failing test case(s) fail on the base too")
+    named = ", ".join(lost[:10]) + (f" and {len(lost) - 10} more" if len(lost) > 10 else "")
+    return _Checked(True, False, f"{len(lost)} test case(s) that pass on the base fail or are gone: {named}")
+
+
 def _setup_and_test(
     ws: Path,
     spec: RecoverySpec,
@@ -350,7 +487,31 @@ def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:
             "candidate", inp.candidate_commit, inp.candidate_status, inp.candidate_reproduction
         ),
         patch=inp.patch_ref,
-        checks=[CheckResult(name="tests", passed=inp.tests_passed, output=inp.test_output_ref)],
+        checks=[
+            CheckResult(name="tests", passed=inp.tests_passed, detail=inp.test_summary, output=inp.test_output_ref)
+        ],
+        baseline=(
+            CheckResult(
+                name="baseline (base revision, before any change)",
+                passed=inp.baseline_passed,
+                detail=inp.baseline_summary,
+                output=inp.baseline_output_ref,
+            )
+            if inp.baseline_passed is not None
+            else None
+        ),
+        regression=(
+            RegressionEvidence(
+                status=inp.regression.status,
+                summary=inp.regression.summary,
+                test_files=inp.regression.test_files,
+                fixed_cases=inp.regression.fixed_cases,
+                base_output=inp.regression.base_output_ref,
+                candidate_output=inp.regression.candidate_output_ref,
+            )
+            if inp.regression is not None
+            else None
+        ),
     )
 
 

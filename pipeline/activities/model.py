@@ -14,7 +14,7 @@ worker was killed mid-call are unknown and not counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pydantic import BaseModel
 from temporalio import activity
@@ -31,6 +31,7 @@ from pipeline.failures import FailureClass
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
 from repair.interface import RepairEngine, RepairError, RepairRequest
 from repair.patch import validate_patch
+from repair.patch_policy import PatchPolicy, policy_for
 from repair.procedure_draft import ProcedureDrafter
 
 
@@ -84,13 +85,16 @@ class ModelActivities:
         engine: Callable[[], RepairEngine],
         drafter: Callable[[], ProcedureDrafter],
         git_token: str | None,
+        patch_policies: Mapping[str, PatchPolicy] | None = None,
     ) -> None:
-        """``engine`` and ``drafter`` are made on first use, so a host only builds the clients it needs."""
+        """``engine`` and ``drafter`` are made on first use, so a host only builds the clients it needs.
+        ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`)."""
         self.store = store
         self.workspaces = workspaces
         self.engine = engine
         self.drafter = drafter
         self.git_token = git_token
+        self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.propose_patch, self.draft_procedure]
@@ -159,7 +163,11 @@ class ModelActivities:
                         token_budget=max(1, inp.token_budget - earlier.total),
                     )
                 )
-            check = validate_patch(ws.path, proposal.patch, base=spec.base_revision)
+            # Judged against the mirror, never the workspace: the model's commands may have rewritten the
+            # workspace's .git (its config, objects, refs), the mirror is only ever written by durafix.
+            with self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
+                policy = policy_for(self.patch_policies, spec.repository)
+                check = validate_patch(mirror, proposal.patch, base=spec.base_revision, policy=policy)
         except RepairError as err:
             raise _failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:

@@ -1,7 +1,8 @@
 """The ``durafix`` command line: one argparse tree over the command modules of this package.
 
-Exit codes: 0 success, 1 a run or command failed, 2 usage error, 3 the run or service was not found (each
-command's module states its own refinements). Processes end with a flush and ``os._exit`` (a short-lived
+Exit codes: 0 success, 1 a run or command failed, 2 usage error (or a setting that cannot be used, such as a
+Temporal client certificate without its key), 3 the run or service was not found (each command's module states
+its own refinements). Processes end with a flush and ``os._exit`` (a short-lived
 Temporal client can crash at interpreter exit).
 """
 
@@ -13,8 +14,8 @@ import sys
 from pathlib import Path
 from typing import cast
 
-from pipeline.cli.command import EXIT_OK, Check, CliError, Command, Commands, Spec
-from pipeline.config import load_config
+from pipeline.cli.command import EXIT_OK, EXIT_USAGE, Check, CliError, Command, Commands, Spec
+from pipeline.config import SettingsError, load_config
 
 __all__ = ["COMMANDS", "build_parser", "main", "run_command"]
 
@@ -82,6 +83,9 @@ def main(argv: list[str] | None = None) -> None:
     except CliError as err:
         print(f"durafix: {err}", file=sys.stderr)
         code = err.code
+    except SettingsError as err:
+        print(f"durafix: {err}", file=sys.stderr)
+        code = EXIT_USAGE
     except KeyboardInterrupt:
         code = 130
     sys.stdout.flush()

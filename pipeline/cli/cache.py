@@ -1,5 +1,5 @@
-"""``durafix cache prune [--older-than DURATION] [--yes] [--json]``: free what a worker's caches hold and
-nobody has used for a while.
+"""``durafix cache prune [--older-than DURATION | --mirror URL] [--yes] [--json]``: free what a worker's
+caches hold and nobody has used for a while.
 
 The caches are the ones a worker with the same configuration uses, built the way :class:`pipeline.services.
 Services` builds them: the git mirrors under ``STATE/cache/mirrors`` (with the workspaces under
@@ -20,10 +20,20 @@ engine).
   built. ``--older-than`` below 10m is refused: an image is served a moment before its container is created,
   and only its fresh stamp protects it in that moment.
 
+``--mirror URL`` drops the one git mirror made from ``URL`` (as ``durafix cache prune`` lists it), whatever its
+age; nothing else is looked at. The same rules hold: dry run unless ``--yes``, and the mirror is kept (never
+waited for) while its locks are held (a clone or fetch in progress, a worker being served from it or building
+a workspace on it) or a workspace borrows its objects; the command then says why and exits 1, and running it
+again once the fetch or the run is done drops it. A URL no mirror was made from exits 1 naming the mirrors
+that are cached. What was removed is printed (path, size), as in the table above. A worker that needs the
+mirror again clones it afresh.
+
 ``--json`` prints one document on stdout: ``dry_run``, ``older_than``, ``cutoff``, ``images_checked``,
 ``unavailable``, ``eligible`` and ``kept`` (entries with ``kind``, ``name``, ``ref``, ``size_bytes``,
 ``last_used``, ``last_used_from``, ``reason``), and with ``--yes`` also ``removed``, ``skipped`` and
-``remaining`` (whose ``reason`` is the error).
+``remaining`` (whose ``reason`` is the error). With ``--mirror`` it holds ``dry_run``, ``mirror`` (the URL),
+``eligible`` and ``kept`` (and with ``--yes`` ``removed``, ``skipped``, ``remaining``), or ``error`` and ``known``
+(the cached mirrors' URLs) when no mirror of the URL is cached.
 
 Exit codes, as for ``durafix cleanup``: 0 done, or dry run listed; 1 something could not be removed, or a
 configured cache could not be listed (a Docker engine that does not answer: its images were not checked, the
@@ -45,9 +55,11 @@ from environments.cache_prune import (
     MirrorSource,
     Outcome,
     Plan,
+    UnknownMirrorError,
     age_text,
     duration_text,
     iso_time,
+    plan_mirror,
     prune,
     survey,
 )
@@ -88,12 +100,18 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "unless --yes.",
         help="remove cache entries nobody has used for a while (dry run unless --yes)",
     )
-    prune_cmd.add_argument(
+    which = prune_cmd.add_mutually_exclusive_group()
+    which.add_argument(
         "--older-than",
         type=_older_than,
         default=DEFAULT_OLDER_THAN,
         metavar="DURATION",
         help=f"unused for longer than this (e.g. 30m, 12h, 7d; default {DEFAULT_OLDER_THAN})",
+    )
+    which.add_argument(
+        "--mirror",
+        metavar="URL",
+        help="only the git mirror of this clone URL, whatever its age (kept while it is fetched or in use)",
     )
     prune_cmd.add_argument("--yes", action="store_true", help="remove; without it nothing is changed")
     prune_cmd.add_argument("--json", action="store_true", help="one JSON document on stdout")
@@ -103,6 +121,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 def cmd_cache_prune(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``cache prune``: see :func:`prune_caches`."""
     out = Printer("durafix cache", as_json=args.json)
+    if args.mirror is not None:
+        return out.finish(drop_mirror(config, args.mirror, yes=args.yes, out=out))
     return out.finish(prune_caches(config, args.older_than, yes=args.yes, out=out))
 
 
@@ -126,6 +146,59 @@ def prune_caches(config: DurafixConfig, older_than: timedelta, *, yes: bool, out
         caches.close()
     _print_outcome(out, plan, outcome, older_than, now)
     return EXIT_OK if not (outcome.remaining or plan.unavailable) else EXIT_REMAINS
+
+
+def drop_mirror(config: DurafixConfig, clone_url: str, *, yes: bool, out: Printer) -> int:
+    """``--mirror URL``: plan dropping that one mirror, print the plan, and with ``yes`` drop it; the exit code."""
+    source = MirrorSource(Services(config).workspaces)
+    now = time.time()
+    out.document.update(dry_run=not yes, mirror=clone_url)
+    try:
+        plan = plan_mirror(source, clone_url, now)
+    except UnknownMirrorError as exc:
+        out.document.update(error=str(exc), known=exc.known)
+        out.warn(f"{exc}; nothing was removed")
+        return EXIT_REMAINS
+    out.document.update(eligible=[e.to_json() for _, e in plan.eligible], kept=[e.to_json() for e in plan.kept])
+    if plan.kept:
+        if yes:
+            out.document.update(removed=[], skipped=[], remaining=[])
+        _refuse_mirror(out, plan.kept[0], now)
+        return EXIT_REMAINS
+    if not yes:
+        out.line("dry run, nothing was changed; would remove:")
+        out.line(render_entries((e for _, e in plan.eligible), now, with_reason=False))
+        out.line()
+        out.line(f"to remove: durafix cache prune --mirror {clone_url} --yes")
+        return EXIT_OK
+    outcome = prune(plan)
+    out.document.update(
+        removed=[e.to_json() for e in outcome.removed],
+        skipped=[e.to_json() for e in outcome.skipped],
+        remaining=[e.to_json() for e in outcome.remaining],
+    )
+    if outcome.removed:
+        out.line("removed:")
+        out.line(render_entries(outcome.removed, now, with_reason=False))
+        out.line(f"path: {outcome.removed[0].ref}")
+    for entry in outcome.skipped:
+        _refuse_mirror(out, entry, now)
+    for entry in outcome.remaining:
+        out.warn(f"error: mirror {entry.name}: {entry.reason}")
+        out.line(f"fix the cause above, then run again: durafix cache prune --mirror {clone_url} --yes")
+    return EXIT_OK if outcome.removed else EXIT_REMAINS
+
+
+def _refuse_mirror(out: Printer, entry: CacheEntry, now: float) -> None:
+    """Say on stderr why the mirror stays, and on stdout what it is and what to do."""
+    out.warn(f"mirror {entry.name} was not removed: {entry.reason}")
+    out.line("kept:")
+    out.line(render_entries([entry], now))
+    if entry.reason.startswith("in use: borrowed"):
+        out.line("it can go once no workspace borrows from it: a run's workspaces go with its cleanup")
+        out.line("(durafix cleanup --run RUN, or --orphans for runs that are over)")
+    else:
+        out.line(f"nothing waits for it: run again once it is done: durafix cache prune --mirror {entry.name} --yes")
 
 
 class WorkerCaches:

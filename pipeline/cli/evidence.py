@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 
 from evidence.interface import ArtifactKind
 from evidence.open import open_store
-from evidence.serve import serve
+from evidence.serve import access_from_environment, serve
 from pipeline.cli.command import AddArguments
 from pipeline.config import DurafixConfig
 
@@ -56,7 +56,12 @@ def cmd_evidence(args: argparse.Namespace, config: DurafixConfig) -> int:
                 print(f"durafix evidence serve: the configured store {url} is not local; pass --root", file=sys.stderr)
                 return 2
             root = Path(unquote(parts.path))
-        serve(root, args.host, args.port)
+        try:
+            access = access_from_environment()
+        except ValueError as err:
+            print(f"durafix evidence serve: $DURAFIX_EVIDENCE_LINK_SECRET: {err}", file=sys.stderr)
+            return 2
+        serve(root, args.host, args.port, access)
         return 0
     store = open_store(url, public_url=config.evidence_public_url or None)
     for key in store.delete_expired(datetime.now(UTC), dict(args.keep)):

@@ -8,6 +8,21 @@ its readiness probe, and tears it down, as ``env.provision`` does. Three cases, 
 - *package cache only*: empty dependency cache, npm's download cache under the state directory kept from before;
 - *dependency cache*: the entry is there, setup does not run (``node_modules`` is restored).
 
+Then one repair run's setup work, before the dependency cache and with it: the four setups a run does
+(``env.run_baseline`` and ``env.verify_candidate`` call :func:`~environments.checks.run_setup` on a fresh
+workspace, the base's and the candidate's ``env.provision`` run it inside the local provider before starting the
+app; verify and the candidate's provision are on base + a patch that leaves the lock file alone), each on its
+own freshly rebuilt workspace, as those activities do. Three cases, median of ``--runs`` runs each:
+
+- *without the dependency cache*: every setup runs ``npm ci`` (npm's download cache warm, as on a worker that
+  has installed these packages before);
+- *with it, first run of this lock file*: the baseline runs setup and stores the entry, the other three restore;
+- *with it, later run*: all four restore.
+
+Each is printed as the sum of the four setups (the time until ``run_setup`` returned, or until the provider
+reported ``starting app``) and as the four steps end to end (workspace, setup, and for the provisions the app's
+start and readiness), with the ratio to the run without the cache.
+
 Then the restore alone, hard links (``auto`` on a filesystem without reflinks) vs plain copies, of the fixture's
 ``node_modules`` padded with ``--files`` generated files, so that the per-file cost shows.
 """
@@ -15,13 +30,15 @@ Then the restore alone, hard links (``auto`` on a filesystem without reflinks) v
 from __future__ import annotations
 
 import argparse
+import itertools
 import shutil
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from environments.checks import SetupSettings
+from environments.checks import SetupSettings, run_setup
 from environments.depcache import CacheKey, DependencyCache, RestoreMode
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
@@ -96,6 +113,138 @@ class Bench:
         LocalProcessProvider(self.root / "environments").cleanup_run(RUN)
 
 
+@dataclass(frozen=True)
+class RunTimes:
+    """One run's four setups: their summed setup time and the four steps' time end to end (seconds)."""
+
+    setup: float
+    steps: float
+
+
+class AppStart:
+    """A provider's ``progress`` callback noting when it said it was starting the app (its setup was done)."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+
+    def __call__(self, state: str) -> None:
+        if self.at is None and state.startswith("starting app"):
+            self.at = time.perf_counter()
+
+
+class RunSetups:
+    """The setup work of one repair run on ``repo``, done the way the environment activities do it."""
+
+    def __init__(self, root: Path, repo: Repo, spec: RecoverySpec, patch: str) -> None:
+        self.root = root
+        self.repo = repo
+        self.spec = spec
+        self.patch = patch
+        self.mgr = WorkspaceManager(cache_dir=root / "cache", root=root / "workspaces")
+        self.runs = 0
+
+    def once(self, settings: SetupSettings) -> RunTimes:
+        """Baseline, base provision, verify, candidate provision of a new run, with ``settings`` for every setup."""
+        self.runs += 1
+        run_id = f"repair:bench/run#{self.runs}"
+        provider = LocalProcessProvider(self.root / "environments", setup=settings, stop_grace_s=2.0)
+        setup = steps = 0.0
+        try:
+            for step, patch, app in (
+                ("baseline", None, False),
+                ("env-base:1", None, True),
+                ("verify:1", self.patch, False),
+                ("env-candidate-1:1", self.patch, True),
+            ):
+                op = f"{run_id}:{step}"
+                started = time.perf_counter()
+                ws = self.mgr.rebuild(
+                    run_id=run_id, op_id=op, clone_url=self.repo.url, base_revision=self.repo.base, patch=patch
+                )
+                setup_started = time.perf_counter()
+                if app:
+                    # The provider sets up, then says it starts the app: setup is what came before.
+                    heard = AppStart()
+                    handle = provider.provision(
+                        run_id=run_id, op_id=op, spec=self.spec, workspace=str(ws.path), progress=heard
+                    )
+                    done = time.perf_counter()
+                    assert heard.at is not None, "the provider never said it was starting the app"
+                    setup += heard.at - setup_started
+                    provider.teardown(handle)
+                else:
+                    run_setup(
+                        ws.path,
+                        self.spec.recipe,
+                        marker=f"bench/{op}",
+                        log_path=self.root / f"{step}.log",
+                        timeout_s=300,
+                        settings=settings,
+                        repository=self.spec.repository,
+                    )
+                    done = time.perf_counter()
+                    setup += done - setup_started
+                steps += done - started
+                self.mgr.remove(ws)
+        finally:
+            provider.cleanup_run(run_id)
+            self.mgr.cleanup_run(run_id)
+        return RunTimes(setup=setup, steps=steps)
+
+
+def run_setup_cases(root: Path, runs: int) -> None:
+    """One run's setups without the dependency cache and with it (first and later run of the lock file)."""
+    counter = root / "run-counter"
+    repo = npm_project(root / "run-fixture", counter)
+    bench = Bench(root / "run-spec", repo)
+    try:
+        spec = bench.spec()
+    finally:
+        bench.close()
+    # A candidate changes code, not the lock file, so its setup has the same key as the base's.
+    patch = repo.make_patch({"app.js": (repo.work / "app.js").read_text() + "// the candidate's change\n"})
+    run = RunSetups(root / "runs", repo, spec, patch)
+    deps, packages = root / "runs" / "deps", root / "runs" / "packages"
+    without = SetupSettings(package_caches=packages)
+
+    def cached() -> SetupSettings:
+        return SetupSettings(cache=DependencyCache(deps), package_caches=packages)
+
+    run.once(without)  # warms npm's download cache, as a worker's is; not counted
+    installs = [len(counter.read_text().splitlines())]
+    before = [run.once(without) for _ in range(runs)]
+    installs.append(len(counter.read_text().splitlines()))
+    first = []
+    for _ in range(runs):
+        shutil.rmtree(deps, ignore_errors=True)
+        first.append(run.once(cached()))
+    installs.append(len(counter.read_text().splitlines()))
+    later = [run.once(cached()) for _ in range(runs)]
+    installs.append(len(counter.read_text().splitlines()))
+    ran = [b - a for a, b in itertools.pairwise(installs)]
+
+    print(f"one run's setups (baseline, base provision, verify, candidate provision), median of {runs} runs each:")
+    print(f"  {'':<46}{'setup (4 setups)':<20}{'the 4 steps end to end':<24}setup ran")
+    base_setup = statistics.median(t.setup for t in before)
+    base_steps = statistics.median(t.steps for t in before)
+    for label, results, count in (
+        ("without the dependency cache:", before, ran[0]),
+        ("with it, first run of the lock file:", first, ran[1]),
+        ("with it, later run:", later, ran[2]),
+    ):
+        setup_s = statistics.median(t.setup for t in results)
+        steps_s = statistics.median(t.steps for t in results)
+        print(f"  {label:<46}{setup_s:7.3f} s{'':<11}{steps_s:7.3f} s{'':<15}{count}/{4 * runs}")
+    for label, results in (("first run", first), ("later run", later)):
+        setup_ratio = base_setup / statistics.median(t.setup for t in results)
+        steps_ratio = base_steps / statistics.median(t.steps for t in results)
+        what = f"ratio (without / with, {label}):"
+        print(f"  {what:<46}{setup_ratio:7.2f}x{'':<12}{steps_ratio:7.2f}x")
+    print("  per run, setup s / steps s:")
+    for label, results in (("without", before), ("first", first), ("later", later)):
+        print(f"    {label + ':':<9}" + ", ".join(f"{t.setup:.2f}/{t.steps:.2f}" for t in results))
+
+
 def times(values: list[float]) -> str:
     return f"{statistics.median(values):7.3f} s  ({', '.join(f'{v:.3f}' for v in values)})"
 
@@ -154,6 +303,8 @@ def main() -> None:
     print(f"  {'hard links (auto):':<46}{times(hardlink)}")
     print(f"  {'copies (copy):':<46}{times(copy)}")
     print(f"  {'ratio (copy / hard links):':<46}{copy_ratio:7.2f}x")
+    with tempfile.TemporaryDirectory(prefix="bench-depcache-run-") as tmp:
+        run_setup_cases(Path(tmp), args.runs)
 
 
 if __name__ == "__main__":

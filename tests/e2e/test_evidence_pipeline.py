@@ -296,6 +296,12 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
             )
             summary = await page.inner_text("#summary")
             shown_digest = await page.inner_text("#bundle-digest")
+            regression = await page.inner_text("#regression")
+            regression_rows = {
+                side: await page.inner_text(f"#regression tr.regression-{side}") for side in ("base", "candidate")
+            }
+            regression_base_log = await page.get_attribute("#regression tr.regression-base a", "href")
+            checks = await page.inner_text("#checks")
         finally:
             await browser.close()
 
@@ -306,6 +312,17 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
     assert state.target_revision is not None and state.target_revision in summary and publish.commit in summary
     assert shown_digest == comment_digest
     assert problems == []
+
+    # The regression proof: the demo's added test fails on the base's code and passes with the fix, and the
+    # base run's log (linked) shows that test failing. The baseline run is listed with the checks.
+    assert "proven" in regression and "tests/test_cart.py" in regression, regression
+    assert "without the fix" in regression_rows["base"] and "failed" in regression_rows["base"]
+    assert "with the fix" in regression_rows["candidate"] and "passed" in regression_rows["candidate"]
+    assert regression_base_log is not None
+    base_log = httpx.get(regression_base_log, timeout=30)
+    assert base_log.status_code == 200 and "test_total_counts_quantities" in base_log.text
+    assert "FAILED" in base_log.text
+    assert "baseline (base revision, before any change)" in checks
 
     # Each revision's videos are linked (presigned) and are WebM files as stored.
     video_links = [(text, href) for text, href in videos if "-video.webm" in text]

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -293,9 +295,130 @@ def test_an_unreachable_engine_leaves_images_unchecked_prunes_the_rest_and_exits
     assert not mirrors.mirror(mirrors.old).exists()
 
 
+def test_mirror_drops_that_one_mirror_however_fresh_and_prints_what_was_removed(
+    mirrors: Mirrors, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fresh = mirrors.mirror(mirrors.fresh)
+
+    code, out, _ = run(["--mirror", mirrors.fresh.url], capsys)
+
+    assert code == 0
+    assert out.startswith("dry run, nothing was changed; would remove:\n")
+    assert mirrors.fresh.url in out and fresh.is_dir()
+    assert out.rstrip().endswith(f"to remove: durafix cache prune --mirror {mirrors.fresh.url} --yes")
+
+    code, out, _ = run(["--mirror", mirrors.fresh.url, "--yes", "--json"], capsys)
+
+    assert code == 0
+    document = json.loads(out)
+    assert document["dry_run"] is False and document["mirror"] == mirrors.fresh.url
+    [removed] = document["removed"]
+    assert (removed["kind"], removed["name"], removed["ref"]) == ("mirror", mirrors.fresh.url, str(fresh))
+    assert removed["size_bytes"] > 0 and document["skipped"] == document["remaining"] == []
+    assert not fresh.exists()
+    # Only the mirror named: the old one (as unused as it gets) and the borrowed one stay.
+    assert mirrors.mirror(mirrors.old).is_dir() and mirrors.mirror(mirrors.borrowed).is_dir()
+
+    # The next rebuild clones it afresh; dropping it again prints the table and the path.
+    ws = mirrors.mgr.rebuild(
+        run_id=RUN, op_id=f"{RUN}:again", clone_url=mirrors.fresh.url, base_revision=mirrors.fresh.base
+    )
+    mirrors.mgr.remove(ws)
+    code, out, _ = run(["--mirror", mirrors.fresh.url, "--yes"], capsys)
+
+    assert code == 0
+    removed_table = out.split("removed:\n")[1]
+    assert removed_table.splitlines()[1].split()[:2] == ["mirror", mirrors.fresh.url]
+    assert f"path: {fresh}" in out
+    assert not fresh.exists()
+
+
+def test_mirror_keeps_a_mirror_a_workspace_borrows_and_exits_1(
+    mirrors: Mirrors, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(["--mirror", mirrors.borrowed.url, "--yes", "--json"], capsys)
+
+    assert code == 1
+    document = json.loads(out)
+    assert document["eligible"] == [] and document["removed"] == []
+    reason = f"in use: borrowed by workspace {mirrors.workspace.path}"
+    assert [e["reason"] for e in document["kept"]] == [reason]
+    assert f"mirror {mirrors.borrowed.url} was not removed: {reason}" in err
+    assert mirrors.mirror(mirrors.borrowed).is_dir()
+    git("fsck", "--connectivity-only", cwd=mirrors.workspace.path)
+
+
+def test_mirror_is_not_cut_under_a_fetch_in_progress_and_goes_once_it_is_done(
+    mirrors: Mirrors, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mirror = mirrors.mirror(mirrors.fresh)
+    wanted = mirrors.fresh.push_commit("NEWS", "later\n", "a commit the mirror lacks")
+    # The mirror's fetch runs this upload-pack: it says it started, then waits at a gate the test opens.
+    started, gate = tmp_path / "fetch-started", tmp_path / "fetch-gate"
+    waiting = f"touch {shlex.quote(str(started))}; while [ ! -e {shlex.quote(str(gate))} ]; do sleep 0.05; done;"
+    git("config", "remote.origin.uploadpack", f"{waiting} git-upload-pack", cwd=mirror)
+    fetched: list[Path] = []
+    fetch = threading.Thread(target=lambda: fetched.append(mirrors.mgr.mirrors.ensure(mirrors.fresh.url, wanted)))
+    fetch.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not started.exists():
+            assert time.monotonic() < deadline, "the fetch never reached the remote"
+            time.sleep(0.05)
+
+        code, out, err = run(["--mirror", mirrors.fresh.url, "--yes", "--json"], capsys)
+
+        assert code == 1
+        document = json.loads(out)
+        assert document["removed"] == [] and [e["reason"] for e in document["kept"]] == [
+            "busy: being cloned or fetched"
+        ]
+        assert "was not removed: busy: being cloned or fetched" in err
+        assert mirror.is_dir()
+    finally:
+        gate.touch()
+        fetch.join(timeout=60)
+    assert fetched == [mirror]
+    git("cat-file", "-e", f"{wanted}^{{commit}}", cwd=mirror)
+
+    code, out, _ = run(["--mirror", mirrors.fresh.url, "--yes", "--json"], capsys)
+
+    assert code == 0
+    assert [e["ref"] for e in json.loads(out)["removed"]] == [str(mirror)]
+    assert not mirror.exists()
+
+
+def test_mirror_of_an_unknown_url_fails_naming_the_cached_mirrors(
+    mirrors: Mirrors, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    unknown = (tmp_path / "never-seen.git").as_uri()
+
+    code, out, err = run(["--mirror", unknown, "--yes", "--json"], capsys)
+
+    assert code == 1
+    document = json.loads(out)
+    assert document["mirror"] == unknown and "removed" not in document
+    assert sorted(document["known"]) == sorted(r.url for r in (mirrors.old, mirrors.borrowed, mirrors.fresh))
+    assert f"no mirror of {unknown} is cached (mirrors cached: " in err and "nothing was removed" in err
+    assert all(mirrors.mirror(r).is_dir() for r in (mirrors.old, mirrors.borrowed, mirrors.fresh))
+
+
+def test_mirror_with_no_mirror_cached_at_all_says_none(state: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = run(["--mirror", "https://example.com/acme/cart.git"], capsys)
+
+    assert code == 1
+    assert "no mirror of https://example.com/acme/cart.git is cached (mirrors cached: none)" in err
+
+
 @pytest.mark.parametrize(
     "argv",
-    [[], ["prune", "--older-than", "5m"], ["prune", "--older-than", "7x"], ["prune", "--older-than", "-1d"]],
+    [
+        [],
+        ["prune", "--older-than", "5m"],
+        ["prune", "--older-than", "7x"],
+        ["prune", "--older-than", "-1d"],
+        ["prune", "--older-than", "30d", "--mirror", "https://example.com/acme/cart.git"],
+    ],
 )
 def test_usage_errors_exit_2_before_anything_is_read(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exited:

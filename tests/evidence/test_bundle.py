@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from evidence.bundle import RevisionEvidence, bundle_digest, load_bundle, store_bundle
+from evidence.bundle import RegressionEvidence, RevisionEvidence, bundle_digest, load_bundle, store_bundle
 from evidence.interface import ArtifactKind, IntegrityError
 from evidence.local import LocalArtifactStore
 from tests.evidence.samples import CANDIDATE, solid_png, store_cart_bundle
@@ -71,3 +71,24 @@ def test_evidence_recorded_on_another_revision_is_refused(store: LocalArtifactSt
     data["candidate_commit"] = "f" * 40
     with pytest.raises(ValidationError, match="candidate evidence is for"):
         type(bundle).model_validate(data)
+
+
+def test_a_manifest_stored_before_the_test_evidence_fields_keeps_its_bytes_and_digest(
+    store: LocalArtifactStore,
+) -> None:
+    bundle = store_cart_bundle(store, solid_png(4, 4, (200, 0, 0)), solid_png(4, 4, (0, 160, 0)))
+    older = json.loads(bundle.canonical_json())
+    assert "baseline" not in older and "regression" not in older
+    # What an older durafix stored (no such keys) loads and re-serialises to exactly those bytes.
+    ref = store.put_bytes(bundle.canonical_json(), kind=ArtifactKind.MANIFEST, run_id=bundle.run_id)
+    assert load_bundle(store, ref).canonical_json() == bundle.canonical_json()
+    log = store.put_bytes(b"FAILED (failures=1)\n", kind=ArtifactKind.TEST_OUTPUT, run_id=bundle.run_id)
+    proven = bundle.model_copy(
+        update={
+            "regression": RegressionEvidence(
+                status="proven", summary="fail -> pass", test_files=["tests/test_cart.py"], base_output=log
+            )
+        }
+    )
+    assert bundle_digest(proven) != bundle_digest(bundle)
+    assert log in proven.artifacts()

@@ -21,12 +21,13 @@ from temporalio.worker import Worker
 
 from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
+from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import steps
 from pipeline.failures import FailureClass
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
+from pipeline.state import Approval, Outcome, Phase, RegressionFact, Rejection, RunState
 from pipeline.steps import (
     BaselineInput,
     BaselineResult,
@@ -95,6 +96,10 @@ class Script:
     spec_transport_down: bool = False
     # The recipe's tests on the base: (runnable, passed).
     baseline: tuple[bool, bool] = (True, True)
+    # The baseline reports per-test results (the recipe names a test_report).
+    baseline_cases: bool = False
+    # From which attempt verification's regression proof holds (before it: the patch adds no test).
+    proven_from_attempt: int = 1
     stuck_resource: str | None = None
     head: str = CANDIDATE
     calls: list[tuple[str, Any]] = field(default_factory=list)
@@ -178,6 +183,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.VERIFY_CANDIDATE.name)
     async def verify(i: VerifyInput) -> VerifyResult:
         s.calls.append(("verify", i))
+        proven = int(i.op_id.rsplit(":", 1)[-1]) >= s.proven_from_attempt
         return VerifyResult(
             commit=CANDIDATE,
             tree="t" * 40,
@@ -185,6 +191,12 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             test_summary="3 passed",
             test_output_ref=ref("tests"),
             bundle_ref=ref("bundle"),
+            regression=RegressionFact(
+                status=ProofStatus.PROVEN if proven else ProofStatus.NO_TESTS,
+                summary="proven" if proven else "the patch adds or changes no test file",
+                test_files=["tests/test_cart.py"] if proven else [],
+                base_output_ref=ref("regression-base") if proven else None,
+            ),
         )
 
     @activity.defn(name=steps.RUN_BASELINE.name)
@@ -196,7 +208,13 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             if passed
             else ("could not run (not found or not executable), exit 127" if not runnable else "failed")
         )
-        return BaselineResult(runnable=runnable, passed=passed, summary=summary, test_output_ref=ref("baseline"))
+        return BaselineResult(
+            runnable=runnable,
+            passed=passed,
+            summary=summary,
+            test_output_ref=ref("baseline"),
+            cases_ref=ref("baseline-cases") if s.baseline_cases else None,
+        )
 
     @activity.defn(name=steps.CLEANUP_RUN.name)
     async def cleanup_run(i: CleanupRunInput) -> CleanupReport:
@@ -385,6 +403,45 @@ async def test_tests_that_cannot_run_or_fail_on_the_base_end_in_triage_before_an
     assert [c.op_id for n, c in harness.script.calls if n == "baseline"] == [f"{final.workflow_id}:baseline"]
     assert any(p.phase == Phase.BASELINE for p in final.timeline)
     assert final.cleanup is not None and final.cleanup.complete
+
+
+async def approved_run(harness: Harness, **policy: Any) -> RunState:
+    """Start a run, approve it at the review wait, and wait for its end."""
+    wf = await harness.start(**policy)
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    return await harness.result(wf)
+
+
+async def test_a_failing_base_with_per_test_results_is_repaired_and_judged_against_those_results(
+    harness: Harness,
+) -> None:
+    harness.script.baseline, harness.script.baseline_cases = (True, False), True
+    final = await approved_run(harness)
+    assert final.outcome == Outcome.MERGED
+    assert final.baseline is not None and final.baseline.cases_ref is not None
+    verifies = [c for n, c in harness.script.calls if n == "verify"]
+    assert verifies and all(v.baseline_cases_ref == final.baseline.cases_ref for v in verifies)
+
+
+async def test_the_policy_asking_for_a_regression_test_fails_a_candidate_without_one(harness: Harness) -> None:
+    harness.script.proven_from_attempt = 2
+    final = await approved_run(harness, require_regression_test=True)
+    assert final.outcome == Outcome.MERGED
+    assert [c.verification for c in final.candidates] == ["failed", "passed"]
+    assert final.candidates[0].failure is not None and "no regression test" in final.candidates[0].failure
+    proposals = [c for n, c in harness.script.calls if n == "propose"]
+    assert "no regression test" in proposals[1].previous_failures[0]
+    last = final.candidates[1].regression
+    assert last is not None and last.status == ProofStatus.PROVEN
+
+
+async def test_without_the_policy_a_candidate_without_a_regression_test_passes(harness: Harness) -> None:
+    harness.script.proven_from_attempt = 99
+    final = await approved_run(harness)
+    assert final.outcome == Outcome.MERGED and [c.verification for c in final.candidates] == ["passed"]
+    assert final.candidates[0].regression is not None
+    assert final.candidates[0].regression.status == ProofStatus.NO_TESTS
 
 
 async def test_repair_that_never_verifies_exhausts_the_budget(harness: Harness) -> None:

@@ -1,0 +1,183 @@
+"""Two projects of our own, shaped like real ones (:mod:`tests.e2e.real_projects`: an npm app with ``is-number``,
+a pip app with ``humanize``, each with 55 tagged commits), onboarded with ``durafix dev onboard`` as a new user
+would, and each sent two reports through the webhooks on the embedded stack:
+
+1. the bug, which reproduces in Chromium: the scripted model's fix (with a regression test) is verified on a
+   rebuilt workspace, the reviewer approves the draft PR through the review API, and the run merges it;
+2. after the maintainer pulled the fix, committed on top and onboarded again (``main`` moved), the same bug
+   reported again from the new release: the procedure checks it runs on the moved ``main`` and finds the
+   behaviour correct, so the run ends in triage, honestly "not reproduced", with no PR and no model request.
+
+What is asserted is read back from the forge through PyGithub and real git (PRs, ``main``'s files, tickets),
+from the evidence store (the setup and test logs) and from the worker's dependency cache (one entry per project,
+built once: every later workspace restored it instead of running ``npm ci`` / ``pip install`` again).
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from environments.depcache import BuildRecord, DependencyCache
+from environments.files import path_key
+from environments.spec import load_recipe
+from pipeline import client as runs
+from pipeline.ids import workflow_id_for
+from pipeline.services import Services
+from pipeline.state import Outcome, RunState
+from tests.conftest import require
+from tests.e2e.conftest import E2EStack, owned_processes, running_e2e_stack
+from tests.e2e.real_projects import (
+    HISTORY_COMMITS,
+    PROJECTS,
+    Project,
+    build_checkout,
+    mirror_clone_request_encodings,
+    model_script,
+    pull_and_commit,
+)
+from tests.e2e.test_cli import Cli
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    """One embedded stack for both projects, answering from their model script, with one worker."""
+    for tool in ("git", "chromium", "node", "npm"):
+        require(shutil.which(tool) is not None, f"{tool} is not installed")
+    state = tmp_path_factory.mktemp("durafix-real-projects")
+    with running_e2e_stack(state, model_script=model_script(state / "model-script.yaml")) as e2e:
+        e2e.spawn_worker()
+        yield e2e
+
+
+def entries_of(cache: DependencyCache, repository: str) -> list[tuple[Path, BuildRecord]]:
+    """The repository's dependency cache entries with their build records."""
+    found = []
+    for entry in cache.entries():
+        record = cache.read_record(entry)
+        assert record is not None, f"{entry} has no readable build record"
+        if record.repository == repository:
+            found.append((entry, record))
+    return found
+
+
+def model_requests(stack: E2EStack) -> int:
+    """How many requests the scripted model server has answered so far."""
+    answer = httpx.get(f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests", timeout=10)
+    return len(answer.json())
+
+
+def ticket_of(stack: E2EStack, repository: str, issue: int, state: RunState) -> str:
+    assert state.ticket is not None and state.ticket.comment_id is not None
+    return str(stack.github().get_repo(repository).get_issue(issue).get_comment(state.ticket.comment_id).body)
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fixed_on_the_moved_main(
+    stack: E2EStack, project: Project, tmp_path: Path
+) -> None:
+    cli = Cli(stack.state_dir)
+    services = Services(stack.config)
+    cache = services.setup.cache
+    assert cache is not None, "the stack's workers cache dependencies by default"
+    checkout = build_checkout(project, tmp_path)
+    recipe = load_recipe(checkout)
+
+    onboarded = cli.json("dev", "onboard", str(checkout), "--receiver-url", stack.receiver.url)
+    repository = onboarded["repository"]
+    assert (repository, onboarded["created"]) == (f"maintainer/{project.name}", True)
+    assert onboarded["pushed"]["commits"] == HISTORY_COMMITS
+    assert len(onboarded["pushed"]["tags"]) == HISTORY_COMMITS
+    assert onboarded["receiver"]["answering"] is True
+    owner_token = onboarded["tokens"]["owner"]["token"]
+    # The history is big enough for git to gzip its requests, as it does on real repositories (the worker's
+    # first mirror clone of it below sends the same request).
+    encodings = mirror_clone_request_encodings(onboarded["clone_url"], owner_token, tmp_path / "mirror.git")
+    assert "gzip" in encodings, encodings
+    owner = stack.github(owner_token).get_repo(repository)
+    client = await runs.connect(stack.config)
+
+    # 1. The bug as first reported: reproduced, repaired, reviewed, merged.
+    started = time.time()
+    issue = owner.create_issue(
+        title=project.first.title, body=project.first.body, labels=[stack.config.trigger_label]
+    ).number
+    wf = workflow_id_for(repository, issue)
+    state = await state_when(client, wf, awaiting_review, timeout_s=600)
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.reproduction is not None and state.reproduction.status == "reproduced"
+    assert state.reproduction.revision == onboarded["pushed"]["head"]
+    assert state.baseline is not None and state.baseline.passed, state.baseline
+    head = state.pending_approval.head_sha
+    reviewer = stack.github(onboarded["tokens"]["reviewer"]["token"]).get_repo(repository)
+    pr = reviewer.get_pull(state.pending_approval.pr_number)
+    assert pr.head.sha == head and pr.draft
+    pr.create_review(commit=reviewer.get_commit(head), event="APPROVE", body="The evidence shows the fix.")
+    merged = await state_when(client, wf, finished)
+    assert merged.outcome == Outcome.MERGED, merged.outcome_detail
+    assert merged.approval is not None and (merged.approval.head_sha, merged.approval.source) == (head, "webhook")
+
+    repo = stack.github().get_repo(repository)
+    assert [(p.number, p.merged) for p in repo.get_pulls(state="all")] == [(pr.number, True)]
+    assert repo.get_pull(pr.number).merge_commit_sha == merged.merged_sha == repo.get_branch("main").commit.sha
+    path, fixed = project.fixed
+    assert fixed in file_on_main(stack, repository, path)
+    assert file_on_main(stack, repository, project.added_test)
+    ticket = ticket_of(stack, repository, issue, merged)
+    assert "merged" in ticket and str(merged.merged_sha) in ticket, ticket
+    assert owned_processes(wf) == []
+
+    # Setup ran once, in this run's first workspace (the base environment), and stored its result: the baseline
+    # and the candidate's verification (their logs are evidence) restored it instead of installing again.
+    [(entry, record)] = entries_of(cache, repository)
+    assert record.setup == recipe.setup and record.paths == [project.cached_path]
+    assert record.provider == "local" and set(record.lock_files) == set(recipe.lock_files)
+    assert record.created >= started
+    assert Path(record.built_in).is_relative_to(stack.state_dir / "workspaces" / path_key(wf)), record.built_in
+    [candidate] = [c for c in merged.candidates if c.verification == "passed"]
+    assert merged.baseline is not None and candidate.test_output_ref is not None
+    for ref in (merged.baseline.test_output_ref, candidate.test_output_ref):
+        log = services.store.read_bytes(ref).decode()
+        assert "# dependency cache: restored entry" in log, log
+        assert not any(f"$ {command}" in log for command in recipe.setup), log
+
+    # 2. main moves: the maintainer pulls the merged fix, commits on top, onboards again.
+    files, message = project.move
+    moved = pull_and_commit(checkout, onboarded["clone_url"], files, message, "v1.1.0")
+    again = cli.json("dev", "onboard", str(checkout), "--receiver-url", stack.receiver.url)
+    assert again["created"] is False and again["pushed"]["head"] == moved
+    assert again["pushed"]["commits"] > HISTORY_COMMITS + 1 and "v1.1.0" in again["pushed"]["tags"]
+    assert repo.get_branch("main").commit.sha == moved
+
+    # The same bug reported again from the new release: it runs on the moved main, and the page is right.
+    asked = model_requests(stack)
+    second_started = time.time()
+    issue2 = owner.create_issue(
+        title=project.again.title, body=project.again.body, labels=[stack.config.trigger_label]
+    ).number
+    wf2 = workflow_id_for(repository, issue2)
+    triaged = await state_when(client, wf2, finished)
+    assert triaged.outcome == Outcome.NEEDS_HUMAN_TRIAGE, triaged.outcome_detail
+    assert triaged.reproduction is not None and triaged.reproduction.status == "not_reproduced"
+    assert triaged.reproduction.revision == moved
+    assert triaged.candidates == [] and triaged.budgets.repair_attempts_used == 0
+    assert model_requests(stack) == asked, "the model was asked about a report that did not reproduce"
+    assert [(p.number, p.merged) for p in repo.get_pulls(state="all")] == [(pr.number, True)]
+    assert repo.get_branch("main").commit.sha == moved
+    ticket = ticket_of(stack, repository, issue2, triaged)
+    assert "needs human triage" in ticket and f"did not reproduce on {moved[:12]}" in ticket, ticket
+    assert owned_processes(wf2) == []
+
+    # The second run's environment restored the same entry: nothing was rebuilt.
+    assert entries_of(cache, repository) == [(entry, record)]
+    last_used, stamped = cache.last_used(entry)
+    assert stamped and last_used >= second_started
