@@ -37,6 +37,7 @@ from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.e2e.conftest import E2EStack, e2e_stack, stack_with_worker
 from tests.forge.helpers import branch_with, commit_files
+from tests.replay.record import record_history
 from tests.security.harness import (
     BOT,
     DECISION_EVENTS,
@@ -286,6 +287,8 @@ async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_th
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert final.approval is not None and final.approval.reviewer == "reviewer"
     assert repo.get_pull(number).merged
+    # A run that asked for a review after an approval without standing, then merged: replayed by tests/replay.
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "review-authority-on-forge")
 
 
 def test_durafix_approve_is_refused_unless_operator_approvals_are_configured(tmp_path: Path) -> None:

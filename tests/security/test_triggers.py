@@ -19,6 +19,7 @@ from pipeline.demo import issue_text
 from pipeline.services import Services
 from pipeline.state import Phase
 from reviews.markers import COMMENT, find_marker
+from tests.replay.record import record_history
 from tests.security.harness import (
     BOT,
     DECISION_EVENTS,
@@ -155,6 +156,8 @@ async def test_an_edit_after_the_trigger_is_noted_on_the_ticket_and_the_run_uses
     signals = await site.events(workflow_id, *DECISION_EVENTS)
     assert [s.event_type for s in signals] == [EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED] * 2
     assert {s.workflow_execution_signaled_event_attributes.signal_name for s in signals} == {"report_edited"}
+    # The pinned report, an edit seen at intake and two edit signals: replayed by tests/replay.
+    record_history(await site.client.get_workflow_handle(workflow_id).fetch_history(), "report-edited-after-trigger")
 
 
 async def _state_at_provision(site: Site, workflow_id: str) -> Any:
