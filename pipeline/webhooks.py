@@ -3,23 +3,32 @@
 Contract:
 - Every delivery's ``X-Hub-Signature-256`` is checked (HMAC-SHA256 of the raw body with the shared secret,
   constant-time compare) before the body is parsed; a bad or missing signature gets 401 and does nothing.
-- ``issues`` labelled with the trigger label (``labeled``, or ``opened`` already carrying it) start the run
-  for that issue or attach to the one already running (the workflow ID is the issue's identity).
-- ``pull_request_review`` ``submitted`` with state ``approved`` on a durafix branch becomes an ``approve``
-  Update naming the review's ``commit_id`` as the approved head; ``changes_requested`` becomes a rejection.
-  The Update ID is the review's ID, so a redelivered review is recorded once.
-- Anyone who can see a repository may submit a review, so before either reaches the run the reviewer's
+- ``issues`` labelled with the trigger label (``labeled``, or ``opened``/``reopened`` already carrying it)
+  start the run for that issue or attach to the one already running (the workflow ID is the issue's
+  identity), but only when the delivery's sender holds at least ``trigger_permission`` (``triage``), read
+  from the forge (``GitHubForge.get_role``); otherwise 403 and no run. The run gets the issue's title and
+  body from the payload, pinned (``RepairInput.report``). A trigger for an issue whose run ended is
+  answered once on the issue (a keyed comment) as well as in the response.
+- ``issues`` ``edited`` (title or body) for an issue with a live run becomes the ``report_edited`` signal:
+  the ticket says so, and the run keeps the pinned text.
+- ``pull_request_review`` counts only on durafix's own PR (its marker names a run of this repository and
+  its author is the bot's login) and never from the bot itself (403 otherwise, nothing sent). ``submitted``
+  ``approved`` becomes an ``approve`` Update naming the review's ``commit_id`` and the PR's number (the run
+  refuses another PR's); ``changes_requested`` a rejection; ``dismissed`` the ``withdraw`` signal. The
+  Update ID is the review's ID, so a redelivered review is recorded once. The merge re-reads the reviews on
+  the forge anyway (``forge.merge``): what this sends is never the authority.
+- Anyone who can see a repository may submit a review, so before a decision reaches the run the reviewer's
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
-  403 naming reviewer, permission and what is required; a forge that cannot answer now gives 503, one
-  that refuses the read (bad token, repository or user not visible) 502, a receiver without a forge
-  token 500. In every one of these cases nothing is sent to the workflow.
+  403 naming reviewer, permission and what is required. For every forge read (role, permission, bot login):
+  a forge that cannot answer now gives 503, one that refuses the read (bad token, repository or user not
+  visible) 502, a receiver without a forge token 500. In every one of these cases nothing is sent.
 - The HTTP side is bounded (``pipeline.webhook_server``): ``Content-Length`` missing (411), malformed or
   negative (400) or over ``MAX_BODY`` (413) is refused before the body is read; every socket read times
   out; at most ``ReceiverLimits.max_connections`` connections are served at once, one more gets 503. So
   connections that send headers and no body are closed after the read timeout and never starve a delivery.
-- Answers within GitHub's 10 s: the receiver reads one permission and talks to Temporal, never waits for
-  the run.
+- Answers within GitHub's 10 s: the receiver makes a few forge reads (and at most one keyed comment) and
+  talks to Temporal, never waits for the run.
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
   redelivered (the hook-delivery API) or the issue is re-labelled.
 """
