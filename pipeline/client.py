@@ -18,9 +18,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
-from pipeline.inputs import ApprovalAck, RepairInput
+from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Rejection, RunState
+from pipeline.state import Approval, Rejection, ReportEdit, RunState, Withdrawal
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
@@ -74,8 +74,10 @@ async def start_run(
     base_branch: str = "main",
     trigger: str = "cli",
     policy: RunPolicy | None = None,
+    report: PinnedReport | None = None,
 ) -> Started:
-    """Start ``repair_bug`` for the report, or attach to the run that already handles it."""
+    """Start ``repair_bug`` for the report, or attach to the run that already handles it. ``report`` pins the
+    text the run works on (a run attached to keeps the text it was started with)."""
     workflow_id = workflow_id_for(repository, issue_number)
     try:
         desc = await handle_for(client, workflow_id).describe()
@@ -97,6 +99,7 @@ async def start_run(
             trigger=trigger,
             policy=policy,
             environment_provider=config.environment_provider,
+            report=report,
         ),
         id=workflow_id,
         task_queue=TaskQueue.ORCHESTRATION.value,
@@ -127,6 +130,14 @@ async def approve(client: Client, workflow_id: str, approval: Approval) -> Appro
 
 async def reject(client: Client, workflow_id: str, rejection: Rejection) -> None:
     await handle_for(client, workflow_id).signal(RepairBugWorkflow.reject, rejection)
+
+
+async def withdraw(client: Client, workflow_id: str, withdrawal: Withdrawal) -> None:
+    await handle_for(client, workflow_id).signal(RepairBugWorkflow.withdraw, withdrawal)
+
+
+async def report_edited(client: Client, workflow_id: str, edit: ReportEdit) -> None:
+    await handle_for(client, workflow_id).signal(RepairBugWorkflow.report_edited, edit)
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

@@ -44,8 +44,13 @@ class DurafixConfig(BaseModel):
     forge_token: str = ""
     webhook_secret: str = ""
     trigger_label: str = "durafix"
+    # The least repository role whose trigger (the label added, or an issue opened with it) starts a run.
+    trigger_permission: Literal["read", "triage", "write", "maintain", "admin"] = "triage"
     # The least repository permission whose review may approve or reject a run through the webhook.
     approver_permission: Literal["write", "admin"] = "write"
+    # Whether an operator's `durafix approve` may merge without an approving review on the forge. Anyone who can
+    # reach Temporal can send what the CLI sends, so this is off unless the Temporal connection is guarded.
+    operator_approval: bool = False
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: str = ""
     model_name: str = "gpt-4o-mini"
@@ -142,7 +147,9 @@ _ENV = {
     "DURAFIX_FORGE_TOKEN": "forge_token",
     "DURAFIX_WEBHOOK_SECRET": "webhook_secret",
     "DURAFIX_TRIGGER_LABEL": "trigger_label",
+    "DURAFIX_TRIGGER_PERMISSION": "trigger_permission",
     "DURAFIX_APPROVER_PERMISSION": "approver_permission",
+    "DURAFIX_OPERATOR_APPROVAL": "operator_approval",
     "OPENAI_BASE_URL": "model_base_url",
     "OPENAI_API_KEY": "model_api_key",
     "DURAFIX_MODEL": "model_name",

@@ -7,8 +7,22 @@ from pydantic import BaseModel, Field
 from pipeline.policies import RunPolicy
 
 
+class PinnedReport(BaseModel):
+    """The report as it read when the run was triggered (the webhook payload's issue), which the run uses
+    instead of what the issue says by the time the run reads it: whoever can edit the issue cannot change
+    what a permitted user asked durafix to work on."""
+
+    title: str
+    body: str
+    author: str = ""
+    triggered_by: str = ""
+
+
 class RepairInput(BaseModel):
-    """What starts a run: where the report lives, and the policy the run keeps for its whole life."""
+    """What starts a run: where the report lives, and the policy the run keeps for its whole life.
+
+    ``report``: the text pinned at the trigger; None (runs started before pinning, and ``durafix start``)
+    means the text read at intake."""
 
     repository: str
     issue_number: int
@@ -16,6 +30,7 @@ class RepairInput(BaseModel):
     trigger: str = "cli"
     policy: RunPolicy = Field(default_factory=RunPolicy)
     environment_provider: str | None = None
+    report: PinnedReport | None = None
 
 
 class ApprovalAck(BaseModel):

@@ -60,6 +60,13 @@ def ticket_body(state: RunState, note: str = "") -> str:
         lines.append(
             f"- evidence: {len(state.evidence)} artifact(s) kept in the store (`durafix status --json` lists them)"
         )
+    if state.report_edits:
+        editors = ", ".join(sorted({e.editor for e in state.report_edits if e.editor})) or "someone"
+        fields = " and ".join(sorted({f for e in state.report_edits for f in e.fields})) or "text"
+        lines.append(
+            f"- the report was edited after the trigger ({fields}, by {editors}); this run uses the report as it"
+            " was when it was triggered. To work on the edited report, open a new issue."
+        )
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"

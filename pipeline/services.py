@@ -156,7 +156,15 @@ class Services:
     def forge_activities(self) -> ForgeActivities:
         from pipeline.activities.forge import ForgeActivities
 
-        return ForgeActivities(self.forge, self.config.clone_url, self.store, self.workspaces, self.git_token)
+        return ForgeActivities(
+            self.forge,
+            self.config.clone_url,
+            self.store,
+            self.workspaces,
+            self.git_token,
+            approver_permission=self.config.approver_permission,
+            operator_approval=self.config.operator_approval,
+        )
 
     def environment_activities(self) -> EnvironmentActivities:
         from pipeline.activities.environments import EnvironmentActivities

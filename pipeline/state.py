@@ -199,12 +199,36 @@ class Approval(BaseModel):
     review_id: str | None = None
     policy_version: int = 1
     expires_at: AwareDatetime | None = None
+    pr_number: int | None = None
+    """The PR the review was made on (webhook approvals): refused unless it is the run's own PR."""
 
 
 class Rejection(BaseModel):
     reviewer: str
     reason: str = ""
     source: str = "cli"
+    pr_number: int | None = None
+    """The PR the review was made on (webhook rejections): ignored unless it is the run's own PR."""
+
+
+class Withdrawal(BaseModel):
+    """A review was dismissed on the forge: the approval it carried (if the run holds it and has not acted on
+    it) no longer stands."""
+
+    review_id: str
+    reviewer: str
+    dismissed_by: str = ""
+    pr_number: int | None = None
+
+
+class ReportEdit(BaseModel):
+    """The report changed after the trigger: noted on the ticket, never taken into the run."""
+
+    editor: str
+    fields: list[str]
+    at: datetime
+    source: str = ""
+    """Where it was seen: ``intake`` (the text read then differs from the pinned one) or ``webhook:<delivery>``."""
 
 
 class Budgets(BaseModel):
@@ -280,6 +304,7 @@ class RunState(BaseModel):
     publish: PublishFact | None = None
     pending_approval: ApprovalRequest | None = None
     approval: Approval | None = None
+    report_edits: list[ReportEdit] = Field(default_factory=list)
     merged_sha: str | None = None
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)

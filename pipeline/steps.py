@@ -133,10 +133,17 @@ class ReadPullInput(BaseModel):
 
 
 class MergeInput(BaseModel):
+    """What to merge, and the approval it is merged on: the merge activity checks that approval's authority on
+    the forge (a permitted reviewer's APPROVED review of ``approved_sha``), or, for an operator's approval
+    (``source`` other than ``webhook``), that the worker allows operator approvals."""
+
     op_id: str
     repository: str
     number: int
     approved_sha: str
+    reviewer: str = ""
+    source: str = "webhook"
+    review_id: str | None = None
 
 
 class MergeStatus(StrEnum):
@@ -144,6 +151,9 @@ class MergeStatus(StrEnum):
     HEAD_MOVED = "head_moved"
     NOT_MERGEABLE = "not_mergeable"
     ALREADY_MERGED = "already_merged"
+    # Nothing on the forge approves this head (no permitted reviewer's APPROVED review of it, or it was
+    # dismissed), and no operator approval is allowed: nothing was merged; the run asks for a review.
+    NOT_APPROVED = "not_approved"
 
 
 class MergeOutcome(BaseModel):

@@ -13,6 +13,7 @@ activity running in it is its heartbeat. Cleanup runs on every ending, cancellat
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from datetime import timedelta
 from typing import TypeVar
 
@@ -47,11 +48,13 @@ with workflow.unsafe.imports_passed_through():
         PhaseMark,
         PublishFact,
         Rejection,
+        ReportEdit,
         ReproductionFact,
         ReproductionOutcome,
         RunState,
         TicketFact,
         VerificationStatus,
+        Withdrawal,
     )
     from pipeline.steps import (
         BaselineInput,
@@ -91,6 +94,12 @@ LATE_COMPLETION_PATCH = "cancellation-wins-over-late-completion"
 BASELINE_PATCH = "baseline-tests"
 # The ticket is updated when the run starts waiting for a review (runs recorded before left it at publish).
 REVIEW_TICKET_PATCH = "ticket-at-review-wait"
+# A run started with the report pinned at the trigger works on that text; an edit (seen at intake, or
+# signalled by the receiver) is noted on the ticket, which is updated when the signal arrives.
+PINNED_REPORT_PATCH = "report-pinned-at-trigger"
+# The merge activity merges only on an approval the forge holds (or an allowed operator approval); when it
+# finds none, the run says so on the PR and the ticket and waits for a review again.
+REVIEW_ON_FORGE_PATCH = "approval-authority-on-forge"
 
 
 class RunEnded(Exception):
@@ -139,6 +148,11 @@ class RepairBugWorkflow:
         self._ending = False
         # Said on the ticket until the end: the final update rewrites the same comment.
         self._closing_note = ""
+        # Ticket updates from a signal handler and from the run never interleave: each body is computed
+        # when its turn comes, so the last write carries the latest state. Uncontended, it never yields.
+        self._ticket_lock = asyncio.Lock()
+        # Said on the ticket while the run waits again for a review after an approval that did not stand.
+        self._review_note = ""
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -164,6 +178,8 @@ class RepairBugWorkflow:
         pending = self._state.pending_approval
         if pending is None or self._state.phase != Phase.AWAITING_REVIEW:
             raise ValueError(f"run is not awaiting review (phase {self._state.phase})")
+        if approval.pr_number is not None and approval.pr_number != pending.pr_number:
+            raise ValueError(f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}")
         if approval.head_sha != pending.head_sha:
             raise ValueError(f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}")
         if approval.expires_at is not None and approval.expires_at <= workflow.now():
@@ -175,8 +191,36 @@ class RepairBugWorkflow:
 
     @workflow.signal
     def reject(self, rejection: Rejection) -> None:
+        pending = self._state.pending_approval
+        if rejection.pr_number is not None and (pending is None or rejection.pr_number != pending.pr_number):
+            return  # a review of another PR is not a decision about this run
         if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
             self._rejection = rejection
+
+    @workflow.signal
+    def withdraw(self, withdrawal: Withdrawal) -> None:
+        """A dismissed review withdraws the approval it carried, if the run has not acted on it yet. (Once the
+        merge has started, the merge activity's own read of the PR's reviews no longer finds it.)"""
+        approval = self._approval
+        if approval is None or approval.review_id != withdrawal.review_id:
+            return
+        if self._state.phase == Phase.AWAITING_REVIEW:
+            self._approval = None
+
+    @workflow.signal
+    async def report_edited(self, edit: ReportEdit) -> None:
+        """The issue's title or body changed after the trigger. Noted (once per source) and said on the ticket;
+        the run keeps the text pinned at its trigger."""
+        if self._input.report is None or any(e.source == edit.source for e in self._state.report_edits):
+            return
+        self._state.report_edits.append(edit)
+        if self._state.ticket is None or self._ending or self._state.outcome is not None:
+            return  # the ticket, once created (or at the end), carries it
+        if not workflow.patched(PINNED_REPORT_PATCH):
+            return
+        # Best effort: the next ticket update of the run carries the note as well.
+        with contextlib.suppress(ActivityError, asyncio.CancelledError):
+            await self._update_ticket(note=self._closing_note)
 
     # ---- the run ------------------------------------------------------------------------------------
 
@@ -272,6 +316,14 @@ class RepairBugWorkflow:
             steps.READ_REPORT,
             ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
         )
+        pinned = inp.report
+        if pinned is not None and workflow.patched(PINNED_REPORT_PATCH):
+            changed = [name for name in ("title", "body") if getattr(report, name) != getattr(pinned, name)]
+            if changed and not any(e.source == "intake" for e in self._state.report_edits):
+                self._state.report_edits.append(
+                    ReportEdit(editor="", fields=changed, at=workflow.now(), source="intake")
+                )
+            report = report.model_copy(update={"title": pinned.title, "body": pinned.body})
         self._report = report
         self._state.target_revision = report.base_revision
 
@@ -699,7 +751,7 @@ class RepairBugWorkflow:
                 requested_at=workflow.now(),
             )
             if workflow.patched(REVIEW_TICKET_PATCH):
-                await self._update_ticket()
+                await self._update_ticket(note=self._review_note)
             try:
                 await workflow.wait_condition(
                     lambda: self._approval is not None or self._rejection is not None,
@@ -743,8 +795,17 @@ class RepairBugWorkflow:
                     repository=self._input.repository,
                     number=publish.pr_number,
                     approved_sha=approval.head_sha,
+                    reviewer=approval.reviewer,
+                    source=approval.source,
+                    review_id=approval.review_id,
                 ),
             )
+            if merge_result.status == MergeStatus.NOT_APPROVED and workflow.patched(REVIEW_ON_FORGE_PATCH):
+                # The approval has no standing on the forge: it is dropped, and a reviewer is asked for one.
+                self._approval = None
+                self._state.approval = None
+                await self._ask_for_review(publish.pr_number, head, approval, merge_result.detail)
+                continue
             if merge_result.status in (MergeStatus.MERGED, MergeStatus.ALREADY_MERGED):
                 self._state.merged_sha = merge_result.merged_sha
                 return Outcome.MERGED, f"merged {approval.head_sha[:12]} approved by {approval.reviewer}"
@@ -760,6 +821,24 @@ class RepairBugWorkflow:
             self._approval = None
             self._state.approval = None
             await self._update_ticket(note=f"the PR head moved to {head[:12]} after approval; renewed review needed")
+
+    async def _ask_for_review(self, pr_number: int, head: str, approval: Approval, why: str) -> None:
+        """Say on the PR (one keyed comment per head) and on the ticket that the approval received does not
+        stand on the forge, and what would: a review approving ``head``."""
+        wf = self._state.workflow_id
+        ask = (
+            f"durafix received an approval of `{head}` ({approval.source}, by {approval.reviewer}) but did not merge: "
+            f"{why}. To merge, a reviewer with permission to approve submits an **Approve** review of `{head}` "
+            "on this pull request."
+        )
+        await self._step(
+            steps.ENSURE_COMMENT,
+            EnsureCommentInput(
+                repository=self._input.repository, number=pr_number, key=f"{wf}:review-needed:{head}", body=ask
+            ),
+        )
+        self._review_note = f"not merged: {why}; waiting for an approving review of `{head[:12]}` on the PR"
+        await self._update_ticket(note=self._review_note)
 
     # ---- ending -------------------------------------------------------------------------------------
 
@@ -794,16 +873,17 @@ class RepairBugWorkflow:
         ticket = self._state.ticket
         if ticket is None:
             return
-        await self._step(
-            steps.UPDATE_TICKET,
-            UpdateTicketInput(
-                repository=self._input.repository,
-                issue_number=ticket.issue_number,
-                comment_id=ticket.comment_id,
-                op_id=ticket.op_id,
-                body=messages.ticket_body(self._state, note),
-            ),
-        )
+        async with self._ticket_lock:
+            await self._step(
+                steps.UPDATE_TICKET,
+                UpdateTicketInput(
+                    repository=self._input.repository,
+                    issue_number=ticket.issue_number,
+                    comment_id=ticket.comment_id,
+                    op_id=ticket.op_id,
+                    body=messages.ticket_body(self._state, note),
+                ),
+            )
 
     # ---- helpers ------------------------------------------------------------------------------------
 

@@ -7,8 +7,8 @@ checks reviewers with, and a few thin setup helpers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, get_args
 
 from reviews.branches import Branches
 from reviews.claims import ClaimStore
@@ -19,15 +19,20 @@ from reviews.errors import ForgePermanentError
 from reviews.issues import IssueInfo, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
 from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.permissions import (
+    REPO_PERMISSIONS,
+    REPO_ROLES,
+    ROLE_OF_PERMISSION,
+    RepoPermission,
+    RepoRole,
+    role_at_least,
+)
 from reviews.pulls import Pulls
 from reviews.tickets import KIND as TICKET_CLAIMS
 from reviews.tickets import Tickets
 from reviews.transport import Transport
 
-# A user's permission on a repository as GitHub's collaborator-permission API names it (maintain is
-# reported as write, triage as read), listed from least to most, so an index compares two of them.
-RepoPermission = Literal["none", "read", "write", "admin"]
-REPO_PERMISSIONS: tuple[RepoPermission, ...] = get_args(RepoPermission)
+__all__ = ["REPO_PERMISSIONS", "REPO_ROLES", "GitHubForge", "RepoPermission", "RepoRole", "role_at_least"]
 
 
 class GitHubForge:
@@ -72,9 +77,23 @@ class GitHubForge:
         token needs write access to read reviewers' permissions. An answer naming another value is a
         `ForgePermanentError` too, so a caller deciding access on it fails closed.
         """
-        what = f"read permission of {login}"
+        answer = self._read_collaborator(f"read permission of {login}", self._t.repo.get_collaborator_permission, login)
+        return _known_permission(login, answer)
+
+    def get_role(self, login: str) -> RepoRole:
+        """Read-only: `login`'s role on the repository, one of `REPO_ROLES` (the same endpoint as
+        `get_permission`, its `role_name`), which tells `triage` from `read` and `maintain` from `write`. A
+        custom role (an organisation's own name) counts as the base role its legacy permission names, read with
+        a second request; failures as in `get_permission`."""
+        answer = self._read_collaborator(f"read role of {login}", self._t.repo.get_collaborator_role_name, login)
+        for role in REPO_ROLES:
+            if answer == role:
+                return role
+        return ROLE_OF_PERMISSION[self.get_permission(login)]
+
+    def _read_collaborator(self, what: str, read: Callable[[str], str], login: str) -> str:
         try:
-            answer = self._t.read(what, lambda: self._t.repo.get_collaborator_permission(login))
+            return self._t.read(what, lambda: read(login))
         except ForgePermanentError as exc:
             if exc.status != 403:
                 raise
@@ -85,10 +104,11 @@ class GitHubForge:
                 status=403,
                 github_message=exc.github_message,
             ) from exc
-        for permission in REPO_PERMISSIONS:
-            if answer == permission:
-                return permission
-        raise ForgePermanentError(f"read permission of {login}: unknown permission {answer!r}", status=200)
+
+    def login(self) -> str:
+        """The login the adapter acts as (the bot): the configured `bot_login`, else the token's user (read
+        once). What it authors is what counts as durafix's own (markers, PRs)."""
+        return self._t.login()
 
     def ensure_ticket(self, op_id: str, issue_number: int | None, title: str, body: str) -> Ticket:
         """One ticket per op id; see `reviews.tickets` for the claim-based contract."""
@@ -176,6 +196,14 @@ class GitHubForge:
             branches=self._branches.list(run_branch_prefix(run_id)),
             claims=[f"refs/{c.ref}" for c in claims],
         )
+
+
+def _known_permission(login: str, answer: str) -> RepoPermission:
+    for permission in REPO_PERMISSIONS:
+        if answer == permission:
+            return permission
+    # Fail closed: a caller deciding access on an unknown value must not read it as some permission.
+    raise ForgePermanentError(f"read permission of {login}: unknown permission {answer!r}", status=200)
 
 
 def _ticket_op(body: str | None) -> str:

@@ -7,6 +7,7 @@ from typing import Protocol
 
 from reviews.issues import IssueInfo
 from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.permissions import RepoPermission
 
 
 class ForgePort(Protocol):
@@ -38,6 +39,10 @@ class ForgePort(Protocol):
     def mark_ready_for_review(self, pr_number: int) -> None: ...
 
     def get_pr(self, number: int) -> PullState: ...
+
+    def get_permission(self, login: str) -> RepoPermission: ...
+
+    def login(self) -> str: ...
 
     def merge(self, pr_number: int, approved_sha: str, method: MergeMethod | None = None) -> MergeResult: ...
 

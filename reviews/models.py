@@ -70,6 +70,7 @@ class PullState(BaseModel):
     mergeable: bool | None
     reviews: list[ReviewInfo]
     run_id: str | None
+    author: str = ""
 
 
 MergeStatus = Literal["merged", "already_merged", "head_moved", "not_mergeable", "merged_at_other_head"]

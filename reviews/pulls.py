@@ -126,6 +126,7 @@ class Pulls:
                 mergeable=pr.mergeable,
                 reviews=reviews,
                 run_id=_run_of(pr),
+                author=pr.user.login if pr.user else "",
             )
 
         return self._t.read(f"read PR #{number}", read)

@@ -36,8 +36,10 @@ from pipeline.steps import (
     TicketResult,
     UpdateTicketInput,
 )
+from reviews.approvals import forge_approval
 from reviews.interface import ForgePort
-from reviews.models import Ticket
+from reviews.models import PullState, Ticket
+from reviews.permissions import RepoPermission, permission_at_least
 
 ForgeFor = Callable[[str], ForgePort]
 """The adapter for a repository (``OWNER/REPO``); a PyGithub client is not thread-safe, so one per thread."""
@@ -51,12 +53,19 @@ class ForgeActivities:
         store: ArtifactStore,
         workspaces: WorkspaceManager,
         git_token: str | None,
+        *,
+        approver_permission: RepoPermission = "write",
+        operator_approval: bool = False,
     ) -> None:
         self.forge_for = forge_for
         self.clone_url = clone_url
         self.store = store
         self.workspaces = workspaces
         self.git_token = git_token
+        # Whose reviews merge: at least this permission, read from the forge when merging.
+        self.approver_permission = approver_permission
+        # Whether an operator's approval (``durafix approve``) merges without a review on the forge.
+        self.operator_approval = operator_approval
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [
@@ -167,11 +176,19 @@ class ForgeActivities:
 
     @activity.defn(name=steps.MERGE.name)
     def merge(self, inp: MergeInput) -> MergeOutcome:
-        """Merge only at the approved head. A draft is first marked ready for review (GitHub refuses to
-        merge drafts); both steps are idempotent, and an ambiguous merge is reconciled by reading the PR."""
+        """Merge only at the approved head, and only on an approval with authority: the PR's reviews are read
+        again and a permitted reviewer's APPROVED review of that head must stand on the forge
+        (``reviews.approvals``), unless the approval is an operator's and this worker allows those. Without
+        either nothing is merged (``NOT_APPROVED``). A draft is first marked ready for review (GitHub refuses
+        to merge drafts); both steps are idempotent, and an ambiguous merge is reconciled by reading the PR."""
         with classified():
             forge = self.forge_for(inp.repository)
             state = forge.get_pr(inp.number)
+            if not state.merged:
+                refusal = self._without_authority(forge, state, inp)
+                if refusal is not None:
+                    activity.logger.info("not merging PR #%s: %s", inp.number, refusal)
+                    return MergeOutcome(status=MergeStatus.NOT_APPROVED, detail=refusal)
             if state.draft and not state.merged and state.head_sha == inp.approved_sha:
                 forge.mark_ready_for_review(inp.number)
             result = forge.merge(inp.number, inp.approved_sha)
@@ -186,3 +203,20 @@ class ForgeActivities:
                 f"the PR was merged at {result.head_sha}, not at the approved {inp.approved_sha}"
             )
         return MergeOutcome(status=status, merged_sha=result.merge_commit_sha, detail=result.message)
+
+    def _without_authority(self, forge: ForgePort, pr: PullState, inp: MergeInput) -> str | None:
+        """None when the approval in ``inp`` may merge ``pr``; otherwise why not."""
+        if inp.source != "webhook":
+            if self.operator_approval:
+                return None
+            return (
+                f"an approval by {inp.reviewer} from {inp.source} has no review behind it, and operator approvals "
+                "are not enabled (DURAFIX_OPERATOR_APPROVAL)"
+            )
+        required = self.approver_permission
+
+        def permitted(login: str) -> bool:
+            return permission_at_least(forge.get_permission(login), required)
+
+        check = forge_approval(pr, inp.approved_sha, bot_login=forge.login(), permitted=permitted)
+        return None if check.approved_by is not None else check.detail

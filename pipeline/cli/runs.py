@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import getpass
 import os
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -159,14 +161,29 @@ def cmd_list(args: argparse.Namespace, config: DurafixConfig) -> int:
     return asyncio.run(_with_client(config, go))
 
 
+def operator_identity() -> str:
+    """Who runs this command, as the machine knows it (``user@host``): what an operator's approval records."""
+    return f"{getpass.getuser()}@{socket.gethostname()}"
+
+
 def cmd_approve(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """Send the ``approve`` Update; an approval the run's validator refuses is exit 1 with its reason."""
+    """Send an operator's ``approve`` Update; an approval the run's validator refuses is exit 1 with its reason.
+
+    Allowed only when ``operator_approval`` is configured (``DURAFIX_OPERATOR_APPROVAL=1``, on this machine
+    and on the forge workers, whose merge checks it again): otherwise a run merges only on an approving review
+    on the forge. The approval records the operator (``user@host``), never a name typed on the command line."""
     workflow_id = run_ref(args.run)
+    if not config.operator_approval:
+        raise CliError(
+            "operator approvals are not enabled: approve with a review on the pull request, or set "
+            "DURAFIX_OPERATOR_APPROVAL=1 for this command and the workers",
+            EXIT_USAGE,
+        )
 
     async def go(client: Client) -> int:
         expires_at = datetime.now(UTC) + args.valid_for if args.valid_for is not None else None
         approval = Approval(
-            reviewer=args.reviewer,
+            reviewer=f"operator:{operator_identity()}",
             head_sha=args.sha,
             evidence_digest=args.evidence,
             source="cli",
@@ -259,7 +276,6 @@ def _approve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("run")
     parser.add_argument("--sha", required=True, help="the head SHA you reviewed (the merge enforces it)")
     parser.add_argument("--evidence", help="the evidence bundle digest you reviewed")
-    parser.add_argument("--reviewer", default=os.environ.get("USER", "cli"))
     parser.add_argument(
         "--valid-for",
         type=parse_duration,

@@ -35,7 +35,7 @@ from environments.interface import AppRecipe
 from infra import processes
 from pipeline import client as runs
 from pipeline.ids import op_id
-from pipeline.state import Approval, Outcome, Phase, RunState
+from pipeline.state import Outcome, Phase, RunState
 from tests.conftest import require
 from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
@@ -203,7 +203,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     per op, and holds none of the run's at the end."""
     stack = docker_stack
     since = int(time.time()) - 1
-    client, _, _, wf = await stack.open_run()
+    client, repository, _, wf = await stack.open_run()
     kills = provisioning_ops(wf)
     most_per_op = 0
     worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
@@ -234,8 +234,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     try:
         state = await drive(until_review=True)
         assert state is not None and state.pending_approval is not None, state
-        approval = Approval(reviewer="reviewer", head_sha=state.pending_approval.head_sha, review_id="cli-1")
-        await runs.approve(client, wf, approval)
+        stack.approve_on_forge(repository, state.pending_approval.pr_number, state.pending_approval.head_sha)
         final = await drive(until_review=False)
     finally:
         stack.stop_workers()

@@ -28,7 +28,7 @@ from pipeline import client as runs
 from pipeline.demo import issue_text
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
-from pipeline.state import Approval, Outcome, Phase, Rejection, RunState
+from pipeline.state import Outcome, Phase, Rejection, RunState
 from tests.e2e.conftest import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
 from tests.replay.record import record_history
 
@@ -214,8 +214,7 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
             await asyncio.sleep(0.5)
         assert state is not None and state.pending_approval is not None, state
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kills)
-        approval = Approval(reviewer="reviewer", head_sha=state.pending_approval.head_sha, review_id="cli-1")
-        await runs.approve(client, wf, approval)
+        stack.approve_on_forge(repository, state.pending_approval.pr_number, state.pending_approval.head_sha)
         final = await state_when(client, wf, finished)
     finally:
         stack.stop_workers()

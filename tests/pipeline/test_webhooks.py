@@ -158,6 +158,8 @@ class Hook:
         payload["review"].update(state=state, id=secrets.randbelow(10**9), commit_id="0" * 40, body="looks wrong")
         payload["review"]["user"]["login"] = payload["sender"]["login"] = reviewer
         payload["pull_request"]["body"] = pr_body
+        # durafix's PRs are opened by its bot; the receiver ignores reviews of anyone else's.
+        payload["pull_request"]["user"]["login"] = BOT
         return payload
 
     async def started_run(self, issue: int) -> str:
@@ -404,8 +406,9 @@ async def test_review_of_a_pr_without_the_durafix_marker_is_ignored(hook: Hook) 
     assert "ignored" in answer.body["message"]
 
 
-async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(hook: Hook) -> None:
+async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(hook: Hook, forge: Forge) -> None:
     foreign = f"acme/elsewhere-{uuid.uuid4().hex[:6]}"
+    forge.create_repository(foreign)
     foreign_run = hook.run_id(1, foreign)
     start = await hook.deliver("issues", hook.issue_event("labeled", 1, [TRIGGER], TRIGGER, foreign))
     assert start.status == 202 and start.body["workflow_id"] == foreign_run, start
@@ -424,7 +427,7 @@ async def test_changes_requested_review_by_a_writer_sends_the_rejection_to_the_r
     assert answer.status == 200, answer
     assert answer.body["workflow_id"] == hook.run_id(12)
     assert await rejections(hook.client, hook.run_id(12)) == [
-        Rejection(reviewer=WRITER, reason="looks wrong", source="webhook")
+        Rejection(reviewer=WRITER, reason="looks wrong", source="webhook", pr_number=2)
     ]
 
 

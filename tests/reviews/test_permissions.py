@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reviews.adapter import REPO_PERMISSIONS
+from reviews.adapter import REPO_PERMISSIONS, REPO_ROLES, role_at_least
 from reviews.errors import ForgeNotFoundError, ForgePermanentError, ForgeTransientError
 from tests.reviews.conftest import Site
 
@@ -73,3 +73,25 @@ def test_a_secondary_rate_limit_is_transient_with_its_wait(site: Site) -> None:
     with pytest.raises(ForgeTransientError) as raised:
         site.adapter.get_permission("bot")
     assert raised.value.status == 403 and raised.value.retry_after_s == 7.0
+
+
+@pytest.mark.parametrize(
+    ("role", "expected"),
+    [
+        ("admin", "admin"),
+        ("maintain", "maintain"),
+        ("push", "write"),
+        ("triage", "triage"),
+        ("pull", "read"),
+        (None, "none"),
+    ],
+)
+def test_role_tells_triage_from_read_and_maintain_from_write(site: Site, role: str | None, expected: str) -> None:
+    login = _user(site, "someone", role)
+    assert site.adapter.get_role(login) == expected
+
+
+def test_the_roles_are_ordered_least_first(site: Site) -> None:
+    assert REPO_ROLES == ("none", "read", "triage", "write", "maintain", "admin")
+    assert role_at_least("maintain", "triage") and not role_at_least("read", "triage")
+    assert site.adapter.get_role("bot") == "admin"

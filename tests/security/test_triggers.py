@@ -1,0 +1,201 @@
+"""Who may start a run, and which text it works on, on the real emulator and the real Temporal dev server.
+
+A trigger counts only when its sender holds at least ``trigger_permission`` (``triage``) on the repository,
+read from the forge; the run works on the issue text of the trigger's payload, and an edit afterwards is
+said on the ticket, never taken in.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+
+from browser.procedure import extract_procedure
+from pipeline import client as runs
+from pipeline.demo import issue_text
+from pipeline.services import Services
+from pipeline.state import Phase
+from reviews.markers import COMMENT, find_marker
+from tests.replay.record import record_history
+from tests.security.harness import (
+    BOT,
+    DECISION_EVENTS,
+    MAINTAINER,
+    OUTSIDER,
+    READER,
+    TRIAGER,
+    TRIGGER,
+    Site,
+    config,
+    eventually,
+    example,
+    forge,
+    receiver,
+    site,
+    workers,
+)
+
+__all__ = ["config", "forge", "receiver", "site"]
+
+pytestmark = pytest.mark.e2e
+
+EDITED_PROCEDURE = """```durafix-repro
+version: 1
+name: something else entirely
+steps:
+  - action: goto
+    path: /admin
+bug_present:
+  - action: expect_text
+    selector: "#secret"
+    contains: token
+```
+"""
+
+
+def issue_delivery(site: Site, action: str, number: int, sender: str, *, label: str | None = TRIGGER) -> dict[str, Any]:
+    """GitHub's example ``issues`` payload for this repository's issue ``number``, sent by ``sender``.
+
+    Used for what the emulator (like GitHub's API) never lets an outsider do but a forge still delivers: an
+    issue form puts its labels on whoever opens the issue."""
+    payload = copy.deepcopy(example("issues", action))
+    payload["repository"] = site.repository_payload()
+    issue = site.repo(MAINTAINER).get_issue(number)
+    payload["issue"].update(number=number, title=issue.title, body=issue.body)
+    template = payload["issue"]["labels"][0]
+    payload["issue"]["labels"] = [{**template, "name": label}] if label else []
+    if action == "labeled" and label:
+        payload["label"] = {**payload["label"], "name": label}
+    payload["sender"]["login"] = sender
+    return payload
+
+
+async def test_an_outsiders_label_starts_no_run(site: Site) -> None:
+    number = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title").number
+    status, answer = await site.deliver("issues", issue_delivery(site, "labeled", number, OUTSIDER))
+    assert status == 403, answer
+    assert (answer["sender"], answer["role"], answer["required"]) == (OUTSIDER, "none", "triage")
+    assert "no run was started" in answer["message"]
+    assert await site.status(site.run_id(number)) is None
+
+
+async def test_an_outsiders_issue_opened_with_the_label_starts_no_run(site: Site) -> None:
+    # An issue form applies its labels for anyone: the "opened" event then carries the trigger label.
+    number = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title").number
+    status, answer = await site.deliver("issues", issue_delivery(site, "opened", number, OUTSIDER))
+    assert status == 403, answer
+    assert answer["role"] == "none"
+    assert await site.status(site.run_id(number)) is None
+
+
+async def test_a_reader_is_below_triage_and_starts_no_run(site: Site) -> None:
+    number = site.repo(READER).create_issue(title="Total is wrong", body="see title").number
+    status, answer = await site.deliver("issues", issue_delivery(site, "labeled", number, READER))
+    assert status == 403, answer
+    assert answer["role"] == "read"
+    assert await site.status(site.run_id(number)) is None
+
+
+async def test_a_triagers_label_on_an_outsiders_issue_starts_the_run_with_the_text_pinned(site: Site) -> None:
+    title, body = issue_text()
+    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
+    # The real thing: the triager labels through the forge's API, whose delivery reaches the receiver.
+    site.repo(TRIAGER).get_issue(issue.number).add_to_labels(TRIGGER)
+    workflow_id = site.run_id(issue.number)
+    [delivery] = site.deliveries("issues", "labeled")
+    assert delivery["status_code"] == 202, delivery
+    inp = await site.started_input(workflow_id)
+    assert inp.report is not None
+    assert (inp.report.title, inp.report.body) == (title, body)
+    assert (inp.report.author, inp.report.triggered_by) == (OUTSIDER, TRIAGER)
+    assert inp.trigger == f"webhook:{delivery['guid']}"
+
+
+@pytest.mark.slow
+async def test_an_edit_after_the_trigger_is_noted_on_the_ticket_and_the_run_uses_the_pinned_text(
+    site: Site,
+) -> None:
+    title, body = issue_text()
+    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
+    site.repo(MAINTAINER).get_issue(issue.number).add_to_labels(TRIGGER)
+    workflow_id = site.run_id(issue.number)
+    [labelled] = site.deliveries("issues", "labeled")
+    assert labelled["status_code"] == 202, labelled
+    # The author rewrites the report before any worker read it: its procedure now probes another page.
+    site.repo(OUTSIDER).get_issue(issue.number).edit(body=EDITED_PROCEDURE)
+    [edited] = site.deliveries("issues", "edited")
+    assert edited["status_code"] == 200, edited
+
+    async with workers(site.client, site.config, procedure=True):
+        state = await eventually(lambda: _state_at_provision(site, workflow_id), 60, "the run to reach provisioning")
+        # The procedure the run stored is the one of the text at the trigger, not the edited one.
+        store = Services(site.config).store
+        [procedure_ref] = [ref for ref in state.evidence if ref.name.endswith("procedure.json")]
+        stored = store.read_bytes(procedure_ref).decode()
+        pinned = extract_procedure(body)
+        assert pinned is not None and pinned.name in stored and "/admin" not in stored
+        assert {e.source.split(":")[0] for e in state.report_edits} == {"intake", "webhook"}
+
+        def ticket_text() -> str | None:
+            assert state.ticket is not None and state.ticket.comment_id is not None
+            text = site.repo(MAINTAINER).get_issue(issue.number).get_comment(state.ticket.comment_id).body
+            return text if "edited after the trigger" in text else None
+
+        ticket = await eventually(ticket_text, 30, "the ticket to note the edit")
+        assert f"by {OUTSIDER}" in ticket and "uses the report as it was when it was triggered" in ticket
+
+        # An edit once the ticket exists is said on it when the signal arrives, not at the next phase.
+        site.repo(OUTSIDER).get_issue(issue.number).edit(title="Something else")
+        await eventually(
+            lambda: "(body and title, by outsider)" in (ticket_text() or ""), 30, "the ticket to note the title edit"
+        )
+    # The edit signals are the only messages the run received: an edit is no decision.
+    signals = await site.events(workflow_id, *DECISION_EVENTS)
+    assert [s.event_type for s in signals] == [EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED] * 2
+    assert {s.workflow_execution_signaled_event_attributes.signal_name for s in signals} == {"report_edited"}
+    # The pinned report, an edit seen at intake and two edit signals: replayed by tests/replay.
+    record_history(await site.client.get_workflow_handle(workflow_id).fetch_history(), "report-edited-after-trigger")
+
+
+async def _state_at_provision(site: Site, workflow_id: str) -> Any:
+    try:
+        state = await runs.get_state(site.client, workflow_id)
+    except Exception:
+        return None
+    return state if state.phase == Phase.PROVISION and state.ticket is not None else None
+
+
+async def test_relabelling_an_issue_whose_run_ended_is_answered_on_the_issue_once(site: Site) -> None:
+    issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
+    triager = site.repo(TRIAGER).get_issue(issue.number)
+    triager.add_to_labels(TRIGGER)
+    workflow_id = site.run_id(issue.number)
+    [first] = site.deliveries("issues", "labeled")
+    assert first["status_code"] == 202, first
+    await site.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+
+    for _ in range(2):
+        triager.remove_from_labels(TRIGGER)
+        triager.add_to_labels(TRIGGER)
+    relabels = site.deliveries("issues", "labeled")[1:]
+    assert [d["status_code"] for d in relabels] == [200, 200], relabels
+    answers = already_ran_comments(site, issue.number, workflow_id)
+    assert len(answers) == 1, answers
+    assert "already ran on this report" in answers[0] and "open a new issue" in answers[0]
+    # An outsider's re-label is refused before anything is said on the issue.
+    status, _ = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, OUTSIDER))
+    assert status == 403
+    assert len(already_ran_comments(site, issue.number, workflow_id)) == 1
+
+
+def already_ran_comments(site: Site, number: int, workflow_id: str) -> list[str]:
+    """The bot's comments on the issue keyed as the answer to a trigger of an ended run."""
+    found = []
+    for comment in site.repo(MAINTAINER).get_issue(number).get_comments():
+        marker = find_marker(comment.body, COMMENT)
+        if comment.user.login == BOT and marker and marker.attrs.get("key") == f"{workflow_id}:already-ran":
+            found.append(comment.body)
+    return found
