@@ -9,8 +9,9 @@ patch built from the workspace never carries binary content.
 from __future__ import annotations
 
 import os
-import re
 from pathlib import Path, PurePosixPath
+
+from browser.patterns import PatternError, compile_pattern
 
 MAX_READ_BYTES = 200_000
 MAX_LISTED = 500
@@ -74,11 +75,14 @@ class WorkspaceTools:
             raise ToolRefused(f"{path!r}: not UTF-8 text") from None
 
     def search(self, pattern: str) -> str:
-        """Lines matching the regex ``pattern`` in the workspace's text files, as ``path:line: text``."""
+        """Lines matching the regex ``pattern`` in the workspace's text files, as ``path:line: text``.
+
+        The pattern is the model's, so it is untrusted like a procedure's: compiled and searched by RE2, in
+        time linear in each line (:mod:`browser.patterns`), so no pattern can stall the worker."""
         try:
-            regex = re.compile(pattern)
-        except re.error as e:
-            raise ToolRefused(f"{pattern!r}: not a valid regular expression ({e})") from None
+            regex = compile_pattern(pattern)
+        except PatternError as e:
+            raise ToolRefused(f"{pattern!r}: {e}") from None
         hits: list[str] = []
         for rel in self._files(self.root):
             target = self.root / rel

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,16 @@ def test_search_reports_path_and_line_and_skips_git_and_outside_links(ws: Worksp
     assert ws.search("do not read") == "(no matches)"
     with pytest.raises(ToolRefused, match="regular expression"):
         ws.search("(unclosed")
+
+
+def test_a_catastrophic_search_pattern_from_the_model_is_answered_at_once(ws: WorkspaceTools) -> None:
+    (ws.root / "long.txt").write_text("x" * 5000 + "\n")
+    started = time.monotonic()
+    assert ws.search("(x+x+)+y") == "(no matches)"
+    # Python's backtracking engine takes seconds on 30 characters of this; RE2 is linear in the line.
+    assert time.monotonic() - started < 1.0
+    with pytest.raises(ToolRefused, match="backreference"):
+        ws.search(r"(a)\1")
 
 
 def test_non_utf8_files_are_refused(ws: WorkspaceTools) -> None:
