@@ -95,6 +95,9 @@ def render_recipe(guess: RecipeGuess) -> str:
     ordered: dict[str, Any] = {
         key: data[key] for key in ("setup", "start", "port", "readiness", "test", "fixtures", "env", "secrets")
     }
+    if guess.recipe.setup_network:
+        # Right after setup, where a reader looks for why an install can reach the registry.
+        ordered = {"setup": ordered.pop("setup"), "setup_network": True, **ordered}
     ordered["lock_files"] = guess.recipe.lock_files
     ordered["image"] = guess.recipe.image.model_dump(mode="json")
     header = [
@@ -228,6 +231,8 @@ def _guess_node(repo_dir: Path) -> RecipeGuess:
         check.append(f"image: Debian has no {manager} package; the Docker provider needs it in the image")
     recipe = AppRecipe(
         setup=setup,
+        # Installing from the registry needs the network, which setup has only when the recipe asks for it.
+        setup_network=bool(setup),
         start=start,
         port=port,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=60),
@@ -352,6 +357,7 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
     )
     recipe = AppRecipe(
         setup=tool.setup,
+        setup_network=bool(tool.setup),
         start=start,
         port=port,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),

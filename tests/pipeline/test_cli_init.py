@@ -63,6 +63,7 @@ def test_an_npm_project_gets_npm_ci_its_test_script_and_its_start_script(
 
     assert load_recipe(repo) == AppRecipe(
         setup=["npm ci"],
+        setup_network=True,
         start="npm start",
         port=3000,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=60),
@@ -150,6 +151,7 @@ def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_requir
 
     assert load_recipe(repo) == AppRecipe(
         setup=["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -r requirements-dev.txt"],
+        setup_network=True,
         start=".venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT",
         port=5000,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
@@ -208,6 +210,7 @@ def test_a_uv_project_syncs_frozen_and_runs_pytest_through_uv(tmp_path: Path) ->
 
     assert load_recipe(repo) == AppRecipe(
         setup=["uv sync --frozen"],
+        setup_network=True,
         start="uv run python -m uvicorn src.main:api --host 0.0.0.0 --port $PORT",
         port=8000,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
