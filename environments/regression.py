@@ -28,7 +28,7 @@ from environments.git import run_git
 from environments.interface import AppRecipe, TestRunResult
 from environments.spec import lock_files
 from environments.test_files import pick_test_files
-from environments.test_results import ReportError, TestCases, fixed, read_junit
+from environments.test_results import ReportError, TestCases, fixed, read_workspace_report
 
 # How many fixed test cases a proof names; the report links the full logs for the rest.
 MAX_NAMED_CASES = 50
@@ -167,14 +167,16 @@ def forget_report(ws: Path, recipe: AppRecipe) -> None:
     """Remove the recipe's test report from ``ws`` before a run, so a run that writes none is not judged by an
     earlier run's (or a committed) report."""
     if recipe.test_report:
-        (ws / recipe.test_report).unlink(missing_ok=True)
+        report = ws / recipe.test_report
+        if report.is_symlink() or report.is_file():
+            report.unlink()
 
 
 def _cases(ws: Path, recipe: AppRecipe) -> TestCases | None:
     if not recipe.test_report:
         return None
     try:
-        return read_junit(ws / recipe.test_report)
+        return read_workspace_report(ws, recipe.test_report)
     except ReportError:
         return None
 

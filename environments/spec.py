@@ -74,6 +74,10 @@ def load_recipe(repo_dir: Path) -> AppRecipe:
         pure = PurePosixPath(lock_file)
         if pure.is_absolute() or ".." in pure.parts:
             raise RecipeError(f"{path}: lock_files: {lock_file!r} must be a path inside the repository")
+    if recipe.test_report is not None:
+        pure = PurePosixPath(recipe.test_report)
+        if pure.is_absolute() or ".." in pure.parts or not pure.parts or pure.parts[0] == ".git":
+            raise RecipeError(f"{path}: test_report: {recipe.test_report!r} must be a path inside the repository")
     for cached in recipe.cache or []:
         pure = PurePosixPath(cached)
         if pure.is_absolute() or ".." in pure.parts or not pure.parts or pure.parts[0] == ".git":

@@ -59,6 +59,16 @@ class ReportError(ValueError):
     """The JUnit report is missing, too big or not a JUnit report; the message says which."""
 
 
+def read_workspace_report(workspace: Path, report: str) -> TestCases:
+    """:func:`read_junit` of the report ``report`` names inside ``workspace``. The file was written by the
+    repository's commands, so a symlink, or a path leading outside the workspace, is refused rather than
+    followed (it could name a file of the worker's)."""
+    path = workspace / report
+    if path.is_symlink() or not path.resolve().is_relative_to(workspace.resolve()):
+        raise ReportError(f"the test report {report} is a link or leads outside the workspace; it is not read")
+    return read_junit(path)
+
+
 def read_junit(path: Path) -> TestCases:
     """The test cases in the JUnit XML report at ``path`` (``<testcase>`` elements anywhere in it).
 

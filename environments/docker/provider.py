@@ -52,6 +52,8 @@ mounted: no state directory, no Docker socket, no home.
 
 from __future__ import annotations
 
+import io
+import tarfile
 import time
 from pathlib import Path
 from typing import Any
@@ -313,6 +315,8 @@ class DockerProvider:
             duration = time.monotonic() - started
             with log_path.open("ab") as log:
                 log.write(bytes(container.logs(stdout=True, stderr=True)))
+            if recipe.test_report:
+                _copy_report_out(container, recipe.test_report, Path(workspace))
         finally:
             report = CleanupReport(run_id=run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
@@ -549,3 +553,30 @@ def _labelled_resource(kind: ResourceKind, name: str, resource_id: str, attrs: d
         op_id=labels.get(OP_LABEL, ""),
         detail={"id": str(resource_id)},
     )
+
+
+# A test report is small; one larger than this is left in the container (the run is then judged by its exit code).
+_MAX_REPORT_ARCHIVE = 64 * 1024 * 1024
+
+
+def _copy_report_out(container: Any, report: str, workspace: Path) -> None:
+    """Copy the recipe's ``test_report`` file out of the finished test container into ``workspace``, where
+    per-test judging reads it (:mod:`environments.test_results`). A report the tests did not write, or one that is
+    not a regular file, is simply absent: the caller then has the exit code only."""
+    try:
+        stream, stat = container.get_archive(f"{APP_DIR}/{report}")
+    except (docker.errors.NotFound, docker.errors.APIError):
+        return
+    if int(stat.get("size", 0)) > _MAX_REPORT_ARCHIVE:
+        return
+    data = b"".join(stream)
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        member = next((m for m in archive.getmembers() if m.isfile()), None)
+        extracted = archive.extractfile(member) if member is not None else None
+        if extracted is None:
+            return
+        target = workspace / report
+        if target.is_symlink():
+            target.unlink()  # written fresh, never through a link the repository left there
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(extracted.read())

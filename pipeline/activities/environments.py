@@ -43,7 +43,7 @@ from environments.redaction import redactor_for
 from environments.regression import forget_report, prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
-from environments.test_results import CaseOutcome, ReportError, TestCases, read_junit, regressions
+from environments.test_results import CaseOutcome, ReportError, TestCases, read_workspace_report, regressions
 from environments.workspace import Workspace, WorkspaceManager
 from evidence.bundle import (
     CheckResult,
@@ -441,7 +441,7 @@ def _cases(ws: Path, spec: RecoverySpec) -> TestCases | None:
     if not spec.recipe.test_report:
         return None
     try:
-        return read_junit(ws / spec.recipe.test_report)
+        return read_workspace_report(ws, spec.recipe.test_report)
     except ReportError:
         return None
 

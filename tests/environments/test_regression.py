@@ -16,7 +16,15 @@ from environments.checks import run_tests
 from environments.interface import AppRecipe, TestRunResult
 from environments.regression import ProofStatus, RegressionProof, TestRunner, prove_regression
 from environments.test_files import is_test_file, pick_test_files
-from environments.test_results import CaseOutcome, ReportError, TestCases, fixed, read_junit, regressions
+from environments.test_results import (
+    CaseOutcome,
+    ReportError,
+    TestCases,
+    fixed,
+    read_junit,
+    read_workspace_report,
+    regressions,
+)
 from tests.environments.gitrepo import CART_APP, git
 
 CART_RECIPE = AppRecipe(start="true", test="python3 -m unittest discover -s tests -t .")
@@ -202,6 +210,12 @@ def test_hostile_or_missing_reports_are_refused_not_read_as_passing(tmp_path: Pa
     empty.write_text("<testsuites/>")
     with pytest.raises(ReportError, match="no test cases"):
         read_junit(empty)
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "ws" / "report.xml").symlink_to(bomb)
+    with pytest.raises(ReportError, match="is a link"):
+        read_workspace_report(tmp_path / "ws", "report.xml")
+    with pytest.raises(ReportError, match="outside the workspace"):
+        read_workspace_report(tmp_path / "ws", "../bomb.xml")
     broken = tmp_path / "broken.xml"
     broken.write_text("<testsuite><testcase name='x'>")
     with pytest.raises(ReportError, match="not well-formed"):

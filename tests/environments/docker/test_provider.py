@@ -28,6 +28,7 @@ from environments.interface import (
     ResourceKind,
     RunFencedError,
 )
+from environments.test_results import CaseOutcome, read_workspace_report
 from infra.docker.engine import DockerEngine
 from tests.environments.docker.conftest import REPO_ROOT
 
@@ -369,6 +370,26 @@ def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_h
         test_timeout_s=120,
     )
     assert result.passed and result.exit_code == 0 and "OK" in log.read_text()
+
+    # Another command than the recipe's test (the regression proof's subset), whose JUnit report is copied out of
+    # the container into the workspace, where per-test judging reads it.
+    reporting = cart_spec.recipe.model_copy(update={"test_report": "out/report.xml"})
+    (cart_workspace / "out").mkdir(exist_ok=True)
+    (cart_workspace / "out" / "report.xml").symlink_to("/etc/hostname")  # left by the repository: not followed
+    result = provider.run_checks(
+        cart_spec.model_copy(update={"recipe": reporting}),
+        str(cart_workspace),
+        run_id=run_id,
+        op_id=f"{run_id}:verify:4",
+        log_path=log,
+        setup_timeout_s=60,
+        test_timeout_s=120,
+        command="""mkdir -p out && rm -f out/report.xml && printf '<testsuite><testcase classname="c" name="t"/>"""
+        """</testsuite>' > out/report.xml""",
+    )
+    assert result.passed
+    assert not (cart_workspace / "out" / "report.xml").is_symlink()
+    assert read_workspace_report(cart_workspace, "out/report.xml").cases == {"c::t": CaseOutcome.PASSED}
 
     broken = cart_spec.recipe.model_copy(update={"setup": ["echo about to fail; exit 3"]})
     with pytest.raises(SetupError, match="setup command 'echo about to fail; exit 3' failed"):
