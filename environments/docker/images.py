@@ -36,6 +36,7 @@ import io
 import json
 import os
 import re
+import shlex
 import shutil
 import stat
 import subprocess
@@ -53,6 +54,7 @@ from environments.commands import tail as log_tail
 from environments.files import locked
 from environments.interface import AppRecipe, EnvironmentError, ImageRecipe, Progress
 from environments.progress import command_text, ignore
+from environments.spec import cached_paths, dependency_lock_hash, lock_files
 
 BASE_REPOSITORY = "durafix/base"
 APP_REPOSITORY = "durafix/app"
@@ -242,6 +244,24 @@ def tree_digest(workspace: Path) -> str:
     return digest.hexdigest()
 
 
+def _runs_setup(step_texts: list[str | None]) -> bool:
+    return any(text is not None and text.startswith("setup: ") for text in step_texts)
+
+
+def _over_dockerfile(deps_tag: str, paths: list[str]) -> tuple[str, list[str | None]]:
+    """An app image on a dependency image: the old tree removed but for ``paths`` (top-level names), the new
+    tree copied in; no setup step runs."""
+    keep = " ".join(f"! -name {shlex.quote(p)}" for p in paths)
+    clear = f"find {APP_DIR} -mindepth 1 -maxdepth 1 {keep} -exec rm -rf {{}} +"
+    steps: list[tuple[str, str | None]] = [
+        (f"FROM {deps_tag}", None),
+        (f"RUN {json.dumps([*_UNPRIVILEGED, '/bin/sh', '-c', clear])}", None),
+        (f"COPY --chown={APP_UID}:{APP_UID} src/ {APP_DIR}/", None),
+        (f"WORKDIR {APP_DIR}", None),
+    ]
+    return "\n".join(line for line, _ in steps) + "\n", [text for _, text in steps]
+
+
 def _dockerfile(base_tag: str, setup: list[str]) -> tuple[str, list[str | None]]:
     """The app image's Dockerfile, and for each of its instructions (step 1 first) the progress text to report
     when the builder reaches it (``setup: <command>`` for the setup steps, ``None`` for the others)."""
@@ -354,11 +374,40 @@ class ImageBuilder:
         )
         return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}"
 
+    def deps_tag(self, recipe: AppRecipe, workspace: Path, base_tag: str) -> tuple[str, list[str]] | None:
+        """The dependency image's tag for ``workspace`` and the paths it holds, or ``None`` when setup's result
+        cannot be reused across trees: no setup, no lock files, or a cached path below the root.
+
+        The key is the dependency cache's (:mod:`environments.depcache`): the lock files' hash, the cached
+        paths, the setup commands (and their network), the base image. A workspace with the same key gets its
+        app image built on the dependency image without running setup: the previous tree is removed from
+        ``/app`` but for the cached paths, and the new tree copied over them. Such an image is checked like
+        any other (readiness, and the tests in verification)."""
+        lock_hash = dependency_lock_hash(workspace, recipe)
+        paths = cached_paths(recipe, lock_files(workspace, recipe))
+        base_id = self._image_id(base_tag)
+        if not recipe.setup or lock_hash is None or not paths or base_id is None or any("/" in p for p in paths):
+            return None
+        canonical = json.dumps(
+            {
+                "format": _APP_FORMAT,
+                "deps": lock_hash,
+                "paths": paths,
+                "base": base_id,
+                "setup": recipe.setup,
+                "setup_network": recipe.setup_network,
+            },
+            sort_keys=True,
+        )
+        return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}", paths
+
     def ensure_app(self, recipe: AppRecipe, workspace: Path, *, progress: Progress | None = None) -> str:
         """The app image's tag for ``recipe`` over ``workspace``; built (without network) only if absent.
 
         ``progress`` hears what :meth:`ensure_base` reports, then, for a build, ``building image <tag>`` and
-        ``setup: <command>`` as the builder reaches each setup command (a cached step is announced too).
+        ``setup: <command>`` as the builder reaches each setup command (a cached step is announced too), or
+        ``setup: reusing <paths> from image <deps>`` when a dependency image (:meth:`deps_tag`) stands in
+        for setup.
         """
         progress = progress or ignore
         workspace = workspace.absolute()
@@ -366,13 +415,30 @@ class ImageBuilder:
         tag = self.app_tag(recipe, workspace, base_tag)
         with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
-                progress(f"building image {tag}")
-                self._build_app(recipe, workspace, base_tag, tag, progress)
+                deps = self.deps_tag(recipe, workspace, base_tag)
+                if deps is not None and self._image_id(deps[0]) is not None:
+                    progress(f"setup: reusing {', '.join(deps[1])} from image {deps[0]} (same lock files and setup)")
+                    self._build(workspace, _over_dockerfile(deps[0], deps[1]), tag, recipe, progress)
+                    stamp_path(self.cache_dir, deps[0]).touch()
+                else:
+                    progress(f"building image {tag}")
+                    self._build(workspace, _dockerfile(base_tag, recipe.setup), tag, recipe, progress)
+                    if deps is not None:
+                        repository, _, name = deps[0].partition(":")
+                        self.client.images.get(tag).tag(repository, name)
+                        stamp_path(self.cache_dir, deps[0]).touch()
             stamp_path(self.cache_dir, tag).touch()
         return tag
 
-    def _build_app(self, recipe: AppRecipe, workspace: Path, base_tag: str, tag: str, progress: Progress) -> None:
-        dockerfile, step_texts = _dockerfile(base_tag, recipe.setup)
+    def _build(
+        self,
+        workspace: Path,
+        plan: tuple[str, list[str | None]],
+        tag: str,
+        recipe: AppRecipe,
+        progress: Progress,
+    ) -> None:
+        dockerfile, step_texts = plan
         build_log: list[Any] = []
         current: str | None = None
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
@@ -384,7 +450,8 @@ class ImageBuilder:
                     fileobj=context,
                     custom_context=True,
                     tag=tag,
-                    network_mode="host" if recipe.setup_network else "none",
+                    # Only setup steps may reach the network, and only when the recipe asks for it.
+                    network_mode="host" if recipe.setup_network and _runs_setup(step_texts) else "none",
                     pull=False,
                     rm=True,
                     forcerm=True,

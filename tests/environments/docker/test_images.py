@@ -130,3 +130,47 @@ def test_app_image_runs_setup_without_network_and_is_reused_until_the_workspace_
     )
     with pytest.raises(ImageBuildError, match="unreachable"):
         provider.images.ensure_app(online, workspace)
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_tree_with_the_same_lock_files_reuses_the_dependency_image_without_running_setup(
+    provider: DockerProvider, cart_recipe: AppRecipe, cart_workspace: Path, tmp_path: Path
+) -> None:
+    # setup "installs" from the lock file into .venv, and says so in a file of its own.
+    setup = "mkdir -p .venv && cp requirements.txt .venv/installed && date +%s%N > .venv/when"
+    recipe = cart_recipe.model_copy(update={"setup": [setup]})
+    first, second = tmp_path / "first", tmp_path / "second"
+    for ws in (first, second):
+        shutil.copytree(cart_workspace, ws)
+        (ws / "requirements.txt").write_text("six==1.16.0\n")
+    (first / "only-in-first.txt").write_text("the first tree\n")
+    (second / "cart.py").write_text((second / "cart.py").read_text() + "\n# the second tree\n")
+    client = provider.client
+    building: list[str] = []
+    reusing: list[str] = []
+
+    first_tag = provider.images.ensure_app(recipe, first, progress=building.append)
+    deps = provider.images.deps_tag(recipe, second, provider.images.ensure_base(recipe.image))
+    assert deps is not None and deps[1] == [".venv"]
+    second_tag = provider.images.ensure_app(recipe, second, progress=reusing.append)
+
+    assert f"setup: {setup}" in building
+    assert second_tag != first_tag
+    assert reusing == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
+
+    def run(tag: str, command: str) -> str:
+        out = client.containers.run(tag, ["/bin/sh", "-c", command], network_mode="none", remove=True)
+        return bytes(out).decode()
+
+    # The second image has the first's installed dependencies, its own tree, and nothing left of the first tree.
+    assert run(second_tag, "cat .venv/when") == run(first_tag, "cat .venv/when")
+    assert run(second_tag, "cat .venv/installed") == "six==1.16.0\n"
+    assert "# the second tree" in run(second_tag, "cat cart.py")
+    assert run(second_tag, "ls only-in-first.txt 2>&1 || true").strip().endswith("No such file or directory")
+
+    # Another lock file: no reuse, setup runs.
+    (second / "requirements.txt").write_text("six==1.17.0\n")
+    again: list[str] = []
+    provider.images.ensure_app(recipe, second, progress=again.append)
+    assert f"setup: {setup}" in again
