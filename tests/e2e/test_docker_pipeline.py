@@ -131,8 +131,10 @@ def provisioning_ops(run_id: str) -> set[str]:
 
 
 def check_ops(run_id: str) -> set[str]:
-    """The ops of the containers the baseline's and the first candidate's tests ran in."""
-    return {f"{op_id(run_id, 'baseline')}:checks", f"{op_id(run_id, 'verify', 1)}:checks"}
+    """The ops of the containers the baseline's and the first candidate's tests ran in, and the candidate's
+    regression proof (the patch's test on the base's code)."""
+    verify = op_id(run_id, "verify", 1)
+    return {f"{op_id(run_id, 'baseline')}:checks", f"{verify}:checks", f"{verify}:regression:checks"}
 
 
 async def test_docker_run_merges_and_leaves_no_labelled_container_network_or_volume(
