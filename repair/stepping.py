@@ -111,8 +111,10 @@ def tool_batch(workspace: WorkspaceTools, calls: list[ToolCall]) -> BatchOutcome
 
 
 def encode_transcript(messages: list[dict[str, Any]]) -> bytes:
-    """The transcript as canonical JSON (sorted keys), so the same transcript is always the same content."""
-    return json.dumps(messages, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    """The transcript as compact JSON, keys in the order the messages hold them: a resumed turn then sends the
+    very bytes an uninterrupted one sends (endpoints may key answers on them, the scripted server's call IDs
+    do), and the same transcript is always the same stored content."""
+    return json.dumps(messages, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def decode_transcript(data: bytes) -> list[dict[str, Any]]:
