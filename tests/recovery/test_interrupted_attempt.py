@@ -11,44 +11,35 @@ only the one in flight twice, and the proposal is byte for byte the one an uncra
 
 from __future__ import annotations
 
-import asyncio
 import collections
-import json
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
-from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
-from infra.modelserver.server import ScriptedModelServer
-from pipeline import steps
 from pipeline.state import Phase, RunState
-from pipeline.steps import PrepareSpecInput, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
 from repair.prompts import ATTEMPT_MARKER
 from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, inject_fault, serve
-from tests.pipeline.test_workflow_logic import Harness, Script, doubles
+from tests.pipeline.test_workflow_logic import Harness
+from tests.recovery.stepped import (
+    body_of,
+    model_worker,
+    pipeline_without_model,
+    request_log,
+    requests_of,
+    wait_until_held,
+)
 from tests.repair.support import CART_SCRIPTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 __all__ = ["serve"]  # the scripted model server's fixture
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HELD_REQUEST = 4  # of the six the fix script answers: after search, read, edit, while asking for the next step
 
 
@@ -57,85 +48,11 @@ def repo(tmp_path: Path) -> Repo:
     return make_repo(tmp_path / "repo")
 
 
-@contextmanager
-def model_worker(client: Client, state: Path, evidence: Path, base_url: str) -> Iterator[subprocess.Popen[str]]:
-    """A model-queue worker process on its own state directory; killed (if still alive) at the end."""
-    log = (state.parent / f"{state.name}.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.recovery.model_worker",
-            client.service_client.config.target_host,
-            client.namespace,
-            str(state),
-            str(evidence),
-            base_url,
-        ],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", (state.parent / f"{state.name}.log").read_text()
-        yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        log.close()
-
-
-@asynccontextmanager
-async def pipeline_without_model(client: Client, spec_ref: ArtifactRef) -> AsyncIterator[Harness]:
-    """The workflow and every queue but the model's (recording doubles; the spec is the real repository's)."""
-    script = Script()
-    acts = doubles(script)
-    del acts[TaskQueue.MODEL]
-
-    @activity.defn(name=steps.PREPARE_SPEC.name)
-    async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
-        return spec_ref
-
-    acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
-    acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
-    workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
-    workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
-        yield Harness(client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
-
-
 async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
     state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
     await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
     assert [c.attempt for c in state.candidates] == [1]
     return store.read_bytes(state.candidates[0].patch_ref), state
-
-
-async def wait_until_held(server: ScriptedModelServer, timeout: float = 60) -> None:
-    """Until the delay fault was taken: the request it holds is in flight."""
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient() as http:
-        while time.monotonic() < deadline:
-            if (await http.get(f"{server.root_url}/_admin/faults")).json() == []:
-                return
-            await asyncio.sleep(0.1)
-    raise AssertionError("the model request to hold never came")
-
-
-def requests_of(records: list[dict[str, Any]], wf: str) -> list[dict[str, Any]]:
-    return [r for r in records if r["headers"].get("x-durafix-op-id", "").startswith(f"{wf}:repair:")]
-
-
-def body_of(record: dict[str, Any]) -> str:
-    return json.dumps(record["body"], sort_keys=True)
 
 
 async def test_a_worker_killed_during_a_model_call_resumes_without_resending_completed_calls(
@@ -164,7 +81,7 @@ async def test_a_worker_killed_during_a_model_call_resumes_without_resending_com
     assert got == expected
     assert b"line_total(item) for item in items" in got and b"test_total_counts_quantities" in got
     server.stop()  # releases nothing by now, and every request is recorded once it returns
-    records = [json.loads(line) for line in (server.data_dir / "requests.jsonl").read_text().splitlines()]
+    records = request_log(server)
 
     before = requests_of(records, undisturbed)
     after = requests_of(records, crashed)
