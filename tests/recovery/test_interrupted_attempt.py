@@ -35,6 +35,7 @@ from tests.recovery.stepped import (
     wait_until_held,
 )
 from tests.repair.support import CART_SCRIPTS
+from tests.replay.record import record_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -77,6 +78,7 @@ async def test_a_worker_killed_during_a_model_call_resumes_without_resending_com
             assert doomed.wait(timeout=10) == -signal.SIGKILL
         with model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
             got, state = await proposal_of(harness, crashed, store, timeout=120)
+        record_history(await temporal_client.get_workflow_handle(crashed).fetch_history(), "stepped-attempt-killed")
 
     assert got == expected
     assert b"line_total(item) for item in items" in got and b"test_total_counts_quantities" in got
