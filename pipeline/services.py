@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from pipeline.activities.forge import ForgeActivities
     from pipeline.activities.model import ModelActivities
     from repair.interface import RepairEngine
+    from repair.openai_calls import ChatEndpoint
     from repair.procedure_draft import ProcedureDrafter
     from reviews.adapter import GitHubForge
 
@@ -141,6 +142,14 @@ class Services:
         )
 
     @cached_property
+    def chat_endpoint(self) -> ChatEndpoint:
+        """The model endpoint the stepped attempt's turns go to (``model.agent_turn``)."""
+        from repair.openai_calls import ChatEndpoint
+
+        c = self.config
+        return ChatEndpoint(c.model_base_url, c.model_api_key, c.model_name, timeout_s=120.0)
+
+    @cached_property
     def drafter(self) -> ProcedureDrafter:
         from repair.procedure_draft import ProcedureDrafter
 
@@ -190,6 +199,7 @@ class Services:
             lambda: self.drafter,
             self.git_token,
             patch_policies=self.config.patch_policies,
+            endpoint=lambda: self.chat_endpoint,
         )
 
     @cached_property

@@ -329,6 +329,85 @@ class ProposalResult(BaseModel):
     model: str
 
 
+class AgentToolCall(BaseModel):
+    """One function call a model turn asked for (its arguments the JSON text the model wrote)."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class AgentTurnInput(BaseModel):
+    """One model request of a stepped attempt. ``transcript_ref`` is the transcript so far (``None`` on the
+    attempt's first turn: the opening messages are built from the report and ``previous_failures``);
+    ``token_budget`` is what the attempt may still spend."""
+
+    run_id: str
+    op_id: str
+    attempt: int
+    turn: int
+    issue_title: str
+    issue_body: str
+    previous_failures: list[str] = Field(default_factory=list)
+    transcript_ref: ArtifactRef | None = None
+    token_budget: int
+
+
+class AgentTurnResult(BaseModel):
+    """The transcript with the model's answer appended, the calls it asked for, and the tokens it cost (every
+    try of the step). ``summary`` is set when the answer asked for no call: the attempt is done."""
+
+    transcript_ref: ArtifactRef
+    calls: list[AgentToolCall]
+    summary: str | None = None
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+
+
+class AgentToolsInput(BaseModel):
+    """The calls of one turn, to run on base + ``patch_ref`` (the patch so far; ``None``: nothing changed yet)."""
+
+    run_id: str
+    op_id: str
+    attempt: int
+    turn: int
+    spec_ref: ArtifactRef
+    transcript_ref: ArtifactRef
+    patch_ref: ArtifactRef | None = None
+    calls: list[AgentToolCall]
+
+
+class AgentToolsResult(BaseModel):
+    """The transcript with the calls' results appended, the patch after them (``None``: still no change), and
+    the summary when ``finish`` was called."""
+
+    transcript_ref: ArtifactRef
+    patch_ref: ArtifactRef | None = None
+    files_changed: list[str] = Field(default_factory=list)
+    summary: str | None = None
+
+
+class AgentConcludeInput(BaseModel):
+    """The end of a stepped attempt: its patch judged and stored as the attempt's proposal. The token counts
+    are the attempt's (already charged by the workflow turn by turn) and are only passed through."""
+
+    run_id: str
+    op_id: str
+    attempt: int
+    spec_ref: ArtifactRef
+    patch_ref: ArtifactRef | None = None
+    transcript_ref: ArtifactRef | None = None
+    summary: str
+    prompt_tokens: int
+    completion_tokens: int
+    model: str
+
+
+# Responses a stepped attempt may take without finishing (as many as the engine's own loop allows).
+AGENT_MAX_TURNS = 30
+
+
 # ---- the declarations -------------------------------------------------------------------------------
 
 In = TypeVar("In", bound=BaseModel)
@@ -392,6 +471,15 @@ DRAFT_PROCEDURE = Step(
 PROPOSE_PATCH = Step(
     "model.propose_patch", Q.MODEL, ProposePatchInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
 )
+AGENT_TURN = Step(
+    "model.agent_turn", Q.MODEL, AgentTurnInput, AgentTurnResult, T.MODEL, "<wf>:repair:<attempt>:turn-<n>"
+)
+AGENT_TOOLS = Step(
+    "model.agent_tools", Q.MODEL, AgentToolsInput, AgentToolsResult, T.MODEL, "<wf>:repair:<attempt>:tools-<n>"
+)
+AGENT_CONCLUDE = Step(
+    "model.agent_conclude", Q.MODEL, AgentConcludeInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
+)
 
 STEPS: tuple[Step[Any, Any], ...] = (
     READ_REPORT,
@@ -413,4 +501,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     REPRODUCE,
     DRAFT_PROCEDURE,
     PROPOSE_PATCH,
+    AGENT_TURN,
+    AGENT_TOOLS,
+    AGENT_CONCLUDE,
 )

@@ -57,6 +57,10 @@ with workflow.unsafe.imports_passed_through():
         Withdrawal,
     )
     from pipeline.steps import (
+        AGENT_MAX_TURNS,
+        AgentConcludeInput,
+        AgentToolsInput,
+        AgentTurnInput,
         BaselineInput,
         BuildEvidenceInput,
         CleanupRunInput,
@@ -69,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         PrepareProcedureInput,
         PrepareSpecInput,
         ProcedureResult,
+        ProposalResult,
         ProposePatchInput,
         ProvisionInput,
         PublishBranchInput,
@@ -100,6 +105,9 @@ PINNED_REPORT_PATCH = "report-pinned-at-trigger"
 # The merge activity merges only on an approval the forge holds (or an allowed operator approval); when it
 # finds none, the run says so on the PR and the ticket and waits for a review again.
 REVIEW_ON_FORGE_PATCH = "approval-authority-on-forge"
+# A repair attempt is a sequence of recorded steps (model turn, tool batch, ..., conclusion) instead of one
+# ``model.propose_patch`` activity holding the conversation in memory (runs recorded before replay with it).
+STEPPED_AGENT_PATCH = "stepped-agent"
 
 
 class RunEnded(Exception):
@@ -445,6 +453,7 @@ class RepairBugWorkflow:
         budgets = self._state.budgets
         failures: list[str] = []
         assert self._spec_ref is not None
+        stepped = workflow.patched(STEPPED_AGENT_PATCH)
         for attempt in range(1, budgets.repair_attempts_max + 1):
             spent = budgets.model_prompt_tokens + budgets.model_completion_tokens
             if spent >= budgets.model_token_budget:
@@ -456,19 +465,24 @@ class RepairBugWorkflow:
             budgets.repair_attempts_used = attempt
             repair_op = op_id(wf, "repair", attempt)
             try:
-                proposal = await self._step(
-                    steps.PROPOSE_PATCH,
-                    ProposePatchInput(
-                        run_id=wf,
-                        op_id=repair_op,
-                        attempt=attempt,
-                        spec_ref=self._spec_ref,
-                        issue_title=report.title,
-                        issue_body=report.body,
-                        previous_failures=failures,
-                        token_budget=budgets.model_token_budget - spent,
-                    ),
-                )
+                if stepped:
+                    proposal = await self._stepped_attempt(
+                        report, attempt, repair_op, list(failures), budgets.model_token_budget - spent
+                    )
+                else:
+                    proposal = await self._step(
+                        steps.PROPOSE_PATCH,
+                        ProposePatchInput(
+                            run_id=wf,
+                            op_id=repair_op,
+                            attempt=attempt,
+                            spec_ref=self._spec_ref,
+                            issue_title=report.title,
+                            issue_body=report.body,
+                            previous_failures=failures,
+                            token_budget=budgets.model_token_budget - spent,
+                        ),
+                    )
             except ActivityError as err:
                 kind = failure_class(err)
                 self._count_tokens(err)
@@ -478,8 +492,9 @@ class RepairBugWorkflow:
                     raise
                 failures.append(f"attempt {attempt}: no usable patch ({failure_message(err)})")
                 continue
-            budgets.model_prompt_tokens += proposal.prompt_tokens
-            budgets.model_completion_tokens += proposal.completion_tokens
+            if not stepped:  # the stepped attempt charged its tokens turn by turn
+                budgets.model_prompt_tokens += proposal.prompt_tokens
+                budgets.model_completion_tokens += proposal.completion_tokens
             self._record(proposal.patch_ref)
             candidate = CandidateFact(
                 attempt=attempt,
@@ -500,6 +515,88 @@ class RepairBugWorkflow:
         raise RunEnded(
             Outcome.REPAIR_BUDGET_EXHAUSTED,
             f"{budgets.repair_attempts_max} repair attempt(s) failed verification: " + "; ".join(failures),
+        )
+
+    async def _stepped_attempt(
+        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int
+    ) -> ProposalResult:
+        """One repair attempt as recorded steps: model turn, tool batch, ..., then the conclusion.
+
+        The transcript and the patch so far travel between the steps as stored references, so each
+        completed step is in the history and is never run again: a worker lost mid-step costs only that step
+        (a model turn re-sends its one request; a tool batch re-runs on base + the patch before it). Tokens
+        are charged to the run after every turn (a failed turn's through its failure, by the caller). The
+        run ends ``repair-budget-exhausted`` when the attempt uses all its turns, as the engine's loop did;
+        a step's failure propagates as the ``ActivityError`` the caller judges."""
+        wf = self._state.workflow_id
+        budgets = self._state.budgets
+        assert self._spec_ref is not None
+        transcript: ArtifactRef | None = None
+        patch: ArtifactRef | None = None
+        prompt = completion = 0
+        model = ""
+        summary: str | None = None
+        turn = 0
+        while summary is None:
+            if turn >= AGENT_MAX_TURNS:
+                raise RunEnded(
+                    Outcome.REPAIR_BUDGET_EXHAUSTED,
+                    f"attempt {attempt}: the model used all {AGENT_MAX_TURNS} turns without finishing",
+                )
+            turn += 1
+            answer = await self._step(
+                steps.AGENT_TURN,
+                AgentTurnInput(
+                    run_id=wf,
+                    op_id=f"{repair_op}:turn-{turn}",
+                    attempt=attempt,
+                    turn=turn,
+                    issue_title=report.title,
+                    issue_body=report.body,
+                    previous_failures=failures,
+                    transcript_ref=transcript,
+                    token_budget=token_budget - prompt - completion,
+                ),
+            )
+            prompt += answer.prompt_tokens
+            completion += answer.completion_tokens
+            budgets.model_prompt_tokens += answer.prompt_tokens
+            budgets.model_completion_tokens += answer.completion_tokens
+            model = answer.model
+            transcript = answer.transcript_ref
+            if not answer.calls:
+                summary = answer.summary or "(the model gave no summary)"
+                break
+            ran = await self._step(
+                steps.AGENT_TOOLS,
+                AgentToolsInput(
+                    run_id=wf,
+                    op_id=f"{repair_op}:tools-{turn}",
+                    attempt=attempt,
+                    turn=turn,
+                    spec_ref=self._spec_ref,
+                    transcript_ref=transcript,
+                    patch_ref=patch,
+                    calls=answer.calls,
+                ),
+            )
+            transcript = ran.transcript_ref
+            patch = ran.patch_ref
+            summary = ran.summary
+        return await self._step(
+            steps.AGENT_CONCLUDE,
+            AgentConcludeInput(
+                run_id=wf,
+                op_id=repair_op,
+                attempt=attempt,
+                spec_ref=self._spec_ref,
+                patch_ref=patch,
+                transcript_ref=transcript,
+                summary=summary,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                model=model,
+            ),
         )
 
     async def _verify(self, report: ReportInfo, candidate: CandidateFact) -> str | None:

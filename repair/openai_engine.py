@@ -9,7 +9,9 @@ Retries: requests go through :class:`repair.openai_calls.ChatEndpoint`, whose SD
 :class:`~repair.interface.ModelPermanentError` and the activity's Temporal retry policy decides what happens
 next: one place owns backoff, attempts are visible in the workflow history, and a ``retry-after`` the endpoint
 sent reaches Temporal as the next retry delay instead of being slept through inside an attempt.
-A retried attempt starts a new conversation on a freshly rebuilt workspace.
+A retried attempt starts a new conversation on a freshly rebuilt workspace. The pipeline's stepped attempt
+(:mod:`repair.stepping`, driven step by step by the workflow) runs the same turn and tool functions, each
+recorded, so a retry there re-sends only the call in flight.
 
 Budgets: every response's ``usage`` is added up; once prompt plus completion tokens exceed the request's
 ``token_budget``, or ``max_turns`` responses have come back without ``finish``, the attempt stops with
@@ -22,12 +24,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionMessageFunctionToolCall,
-    ChatCompletionMessageParam,
-)
-
 from repair.config import ModelConfig
 from repair.interface import (
     NoPatchError,
@@ -35,11 +31,10 @@ from repair.interface import (
     RepairProposal,
     RepairRequest,
 )
-from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
+from repair.openai_calls import ChatEndpoint, TokenUsage
 from repair.patch import workspace_patch
-from repair.prompts import system_prompt, user_prompt
-from repair.tools import FINISH, parse_arguments, run_tool, tool_schemas
-from repair.workspace_tools import ToolRefused, WorkspaceTools
+from repair.stepping import model_turn, opening_messages, tool_batch
+from repair.workspace_tools import WorkspaceTools
 
 
 class OpenAIToolEngine:
@@ -66,12 +61,16 @@ class OpenAIToolEngine:
     def from_config(cls, config: ModelConfig, on_turn: Callable[[int], None] | None = None) -> OpenAIToolEngine:
         return cls(config.base_url, config.api_key, config.model, config.timeout_s, on_turn=on_turn)
 
+    @property
+    def endpoint(self) -> ChatEndpoint:
+        """The endpoint this engine talks to (the stepped attempt sends its turns through it too)."""
+        return self._endpoint
+
     def propose(self, request: RepairRequest) -> RepairProposal:
+        """The whole attempt in memory: :func:`repair.stepping.model_turn` and :func:`repair.stepping.tool_batch`
+        in a loop on ``request.workspace``."""
         workspace = WorkspaceTools(Path(request.workspace))
-        messages: list[ChatCompletionMessageParam] = [
-            {"role": "system", "content": system_prompt(request)},
-            {"role": "user", "content": user_prompt(request)},
-        ]
+        messages = opening_messages(request)
         usage = TokenUsage()
         turns = tool_calls = 0
         served_by = self._endpoint.model
@@ -81,22 +80,19 @@ class OpenAIToolEngine:
                 raise RepairBudgetError(
                     f"the model used all {request.max_turns} turns without finishing", **usage.spent()
                 )
-            completion = self._complete(request, messages, usage)
+            turn = model_turn(
+                self._endpoint, messages, op_id=request.op_id, token_budget=request.token_budget, usage=usage
+            )
             turns += 1
             if self._on_turn is not None:
                 self._on_turn(turns)
-            served_by = completion.model
-            message = first_message(completion, usage)
-            calls = function_calls(message, usage)
-            messages.append(assistant_param(message, calls))
-            if not calls:
-                # A model that stops talking without calling finish is done all the same.
-                summary = (message.content or "").strip() or "(the model gave no summary)"
-            for call in calls:
-                tool_calls += 1
-                result, finished = _carry_out(workspace, call)
-                messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
-                summary = finished if finished is not None else summary
+            served_by = turn.model
+            messages = turn.messages
+            summary = turn.summary
+            tool_calls += len(turn.calls)
+            batch = tool_batch(workspace, turn.calls)
+            messages += batch.messages
+            summary = batch.summary if batch.summary is not None else summary
 
         patch, files = workspace_patch(workspace.root)
         if not patch:
@@ -111,22 +107,3 @@ class OpenAIToolEngine:
             turns=turns,
             tool_calls=tool_calls,
         )
-
-    def _complete(
-        self, request: RepairRequest, messages: list[ChatCompletionMessageParam], usage: TokenUsage
-    ) -> ChatCompletion:
-        """One model request (classified as :mod:`repair.openai_calls` says), its tokens held to the budget."""
-        completion = self._endpoint.complete(messages, tools=tool_schemas(), op_id=request.op_id, usage=usage)
-        if usage.total > request.token_budget:
-            raise RepairBudgetError(f"{usage.total} tokens used; the budget is {request.token_budget}", **usage.spent())
-        return completion
-
-
-def _carry_out(workspace: WorkspaceTools, call: ChatCompletionMessageFunctionToolCall) -> tuple[str, str | None]:
-    """The tool's result text, and the summary when the call was ``finish``."""
-    name = call.function.name
-    try:
-        args = parse_arguments(name, call.function.arguments)
-    except ToolRefused as e:
-        return f"error: {e}", None
-    return run_tool(workspace, name, args), args["summary"] if name == FINISH else None

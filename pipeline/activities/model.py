@@ -6,6 +6,10 @@ stores it by content. A retry of the activity asks the model again (and spends t
 call is not idempotent, which is why the workflow records the proposal it keeps and never re-asks for an
 attempt that completed.
 
+Runs started since the stepped attempt (``workflow.patched("stepped-agent")``) ask for patches through the
+steps of :mod:`pipeline.activities.agent` instead; ``model.propose_patch`` stays registered for the runs
+recorded before it.
+
 Token accounting across retries: what every attempt spent is carried to the next attempt in the last
 heartbeat's details (sent also just before a failure), so a result or a final failure reports the tokens of
 all attempts of the activity, and a retry gets only the budget that is left. Tokens of an attempt whose
@@ -16,65 +20,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-from pydantic import BaseModel
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from environments.run_fence import ensure_not_fenced
 from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
-from pipeline.activities.classify import as_failure, classified
+from pipeline.activities.agent import AgentActivities
+from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.spend import earlier_attempts_spend, failing
 from pipeline.failures import FailureClass
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
 from repair.interface import RepairEngine, RepairError, RepairRequest
+from repair.openai_calls import ChatEndpoint
+from repair.openai_engine import OpenAIToolEngine
 from repair.patch import validate_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.procedure_draft import ProcedureDrafter
-
-
-class Spend(BaseModel):
-    """Tokens a model activity spent, summed over its attempts so far."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def plus(self, prompt_tokens: int, completion_tokens: int) -> Spend:
-        return Spend(
-            prompt_tokens=self.prompt_tokens + prompt_tokens,
-            completion_tokens=self.completion_tokens + completion_tokens,
-        )
-
-
-def earlier_attempts_spend() -> Spend:
-    """What this activity's earlier attempts spent, from the heartbeat details Temporal handed to this one."""
-    for detail in reversed(activity.info().heartbeat_details):
-        if isinstance(detail, dict) and isinstance(detail.get("spent"), dict):
-            return Spend.model_validate(detail["spent"])
-    return Spend()
-
-
-def _failing(err: RepairError | ApplicationError, spent: Spend, beat: Heartbeat) -> ApplicationError:
-    """``err`` as its failure class, carrying every attempt's tokens so far (the workflow counts a final
-    failure's), which the last heartbeat also hands to the next attempt."""
-    failure = err if isinstance(err, ApplicationError) else as_failure(err)
-    # Every RepairError has a rule in the table (RepairError itself is permanent).
-    assert isinstance(failure, ApplicationError)
-    beat.carry["spent"] = spent.model_dump()
-    beat.set(f"failed ({failure.type}); {spent.total} tokens spent so far")
-    return ApplicationError(
-        failure.message,
-        spent.model_dump(),
-        type=failure.type,
-        non_retryable=failure.non_retryable,
-        next_retry_delay=failure.next_retry_delay,
-    )
 
 
 class ModelActivities:
@@ -86,18 +50,32 @@ class ModelActivities:
         drafter: Callable[[], ProcedureDrafter],
         git_token: str | None,
         patch_policies: Mapping[str, PatchPolicy] | None = None,
+        endpoint: Callable[[], ChatEndpoint] | None = None,
     ) -> None:
-        """``engine`` and ``drafter`` are made on first use, so a host only builds the clients it needs.
-        ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`)."""
+        """``engine``, ``drafter`` and ``endpoint`` are made on first use, so a host only builds the clients it
+        needs. ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`).
+        ``endpoint`` serves the stepped attempt's turns (:mod:`pipeline.activities.agent`); without it they go
+        to the engine's endpoint."""
         self.store = store
         self.workspaces = workspaces
         self.engine = engine
         self.drafter = drafter
         self.git_token = git_token
         self.patch_policies = dict(patch_policies or {})
+        self.agent = AgentActivities(
+            store, workspaces, endpoint or self._engine_endpoint, git_token, patch_policies=self.patch_policies
+        )
 
     def all(self) -> Sequence[Callable[..., object]]:
-        return [self.propose_patch, self.draft_procedure]
+        """``model.propose_patch`` (runs recorded before the stepped attempt replay with it), procedure
+        drafting, and the stepped attempt's steps."""
+        return [self.propose_patch, self.draft_procedure, *self.agent.all()]
+
+    def _engine_endpoint(self) -> ChatEndpoint:
+        engine = self.engine()
+        if not isinstance(engine, OpenAIToolEngine):
+            raise TypeError(f"the stepped attempt needs a chat endpoint; {type(engine).__name__} has none")
+        return engine.endpoint
 
     @activity.defn(name=steps.DRAFT_PROCEDURE.name)
     def draft_procedure(self, inp: DraftProcedureInput) -> ProcedureResult:
@@ -113,7 +91,7 @@ class ModelActivities:
             with beat:
                 draft = self.drafter().draft(inp.issue_title, inp.issue_body, inp.op_id)
         except RepairError as err:
-            raise _failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+            raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         ref = self.store.put_bytes(
             draft.procedure.model_dump_json(indent=2).encode(),
             kind=ArtifactKind.PROCEDURE,
@@ -141,7 +119,7 @@ class ModelActivities:
             spent_all = FailureClass.BUDGET.error(
                 f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
             )
-            raise _failing(spent_all, earlier, beat)
+            raise failing(spent_all, earlier, beat)
         ws = self.workspaces.rebuild(
             run_id=inp.run_id,
             op_id=inp.op_id,
@@ -169,13 +147,13 @@ class ModelActivities:
                 policy = policy_for(self.patch_policies, spec.repository)
                 check = validate_patch(mirror, proposal.patch, base=spec.base_revision, policy=policy)
         except RepairError as err:
-            raise _failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+            raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:
             self.workspaces.remove(ws)
         spent = earlier.plus(proposal.prompt_tokens, proposal.completion_tokens)
         if not check.ok:
             refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
-            raise _failing(refused, spent, beat)
+            raise failing(refused, spent, beat)
         patch_ref = self.store.put_bytes(
             proposal.patch.encode(),
             kind=ArtifactKind.PATCH,

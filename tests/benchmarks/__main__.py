@@ -9,7 +9,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker"]
+BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent"]
 
 
 def main(argv: list[str]) -> int:

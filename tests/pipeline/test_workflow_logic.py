@@ -29,6 +29,12 @@ from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, RegressionFact, Rejection, RunState
 from pipeline.steps import (
+    AgentConcludeInput,
+    AgentToolCall,
+    AgentToolsInput,
+    AgentToolsResult,
+    AgentTurnInput,
+    AgentTurnResult,
     BaselineInput,
     BaselineResult,
     CleanupRunInput,
@@ -276,6 +282,43 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             model="m",
         )
 
+    @activity.defn(name=steps.AGENT_TURN.name)
+    async def agent_turn(i: AgentTurnInput) -> AgentTurnResult:
+        """Turn 1 asks for one edit; turn 2 finishes without a call. The first turn of an attempt is what the
+        old single activity was: the request for a proposal (recorded as ``propose``)."""
+        s.calls.append(("propose" if i.transcript_ref is None else "agent_turn", i))
+        calls = [AgentToolCall(id="c1", name="write_file", arguments="{}")] if i.turn == 1 else []
+        return AgentTurnResult(
+            transcript_ref=ref(f"transcript-{i.attempt}-{i.turn}"),
+            calls=calls,
+            summary=None if calls else "multiply by quantity",
+            prompt_tokens=50,
+            completion_tokens=10,
+            model="m",
+        )
+
+    @activity.defn(name=steps.AGENT_TOOLS.name)
+    async def agent_tools(i: AgentToolsInput) -> AgentToolsResult:
+        s.calls.append(("agent_tools", i))
+        return AgentToolsResult(
+            transcript_ref=ref(f"transcript-{i.attempt}-{i.turn}-tools"),
+            patch_ref=ref(f"patch-{i.attempt}", ArtifactKind.PATCH),
+            files_changed=["cart.py"],
+        )
+
+    @activity.defn(name=steps.AGENT_CONCLUDE.name)
+    async def agent_conclude(i: AgentConcludeInput) -> ProposalResult:
+        s.calls.append(("agent_conclude", i))
+        assert i.patch_ref is not None
+        return ProposalResult(
+            patch_ref=i.patch_ref,
+            summary=i.summary,
+            files_changed=["cart.py"],
+            prompt_tokens=i.prompt_tokens,
+            completion_tokens=i.completion_tokens,
+            model=i.model,
+        )
+
     return {
         TaskQueue.FORGE: [
             read_report,
@@ -289,7 +332,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         ],
         TaskQueue.ENVIRONMENTS: [prepare_spec, provision, teardown, verify, run_baseline, cleanup_run, build],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
-        TaskQueue.MODEL: [propose],
+        TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_conclude],
     }
 
 
@@ -621,3 +664,42 @@ async def test_review_that_never_comes_ends_at_the_review_deadline(harness: Harn
     assert "review deadline" in final.outcome_detail
     assert "merge" not in harness.script.names()
     assert final.cleanup is not None and final.cleanup.complete
+
+
+async def test_a_repair_attempt_is_a_sequence_of_recorded_steps_threading_transcript_and_patch(
+    harness: Harness,
+) -> None:
+    """Turn, tool batch, turn, conclusion: each step gets the references the previous one returned, the
+    operation IDs name attempt and turn, and each turn's tokens are charged to the run once."""
+    harness.script.fixes_on_attempt = 2
+    final = await approved_run(harness)
+    assert final.outcome == Outcome.MERGED
+    model_steps = [
+        (n, c) for n, c in harness.script.calls if n in {"propose", "agent_turn", "agent_tools", "agent_conclude"}
+    ]
+    wf = final.workflow_id
+    assert [(n, c.op_id) for n, c in model_steps] == [
+        (n, f"{wf}:repair:{k}{suffix}")
+        for k in (1, 2)
+        for n, suffix in [
+            ("propose", ":turn-1"),
+            ("agent_tools", ":tools-1"),
+            ("agent_turn", ":turn-2"),
+            ("agent_conclude", ""),
+        ]
+    ]
+    for k in (1, 2):
+        first, tools, second, conclude = (c for _, c in model_steps[4 * (k - 1) : 4 * k])
+        assert first.transcript_ref is None and tools.transcript_ref == ref(f"transcript-{k}-1")
+        assert tools.patch_ref is None and [c.name for c in tools.calls] == ["write_file"]
+        assert second.transcript_ref == ref(f"transcript-{k}-1-tools")
+        assert (
+            conclude.patch_ref == ref(f"patch-{k}", ArtifactKind.PATCH) and conclude.summary == "multiply by quantity"
+        )
+        assert (conclude.prompt_tokens, conclude.completion_tokens) == (100, 20)
+    assert "still reproduces" in model_steps[4][1].previous_failures[0]
+    assert (final.budgets.model_prompt_tokens, final.budgets.model_completion_tokens) == (200, 40)
+    assert [c.patch_ref for c in final.candidates] == [
+        ref("patch-1", ArtifactKind.PATCH),
+        ref("patch-2", ArtifactKind.PATCH),
+    ]

@@ -399,7 +399,7 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
 
     acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
     acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
-    acts[TaskQueue.MODEL] = [model.propose_patch]
+    acts[TaskQueue.MODEL] = list(model.all())
     with ThreadPoolExecutor(max_workers=4) as executor:
         workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
         workers += [

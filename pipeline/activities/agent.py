@@ -1,0 +1,214 @@
+"""The stepped repair attempt's activities (model queue): one model turn, one batch of tool calls, the end.
+
+The workflow drives the attempt (``RepairBugWorkflow._stepped_attempt``); the attempt's state is the
+transcript, stored by content in the evidence store after every step, and the patch so far against the
+base revision, stored the same way. Each completed step is in the workflow history with the references it
+returned, so it never runs again; what a retry re-does is only the step in flight:
+
+- ``model.agent_turn`` sends the stored transcript once (:func:`repair.stepping.model_turn`) and stores it
+  with the answer appended. Not idempotent at the model: a retry re-sends that one request (it was in flight
+  or failed), never an earlier one. The tokens of its tries ride in the heartbeat details as for every
+  model activity (:mod:`pipeline.activities.spend`).
+- ``model.agent_tools`` rebuilds a scratch workspace from the mirror at base + the patch so far, carries out
+  the turn's calls (:func:`repair.stepping.tool_batch`), takes the new patch against the base revision, and
+  stores transcript and patch. Replay-safe by construction: every tool reads or edits the workspace, and a
+  retry starts again from the same pre-state, so it gives the same messages and the same patch.
+- ``model.agent_conclude`` judges the final patch against the mirror with the operator's patch policy, as
+  ``model.propose_patch`` does, and stores it as the attempt's proposal. Idempotent (content-addressed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from temporalio import activity
+
+from environments.run_fence import ensure_not_fenced
+from environments.spec import spec_from_json
+from environments.workspace import WorkspaceManager
+from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from pipeline import steps
+from pipeline.activities.classify import classified
+from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
+from pipeline.failures import FailureClass
+from pipeline.steps import (
+    AgentConcludeInput,
+    AgentToolCall,
+    AgentToolsInput,
+    AgentToolsResult,
+    AgentTurnInput,
+    AgentTurnResult,
+    ProposalResult,
+)
+from repair.interface import NoPatchError, RepairError, RepairRequest
+from repair.openai_calls import ChatEndpoint
+from repair.patch import validate_patch, workspace_patch
+from repair.patch_policy import PatchPolicy, policy_for
+from repair.stepping import (
+    ToolCall,
+    decode_transcript,
+    encode_transcript,
+    model_turn,
+    opening_messages,
+    tool_batch,
+)
+from repair.workspace_tools import WorkspaceTools
+
+
+class AgentActivities:
+    def __init__(
+        self,
+        store: ArtifactStore,
+        workspaces: WorkspaceManager,
+        endpoint: Callable[[], ChatEndpoint],
+        git_token: str | None,
+        patch_policies: Mapping[str, PatchPolicy] | None = None,
+    ) -> None:
+        """``endpoint`` is made on first use, so a host only builds the client when a turn runs."""
+        self.store = store
+        self.workspaces = workspaces
+        self.endpoint = endpoint
+        self.git_token = git_token
+        self.patch_policies = dict(patch_policies or {})
+
+    def all(self) -> Sequence[Callable[..., object]]:
+        return [self.agent_turn, self.agent_tools, self.agent_conclude]
+
+    @activity.defn(name=steps.AGENT_TURN.name)
+    def agent_turn(self, inp: AgentTurnInput) -> AgentTurnResult:
+        """One model request on the stored transcript; see the module docstring for what a retry re-sends."""
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to ask the model for {inp.op_id}")
+        earlier = earlier_attempts_spend()
+        beat = Heartbeat(
+            f"asking the model (attempt {inp.attempt}, turn {inp.turn})", carry={"spent": earlier.model_dump()}
+        )
+        if earlier.total >= inp.token_budget:
+            spent_all = FailureClass.BUDGET.error(
+                f"model budget: {earlier.total} tokens spent by earlier tries of this turn, {inp.token_budget} left"
+            )
+            raise failing(spent_all, earlier, beat)
+        if inp.transcript_ref is None:
+            messages = opening_messages(
+                RepairRequest(
+                    run_id=inp.run_id,
+                    op_id=inp.op_id,
+                    attempt=inp.attempt,
+                    issue_title=inp.issue_title,
+                    issue_body=inp.issue_body,
+                    workspace="",
+                    previous_failures=inp.previous_failures,
+                    token_budget=max(1, inp.token_budget),
+                )
+            )
+        else:
+            messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+        try:
+            with beat:
+                turn = model_turn(
+                    self.endpoint(), messages, op_id=inp.op_id, token_budget=inp.token_budget - earlier.total
+                )
+        except RepairError as err:
+            raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+        spent = earlier.plus(turn.prompt_tokens, turn.completion_tokens)
+        return AgentTurnResult(
+            transcript_ref=self._put_transcript(inp.run_id, inp.attempt, f"turn-{inp.turn}", turn.messages),
+            calls=[AgentToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls],
+            summary=turn.summary,
+            prompt_tokens=spent.prompt_tokens,
+            completion_tokens=spent.completion_tokens,
+            model=turn.model,
+        )
+
+    @activity.defn(name=steps.AGENT_TOOLS.name)
+    def agent_tools(self, inp: AgentToolsInput) -> AgentToolsResult:
+        """The turn's calls on base + the patch so far; replay-safe (see the module docstring)."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        names = ", ".join(c.name for c in inp.calls)
+        beat = Heartbeat(f"running {len(inp.calls)} tool call(s) (attempt {inp.attempt}, turn {inp.turn}): {names}")
+        patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
+        messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+        with beat, classified():
+            ws = self.workspaces.rebuild(
+                run_id=inp.run_id,
+                op_id=inp.op_id,
+                clone_url=spec.clone_url,
+                base_revision=spec.base_revision,
+                patch=patch,
+                token=self.git_token,
+            )
+            try:
+                batch = tool_batch(
+                    WorkspaceTools(ws.path), [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in inp.calls]
+                )
+                after, files = workspace_patch(ws.path, base=spec.base_revision)
+            finally:
+                self.workspaces.remove(ws)
+        patch_ref = None
+        if after:
+            patch_ref = self.store.put_bytes(
+                after.encode(),
+                kind=ArtifactKind.PATCH,
+                run_id=inp.run_id,
+                name=f"attempt-{inp.attempt}-turn-{inp.turn}.patch",
+                revision=spec.base_revision,
+                media_type="text/x-diff",
+            )
+        return AgentToolsResult(
+            transcript_ref=self._put_transcript(
+                inp.run_id, inp.attempt, f"tools-{inp.turn}", [*messages, *batch.messages]
+            ),
+            patch_ref=patch_ref,
+            files_changed=files,
+            summary=batch.summary,
+        )
+
+    @activity.defn(name=steps.AGENT_CONCLUDE.name)
+    def agent_conclude(self, inp: AgentConcludeInput) -> ProposalResult:
+        """Judge the attempt's patch against the mirror and store it as the proposal.
+
+        No patch is ``NoPatch``; a patch the validation or the policy refuses is ``NoPatch`` with the reasons
+        (the next attempt's prompt carries them). Failures carry no tokens: the workflow charged every turn."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to judge the patch of {inp.op_id}")
+        beat = Heartbeat(f"judging the patch (attempt {inp.attempt})")
+        if inp.patch_ref is None:
+            err = NoPatchError(f"the model finished without changing anything: {inp.summary}")
+            raise failing(err, Spend(), beat) from err
+        patch = self.store.read_bytes(inp.patch_ref).decode()
+        with beat, self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
+            policy = policy_for(self.patch_policies, spec.repository)
+            check = validate_patch(mirror, patch, base=spec.base_revision, policy=policy)
+        if not check.ok:
+            refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
+            raise failing(refused, Spend(), beat)
+        patch_ref = self.store.put_bytes(
+            patch.encode(),
+            kind=ArtifactKind.PATCH,
+            run_id=inp.run_id,
+            name=f"attempt-{inp.attempt}.patch",
+            revision=spec.base_revision,
+            media_type="text/x-diff",
+        )
+        return ProposalResult(
+            patch_ref=patch_ref,
+            summary=inp.summary,
+            files_changed=check.files,
+            prompt_tokens=inp.prompt_tokens,
+            completion_tokens=inp.completion_tokens,
+            model=inp.model,
+        )
+
+    def _put_transcript(self, run_id: str, attempt: int, step: str, messages: list[dict[str, Any]]) -> ArtifactRef:
+        return self.store.put_bytes(
+            encode_transcript(messages),
+            kind=ArtifactKind.OTHER,
+            run_id=run_id,
+            name=f"attempt-{attempt}-{step}.transcript.json",
+            media_type="application/json",
+        )

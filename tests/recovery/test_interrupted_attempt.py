@@ -1,0 +1,105 @@
+"""A model worker SIGKILLed during a model call of a repair attempt: the attempt resumes at its last step.
+
+The real workflow runs on the real Temporal dev server; the model queue is served by real worker processes
+(:mod:`tests.recovery.model_worker`: the stepped attempt's activities, real git workspaces from the mirror,
+the real engine code against the scripted model server over HTTP); the other queues are the recording
+doubles of the workflow-logic tests. The scripted server holds the fourth model request of the attempt;
+while it is held, the worker dies. A new worker on another state directory (a fresh host: no mirror, no
+workspace) takes over. The model server's request log then shows every completed request exactly once and
+only the one in flight twice, and the proposal is byte for byte the one an uncrashed run gets.
+"""
+
+from __future__ import annotations
+
+import collections
+import signal
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from environments.spec import build_recovery_spec, canonical_json
+from evidence.interface import ArtifactKind
+from evidence.local import LocalArtifactStore
+from pipeline.state import Phase, RunState
+from repair.prompts import ATTEMPT_MARKER
+from tests.environments.gitrepo import Repo, make_repo
+from tests.modelserver.support import Serve, inject_fault, serve
+from tests.pipeline.test_workflow_logic import Harness
+from tests.recovery.stepped import (
+    body_of,
+    model_worker,
+    pipeline_without_model,
+    request_log,
+    requests_of,
+    wait_until_held,
+)
+from tests.repair.support import CART_SCRIPTS
+from tests.replay.record import record_history
+
+pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+
+__all__ = ["serve"]  # the scripted model server's fixture
+
+HELD_REQUEST = 4  # of the six the fix script answers: after search, read, edit, while asking for the next step
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path / "repo")
+
+
+async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
+    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
+    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
+    assert [c.attempt for c in state.candidates] == [1]
+    return store.read_bytes(state.candidates[0].patch_ref), state
+
+
+async def test_a_worker_killed_during_a_model_call_resumes_without_resending_completed_calls(
+    tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
+) -> None:
+    server = serve(CART_SCRIPTS / "fix.yaml")
+    evidence = tmp_path / "evidence"
+    store = LocalArtifactStore(evidence)
+    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
+    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+
+    async with pipeline_without_model(temporal_client, spec_ref) as harness:
+        with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+            undisturbed = await harness.start()
+            expected, _ = await proposal_of(harness, undisturbed, store, timeout=90)
+
+        inject_fault(server, delay_s=25, after=HELD_REQUEST - 1)
+        with model_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url) as doomed:
+            crashed = await harness.start()
+            await wait_until_held(server)
+            doomed.send_signal(signal.SIGKILL)
+            assert doomed.wait(timeout=10) == -signal.SIGKILL
+        with model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
+            got, state = await proposal_of(harness, crashed, store, timeout=120)
+        record_history(await temporal_client.get_workflow_handle(crashed).fetch_history(), "stepped-attempt-killed")
+
+    assert got == expected
+    assert b"line_total(item) for item in items" in got and b"test_total_counts_quantities" in got
+    server.stop()  # releases nothing by now, and every request is recorded once it returns
+    records = request_log(server)
+
+    before = requests_of(records, undisturbed)
+    after = requests_of(records, crashed)
+    assert len(before) == 6 and all(r["status"] == 200 and "fault" not in r for r in before)
+    # The crashed run sent each request the undisturbed one sent, in the same order; only the one held while
+    # the worker died went twice (its first answer went to a dead socket).
+    sent = collections.Counter(body_of(r) for r in after)
+    held = [r for r in after if "fault" in r]
+    assert len(held) == 1 and held[0]["turn"] == HELD_REQUEST - 1  # turns count from 0
+    assert {b: n for b, n in sent.items() if n > 1} == {body_of(held[0]): 2}
+    assert [body_of(r) for r in after if "fault" not in r] == [body_of(r) for r in before]
+    assert all(ATTEMPT_MARKER + ": 1" in r["body"]["messages"][0]["content"] for r in after)
+    # Every turn after the kill went out under its own step's operation ID: turn 4 retried, 5 and 6 once.
+    op_ids = sorted(r["headers"]["x-durafix-op-id"] for r in after)  # the held request is logged when answered
+    assert op_ids == [f"{crashed}:repair:1:turn-{n}" for n in (1, 2, 3, 4, 4, 5, 6)]
+    # The run was charged for every answered request once (the dead worker's held answer is not counted).
+    answered = [r for r in after if "fault" not in r]
+    assert state.budgets.model_prompt_tokens == sum(r["usage"]["prompt_tokens"] for r in answered)
+    assert state.budgets.model_completion_tokens == sum(r["usage"]["completion_tokens"] for r in answered)

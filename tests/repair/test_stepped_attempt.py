@@ -1,0 +1,215 @@
+"""The stepped attempt's activities, driven step by step as the workflow drives them, on real git and the
+scripted model server: they propose exactly what the in-memory engine proposes, a tool batch run again on
+its recorded pre-state gives the same transcript and patch, and the end refuses an attempt that changed
+nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from environments.spec import build_recovery_spec, canonical_json
+from environments.workspace import WorkspaceManager
+from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.local import LocalArtifactStore
+from pipeline.activities.agent import AgentActivities
+from pipeline.steps import (
+    AGENT_MAX_TURNS,
+    AgentConcludeInput,
+    AgentToolsInput,
+    AgentToolsResult,
+    AgentTurnInput,
+    ProposalResult,
+)
+from repair.stepping import decode_transcript
+from tests.environments.gitrepo import Repo, make_repo
+from tests.modelserver.support import Serve, recorded
+from tests.repair.support import CART_SCRIPTS, engine_for, request_for
+
+RUN = "repair:shop/cart#7"
+TITLE = "Cart total ignores quantities"
+BODY = "The cart page shows Total: $23.75 but the lines add up to $40.00."
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    return make_repo(tmp_path / "repo")
+
+
+def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArtifactStore]:
+    store = LocalArtifactStore(tmp_path / "evidence")
+    workspaces = WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "workspaces")
+    endpoint = engine_for(base_url).endpoint
+    return AgentActivities(store, workspaces, lambda: endpoint, git_token=None), store
+
+
+def drive(agent: AgentActivities, spec_ref: ArtifactRef, *, rerun_tools: bool = False) -> ProposalResult:
+    """The workflow's loop: turn, tools, turn, ..., conclusion; each tool batch run twice when ``rerun_tools``
+    (a retry after the first run's result was lost), checking the second gives the same result."""
+    env = ActivityEnvironment()
+    transcript: ArtifactRef | None = None
+    patch: ArtifactRef | None = None
+    prompt = completion = 0
+    summary: str | None = None
+    model = ""
+    for turn in range(1, AGENT_MAX_TURNS + 1):
+        answer = env.run(
+            agent.agent_turn,
+            AgentTurnInput(
+                run_id=RUN,
+                op_id=f"{RUN}:repair:1:turn-{turn}",
+                attempt=1,
+                turn=turn,
+                issue_title=TITLE,
+                issue_body=BODY,
+                transcript_ref=transcript,
+                token_budget=100_000 - prompt - completion,
+            ),
+        )
+        prompt, completion, model = prompt + answer.prompt_tokens, completion + answer.completion_tokens, answer.model
+        transcript = answer.transcript_ref
+        if not answer.calls:
+            summary = answer.summary
+            break
+        tools = AgentToolsInput(
+            run_id=RUN,
+            op_id=f"{RUN}:repair:1:tools-{turn}",
+            attempt=1,
+            turn=turn,
+            spec_ref=spec_ref,
+            transcript_ref=transcript,
+            patch_ref=patch,
+            calls=answer.calls,
+        )
+        ran: AgentToolsResult = env.run(agent.agent_tools, tools)
+        if rerun_tools:
+            assert env.run(agent.agent_tools, tools) == ran
+        transcript, patch, summary = ran.transcript_ref, ran.patch_ref, ran.summary
+        if summary is not None:
+            break
+    assert summary is not None
+    return env.run(
+        agent.agent_conclude,
+        AgentConcludeInput(
+            run_id=RUN,
+            op_id=f"{RUN}:repair:1",
+            attempt=1,
+            spec_ref=spec_ref,
+            patch_ref=patch,
+            transcript_ref=transcript,
+            summary=summary,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            model=model,
+        ),
+    )
+
+
+def spec_of(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
+    spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
+    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=RUN, name="spec.json")
+
+
+def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_batch_changes_nothing(
+    tmp_path: Path, repo: Repo, cart_repo: Path, serve: Serve
+) -> None:
+    server = serve(CART_SCRIPTS / "fix.yaml")
+    agent, store = activities(tmp_path, server.base_url)
+
+    stepped = drive(agent, spec_of(store, repo), rerun_tools=True)
+    in_memory = engine_for(server.base_url).propose(request_for(cart_repo, issue_title=TITLE, issue_body=BODY))
+
+    assert store.read_bytes(stepped.patch_ref).decode() == in_memory.patch
+    assert stepped.patch_ref.kind == ArtifactKind.PATCH and stepped.patch_ref.name == "attempt-1.patch"
+    assert stepped.summary == in_memory.summary and stepped.files_changed == in_memory.files_changed
+    assert (stepped.prompt_tokens, stepped.completion_tokens) == (in_memory.prompt_tokens, in_memory.completion_tokens)
+    # Both conversations sent the same six requests; none went twice.
+    bodies = [r["body"]["messages"] for r in recorded(server)]
+    assert len(bodies) == 12 and bodies[:6] == bodies[6:]
+
+
+def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, repo: Repo, serve: Serve) -> None:
+    server = serve(CART_SCRIPTS / "fix.yaml")
+    agent, store = activities(tmp_path, server.base_url)
+    spec_ref = spec_of(store, repo)
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.extend(details)
+    first = env.run(
+        agent.agent_turn,
+        AgentTurnInput(
+            run_id=RUN,
+            op_id=f"{RUN}:repair:1:turn-1",
+            attempt=1,
+            turn=1,
+            issue_title=TITLE,
+            issue_body=BODY,
+            token_budget=100_000,
+        ),
+    )
+    messages = decode_transcript(store.read_bytes(first.transcript_ref))
+    assert [m["role"] for m in messages] == ["system", "user", "assistant"]
+    assert "durafix-attempt: 1" in messages[0]["content"] and TITLE in messages[1]["content"]
+    assert [c.name for c in first.calls] == ["search"] and first.summary is None
+    assert any("asking the model (attempt 1, turn 1)" in str(b) for b in beats)
+
+    ran = env.run(
+        agent.agent_tools,
+        AgentToolsInput(
+            run_id=RUN,
+            op_id=f"{RUN}:repair:1:tools-1",
+            attempt=1,
+            turn=1,
+            spec_ref=spec_ref,
+            transcript_ref=first.transcript_ref,
+            calls=first.calls,
+        ),
+    )
+    after = decode_transcript(store.read_bytes(ran.transcript_ref))
+    assert after[:3] == messages and after[3]["role"] == "tool" and after[3]["tool_call_id"] == first.calls[0].id
+    assert "cart.py" in after[3]["content"]
+    assert ran.patch_ref is None and ran.summary is None  # a search changes nothing
+    # The workspace of a step is gone once the step is done.
+    assert not any((tmp_path / "workspaces").rglob("cart.py"))
+
+
+def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_patch(
+    tmp_path: Path, repo: Repo, serve: Serve
+) -> None:
+    server = serve(CART_SCRIPTS / "fix.yaml")
+    agent, store = activities(tmp_path, server.base_url)
+    spec_ref = spec_of(store, repo)
+    env = ActivityEnvironment()
+    conclude = AgentConcludeInput(
+        run_id=RUN,
+        op_id=f"{RUN}:repair:1",
+        attempt=1,
+        spec_ref=spec_ref,
+        summary="nothing to do",
+        prompt_tokens=10,
+        completion_tokens=5,
+        model="m",
+    )
+    with pytest.raises(ApplicationError) as nothing:
+        env.run(agent.agent_conclude, conclude)
+    assert nothing.value.type == "NoPatch" and nothing.value.non_retryable
+    assert "without changing anything: nothing to do" in nothing.value.message
+    # The workflow charged every turn already: the failure carries no tokens of its own.
+    assert nothing.value.details == ({"prompt_tokens": 0, "completion_tokens": 0},)
+
+    # A patch the default policy refuses (it adds a CI workflow).
+    ci = (
+        "diff --git a/.github/workflows/ci.yml b/.github/workflows/ci.yml\n"
+        "new file mode 100644\n"
+        "--- /dev/null\n"
+        "+++ b/.github/workflows/ci.yml\n"
+        "@@ -0,0 +1 @@\n"
+        "+on: push\n"
+    )
+    patch_ref = store.put_bytes(ci.encode(), kind=ArtifactKind.PATCH, run_id=RUN, name="ci.patch")
+    with pytest.raises(ApplicationError) as refused:
+        env.run(agent.agent_conclude, conclude.model_copy(update={"patch_ref": patch_ref}))
+    assert refused.value.type == "NoPatch" and "the proposed patch was refused" in refused.value.message
