@@ -44,7 +44,7 @@ from pipeline.steps import (
 )
 from repair.interface import NoPatchError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint
-from repair.patch import validate_patch, workspace_patch
+from repair.patch import PatchCheck, validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.stepping import (
     ToolCall,
@@ -184,17 +184,7 @@ class AgentActivities:
         with beat, self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
             policy = policy_for(self.patch_policies, spec.repository)
             check = validate_patch(mirror, patch, base=spec.base_revision, policy=policy)
-        if not check.ok:
-            refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
-            raise failing(refused, Spend(), beat)
-        patch_ref = self.store.put_bytes(
-            patch.encode(),
-            kind=ArtifactKind.PATCH,
-            run_id=inp.run_id,
-            name=f"attempt-{inp.attempt}.patch",
-            revision=spec.base_revision,
-            media_type="text/x-diff",
-        )
+        patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)
         return ProposalResult(
             patch_ref=patch_ref,
             summary=inp.summary,
@@ -212,3 +202,28 @@ class AgentActivities:
             name=f"attempt-{attempt}-{step}.transcript.json",
             media_type="application/json",
         )
+
+
+def accepted_patch(
+    store: ArtifactStore,
+    check: PatchCheck,
+    patch: str,
+    run_id: str,
+    attempt: int,
+    base_revision: str,
+    spent: Spend,
+    beat: Heartbeat,
+) -> ArtifactRef:
+    """The attempt's patch stored by content once the patch policy's ``check`` accepted it; a refusal is the
+    attempt's ``NoPatch`` failure, with its reasons and what the attempt spent."""
+    if not check.ok:
+        refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
+        raise failing(refused, spent, beat)
+    return store.put_bytes(
+        patch.encode(),
+        kind=ArtifactKind.PATCH,
+        run_id=run_id,
+        name=f"attempt-{attempt}.patch",
+        revision=base_revision,
+        media_type="text/x-diff",
+    )

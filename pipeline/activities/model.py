@@ -27,7 +27,7 @@ from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import AgentActivities
+from pipeline.activities.agent import AgentActivities, accepted_patch
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import earlier_attempts_spend, failing
@@ -151,16 +151,8 @@ class ModelActivities:
         finally:
             self.workspaces.remove(ws)
         spent = earlier.plus(proposal.prompt_tokens, proposal.completion_tokens)
-        if not check.ok:
-            refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
-            raise failing(refused, spent, beat)
-        patch_ref = self.store.put_bytes(
-            proposal.patch.encode(),
-            kind=ArtifactKind.PATCH,
-            run_id=inp.run_id,
-            name=f"attempt-{inp.attempt}.patch",
-            revision=spec.base_revision,
-            media_type="text/x-diff",
+        patch_ref = accepted_patch(
+            self.store, check, proposal.patch, inp.run_id, inp.attempt, spec.base_revision, spent, beat
         )
         return ProposalResult(
             patch_ref=patch_ref,
