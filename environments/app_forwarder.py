@@ -86,7 +86,8 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
         while data := src.recv(_BUFFER):
             dst.sendall(data)
     except OSError:
-        pass
+        # Either side closed or reset the connection: that ends this direction (the peer hears it below).
+        return
     finally:
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)

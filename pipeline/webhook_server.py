@@ -111,7 +111,8 @@ def _refuse_busy(request: socket.socket) -> None:
         request.settimeout(1.0)
         request.sendall(head + body)
     except OSError:
-        pass
+        # The refused client went away first; there is nobody left to tell, and the connection is closed anyway.
+        return
 
 
 def handler_class(
