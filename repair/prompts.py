@@ -6,6 +6,8 @@ The system prompt carries the marker line ``durafix-attempt: N`` so that an endp
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
@@ -17,15 +19,29 @@ How to work:
 - Use the tools to look around (list_files, search, read_file) before you edit.
 - Make the smallest change that fixes the cause; do not reformat or touch unrelated code.
 - Add or extend an automated test that fails without your fix and passes with it.
-- You cannot run commands; durafix runs the tests and replays the bug in a browser after you finish.
+- {running}
 - Edit with replace_in_file (the old text must occur exactly once) or write_file (new files).
 - When done, call finish with a short summary of the cause and the change.
 
 {marker}: {attempt}"""
 
 
-def system_prompt(request: RepairRequest) -> str:
-    return _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt)
+_NO_RUNS = "You cannot run commands; durafix runs the tests and replays the bug in a browser after you finish."
+_RUNS = {
+    "run_tests": "run_tests runs the repository's tests (or the test files you name) on your workspace as it is",
+    "run_reproduction": "run_reproduction replays the bug report in a browser against your workspace's app",
+    "run": "run runs one of the commands the repository allows",
+}
+_RUNS_TAIL = (
+    "; each runs in a sandbox without network. Use them to check your change before you finish; durafix "
+    "verifies the result again after you finish. A result that says 'interrupted' was lost: call again if needed."
+)
+
+
+def system_prompt(request: RepairRequest, runs: Sequence[str] = ()) -> str:
+    """The system prompt; ``runs`` are the run tools offered (none: the model is told it cannot run anything)."""
+    running = "; ".join(_RUNS[r] for r in _RUNS if r in runs) + _RUNS_TAIL if runs else _NO_RUNS
+    return _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt, running=running)
 
 
 def user_prompt(request: RepairRequest) -> str:

@@ -354,7 +354,7 @@ class Harness:
         return wf_id
 
     async def state(self, wf_id: str) -> RunState:
-        return await self.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).query(RepairBugWorkflow.state)
+        return await self.client.get_workflow_handle(wf_id).query(RepairBugWorkflow.state)
 
     async def wait_phase(self, wf_id: str, phase: Phase, timeout: float = 30) -> RunState:
         for _ in range(int(timeout * 10)):
@@ -396,7 +396,7 @@ async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
 async def approve(
     h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1", expires_at: datetime | None = None
 ) -> Any:
-    return await h.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).execute_update(
+    return await h.client.get_workflow_handle(wf_id).execute_update(
         RepairBugWorkflow.approve,
         Approval(reviewer="rev", head_sha=sha, review_id=review_id, expires_at=expires_at),
         id=f"approve:{review_id}",
