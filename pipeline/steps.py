@@ -354,6 +354,10 @@ class AgentTurnInput(BaseModel):
     tools: list[str] | None = Field(
         default=None, description="the tools offered (None: the workspace tools, as before the run tools existed)"
     )
+    patch_ref: ArtifactRef | None = Field(default=None, description="the patch so far (a compaction states it)")
+    compact_above_chars: int | None = Field(
+        default=None, description="compact the transcript from durable facts once it is longer (None: never)"
+    )
 
 
 class AgentTurnResult(BaseModel):

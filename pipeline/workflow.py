@@ -567,6 +567,8 @@ class RepairBugWorkflow:
                     transcript_ref=transcript,
                     token_budget=token_budget - prompt - completion,
                     tools=tools,
+                    patch_ref=patch,
+                    compact_above_chars=self._input.policy.agent_compact_chars if tools is not None else None,
                 ),
             )
             prompt += answer.prompt_tokens

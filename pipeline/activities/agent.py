@@ -6,8 +6,10 @@ base revision, stored the same way. Each completed step is in the workflow histo
 returned, so it never runs again; what a retry re-does is only the step in flight:
 
 - ``model.agent_turn`` sends the stored transcript once (:func:`repair.stepping.model_turn`) and stores it
-  with the answer appended. Not idempotent at the model: a retry re-sends that one request (it was in flight
-  or failed), never an earlier one. The tokens of its tries ride in the heartbeat details as for every
+  with the answer appended; a transcript longer than the run policy's ``agent_compact_chars`` is first
+  compacted from durable facts (:mod:`repair.compaction`), deterministically, and stored compacted. Not
+  idempotent at the model: a retry re-sends that one request (it was in flight or failed), never an earlier
+  one. The tokens of its tries ride in the heartbeat details as for every
   model activity (:mod:`pipeline.activities.spend`).
 - ``model.agent_tools`` rebuilds a scratch workspace from the mirror at base + the patch so far, carries out
   the turn's calls (:func:`repair.stepping.tool_batch`), takes the new patch against the base revision, and
@@ -46,6 +48,7 @@ from pipeline.steps import (
     AgentTurnResult,
     ProposalResult,
 )
+from repair.compaction import compact
 from repair.interface import NoPatchError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint
 from repair.patch import PatchCheck, validate_patch, workspace_patch
@@ -111,6 +114,9 @@ class AgentActivities:
             )
         else:
             messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+            if inp.compact_above_chars is not None:
+                patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
+                messages = compact(messages, patch=patch, above_chars=inp.compact_above_chars) or messages
         try:
             with beat:
                 turn = model_turn(
