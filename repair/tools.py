@@ -17,6 +17,9 @@ from openai.types.chat import ChatCompletionFunctionToolParam
 from repair.workspace_tools import ToolRefused, WorkspaceTools
 
 FINISH = "finish"
+# The tools that change the workspace (the others read it, or end the attempt).
+EDITS = frozenset({"replace_in_file", "write_file"})
+ERROR_PREFIX = "error: "
 
 
 @dataclass(frozen=True)
@@ -101,4 +104,4 @@ def run_tool(workspace: WorkspaceTools, name: str, arguments: dict[str, str]) ->
     try:
         return _TOOLS[name].run(workspace, arguments)
     except ToolRefused as e:
-        return f"error: {e}"
+        return f"{ERROR_PREFIX}{e}"
