@@ -6,6 +6,7 @@ nothing."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -205,7 +206,7 @@ def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_pa
     )
 
     # Edits that cancel out (an edit the workspace carried out, yet no patch): a no-op patch.
-    edited = [
+    edited: list[dict[str, Any]] = [
         {
             "role": "assistant",
             "content": None,
