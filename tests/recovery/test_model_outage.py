@@ -25,6 +25,7 @@ from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, inject_fault, serve
 from tests.recovery.stepped import model_worker, pipeline_without_model, request_log, requests_of
 from tests.repair.support import CART_SCRIPTS
+from tests.replay.record import record_history
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -70,6 +71,7 @@ async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spe
             )
             state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=120)
             await temporal_client.get_workflow_handle(wf).terminate("the test has the proposal")
+        record_history(await temporal_client.get_workflow_handle(wf).fetch_history(), "model-outage-waited-out")
 
     b = state.budgets
     assert b.repair_attempts_used == 1
@@ -105,6 +107,7 @@ async def test_a_storm_that_outlasts_the_outage_allowance_ends_the_run_saying_th
             )
             await harness.ended(wf, timeout=120)
             state = await harness.result(wf)
+        record_history(await temporal_client.get_workflow_handle(wf).fetch_history(), "model-outage-allowance-spent")
         pending = httpx.get(f"{server.root_url}/_admin/faults", timeout=10).json()
 
     assert state.outcome == Outcome.NEEDS_HUMAN_TRIAGE
