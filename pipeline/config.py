@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field, field_validator
 from environments.depcache import RestoreMode
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
 from environments.secrets import check_allowlist
+from pipeline.pricing import PRICES_SETTING, ModelPrice
 from repair.patch_policy import PatchPolicy
 
 
@@ -79,6 +80,9 @@ class DurafixConfig(BaseModel):
     # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
     # in a repository or an issue can (docs/security.md, "Patch policy").
     patch_policies: dict[str, PatchPolicy] = Field(default_factory=dict)
+    # Prices per million prompt/completion tokens by model name, so `durafix status` can say what a run cost
+    # (pipeline/pricing.py); empty: the cost is unknown.
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict)
     # Run the local provider's commands as plain host processes when bubblewrap is unusable (the ticket says so).
     unsandboxed: bool = False
     # Worker variables a recipe's ``secrets`` may name; DURAFIX_* and OPENAI_* never (environments/secrets.py).
@@ -90,6 +94,13 @@ class DurafixConfig(BaseModel):
     def _patch_policies(cls, value: object) -> object:
         """A JSON object (the variable's form: ``{"o/r": {"allowed_paths": [".github/workflows/ci.yml"]}}``)
         or a mapping; an unknown key in a policy is refused, so a misspelt setting never loosens nothing."""
+        return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _model_prices(cls, value: object) -> object:
+        """A JSON object (the variable's form: ``{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}``) or a
+        mapping; an unknown key in a price is refused."""
         return json.loads(value) if isinstance(value, str) else value
 
     @field_validator("setup_passthrough", mode="before")
@@ -166,6 +177,7 @@ _ENV = {
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
     "DURAFIX_PATCH_POLICIES": "patch_policies",
+    PRICES_SETTING: "model_prices",
     "DURAFIX_UNSANDBOXED": "unsandboxed",
     "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
 }

@@ -57,6 +57,13 @@ class FailureClass(StrEnum):
         )
 
 
+# A ``NoPatch`` failure's details name its kind under this key: the model's edits cancel out (``no-op``), or it
+# declined to change anything or the patch policy refused its patch (``refused``). Failures recorded before it
+# name none.
+NO_PATCH_KIND = "no_patch"
+NO_OP = "no-op"
+REFUSED = "refused"
+
 _RETRYABLE = frozenset({FailureClass.TRANSIENT, FailureClass.AMBIGUOUS, FailureClass.INFRASTRUCTURE})
 
 NON_RETRYABLE: list[str] = [c.value for c in FailureClass if not c.retryable]

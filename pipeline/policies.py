@@ -35,13 +35,16 @@ class StepTimeouts(BaseModel):
     schedule_to_close: float
     heartbeat: float | None = None
     max_attempts: int = 8
+    # The retry policy's backoff: the first wait, doubled after every try up to the last.
+    initial_interval: float = 1.0
+    maximum_interval: float = 30.0
 
     def retry_policy(self) -> RetryPolicy:
         """Exponential backoff for the retryable classes; the others fail at once."""
         return RetryPolicy(
-            initial_interval=timedelta(seconds=1),
+            initial_interval=timedelta(seconds=self.initial_interval),
             backoff_coefficient=2.0,
-            maximum_interval=timedelta(seconds=30),
+            maximum_interval=timedelta(seconds=self.maximum_interval),
             maximum_attempts=self.max_attempts,
             non_retryable_error_types=NON_RETRYABLE,
         )
@@ -61,6 +64,13 @@ class RunPolicy(BaseModel):
     # A repair attempt's transcript longer than this (characters of JSON, about a quarter as many tokens) is
     # compacted from durable facts before the next model turn (repair.compaction).
     agent_compact_chars: int = Field(default=300_000, ge=10_000)
+    # A model endpoint that fails a step's every try with a transport error (429, 5xx, timeout) is waited out
+    # with durable timers (``outage_backoff_s`` doubled up to ``outage_backoff_max_s``) and the same step sent
+    # again, never spending a repair attempt; once one outage has lasted ``model_outage_allowance_s`` the run
+    # ends saying the endpoint was unavailable.
+    model_outage_allowance_s: float = 6 * 3600.0
+    outage_backoff_s: float = 30.0
+    outage_backoff_max_s: float = 600.0
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

@@ -231,7 +231,49 @@ class ReportEdit(BaseModel):
     """Where it was seen: ``intake`` (the text read then differs from the pinned one) or ``webhook:<delivery>``."""
 
 
+class ModelCall(BaseModel):
+    """One answered model request of a repair attempt (a turn) and what it cost; ``transport_retries``: how
+    many times it was sent again after a transport failure (429, 5xx, a timeout) before this answer."""
+
+    attempt: int
+    turn: int
+    model: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    transport_retries: int = 0
+
+
+class AttemptUsage(BaseModel):
+    """What one repair attempt's model turns cost, and the invalid tool calls it made."""
+
+    attempt: int
+    model: str = ""
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    transport_retries: int = 0
+    invalid_tool_calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+# How many of the latest answered model calls the run keeps in its state (per-attempt totals keep the rest).
+RECENT_CALLS = 12
+
+
 class Budgets(BaseModel):
+    """What the run has spent, and the counts kept apart: a transport failure never spends a repair attempt
+    (``transport_retries`` counts the model requests sent again after one, ``outage_waits`` / ``outage_wait_s``
+    the durable waits for an endpoint whose step ran out of retries); ``refusals`` (the model declined to
+    change anything, or the patch policy refused its patch), ``no_op_patches`` (edits that cancel out) and
+    ``invalid_tool_calls`` (calls answered ``error: ...``) are counted apart from the attempts they happen in.
+
+    Tokens: ``model_prompt_tokens`` / ``model_completion_tokens`` are the run's (every model call, procedure
+    drafting and failed calls included), ``attempts`` each repair attempt's, ``recent_calls`` the last
+    :data:`RECENT_CALLS` answered turns. ``model`` is the model the answers named (a price table's key)."""
+
     repair_attempts_used: int = 0
     repair_attempts_max: int
     model_prompt_tokens: int = 0
@@ -239,6 +281,28 @@ class Budgets(BaseModel):
     model_token_budget: int
     reproduction_runs: int = 0
     deadline: datetime | None = None
+    model: str = ""
+    transport_retries: int = 0
+    outage_waits: int = 0
+    outage_wait_s: float = 0.0
+    refusals: int = 0
+    no_op_patches: int = 0
+    invalid_tool_calls: int = 0
+    attempts: list[AttemptUsage] = Field(default_factory=list)
+    recent_calls: list[ModelCall] = Field(default_factory=list)
+
+    @property
+    def model_tokens(self) -> int:
+        return self.model_prompt_tokens + self.model_completion_tokens
+
+    def attempt_usage(self, attempt: int) -> AttemptUsage:
+        """The usage record of ``attempt``, made on first use."""
+        for usage in self.attempts:
+            if usage.attempt == attempt:
+                return usage
+        usage = AttemptUsage(attempt=attempt)
+        self.attempts.append(usage)
+        return usage
 
 
 class CleanupFact(BaseModel):

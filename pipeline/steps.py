@@ -362,7 +362,8 @@ class AgentTurnInput(BaseModel):
 
 class AgentTurnResult(BaseModel):
     """The transcript with the model's answer appended, the calls it asked for, and the tokens it cost (every
-    try of the step). ``summary`` is set when the answer asked for no call: the attempt is done."""
+    try of the step). ``summary`` is set when the answer asked for no call: the attempt is done.
+    ``transport_retries``: the step's earlier tries that failed on the transport (429, 5xx, a timeout)."""
 
     transcript_ref: ArtifactRef
     calls: list[AgentToolCall]
@@ -370,6 +371,7 @@ class AgentTurnResult(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     model: str
+    transport_retries: int = 0
 
 
 class AgentToolsInput(BaseModel):
@@ -387,12 +389,14 @@ class AgentToolsInput(BaseModel):
 
 class AgentToolsResult(BaseModel):
     """The transcript with the calls' results appended, the patch after them (``None``: still no change), and
-    the summary when ``finish`` was called."""
+    the summary when ``finish`` was called. ``invalid_calls``: the calls answered ``error: ...`` (unknown
+    tool, unusable arguments, a refused path or edit)."""
 
     transcript_ref: ArtifactRef
     patch_ref: ArtifactRef | None = None
     files_changed: list[str] = Field(default_factory=list)
     summary: str | None = None
+    invalid_calls: int = 0
 
 
 class AgentRunInput(BaseModel):
@@ -415,6 +419,7 @@ class AgentRunResult(BaseModel):
     transcript_ref: ArtifactRef
     output_ref: ArtifactRef | None = None
     interrupted: bool = False
+    refused: bool = Field(default=False, description="answered ``error: ...`` before anything ran")
 
 
 class AgentToolResult(BaseModel):

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from environments.interface import EnvironmentHandle
     from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
-    from pipeline import messages, steps
+    from pipeline import accounting, messages, steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
@@ -117,6 +117,10 @@ STEPPED_AGENT_PATCH = "stepped-agent"
 # The stepped attempt offers the run tools (run_tests, run, run_reproduction), carried out in the sandbox;
 # runs recorded before offered the workspace tools only.
 AGENT_RUN_TOOLS_PATCH = "agent-run-tools"
+# A model step whose every try failed on the transport (429, 5xx, a timeout) is waited out on a durable timer
+# and sent again, up to the policy's outage allowance, instead of ending the run (runs recorded before ended
+# in triage at the first such failure, and replay that way).
+MODEL_OUTAGE_PATCH = "model-outage-waited-out"
 
 
 class RunEnded(Exception):
@@ -440,7 +444,7 @@ class RepairBugWorkflow:
         """The report has no procedure block: ask the model to draft one from its prose."""
         wf = self._state.workflow_id
         try:
-            drafted = await self._step(
+            drafted = await self._model_step(
                 steps.DRAFT_PROCEDURE,
                 DraftProcedureInput(
                     run_id=wf, op_id=op_id(wf, "draft-procedure"), issue_title=report.title, issue_body=report.body
@@ -499,6 +503,8 @@ class RepairBugWorkflow:
                     raise RunEnded(Outcome.REPAIR_BUDGET_EXHAUSTED, failure_message(err)) from err
                 if kind not in (FailureClass.NO_PATCH, FailureClass.PERMANENT):
                     raise
+                if kind == FailureClass.NO_PATCH:
+                    accounting.count_no_patch(budgets, err)
                 failures.append(f"attempt {attempt}: no usable patch ({failure_message(err)})")
                 continue
             if not stepped:  # the stepped attempt charged its tokens turn by turn
@@ -554,7 +560,7 @@ class RepairBugWorkflow:
                     f"attempt {attempt}: the model used all {AGENT_MAX_TURNS} turns without finishing",
                 )
             turn += 1
-            answer = await self._step(
+            answer = await self._model_step(
                 steps.AGENT_TURN,
                 AgentTurnInput(
                     run_id=wf,
@@ -570,11 +576,11 @@ class RepairBugWorkflow:
                     patch_ref=patch,
                     compact_above_chars=self._input.policy.agent_compact_chars if tools is not None else None,
                 ),
+                attempt,
             )
             prompt += answer.prompt_tokens
             completion += answer.completion_tokens
-            budgets.model_prompt_tokens += answer.prompt_tokens
-            budgets.model_completion_tokens += answer.completion_tokens
+            accounting.charge_turn(budgets, attempt, turn, answer)
             model = answer.model
             transcript = answer.transcript_ref
             if not answer.calls:
@@ -639,6 +645,7 @@ class RepairBugWorkflow:
                         calls=part,
                     ),
                 )
+                accounting.count_tools(self._state.budgets, attempt, ran)
                 transcript, patch = ran.transcript_ref, ran.patch_ref
                 summary = ran.summary if ran.summary is not None else summary
             elif segment.run == RUN_REPRODUCTION:
@@ -668,6 +675,7 @@ class RepairBugWorkflow:
                     ),
                 )
                 transcript = done.transcript_ref
+                accounting.count_invalid(self._state.budgets, attempt, int(done.refused))
                 if done.output_ref is not None:
                     self._record(done.output_ref)
         return transcript, patch, summary
@@ -1080,16 +1088,50 @@ class RepairBugWorkflow:
             self._state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
 
     def _count_tokens(self, err: BaseException) -> None:
-        """Tokens spent by a failed model call still count against the budget."""
-        details = failure_details(err)
-        spent = details[0] if details else None
-        if isinstance(spent, dict):
-            self._state.budgets.model_prompt_tokens += int(spent.get("prompt_tokens", 0))
-            self._state.budgets.model_completion_tokens += int(spent.get("completion_tokens", 0))
+        """Tokens spent by a failed model call still count against the budget (its transport failures are
+        counted too)."""
+        accounting.charge_failure(self._state.budgets, err)
 
     def _record(self, ref: ArtifactRef) -> None:
         if all(r.sha256 != ref.sha256 or r.name != ref.name for r in self._state.evidence):
             self._state.evidence.append(ref)
+
+    async def _model_step(self, step: Step[In, Out], arg: In, attempt: int | None = None) -> Out:
+        """``_step`` for a step that asks the model: a transport failure that outlasted the step's retries is
+        the endpoint's outage, never a verdict on the attempt. The same step is sent again after a durable
+        wait (:func:`pipeline.accounting.outage_wait`), its failed tries counted as transport retries of the
+        run and of ``attempt``; once the outage would outlast the policy's allowance the run ends saying the
+        endpoint was unavailable, the attempt in flight the last one used."""
+        policy = self._input.policy
+        budgets = self._state.budgets
+        began = workflow.now()
+        waits = 0
+        while True:
+            try:
+                return await self._step(step, arg)
+            except ActivityError as err:
+                if (
+                    _is_cancellation(err)
+                    or not accounting.is_transport_failure(err)
+                    or not workflow.patched(MODEL_OUTAGE_PATCH)
+                ):
+                    raise
+                accounting.charge_failure(budgets, err, attempt)
+                wait = accounting.outage_wait(policy, waits)
+                down = (workflow.now() - began).total_seconds()
+                if accounting.outage_spent(policy, down, wait):
+                    raise RunEnded(
+                        Outcome.NEEDS_HUMAN_TRIAGE,
+                        f"the model endpoint was unavailable for {down:.0f} s ({failure_message(err)}), longer than "
+                        f"the run's outage allowance of {policy.model_outage_allowance_s:g} s; "
+                        f"{budgets.transport_retries} model request(s) failed on the transport and no repair "
+                        f"attempt was spent on them ({budgets.repair_attempts_used} of {budgets.repair_attempts_max} "
+                        "used): start the run again once the endpoint answers",
+                    ) from err
+                waits += 1
+                budgets.outage_waits += 1
+                budgets.outage_wait_s += wait
+                await workflow.sleep(timedelta(seconds=wait))
 
     async def _step(self, step: Step[In, Out], arg: In) -> Out:
         """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`)."""

@@ -30,7 +30,7 @@ from pydantic import BaseModel
 from repair.interface import RepairBudgetError, RepairRequest
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.prompts import system_prompt, user_prompt
-from repair.tools import FINISH, RUN_TOOLS, parse_arguments, run_tool, tool_schemas
+from repair.tools import EDITS, ERROR_PREFIX, FINISH, RUN_TOOLS, parse_arguments, run_tool, tool_schemas
 from repair.workspace_tools import ToolRefused, WorkspaceTools
 
 NO_SUMMARY = "(the model gave no summary)"
@@ -58,10 +58,12 @@ class TurnOutcome(BaseModel):
 
 
 class BatchOutcome(BaseModel):
-    """A tool batch: one ``tool`` message per call, in order, and the summary when ``finish`` was called."""
+    """A tool batch: one ``tool`` message per call, in order, and the summary when ``finish`` was called.
+    ``invalid_calls``: the calls answered ``error: ...`` (the model asked for something that cannot be done)."""
 
     messages: list[dict[str, Any]]
     summary: str | None
+    invalid_calls: int = 0
 
 
 def opening_messages(request: RepairRequest, tools: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -110,11 +112,27 @@ def tool_batch(workspace: WorkspaceTools, calls: list[ToolCall]) -> BatchOutcome
     """Carry out ``calls`` in order on ``workspace``; a call that cannot be carried out is answered ``error: ...``."""
     messages: list[dict[str, Any]] = []
     summary: str | None = None
+    invalid = 0
     for call in calls:
         result, finished = _carry_out(workspace, call)
         messages.append(tool_message(call.id, result))
         summary = finished if finished is not None else summary
-    return BatchOutcome(messages=messages, summary=summary)
+        invalid += result.startswith(ERROR_PREFIX)
+    return BatchOutcome(messages=messages, summary=summary, invalid_calls=invalid)
+
+
+def made_edits(messages: list[dict[str, Any]]) -> bool:
+    """Whether the transcript holds an edit the workspace carried out (an edit tool's call not answered
+    ``error: ...``): an attempt that ends without a patch after one made a no-op patch (its edits cancel out),
+    one that never edited declined to change anything."""
+    answers = {m.get("tool_call_id"): str(m.get("content", "")) for m in messages if m.get("role") == "tool"}
+    for message in (m for m in messages if m.get("role") == "assistant"):
+        for call in message.get("tool_calls") or []:
+            name = call.get("function", {}).get("name")
+            answer = answers.get(call.get("id"))
+            if name in EDITS and answer is not None and not answer.startswith(ERROR_PREFIX):
+                return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -167,5 +185,5 @@ def _carry_out(workspace: WorkspaceTools, call: ToolCall) -> tuple[str, str | No
     try:
         args = parse_arguments(call.name, call.arguments)
     except ToolRefused as e:
-        return f"error: {e}", None
+        return f"{ERROR_PREFIX}{e}", None
     return run_tool(workspace, call.name, args), args["summary"] if call.name == FINISH else None

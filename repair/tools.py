@@ -52,6 +52,11 @@ class Replay(StrEnum):
     REPORT_INTERRUPTED = "report-interrupted"
 
 
+# The tools that change the workspace (the others read it, or end the attempt).
+EDITS = frozenset({"replace_in_file", "write_file"})
+ERROR_PREFIX = "error: "
+
+
 @dataclass(frozen=True)
 class _Tool:
     description: str
@@ -177,4 +182,4 @@ def run_tool(workspace: WorkspaceTools, name: str, arguments: dict[str, str]) ->
     try:
         return run(workspace, arguments)
     except ToolRefused as e:
-        return f"error: {e}"
+        return f"{ERROR_PREFIX}{e}"

@@ -37,7 +37,7 @@ from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
-from pipeline.failures import FailureClass
+from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
     AgentRecordInput,
@@ -57,6 +57,7 @@ from repair.stepping import (
     ToolCall,
     decode_transcript,
     encode_transcript,
+    made_edits,
     model_turn,
     opening_messages,
     tool_batch,
@@ -136,6 +137,7 @@ class AgentActivities:
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
             model=turn.model,
+            transport_retries=earlier.transport_failures,
         )
 
     @activity.defn(name=steps.AGENT_TOOLS.name)
@@ -181,6 +183,7 @@ class AgentActivities:
             patch_ref=patch_ref,
             files_changed=files,
             summary=batch.summary,
+            invalid_calls=batch.invalid_calls,
         )
 
     @activity.defn(name=steps.AGENT_RECORD.name)
@@ -196,14 +199,20 @@ class AgentActivities:
         """Judge the attempt's patch against the mirror and store it as the proposal.
 
         No patch is ``NoPatch``; a patch the validation or the policy refuses is ``NoPatch`` with the reasons
-        (the next attempt's prompt carries them). Failures carry no tokens: the workflow charged every turn."""
+        (the next attempt's prompt carries them). Failures carry no tokens: the workflow charged every turn.
+        Each ``NoPatch`` says its kind in a detail (:data:`NO_PATCH_KIND`): ``no-op`` when the model's edits
+        cancel out, ``refused`` when it never edited or the policy refused its patch."""
         spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to judge the patch of {inp.op_id}")
         beat = Heartbeat(f"judging the patch (attempt {inp.attempt})")
         if inp.patch_ref is None:
-            err = NoPatchError(f"the model finished without changing anything: {inp.summary}")
-            raise failing(err, Spend(), beat) from err
+            edited = inp.transcript_ref is not None and made_edits(
+                decode_transcript(self.store.read_bytes(inp.transcript_ref))
+            )
+            what = "its edits leave the code unchanged" if edited else "the model finished without changing anything"
+            err = NoPatchError(f"{what}: {inp.summary}")
+            raise failing(err, Spend(), beat, {NO_PATCH_KIND: NO_OP if edited else REFUSED}) from err
         patch = self.store.read_bytes(inp.patch_ref).decode()
         with beat, self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
             policy = policy_for(self.patch_policies, spec.repository)
@@ -242,7 +251,7 @@ def accepted_patch(
     attempt's ``NoPatch`` failure, with its reasons and what the attempt spent."""
     if not check.ok:
         refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
-        raise failing(refused, spent, beat)
+        raise failing(refused, spent, beat, {NO_PATCH_KIND: REFUSED})
     return store.put_bytes(
         patch.encode(),
         kind=ArtifactKind.PATCH,

@@ -79,13 +79,13 @@ class AgentRunActivities:
             ensure_not_fenced(self.store, inp.run_id, f"to run {inp.call.name} for {inp.op_id}")
         messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
         output_ref: ArtifactRef | None = None
-        interrupted = False
+        interrupted = refused = False
         try:
             command = command_for(
                 inp.call.name, parse_arguments(inp.call.name, inp.call.arguments), run_rules(spec.recipe)
             )
         except (ToolRefused, RunRefused) as e:
-            content = f"error: {e}"
+            content, refused = f"error: {e}", True
         else:
             if had_started(self.store, inp.run_id, inp.op_id):
                 content, interrupted = INTERRUPTED, True
@@ -101,6 +101,7 @@ class AgentRunActivities:
             ),
             output_ref=output_ref,
             interrupted=interrupted,
+            refused=refused,
         )
 
     def _run(self, inp: AgentRunInput, command: str) -> tuple[str, ArtifactRef]:

@@ -1,5 +1,8 @@
 """Tokens a model activity spent across its tries, carried from one try to the next in heartbeat details.
 
+The same carry counts the tries that failed on the transport (a ``Transient`` failure: 429, 5xx, a timeout),
+so a result or a final failure also says how many of its requests were retries of that kind.
+
 Temporal hands the last heartbeat's details of a failed try to the retry; every model activity heartbeats
 ``{"detail": ..., "spent": {...}}`` (also right before it fails), so a result or a final failure reports the
 tokens of all its tries, and a retry is given only the budget left. Tokens of a try whose worker was killed
@@ -14,14 +17,17 @@ from temporalio.exceptions import ApplicationError
 
 from pipeline.activities.classify import as_failure
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.failures import FailureClass
 from repair.interface import RepairError
 
 
 class Spend(BaseModel):
-    """Tokens a model activity spent, summed over its attempts so far."""
+    """Tokens a model activity spent, summed over its attempts so far, and how many of those attempts failed
+    on the transport."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    transport_failures: int = 0
 
     @property
     def total(self) -> int:
@@ -31,6 +37,7 @@ class Spend(BaseModel):
         return Spend(
             prompt_tokens=self.prompt_tokens + prompt_tokens,
             completion_tokens=self.completion_tokens + completion_tokens,
+            transport_failures=self.transport_failures,
         )
 
 
@@ -42,17 +49,21 @@ def earlier_attempts_spend() -> Spend:
     return Spend()
 
 
-def failing(err: RepairError | ApplicationError, spent: Spend, beat: Heartbeat) -> ApplicationError:
+def failing(err: RepairError | ApplicationError, spent: Spend, beat: Heartbeat, *details: object) -> ApplicationError:
     """``err`` as its failure class, carrying every attempt's tokens so far (the workflow counts a final
-    failure's), which the last heartbeat also hands to the next attempt."""
+    failure's), which the last heartbeat also hands to the next attempt; a transport failure is counted in
+    them. ``details`` ride along after the spend (the workflow reads them, e.g. what kind of no-patch)."""
     failure = err if isinstance(err, ApplicationError) else as_failure(err)
     # Every RepairError has a rule in the table (RepairError itself is permanent).
     assert isinstance(failure, ApplicationError)
+    if failure.type == FailureClass.TRANSIENT.value:
+        spent = spent.model_copy(update={"transport_failures": spent.transport_failures + 1})
     beat.carry["spent"] = spent.model_dump()
     beat.set(f"failed ({failure.type}); {spent.total} tokens spent so far")
     return ApplicationError(
         failure.message,
         spent.model_dump(),
+        *details,
         type=failure.type,
         non_retryable=failure.non_retryable,
         next_retry_delay=failure.next_retry_delay,

@@ -13,7 +13,7 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,8 +25,10 @@ from pipeline.cli.command import EXIT_FAIL, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE,
 from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
 from pipeline.cli.run_ids import run_ref
+from pipeline.cli.spending import cost_json
 from pipeline.cli.status import pending_activities, state_summary
 from pipeline.config import DurafixConfig
+from pipeline.pricing import ModelPrice
 from pipeline.services import Services
 from pipeline.state import Approval, Rejection
 
@@ -80,13 +82,19 @@ def cmd_start(args: argparse.Namespace, config: DurafixConfig) -> int:
             verb = "attached to running" if started.attached else "started"
             print(f"{verb} {started.workflow_id} (run {started.run_id})")
         if args.wait:
-            return await _watch(client, started.workflow_id, args.json)
+            return await _watch(client, started.workflow_id, args.json, prices=config.model_prices)
         return EXIT_OK
 
     return asyncio.run(_with_client(config, go))
 
 
-async def _watch(client: Client, workflow_id: str, as_json: bool, until_review: bool = False) -> int:
+async def _watch(
+    client: Client,
+    workflow_id: str,
+    as_json: bool,
+    until_review: bool = False,
+    prices: Mapping[str, ModelPrice] | None = None,
+) -> int:
     """Show phase changes until the run ends; progress goes to stderr so stdout stays scriptable."""
     last = ""
     started = time.monotonic()
@@ -103,7 +111,7 @@ async def _watch(client: Client, workflow_id: str, as_json: bool, until_review: 
     if as_json:
         print_json(state.model_dump(mode="json"))
     else:
-        print(state_summary(state, status))
+        print(state_summary(state, status, prices=prices))
     return EXIT_OK if state.outcome is not None or until_review else EXIT_FAIL
 
 
@@ -114,7 +122,7 @@ def cmd_status(args: argparse.Namespace, config: DurafixConfig) -> int:
 
     async def go(client: Client) -> int:
         if args.watch:
-            return await _watch(client, workflow_id, args.json)
+            return await _watch(client, workflow_id, args.json, prices=config.model_prices)
         description = await runs.handle_for(client, workflow_id).describe()
         state = await runs.get_state(client, workflow_id)
         pending = await pending_activities(description)
@@ -125,10 +133,11 @@ def cmd_status(args: argparse.Namespace, config: DurafixConfig) -> int:
                     "status": status.name.lower() if status else None,
                     **state.model_dump(mode="json"),
                     "pending_activities": [activity.to_json() for activity in pending],
+                    "cost": cost_json(state.budgets, config.model_prices),
                 }
             )
         else:
-            print(state_summary(state, status, pending, datetime.now(UTC)))
+            print(state_summary(state, status, pending, datetime.now(UTC), config.model_prices))
         return EXIT_OK
 
     return asyncio.run(_with_client(config, go))
@@ -219,7 +228,7 @@ def cmd_cancel(args: argparse.Namespace, config: DurafixConfig) -> int:
         await runs.cancel(client, workflow_id)
         print(f"cancellation requested for {workflow_id}; cleanup of its resources follows")
         if args.wait:
-            return await _watch(client, workflow_id, False)
+            return await _watch(client, workflow_id, False, prices=config.model_prices)
         return EXIT_OK
 
     return asyncio.run(_with_client(config, go))

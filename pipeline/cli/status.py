@@ -8,7 +8,7 @@ sub-state its last heartbeat carried (:mod:`pipeline.heartbeat`: the text, or ``
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,6 +19,8 @@ from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.converter import DataConverter
 
+from pipeline.cli.spending import budget_lines
+from pipeline.pricing import ModelPrice
 from pipeline.state import RunState
 
 _STATES = {
@@ -158,9 +160,11 @@ def state_summary(
     status: WorkflowExecutionStatus | None,
     pending: Sequence[PendingActivity] = (),
     now: datetime | None = None,
+    prices: Mapping[str, ModelPrice] | None = None,
 ) -> str:
     """The run for a human: its identity, Temporal status and phase, each pending activity (its times
-    relative to ``now``), then what the run has recorded, phase by phase."""
+    relative to ``now``), then what the run has recorded, phase by phase, and its budgets (the cost from
+    ``prices``, :mod:`pipeline.cli.spending`)."""
     lines = [
         f"run        {state.workflow_id}  (run {state.run_id[:8]}, workflow v{state.workflow_version})",
         f"status     {status.name.lower() if status else 'unknown'}; phase {state.phase.value}"
@@ -197,11 +201,7 @@ def state_summary(
         lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")
     if state.merged_sha:
         lines.append(f"merged     {state.merged_sha}")
-    b = state.budgets
-    lines.append(
-        f"budgets    repair {b.repair_attempts_used}/{b.repair_attempts_max}; "
-        f"tokens {b.model_prompt_tokens + b.model_completion_tokens}/{b.model_token_budget}"
-    )
+    lines.extend(budget_lines(state.budgets, prices))
     if state.cleanup:
         lines.append(
             f"cleanup    {'complete' if state.cleanup.complete else 'INCOMPLETE'}; removed {state.cleanup.removed}"

@@ -24,7 +24,7 @@ from environments.interface import CleanupReport, EnvironmentHandle, OwnedResour
 from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import steps
-from pipeline.failures import FailureClass
+from pipeline.failures import NO_PATCH_KIND, FailureClass
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, RegressionFact, Rejection, RunState
@@ -115,6 +115,10 @@ class Script:
     hold_reproduce: asyncio.Event | None = None
     # How long each successive read of the PR takes (later reads are immediate).
     read_pr_delays_s: list[float] = field(default_factory=list)
+    # Attempts whose conclusion is NoPatch of the kind named ("refused" or "no-op").
+    no_patch_on_attempt: dict[int, str] = field(default_factory=dict)
+    # The tool calls of every batch answered "error: ..." (the batch reports how many).
+    invalid_tool_calls: int = 0
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -304,11 +308,14 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             transcript_ref=ref(f"transcript-{i.attempt}-{i.turn}-tools"),
             patch_ref=ref(f"patch-{i.attempt}", ArtifactKind.PATCH),
             files_changed=["cart.py"],
+            invalid_calls=s.invalid_tool_calls,
         )
 
     @activity.defn(name=steps.AGENT_CONCLUDE.name)
     async def agent_conclude(i: AgentConcludeInput) -> ProposalResult:
         s.calls.append(("agent_conclude", i))
+        if (kind := s.no_patch_on_attempt.get(i.attempt)) is not None:
+            raise FailureClass.NO_PATCH.error(f"no patch ({kind})", {}, {NO_PATCH_KIND: kind})
         assert i.patch_ref is not None
         return ProposalResult(
             patch_ref=i.patch_ref,
@@ -703,3 +710,24 @@ async def test_a_repair_attempt_is_a_sequence_of_recorded_steps_threading_transc
         ref("patch-1", ArtifactKind.PATCH),
         ref("patch-2", ArtifactKind.PATCH),
     ]
+
+
+async def test_refusals_no_op_patches_and_invalid_tool_calls_are_counted_apart_with_each_attempts_tokens(
+    harness: Harness,
+) -> None:
+    """Attempt 1's patch is refused, attempt 2's edits cancel out, attempt 3 fixes it; every tool batch has
+    one call answered with an error. Each is counted apart, and the tokens are kept per attempt and call."""
+    harness.script.no_patch_on_attempt = {1: "refused", 2: "no-op"}
+    harness.script.invalid_tool_calls = 1
+    harness.script.fixes_on_attempt = 3
+    final = await approved_run(harness)
+
+    assert final.outcome == Outcome.MERGED
+    b = final.budgets
+    assert b.repair_attempts_used == 3 and [c.attempt for c in final.candidates] == [3]
+    assert (b.refusals, b.no_op_patches, b.invalid_tool_calls, b.transport_retries) == (1, 1, 3, 0)
+    assert [(u.attempt, u.calls, u.prompt_tokens, u.completion_tokens, u.invalid_tool_calls) for u in b.attempts] == [
+        (k, 2, 100, 20, 1) for k in (1, 2, 3)
+    ]
+    assert [(c.attempt, c.turn) for c in b.recent_calls] == [(k, t) for k in (1, 2, 3) for t in (1, 2)]
+    assert (b.model_prompt_tokens, b.model_completion_tokens, b.model) == (300, 60, "m")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -26,7 +27,8 @@ from pipeline.steps import (
     ProposalResult,
 )
 from repair.compaction import COMPACTED_MARKER
-from repair.stepping import decode_transcript
+from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
+from repair.workspace_tools import WorkspaceTools
 from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, recorded
 from tests.repair.support import CART_SCRIPTS, engine_for, request_for
@@ -230,8 +232,30 @@ def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_pa
         env.run(agent.agent_conclude, conclude)
     assert nothing.value.type == "NoPatch" and nothing.value.non_retryable
     assert "without changing anything: nothing to do" in nothing.value.message
-    # The workflow charged every turn already: the failure carries no tokens of its own.
-    assert nothing.value.details == ({"prompt_tokens": 0, "completion_tokens": 0},)
+    # The workflow charged every turn already: the failure carries no tokens of its own. It never edited: a refusal.
+    assert nothing.value.details == (
+        {"prompt_tokens": 0, "completion_tokens": 0, "transport_failures": 0},
+        {"no_patch": "refused"},
+    )
+
+    # Edits that cancel out (an edit the workspace carried out, yet no patch): a no-op patch.
+    edited: list[dict[str, Any]] = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "write_file", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"name": "write_file", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "wrote cart.py"},
+        {"role": "tool", "tool_call_id": "c2", "content": "wrote cart.py"},
+    ]
+    transcript = store.put_bytes(encode_transcript(edited), kind=ArtifactKind.OTHER, run_id=RUN, name="t.json")
+    with pytest.raises(ApplicationError) as no_op:
+        env.run(agent.agent_conclude, conclude.model_copy(update={"transcript_ref": transcript}))
+    assert no_op.value.type == "NoPatch" and "its edits leave the code unchanged" in no_op.value.message
+    assert no_op.value.details[1] == {"no_patch": "no-op"}
 
     # A patch the default policy refuses (it adds a CI workflow).
     ci = (
@@ -246,3 +270,30 @@ def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_pa
     with pytest.raises(ApplicationError) as refused:
         env.run(agent.agent_conclude, conclude.model_copy(update={"patch_ref": patch_ref}))
     assert refused.value.type == "NoPatch" and "the proposed patch was refused" in refused.value.message
+    assert refused.value.details[1] == {"no_patch": "refused"}
+
+
+def test_a_tool_batch_counts_the_calls_it_answered_with_an_error_and_only_carried_out_edits_count(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "cart.py").write_text("total = 0\n")
+    calls = [
+        ToolCall(id="c1", name="read_file", arguments='{"path": "cart.py"}'),
+        ToolCall(id="c2", name="delete_everything", arguments="{}"),
+        ToolCall(id="c3", name="replace_in_file", arguments='{"path": "cart.py", "old": "absent", "new": "x"}'),
+        ToolCall(id="c4", name="write_file", arguments="not json"),
+    ]
+    batch = tool_batch(WorkspaceTools(tmp_path), calls)
+
+    assert [m["content"].startswith("error: ") for m in batch.messages] == [False, True, True, True]
+    assert batch.invalid_calls == 3
+    asked = {"role": "assistant", "tool_calls": [{"id": c.id, "function": {"name": c.name}} for c in calls]}
+    # Both edits were refused: the transcript holds no edit, so an attempt ending here declined to change anything.
+    assert not made_edits([asked, *batch.messages])
+    fixed = tool_batch(
+        WorkspaceTools(tmp_path),
+        [ToolCall(id="c5", name="replace_in_file", arguments='{"path": "cart.py", "old": "0", "new": "1"}')],
+    )
+    assert fixed.invalid_calls == 0
+    edit = {"role": "assistant", "tool_calls": [{"id": "c5", "function": {"name": "replace_in_file"}}]}
+    assert made_edits([asked, *batch.messages, edit, *fixed.messages])

@@ -134,5 +134,6 @@ async def test_a_final_failure_carries_every_attempts_tokens(
     records = recorded(server)
     assert [r["status"] for r in records] == [200, 500] * 3
     prompt, completion = billed(records)
-    assert details and details[0] == {"prompt_tokens": prompt, "completion_tokens": completion}
+    # Every attempt failed on the transport, and the carry counted each of them.
+    assert details and details[0] == {"prompt_tokens": prompt, "completion_tokens": completion, "transport_failures": 3}
     assert await attempts(temporal_client, wf_id) == [3]
