@@ -1,7 +1,9 @@
 """The messages that open a repair attempt.
 
 The system prompt carries the marker line ``durafix-attempt: N`` so that an endpoint can tell attempts apart
-(the scripted model server matches on it to answer attempt 1 and attempt 2 differently).
+(the scripted model server matches on it to answer attempt 1 and attempt 2 differently), and a revision on
+review adds ``durafix-revision: N``: its workspace already holds the candidate under review, and its user
+message carries what the review asked for.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
+REVISION_MARKER = "durafix-revision"
 
 _SYSTEM = """You are durafix's repair agent. The repository of a web application is checked out in your \
 workspace at the revision where a bug was reported. Find the cause of the bug and fix it in the code.
@@ -24,8 +27,19 @@ How to work:
 {marker}: {attempt}"""
 
 
+_REVISION = """
+
+This is a revision: your workspace already holds the fix a reviewer reviewed. Change it as the review asks, \
+keeping what it does not object to.
+
+{marker}: {revision}"""
+
+
 def system_prompt(request: RepairRequest) -> str:
-    return _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt)
+    prompt = _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt)
+    if request.revision:
+        prompt += _REVISION.format(marker=REVISION_MARKER, revision=request.revision)
+    return prompt
 
 
 def user_prompt(request: RepairRequest) -> str:
@@ -34,4 +48,6 @@ def user_prompt(request: RepairRequest) -> str:
         parts += ["", "Earlier attempts were rejected by verification:"]
         parts += [f"- attempt {n}: {why}" for n, why in enumerate(request.previous_failures, 1)]
         parts += ["Do not repeat them."]
+    if request.revision:
+        parts += ["", "A reviewer asked for changes to the fix in your workspace:", "", request.review_feedback.strip()]
     return "\n".join(parts)
