@@ -62,8 +62,9 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
     assert any("revised the fix" in b and second in b for b in bodies)
     requested, _ = owner.get_pull(number).get_review_requests()
     assert "reviewer" in [u.login for u in requested]
-    changed = {f.filename: f.patch or "" for f in owner.compare(first, second).files}
-    assert list(changed) == ["cart.py"] and "line_total is the unit price" in changed["cart.py"]
+    # The revision's own commit holds only what the revision changed: one added line in cart.py.
+    changed = [(f.filename, f.additions, f.deletions) for f in owner.get_commit(second).files]
+    assert changed == [("cart.py", 1, 0)]
 
     stack.approve_on_forge(repository, number, second)
     final = await state_when(client, wf, finished)

@@ -795,6 +795,8 @@ async def test_a_request_for_changes_revises_on_top_of_the_head_and_the_revision
     final = await harness.result(wf)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert [c.approved_sha for n, c in calls if n == "merge"] == [revised(1)]
+    handle = harness.client.get_workflow_handle(wf)
+    record_history(await handle.fetch_history(), "revision-on-review")
 
 
 async def test_a_request_for_changes_after_the_revision_budget_is_spent_rejects_and_says_so(harness: Harness) -> None:
