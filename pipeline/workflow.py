@@ -1010,11 +1010,12 @@ class RepairBugWorkflow:
         review (its patch is where the attempt starts; its first message carries the review's body and line
         comments, read from the forge), verified like any candidate. A revision that passes is pushed to the
         same branch as a commit on top of the head under review, with that head as the push's lease (a branch
-        moved by anyone else is a conflict, never overwritten); the same PR then shows it, gets an evidence
-        comment keyed by the new head, and the reviewer is asked again. A revision that fails is said on the PR
-        (keyed per revision) and pushes nothing: the previous head stays under review. Once the budget is
-        spent, the request is said on the PR and ends the run ``rejected``. A rejection (reject command,
-        closed PR) that arrives during the revision is acted on by the review wait that follows it.
+        moved by anyone else is a conflict, never overwritten); the same PR then shows it (its description
+        now lists the revision), gets an evidence comment keyed by the new head, and the reviewer is asked
+        again. A revision that fails is said on the PR (keyed per revision) and pushes nothing: the previous
+        head stays under review. Once the budget is spent, the request is said on the PR and ends the run
+        ``rejected``. A rejection (reject command, closed PR) that arrives during the revision is acted on by
+        the review wait that follows it.
         """
         wf = self._state.workflow_id
         budgets = self._state.budgets
@@ -1139,6 +1140,21 @@ class RepairBugWorkflow:
                 commit_timestamp=candidate.commit_timestamp,
                 expected_old=old_head,
                 parent_commit=old_head,
+            ),
+        )
+        repaired = next(
+            c for c in self._state.candidates if not c.revision and c.verification == VerificationStatus.PASSED
+        )
+        await self._step(
+            steps.ENSURE_DRAFT_PR,
+            EnsureDraftPrInput(
+                op_id=op_id(wf, "revision-pr", candidate.revision),
+                run_id=wf,
+                repository=inp.repository,
+                branch=publish.branch,
+                base=inp.base_branch,
+                title=messages.pr_title(report.title, inp.issue_number),
+                body=messages.pr_body(self._state, repaired, inp.policy.closing_keyword),
             ),
         )
         publish.commit = candidate.commit

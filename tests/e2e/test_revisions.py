@@ -18,6 +18,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 COMMENT_LINE = "    # Each line counts its quantity: line_total is the unit price times the quantity.\n"
 
 
+@pytest.mark.timeout(900)
 async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_head_merges(
     stack_with_worker: E2EStack,
 ) -> None:

@@ -786,7 +786,12 @@ async def test_a_request_for_changes_revises_on_top_of_the_head_and_the_revision
         (f"{wf}:revision-push:1", CANDIDATE, CANDIDATE, revised(1)),
     ]
     assert pushes[0].branch == pushes[1].branch
-    assert len([c for n, c in calls if n == "ensure_draft_pr"]) == 1
+    prs = [c for n, c in calls if n == "ensure_draft_pr"]
+    assert [(p.op_id, p.branch) for p in prs] == [
+        (f"{wf}:pr", pushes[0].branch),
+        (f"{wf}:revision-pr:1", pushes[0].branch),
+    ]
+    assert "revision 1 as rev asked" not in prs[0].body and f"revision 1 as rev asked: `{revised(1)}`" in prs[1].body
     keys = [c.key for n, c in calls if n == "ensure_comment"]
     assert f"{wf}:evidence:{CANDIDATE}" in keys and f"{wf}:evidence:{revised(1)}" in keys
     assert f"{wf}:revision:1" in keys
