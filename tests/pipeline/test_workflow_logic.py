@@ -839,3 +839,17 @@ async def test_a_revision_that_fails_verification_keeps_the_head_under_review(ha
     final = await harness.result(wf)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert final.budgets.revisions_used == 1
+
+
+async def test_a_reject_command_after_a_revision_still_rejects(harness: Harness) -> None:
+    wf = await harness.start()
+    await review_of(harness, wf, CANDIDATE)
+    await request_changes(harness, wf, CANDIDATE)
+    await review_of(harness, wf, revised(1))
+    await harness.client.get_workflow_handle_for(RepairBugWorkflow.run, wf).signal(
+        RepairBugWorkflow.reject, Rejection(reviewer="maintainer", reason="not this way", source="cli")
+    )
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.REJECTED
+    assert final.outcome_detail == "rejected by maintainer: not this way"
+    assert final.budgets.revisions_used == 1
