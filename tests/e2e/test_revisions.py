@@ -74,3 +74,44 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
     seen = footprint(stack, repository, wf, issue)
     assert seen.pull_requests == [number] and seen.branches == [branch], seen
     assert len(seen.tickets) == 1 and len(seen.evidence_comments) == 2, seen
+
+
+@pytest.mark.timeout(1200)
+async def test_the_revision_budget_ends_the_run_honestly_when_spent(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client, repository, _, wf = await stack.open_run()
+    state = await state_when(client, wf, awaiting_review)
+    assert state.pending_approval is not None, state.outcome_detail
+    number = state.pending_approval.pr_number
+    repo = stack.github(stack.reviewer_token).get_repo(repository)
+    heads = [state.pending_approval.head_sha]
+    budget = state.budgets.revisions_max
+    assert budget == 2
+    for _ in range(budget):
+        repo.get_pull(number).create_review(
+            commit=repo.get_commit(heads[-1]), event="REQUEST_CHANGES", body="Say the rule of the total."
+        )
+        state = await state_when(
+            client,
+            wf,
+            lambda st, status: (
+                (st.pending_approval is not None and st.pending_approval.head_sha != heads[-1]) or finished(st, status)
+            ),
+        )
+        assert state.pending_approval is not None, state.outcome_detail
+        heads.append(state.pending_approval.head_sha)
+    repo.get_pull(number).create_review(
+        commit=repo.get_commit(heads[-1]), event="REQUEST_CHANGES", body="Still not what I meant."
+    )
+    final = await state_when(client, wf, finished)
+    assert final.outcome == "rejected", final.outcome_detail
+    assert f"revision budget ({budget}) was spent" in final.outcome_detail
+
+    owner = stack.github().get_repo(repository)
+    branch = branch_for(wf)
+    assert owner.get_branch(branch).commit.sha == heads[-1]
+    assert [[p.sha for p in owner.get_commit(h).parents] for h in heads[1:]] == [heads[:1], heads[1:2]]
+    assert [p.number for p in owner.get_pulls(state="all") if p.head.ref == branch] == [number]
+    bodies = [c.body for c in owner.get_issue(number).get_comments()]
+    assert sum("revision budget" in b and "is spent" in b for b in bodies) == 1
+    assert all(any(f"durafix evidence for `{h}`" in b for b in bodies) for h in heads)
