@@ -98,6 +98,12 @@ class AppRecipe(BaseModel):
         description="globs naming more test files than the common conventions (tests/, test_*.py, *.test.js, "
         "*.spec.ts, ...; see environments.test_files): `*` within a directory, `**` across directories",
     )
+    agent_commands: list[str] = Field(
+        default_factory=list,
+        description="commands the repair agent's `run` tool may run, in the tests' sandbox (no network, no "
+        "secrets), e.g. `npm run lint`: a call runs when its words start with an entry's words. The agent's "
+        "`run_tests` tool needs no entry",
+    )
     setup_network: bool = Field(
         default=False,
         description="setup commands may use the network (installs such as npm ci, pip install); otherwise they "

@@ -12,11 +12,9 @@ Its kind (``other``) has no retention period unless an operator configures one.
 
 from __future__ import annotations
 
-import hashlib
-
 from environments.interface import RunFencedError
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
-from evidence.keys import object_key
+from evidence.keys import marker_ref
 
 _MEDIA_TYPE = "text/plain"
 _NAME = "run-tombstone.txt"
@@ -28,18 +26,7 @@ def _content(run_id: str) -> bytes:
 
 def tombstone_ref(run_id: str) -> ArtifactRef:
     """The reference the run's tombstone has (or would have) in any store."""
-    data = _content(run_id)
-    sha = hashlib.sha256(data).hexdigest()
-    return ArtifactRef(
-        key=object_key(ArtifactKind.OTHER, sha, _MEDIA_TYPE),
-        sha256=sha,
-        size=len(data),
-        kind=ArtifactKind.OTHER,
-        media_type=_MEDIA_TYPE,
-        name=_NAME,
-        run_id=run_id,
-        created_at="1970-01-01T00:00:00Z",
-    )
+    return marker_ref(_content(run_id), kind=ArtifactKind.OTHER, media_type=_MEDIA_TYPE, name=_NAME, run_id=run_id)
 
 
 def write_tombstone(store: ArtifactStore, run_id: str) -> ArtifactRef:

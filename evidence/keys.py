@@ -8,11 +8,12 @@ or a download pick the right viewer.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from datetime import UTC, datetime
 from pathlib import PurePath
 
-from evidence.interface import ArtifactKind
+from evidence.interface import ArtifactKind, ArtifactRef
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _KEY_RE = re.compile(r"^(?P<kind>[a-z-]+)/(?P<fan>[0-9a-f]{2})/(?P<sha>[0-9a-f]{64})(?:\.[a-z0-9]{1,8})?$")
@@ -103,3 +104,20 @@ def utc_iso(moment: datetime) -> str:
 
 def parse_utc_iso(text: str) -> datetime:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+
+
+def marker_ref(data: bytes, *, kind: ArtifactKind, media_type: str, name: str, run_id: str) -> ArtifactRef:
+    """The reference that ``data`` stored as a marker (tombstone, started mark) has in any store: its key
+    depends on its bytes alone, so a worker that never wrote it can look for it. ``created_at`` is fixed:
+    a marker says that, not when."""
+    sha = hashlib.sha256(data).hexdigest()
+    return ArtifactRef(
+        key=object_key(kind, sha, media_type),
+        sha256=sha,
+        size=len(data),
+        kind=kind,
+        media_type=media_type,
+        name=name,
+        run_id=run_id,
+        created_at="1970-01-01T00:00:00Z",
+    )

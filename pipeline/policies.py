@@ -12,7 +12,7 @@ from __future__ import annotations
 from datetime import timedelta
 from enum import StrEnum
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from pipeline.failures import NON_RETRYABLE
@@ -61,6 +61,9 @@ class RunPolicy(BaseModel):
     # A candidate passes only if its patch adds or changes a test that fails on the base and passes with the fix
     # (the regression proof). Off by default: the browser replay on the candidate is a proof too.
     require_regression_test: bool = False
+    # A repair attempt's transcript longer than this (characters of JSON, about a quarter as many tokens) is
+    # compacted from durable facts before the next model turn (repair.compaction).
+    agent_compact_chars: int = Field(default=300_000, ge=10_000)
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

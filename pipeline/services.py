@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from environments.interface import EnvironmentProvider
     from environments.workspace import WorkspaceManager
     from evidence.interface import ArtifactStore
+    from pipeline.activities.agent_runs import AgentRunActivities
     from pipeline.activities.browser import BrowserActivities
     from pipeline.activities.environments import EnvironmentActivities
     from pipeline.activities.forge import ForgeActivities
@@ -183,6 +184,12 @@ class Services:
         return EnvironmentActivities(
             self.store, self.workspaces, self.provider, providers, self.git_token, setup=self.setup
         )
+
+    def agent_run_activities(self) -> AgentRunActivities:
+        """The repair agent's run tools: on the environments queue, where the sandboxes are."""
+        from pipeline.activities.agent_runs import AgentRunActivities
+
+        return AgentRunActivities(self.store, self.workspaces, self.provider, self.git_token)
 
     def browser_activities(self) -> BrowserActivities:
         from pipeline.activities.browser import BrowserActivities

@@ -384,6 +384,13 @@ class AgentTurnInput(BaseModel):
     previous_failures: list[str] = Field(default_factory=list)
     transcript_ref: ArtifactRef | None = None
     token_budget: int
+    tools: list[str] | None = Field(
+        default=None, description="the tools offered (None: the workspace tools, as before the run tools existed)"
+    )
+    patch_ref: ArtifactRef | None = Field(default=None, description="the patch so far (a compaction states it)")
+    compact_above_chars: int | None = Field(
+        default=None, description="compact the transcript from durable facts once it is longer (None: never)"
+    )
     # A revision of the candidate under review (0: a repair attempt) and what the review asked for; both only
     # shape the opening messages.
     revision: int = 0
@@ -423,6 +430,43 @@ class AgentToolsResult(BaseModel):
     patch_ref: ArtifactRef | None = None
     files_changed: list[str] = Field(default_factory=list)
     summary: str | None = None
+
+
+class AgentRunInput(BaseModel):
+    """One run-tool call of a stepped attempt (``run_tests`` or ``run``), on base + the patch so far."""
+
+    run_id: str
+    op_id: str
+    attempt: int
+    turn: int
+    spec_ref: ArtifactRef
+    transcript_ref: ArtifactRef
+    patch_ref: ArtifactRef | None = None
+    call: AgentToolCall
+
+
+class AgentRunResult(BaseModel):
+    """The transcript with the call's result appended; ``output_ref`` the command's stored (redacted) output,
+    ``None`` when it did not run (refused, or ``interrupted``: an earlier try had started it and was lost)."""
+
+    transcript_ref: ArtifactRef
+    output_ref: ArtifactRef | None = None
+    interrupted: bool = False
+
+
+class AgentToolResult(BaseModel):
+    id: str
+    content: str
+
+
+class AgentRecordInput(BaseModel):
+    """Results of calls the workflow carried out itself (``run_reproduction``), appended to the transcript."""
+
+    run_id: str
+    attempt: int
+    turn: int
+    transcript_ref: ArtifactRef
+    results: list[AgentToolResult]
 
 
 class AgentConcludeInput(BaseModel):
@@ -516,6 +560,10 @@ AGENT_TURN = Step(
 AGENT_TOOLS = Step(
     "model.agent_tools", Q.MODEL, AgentToolsInput, AgentToolsResult, T.MODEL, "<wf>:repair:<attempt>:tools-<n>"
 )
+AGENT_RUN = Step(
+    "env.agent_run", Q.ENVIRONMENTS, AgentRunInput, AgentRunResult, T.ENVIRONMENT, "<wf>:repair:<attempt>:run-<n>-<k>"
+)
+AGENT_RECORD = Step("model.agent_record", Q.MODEL, AgentRecordInput, ArtifactRef, T.MODEL)
 AGENT_CONCLUDE = Step(
     "model.agent_conclude", Q.MODEL, AgentConcludeInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
 )
@@ -544,5 +592,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     PROPOSE_PATCH,
     AGENT_TURN,
     AGENT_TOOLS,
+    AGENT_RUN,
+    AGENT_RECORD,
     AGENT_CONCLUDE,
 )

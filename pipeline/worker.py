@@ -46,7 +46,7 @@ def activities_for(queue: TaskQueue, services: Services) -> Sequence[Callable[..
     if queue == TaskQueue.FORGE:
         return services.forge_activities().all()
     if queue == TaskQueue.ENVIRONMENTS:
-        return services.environment_activities().all()
+        return [*services.environment_activities().all(), *services.agent_run_activities().all()]
     if queue == TaskQueue.BROWSER:
         return services.browser_activities().all()
     if queue == TaskQueue.MODEL:

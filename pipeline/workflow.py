@@ -59,6 +59,10 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.steps import (
         AGENT_MAX_TURNS,
         AgentConcludeInput,
+        AgentRecordInput,
+        AgentRunInput,
+        AgentToolCall,
+        AgentToolResult,
         AgentToolsInput,
         AgentTurnInput,
         BaselineInput,
@@ -88,6 +92,8 @@ with workflow.unsafe.imports_passed_through():
         UpdateTicketInput,
         VerifyInput,
     )
+    from repair.stepping import Segment, ToolCall, segments
+    from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -111,6 +117,9 @@ REVIEW_ON_FORGE_PATCH = "approval-authority-on-forge"
 # A repair attempt is a sequence of recorded steps (model turn, tool batch, ..., conclusion) instead of one
 # ``model.propose_patch`` activity holding the conversation in memory (runs recorded before replay with it).
 STEPPED_AGENT_PATCH = "stepped-agent"
+# The stepped attempt offers the run tools (run_tests, run, run_reproduction), carried out in the sandbox;
+# runs recorded before offered the workspace tools only.
+AGENT_RUN_TOOLS_PATCH = "agent-run-tools"
 # A permitted reviewer's request for changes starts a revision on top of the head under review (while the
 # revision budget lasts) instead of rejecting; runs recorded before replay such a request as a rejection.
 REVISIONS_PATCH = "revisions-on-review"
@@ -572,6 +581,7 @@ class RepairBugWorkflow:
         model = ""
         summary: str | None = None
         turn = 0
+        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if workflow.patched(AGENT_RUN_TOOLS_PATCH) else None
         while summary is None:
             if turn >= AGENT_MAX_TURNS:
                 raise RunEnded(
@@ -591,6 +601,9 @@ class RepairBugWorkflow:
                     previous_failures=failures,
                     transcript_ref=transcript,
                     token_budget=token_budget - prompt - completion,
+                    tools=tools,
+                    patch_ref=patch,
+                    compact_above_chars=self._input.policy.agent_compact_chars if tools is not None else None,
                     revision=revision,
                     review_feedback=review_feedback,
                 ),
@@ -604,22 +617,9 @@ class RepairBugWorkflow:
             if not answer.calls:
                 summary = answer.summary or "(the model gave no summary)"
                 break
-            ran = await self._step(
-                steps.AGENT_TOOLS,
-                AgentToolsInput(
-                    run_id=wf,
-                    op_id=f"{repair_op}:tools-{turn}",
-                    attempt=attempt,
-                    turn=turn,
-                    spec_ref=self._spec_ref,
-                    transcript_ref=transcript,
-                    patch_ref=patch,
-                    calls=answer.calls,
-                ),
+            transcript, patch, summary = await self._agent_calls(
+                report, attempt, turn, repair_op, answer.calls, transcript, patch, split=tools is not None
             )
-            transcript = ran.transcript_ref
-            patch = ran.patch_ref
-            summary = ran.summary
         return await self._step(
             steps.AGENT_CONCLUDE,
             AgentConcludeInput(
@@ -635,6 +635,96 @@ class RepairBugWorkflow:
                 model=model,
             ),
         )
+
+    async def _agent_calls(
+        self,
+        report: ReportInfo,
+        attempt: int,
+        turn: int,
+        repair_op: str,
+        calls: list[AgentToolCall],
+        transcript: ArtifactRef,
+        patch: ArtifactRef | None,
+        *,
+        split: bool,
+    ) -> tuple[ArtifactRef, ArtifactRef | None, str | None]:
+        """Carry out one turn's calls in order, each segment where it runs (:func:`repair.stepping.segments`):
+        workspace tools as one ``model.agent_tools`` batch, ``run_tests``/``run`` as ``env.agent_run`` in the
+        sandbox, ``run_reproduction`` as the run's own reproduction on base + the patch so far. Each segment
+        is a recorded step that sees every edit before it; the transcript, the patch and the summary after.
+        Without ``split`` (no run tool offered: runs recorded before) every call goes to one batch, as then."""
+        wf = self._state.workflow_id
+        assert self._spec_ref is not None
+        summary: str | None = None
+        tool_calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+        cut = segments(tool_calls) if split else [Segment(None, tool_calls)]
+        for k, segment in enumerate(cut, 1):
+            part = [AgentToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in segment.calls]
+            # One segment keeps the operation ID of the whole batch, as before the run tools existed.
+            suffix = "" if len(cut) == 1 else f"-{k}"
+            if segment.run is None:
+                ran = await self._step(
+                    steps.AGENT_TOOLS,
+                    AgentToolsInput(
+                        run_id=wf,
+                        op_id=f"{repair_op}:tools-{turn}{suffix}",
+                        attempt=attempt,
+                        turn=turn,
+                        spec_ref=self._spec_ref,
+                        transcript_ref=transcript,
+                        patch_ref=patch,
+                        calls=part,
+                    ),
+                )
+                transcript, patch = ran.transcript_ref, ran.patch_ref
+                summary = ran.summary if ran.summary is not None else summary
+            elif segment.run == RUN_REPRODUCTION:
+                content = await self._agent_reproduction(report, attempt, turn, k, patch)
+                transcript = await self._step(
+                    steps.AGENT_RECORD,
+                    AgentRecordInput(
+                        run_id=wf,
+                        attempt=attempt,
+                        turn=turn,
+                        transcript_ref=transcript,
+                        results=[AgentToolResult(id=part[0].id, content=content)],
+                    ),
+                )
+            else:
+                done = await self._step(
+                    steps.AGENT_RUN,
+                    AgentRunInput(
+                        run_id=wf,
+                        op_id=f"{repair_op}:run-{turn}-{k}",
+                        attempt=attempt,
+                        turn=turn,
+                        spec_ref=self._spec_ref,
+                        transcript_ref=transcript,
+                        patch_ref=patch,
+                        call=part[0],
+                    ),
+                )
+                transcript = done.transcript_ref
+                if done.output_ref is not None:
+                    self._record(done.output_ref)
+        return transcript, patch, summary
+
+    async def _agent_reproduction(
+        self, report: ReportInfo, attempt: int, turn: int, k: int, patch: ArtifactRef | None
+    ) -> str:
+        """The report's procedure on the app built from base + ``patch``, told as a tool result. An app that
+        keeps dying is a finding for the model here, not the end of the run."""
+        label = f"agent-{attempt}-{turn}-{k}"
+        try:
+            fact = await self._reproduce_on(report.base_revision, patch, label, Phase.REPAIR, Phase.REPAIR)
+        except RunEnded as ended:
+            return f"error: the reproduction could not run: {ended.detail}"
+        self._enter(Phase.REPAIR)
+        shown = {
+            ReproductionOutcome.REPRODUCED: "the bug still shows on your workspace",
+            ReproductionOutcome.NOT_REPRODUCED: "the bug no longer shows on your workspace",
+        }.get(fact.status, f"the reproduction ended {fact.status}")
+        return f"{shown}: {fact.detail}" if fact.detail else shown
 
     async def _verify(self, report: ReportInfo, candidate: CandidateFact) -> str | None:
         """Verify a candidate on a fresh workspace: tests, then the reproduction replayed. None means passed."""

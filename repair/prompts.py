@@ -8,6 +8,8 @@ message carries what the review asked for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
@@ -20,7 +22,7 @@ How to work:
 - Use the tools to look around (list_files, search, read_file) before you edit.
 - Make the smallest change that fixes the cause; do not reformat or touch unrelated code.
 - Add or extend an automated test that fails without your fix and passes with it.
-- You cannot run commands; durafix runs the tests and replays the bug in a browser after you finish.
+- {running}
 - Edit with replace_in_file (the old text must occur exactly once) or write_file (new files).
 - When done, call finish with a short summary of the cause and the change.
 
@@ -34,9 +36,23 @@ keeping what it does not object to.
 
 {marker}: {revision}"""
 
+_NO_RUNS = "You cannot run commands; durafix runs the tests and replays the bug in a browser after you finish."
+_RUNS = {
+    "run_tests": "run_tests runs the repository's tests (or the test files you name) on your workspace as it is",
+    "run_reproduction": "run_reproduction replays the bug report in a browser against your workspace's app",
+    "run": "run runs one of the commands the repository allows",
+}
+_RUNS_TAIL = (
+    "; each runs in a sandbox without network. Use them to check your change before you finish; durafix "
+    "verifies the result again after you finish. A result that says 'interrupted' was lost: call again if needed."
+)
 
-def system_prompt(request: RepairRequest) -> str:
-    prompt = _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt)
+
+def system_prompt(request: RepairRequest, runs: Sequence[str] = ()) -> str:
+    """The system prompt; ``runs`` are the run tools offered (none: the model is told it cannot run anything).
+    A revision adds what it is and its marker."""
+    running = "; ".join(_RUNS[r] for r in _RUNS if r in runs) + _RUNS_TAIL if runs else _NO_RUNS
+    prompt = _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt, running=running)
     if request.revision:
         prompt += _REVISION.format(marker=REVISION_MARKER, revision=request.revision)
     return prompt

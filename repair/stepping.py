@@ -7,10 +7,12 @@ can resume an attempt after any step on any host:
 - :func:`model_turn` sends the transcript once and returns it with the model's answer appended, the tool
   calls asked for, and the tokens the answer cost. It is not idempotent at the model; a caller re-sends it
   only when its answer was never recorded (the call was in flight when a worker died).
-- :func:`tool_batch` carries out the calls on a workspace and returns the ``tool`` messages. Every tool is
-  a read of the workspace or an edit of it (:mod:`repair.tools`), so running a batch again on a workspace
-  rebuilt at the batch's pre-state (base + the patch before the batch) gives the same messages and the same
-  patch: a batch is replay-safe by construction.
+- :func:`tool_batch` carries out workspace-tool calls on a workspace and returns the ``tool`` messages.
+  Every such tool is a read of the workspace or an edit of it (:mod:`repair.tools`), so running a batch again
+  on a workspace rebuilt at the batch's pre-state (base + the patch before the batch) gives the same
+  messages and the same patch: a batch is replay-safe by construction.
+- :func:`segments` cuts a turn's calls into such batches and single run-tool calls (``run_tests``, ``run``,
+  ``run_reproduction``), which run elsewhere, in the sandbox, and are never repeated behind the model's back.
 
 :class:`~repair.openai_engine.OpenAIToolEngine` runs the same two functions in one loop in memory.
 """
@@ -18,6 +20,8 @@ can resume an attempt after any step on any host:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
@@ -26,7 +30,7 @@ from pydantic import BaseModel
 from repair.interface import RepairBudgetError, RepairRequest
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.prompts import system_prompt, user_prompt
-from repair.tools import FINISH, parse_arguments, run_tool, tool_schemas
+from repair.tools import FINISH, RUN_TOOLS, parse_arguments, run_tool, tool_schemas
 from repair.workspace_tools import ToolRefused, WorkspaceTools
 
 NO_SUMMARY = "(the model gave no summary)"
@@ -60,10 +64,11 @@ class BatchOutcome(BaseModel):
     summary: str | None
 
 
-def opening_messages(request: RepairRequest) -> list[dict[str, Any]]:
-    """The system prompt and user message that open attempt ``request.attempt`` (deterministic)."""
+def opening_messages(request: RepairRequest, tools: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """The system prompt and user message that open attempt ``request.attempt`` when ``tools`` are offered
+    (default: the workspace tools); deterministic."""
     return [
-        {"role": "system", "content": system_prompt(request)},
+        {"role": "system", "content": system_prompt(request, runs=[t for t in tools or () if t in RUN_TOOLS])},
         {"role": "user", "content": user_prompt(request)},
     ]
 
@@ -75,15 +80,17 @@ def model_turn(
     op_id: str,
     token_budget: int,
     usage: TokenUsage | None = None,
+    tools: Sequence[str] | None = None,
 ) -> TurnOutcome:
-    """Send ``messages`` once, the answer's tokens added to ``usage`` (a fresh count when omitted).
+    """Send ``messages`` once, offering ``tools`` (default: the workspace tools), the answer's tokens added to
+    ``usage`` (a fresh count when omitted).
 
     :class:`RepairBudgetError` once ``usage`` exceeds ``token_budget``; the endpoint's classified errors as
     they come. Every error carries ``usage``'s tokens; the outcome carries this answer's alone."""
     usage = usage if usage is not None else TokenUsage()
     before = usage.spent()
     params = cast(list[ChatCompletionMessageParam], messages)
-    completion = endpoint.complete(params, tools=tool_schemas(), op_id=op_id, usage=usage)
+    completion = endpoint.complete(params, tools=tool_schemas(tools), op_id=op_id, usage=usage)
     if usage.total > token_budget:
         raise RepairBudgetError(f"{usage.total} tokens used; the budget is {token_budget}", **usage.spent())
     message = first_message(completion, usage)
@@ -105,9 +112,36 @@ def tool_batch(workspace: WorkspaceTools, calls: list[ToolCall]) -> BatchOutcome
     summary: str | None = None
     for call in calls:
         result, finished = _carry_out(workspace, call)
-        messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        messages.append(tool_message(call.id, result))
         summary = finished if finished is not None else summary
     return BatchOutcome(messages=messages, summary=summary)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Consecutive calls of one turn carried out in one place: ``run`` is ``None`` for workspace tools (one
+    batch), else the run tool's name (one call per segment, since each runs on its own)."""
+
+    run: str | None
+    calls: list[ToolCall]
+
+
+def segments(calls: Sequence[ToolCall]) -> list[Segment]:
+    """``calls`` cut, in order, into workspace batches and single run-tool calls: a run sees every edit asked
+    for before it, and no edit asked for after it."""
+    out: list[Segment] = []
+    for call in calls:
+        if call.name in RUN_TOOLS:
+            out.append(Segment(call.name, [call]))
+        elif out and out[-1].run is None:
+            out[-1].calls.append(call)
+        else:
+            out.append(Segment(None, [call]))
+    return out
+
+
+def tool_message(call_id: str, content: str) -> dict[str, Any]:
+    return {"role": "tool", "tool_call_id": call_id, "content": content}
 
 
 def encode_transcript(messages: list[dict[str, Any]]) -> bytes:

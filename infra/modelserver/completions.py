@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from typing import Any
 
@@ -33,8 +34,18 @@ def first_text(messages: list[dict[str, Any]], role: str) -> str:
     return next((_text_of(m.get("content")) for m in messages if m.get("role") == role), "")
 
 
+# A compacted transcript (durafix's ``repair.compaction``) states on this line how many turns it dropped.
+_COMPACTED = re.compile(r"^durafix-compacted-turns: (\d+)$", re.MULTILINE)
+
+
 def assistant_turns(messages: list[dict[str, Any]]) -> int:
-    return sum(1 for m in messages if m.get("role") == "assistant")
+    """The assistant messages a request holds, plus those a compaction of its transcript dropped."""
+    dropped = 0
+    for m in messages:
+        if m.get("role") == "user" and isinstance(m.get("content"), str):
+            found = _COMPACTED.search(m["content"])
+            dropped += int(found.group(1)) if found else 0
+    return dropped + sum(1 for m in messages if m.get("role") == "assistant")
 
 
 def prompt_tokens(messages: list[dict[str, Any]]) -> int:

@@ -6,13 +6,18 @@ base revision, stored the same way. Each completed step is in the workflow histo
 returned, so it never runs again; what a retry re-does is only the step in flight:
 
 - ``model.agent_turn`` sends the stored transcript once (:func:`repair.stepping.model_turn`) and stores it
-  with the answer appended. Not idempotent at the model: a retry re-sends that one request (it was in flight
-  or failed), never an earlier one. The tokens of its tries ride in the heartbeat details as for every
+  with the answer appended; a transcript longer than the run policy's ``agent_compact_chars`` is first
+  compacted from durable facts (:mod:`repair.compaction`), deterministically, and stored compacted. Not
+  idempotent at the model: a retry re-sends that one request (it was in flight or failed), never an earlier
+  one. The tokens of its tries ride in the heartbeat details as for every
   model activity (:mod:`pipeline.activities.spend`).
 - ``model.agent_tools`` rebuilds a scratch workspace from the mirror at base + the patch so far, carries out
   the turn's calls (:func:`repair.stepping.tool_batch`), takes the new patch against the base revision, and
   stores transcript and patch. Replay-safe by construction: every tool reads or edits the workspace, and a
   retry starts again from the same pre-state, so it gives the same messages and the same patch.
+- ``model.agent_record`` appends the results of calls the workflow carried out itself (``run_reproduction``)
+  to the transcript. Idempotent. (``run_tests`` and ``run`` are carried out on the environments queue, in the
+  sandbox: :mod:`pipeline.activities.agent_runs`.)
 - ``model.agent_conclude`` judges the final patch against the mirror with the operator's patch policy, as
   ``model.propose_patch`` does, and stores it as the attempt's proposal. Idempotent (content-addressed).
 """
@@ -35,6 +40,7 @@ from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
 from pipeline.failures import FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
+    AgentRecordInput,
     AgentToolCall,
     AgentToolsInput,
     AgentToolsResult,
@@ -42,6 +48,7 @@ from pipeline.steps import (
     AgentTurnResult,
     ProposalResult,
 )
+from repair.compaction import compact
 from repair.interface import NoPatchError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint
 from repair.patch import PatchCheck, validate_patch, workspace_patch
@@ -53,6 +60,7 @@ from repair.stepping import (
     model_turn,
     opening_messages,
     tool_batch,
+    tool_message,
 )
 from repair.workspace_tools import WorkspaceTools
 
@@ -74,7 +82,7 @@ class AgentActivities:
         self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
-        return [self.agent_turn, self.agent_tools, self.agent_conclude]
+        return [self.agent_turn, self.agent_tools, self.agent_record, self.agent_conclude]
 
     @activity.defn(name=steps.AGENT_TURN.name)
     def agent_turn(self, inp: AgentTurnInput) -> AgentTurnResult:
@@ -103,14 +111,22 @@ class AgentActivities:
                     token_budget=max(1, inp.token_budget),
                     revision=inp.revision,
                     review_feedback=inp.review_feedback,
-                )
+                ),
+                tools=inp.tools,
             )
         else:
             messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+            if inp.compact_above_chars is not None:
+                patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
+                messages = compact(messages, patch=patch, above_chars=inp.compact_above_chars) or messages
         try:
             with beat:
                 turn = model_turn(
-                    self.endpoint(), messages, op_id=inp.op_id, token_budget=inp.token_budget - earlier.total
+                    self.endpoint(),
+                    messages,
+                    op_id=inp.op_id,
+                    token_budget=inp.token_budget - earlier.total,
+                    tools=inp.tools,
                 )
         except RepairError as err:
             raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
@@ -168,6 +184,14 @@ class AgentActivities:
             files_changed=files,
             summary=batch.summary,
         )
+
+    @activity.defn(name=steps.AGENT_RECORD.name)
+    def agent_record(self, inp: AgentRecordInput) -> ArtifactRef:
+        """The transcript with results of calls the workflow carried out itself appended; idempotent (the
+        same input stores the same content)."""
+        messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+        results = [tool_message(r.id, r.content) for r in inp.results]
+        return self._put_transcript(inp.run_id, inp.attempt, f"record-{inp.turn}", [*messages, *results])
 
     @activity.defn(name=steps.AGENT_CONCLUDE.name)
     def agent_conclude(self, inp: AgentConcludeInput) -> ProposalResult:

@@ -39,7 +39,7 @@ from environments.interface import (
     RecoverySpec,
     TestRunResult,
 )
-from environments.redaction import redactor_for
+from environments.redaction import Redactor, redactor_for
 from environments.regression import forget_report, prove_regression
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
@@ -77,6 +77,21 @@ SETUP_TIMEOUT_S = 600.0
 
 ProviderFor = Callable[[str | None], EnvironmentProvider]
 """The provider by name; ``None`` is the worker's configured one."""
+
+
+def output_redactor(recipe_secrets: Mapping[str, str], git_token: str | None) -> Redactor:
+    """Every secret value known on this worker (:mod:`environments.redaction`): the recipe's, the worker's
+    credentials, the forge token."""
+    return redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", git_token or "")])
+
+
+def put_redacted_output(
+    store: ArtifactStore, path: Path, kind: ArtifactKind, run_id: str, name: str, revision: str, redactor: Redactor
+) -> ArtifactRef:
+    """Store what the repository's commands printed, with ``redactor``'s secret values redacted first."""
+    with tempfile.TemporaryDirectory(prefix="durafix-redacted-") as tmp:
+        clean = redactor.file(path, Path(tmp) / name) if redactor else path
+        return store.put_file(clean, kind=kind, run_id=run_id, name=name, revision=revision, media_type="text/plain")
 
 
 class EnvironmentActivities:
@@ -119,14 +134,9 @@ class EnvironmentActivities:
         revision: str,
         recipe_secrets: Mapping[str, str],
     ) -> ArtifactRef:
-        """Store what the repository's commands printed, every secret value known here redacted first
-        (:mod:`environments.redaction`): the recipe's, the worker's credentials, the forge token."""
-        redactor = redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", self.git_token or "")])
-        with tempfile.TemporaryDirectory(prefix="durafix-redacted-") as tmp:
-            clean = redactor.file(path, Path(tmp) / name) if redactor else path
-            return self.store.put_file(
-                clean, kind=kind, run_id=run_id, name=name, revision=revision, media_type="text/plain"
-            )
+        return put_redacted_output(
+            self.store, path, kind, run_id, name, revision, output_redactor(recipe_secrets, self.git_token)
+        )
 
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
         return self.workspaces.rebuild(

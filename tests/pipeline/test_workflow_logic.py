@@ -386,7 +386,7 @@ class Harness:
         return wf_id
 
     async def state(self, wf_id: str) -> RunState:
-        return await self.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).query(RepairBugWorkflow.state)
+        return await self.client.get_workflow_handle(wf_id).query(RepairBugWorkflow.state)
 
     async def wait_phase(self, wf_id: str, phase: Phase, timeout: float = 30) -> RunState:
         for _ in range(int(timeout * 10)):
@@ -428,7 +428,7 @@ async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
 async def approve(
     h: Harness, wf_id: str, sha: str = CANDIDATE, review_id: str = "r1", expires_at: datetime | None = None
 ) -> Any:
-    return await h.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).execute_update(
+    return await h.client.get_workflow_handle(wf_id).execute_update(
         RepairBugWorkflow.approve,
         Approval(reviewer="rev", head_sha=sha, review_id=review_id, expires_at=expires_at),
         id=f"approve:{review_id}",
@@ -739,7 +739,7 @@ async def test_a_repair_attempt_is_a_sequence_of_recorded_steps_threading_transc
 
 async def request_changes(h: Harness, wf_id: str, head: str, review_id: str = "41") -> None:
     """A permitted reviewer's changes_requested review of ``head``, as the webhook receiver signals it."""
-    await h.client.get_workflow_handle_for(RepairBugWorkflow.run, wf_id).signal(
+    await h.client.get_workflow_handle(wf_id).signal(
         RepairBugWorkflow.reject,
         Rejection(
             reviewer="rev",
@@ -846,7 +846,7 @@ async def test_a_reject_command_after_a_revision_still_rejects(harness: Harness)
     await review_of(harness, wf, CANDIDATE)
     await request_changes(harness, wf, CANDIDATE)
     await review_of(harness, wf, revised(1))
-    await harness.client.get_workflow_handle_for(RepairBugWorkflow.run, wf).signal(
+    await harness.client.get_workflow_handle(wf).signal(
         RepairBugWorkflow.reject, Rejection(reviewer="maintainer", reason="not this way", source="cli")
     )
     final = await harness.result(wf)

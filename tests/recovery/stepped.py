@@ -34,20 +34,36 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @contextmanager
-def model_worker(client: Client, state: Path, evidence: Path, base_url: str) -> Iterator[subprocess.Popen[str]]:
-    """A model-queue worker process on its own state directory; killed (if still alive) at the end."""
-    log = (state.parent / f"{state.name}.log").open("w")
+def model_worker(
+    client: Client, state: Path, evidence: Path, base_url: str, hold_file: Path | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """A model-queue worker process on its own state directory; killed (if still alive) at the end. With
+    ``hold_file`` its first tool batch that edits stalls once the edits are on disk (see the module)."""
+    extra = [str(hold_file)] if hold_file is not None else []
+    with worker_process("tests.recovery.model_worker", client, state, [str(evidence), base_url, *extra]) as proc:
+        yield proc
+
+
+@contextmanager
+def run_worker(
+    client: Client, state: Path, evidence: Path, spec_ref: ArtifactRef, hold_file: Path | None = None
+) -> Iterator[subprocess.Popen[str]]:
+    """An environments-queue worker process with the real ``env.agent_run`` (:mod:`tests.recovery.run_worker`);
+    with ``hold_file`` its first finished run-tool command stalls before its result is recorded."""
+    extra = [str(hold_file)] if hold_file is not None else []
+    with worker_process(
+        "tests.recovery.run_worker", client, state, [str(evidence), spec_ref.model_dump_json(), *extra]
+    ) as proc:
+        yield proc
+
+
+@contextmanager
+def worker_process(module: str, client: Client, state: Path, args: list[str]) -> Iterator[subprocess.Popen[str]]:
+    """``python -m module TARGET NAMESPACE STATE *args``, once it printed ``ready``; killed at the end."""
+    log_path = state.parent / f"{state.name}.log"
+    log = log_path.open("w")
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.recovery.model_worker",
-            client.service_client.config.target_host,
-            client.namespace,
-            str(state),
-            str(evidence),
-            base_url,
-        ],
+        [sys.executable, "-m", module, client.service_client.config.target_host, client.namespace, str(state), *args],
         cwd=PROJECT_ROOT,
         env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
         stdout=subprocess.PIPE,
@@ -56,7 +72,7 @@ def model_worker(client: Client, state: Path, evidence: Path, base_url: str) -> 
     )
     try:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", (state.parent / f"{state.name}.log").read_text()
+        assert proc.stdout.readline().strip() == "ready", log_path.read_text()
         yield proc
     finally:
         if proc.poll() is None:
@@ -65,22 +81,35 @@ def model_worker(client: Client, state: Path, evidence: Path, base_url: str) -> 
         log.close()
 
 
+async def wait_for_file(path: Path, timeout: float = 120) -> None:
+    """Until ``path`` exists (a held worker wrote it)."""
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path.name} never appeared: the step to hold never ran")
+        await asyncio.sleep(0.1)
+
+
 @asynccontextmanager
 async def pipeline_without_model(
-    client: Client, spec_ref: ArtifactRef, workflows: Sequence[type] = ()
+    client: Client, spec_ref: ArtifactRef, workflows: Sequence[type] = (), *, environments: bool = True
 ) -> AsyncIterator[Harness]:
     """The workflow (and ``workflows``) and every queue but the model's (recording doubles; the spec is the
-    real repository's)."""
+    real repository's); without the environments queue too unless ``environments`` (a :func:`run_worker`
+    serves it)."""
     script = Script()
     acts = doubles(script)
     del acts[TaskQueue.MODEL]
+    if not environments:
+        del acts[TaskQueue.ENVIRONMENTS]
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
         return spec_ref
 
-    acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
-    acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
+    if environments:
+        acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
+        acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow, *workflows])]
     workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
     runs = [asyncio.create_task(w.run()) for w in workers]

@@ -5,6 +5,7 @@ nothing."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,7 @@ from pipeline.steps import (
     AgentTurnInput,
     ProposalResult,
 )
+from repair.compaction import COMPACTED_MARKER
 from repair.stepping import decode_transcript
 from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, recorded
@@ -46,9 +48,12 @@ def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArt
     return AgentActivities(store, workspaces, lambda: endpoint, git_token=None), store
 
 
-def drive(agent: AgentActivities, spec_ref: ArtifactRef, *, rerun_tools: bool = False) -> ProposalResult:
+def drive(
+    agent: AgentActivities, spec_ref: ArtifactRef, *, rerun_tools: bool = False, compact_above: int | None = None
+) -> ProposalResult:
     """The workflow's loop: turn, tools, turn, ..., conclusion; each tool batch run twice when ``rerun_tools``
-    (a retry after the first run's result was lost), checking the second gives the same result."""
+    (a retry after the first run's result was lost), checking the second gives the same result; the
+    transcript compacted above ``compact_above`` characters."""
     env = ActivityEnvironment()
     transcript: ArtifactRef | None = None
     patch: ArtifactRef | None = None
@@ -67,6 +72,8 @@ def drive(agent: AgentActivities, spec_ref: ArtifactRef, *, rerun_tools: bool = 
                 issue_body=BODY,
                 transcript_ref=transcript,
                 token_budget=100_000 - prompt - completion,
+                patch_ref=patch,
+                compact_above_chars=compact_above,
             ),
         )
         prompt, completion, model = prompt + answer.prompt_tokens, completion + answer.completion_tokens, answer.model
@@ -129,6 +136,32 @@ def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_
     # Both conversations sent the same six requests; none went twice.
     bodies = [r["body"]["messages"] for r in recorded(server)]
     assert len(bodies) == 12 and bodies[:6] == bodies[6:]
+
+
+def test_a_long_transcript_is_compacted_from_durable_facts_and_the_attempt_proposes_the_same_patch(
+    tmp_path: Path, repo: Repo, serve: Serve
+) -> None:
+    server = serve(CART_SCRIPTS / "fix.yaml")
+    agent, store = activities(tmp_path, server.base_url)
+    spec_ref = spec_of(store, repo)
+    whole = drive(agent, spec_ref)
+    compacted = drive(agent, spec_ref, compact_above=2_500)
+
+    assert store.read_bytes(compacted.patch_ref) == store.read_bytes(whole.patch_ref)
+    sent = [r["body"]["messages"] for r in recorded(server)]
+    plain, short = sent[:6], sent[6:]
+    assert len(short) == 6
+    squeezed = [m for m in short if any(COMPACTED_MARKER in str(x.get("content")) for x in m)]
+    assert squeezed, "no request was compacted"
+    for request, original in zip(short, plain, strict=True):
+        assert request[:2] == original[:2]  # the system prompt and the report are never compacted
+        if request in squeezed:
+            facts = request[2]["content"]
+            assert request[2]["role"] == "user" and len(json.dumps(request)) < len(json.dumps(original))
+            # The patch so far is stated whole, from the stored patch, and what the dropped turns looked at.
+            assert "Looked at: read_file cart.py" in facts
+            assert "+    return sum(line_total(item) for item in items)" in facts or "no change" in facts
+            assert request[3]["role"] == "assistant"  # the kept tail starts at a turn, tool results follow it
 
 
 def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, repo: Repo, serve: Serve) -> None:

@@ -40,7 +40,16 @@ from pipeline.activities.environments import EnvironmentActivities
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.services import Services
-from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput, VerifyInput
+from pipeline.steps import (
+    AgentRunInput,
+    AgentToolCall,
+    BaselineInput,
+    CleanupRunInput,
+    PrepareSpecInput,
+    ProvisionInput,
+    VerifyInput,
+)
+from repair.stepping import decode_transcript, encode_transcript
 from tests.conftest import require, unavailable
 from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
@@ -153,6 +162,7 @@ def hostile_repo(tmp: Path, tag: str, service_port: int, state_dir: Path) -> Rep
         "start": "sh attack.sh start; exec python3 app.py --host 0.0.0.0 --port $PORT",
         "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 20},
         "test": "cat setup-report.txt; sh attack.sh test && python3 -m unittest discover -s tests -t .",
+        "agent_commands": ["sh attack.sh"],
         "env": {
             "HOSTILE_TAG": tag,
             "DURAFIX_SERVICE_PORT": str(service_port),
@@ -282,6 +292,34 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         assert "== test: done" in test_log and "== setup: done" in test_log
         assert "DOCKER SOCKET OPEN" not in test_log and "LOCAL SERVICE REACHED" not in test_log
         assert "CapEff:\t0000000000000000" in test_log  # --cap-drop ALL, also for a root worker
+
+        # The repair agent's run tools run the same repository code in the same sandbox; what the model is
+        # told and what is stored of it hold nothing of the worker's either.
+        agent_runs = worker.services.agent_run_activities()
+        transcript = worker.services.store.put_bytes(
+            encode_transcript([]), kind=ArtifactKind.OTHER, run_id=RUN, name="t.json", media_type="application/json"
+        )
+        for n, (tool, args) in enumerate((("run_tests", {}), ("run", {"command": "sh attack.sh agent"})), 1):
+            done = worker.run(
+                agent_runs.agent_run,
+                AgentRunInput(
+                    run_id=RUN,
+                    op_id=f"{RUN}:repair:1:run-1-{n}",
+                    attempt=1,
+                    turn=1,
+                    spec_ref=spec_ref,
+                    transcript_ref=transcript,
+                    patch_ref=patch_ref,
+                    call=AgentToolCall(id=f"c{n}", name=tool, arguments=json.dumps(args)),
+                ),
+            )
+            told = decode_transcript(worker.services.store.read_bytes(done.transcript_ref))[-1]["content"]
+            assert done.output_ref is not None and "exited 0 (passed)" in told, told
+            stored = worker.services.store.read_bytes(done.output_ref).decode()
+            assert "done" in stored and "LOCAL SERVICE REACHED" not in stored and "DOCKER SOCKET OPEN" not in stored
+            for secret in SECRETS:
+                assert secret not in told and secret not in done.model_dump_json()
+            assert wait_gone(tag) == [], f"a process of the agent's {tool} survived it"
 
         handle = worker.run(
             worker.env.provision, ProvisionInput(run_id=RUN, op_id=f"{RUN}:env-base:1", spec_ref=spec_ref)
