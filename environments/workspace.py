@@ -135,13 +135,16 @@ class WorkspaceManager:
             tree_sha=tree,
         )
 
-    def commit(self, ws: Workspace, message: str, timestamp: int) -> str:
-        """Commit the workspace's index on top of its base revision; return the commit ID.
+    def commit(self, ws: Workspace, message: str, timestamp: int, parent: str | None = None) -> str:
+        """Commit the workspace's index on top of ``parent`` (default: its base revision); return the commit ID.
 
-        Deterministic: fixed author and committer, both dated ``timestamp`` (UTC), parent = base revision,
-        tree = the index (base + patch; stray files in the working tree never enter it). The same base,
-        patch, message and timestamp give the same commit ID on any worker, and calling this twice is a
-        no-op. HEAD is moved (detached) to the commit.
+        Deterministic: fixed author and committer, both dated ``timestamp`` (UTC), parent = ``parent`` or the
+        base revision, tree = the index (base + patch; stray files in the working tree never enter it). The
+        same base, patch, parent, message and timestamp give the same commit ID on any worker, and calling this
+        twice is a no-op. HEAD is moved (detached) to the commit. A ``parent`` other than the base (a revision
+        stacked on the commit under review) must already be in the mirror the workspace borrows from
+        (:meth:`MirrorCache.ensure`); the commit's tree is still base + the whole patch, so its diff against
+        ``parent`` is what the revision changed.
         """
         if not message.strip():
             raise ValueError("commit message must not be empty")
@@ -160,7 +163,7 @@ class WorkspaceManager:
         )
         tree = run_git(["write-tree"], cwd=ws.path)
         commit = run_git(
-            ["commit-tree", tree, "-p", ws.base_revision, "-F", "-"],
+            ["commit-tree", tree, "-p", parent or ws.base_revision, "-F", "-"],
             cwd=ws.path,
             env=env,
             stdin=message.rstrip("\n") + "\n",

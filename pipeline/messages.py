@@ -6,7 +6,7 @@ these objects findable are added by the forge adapter, not here.
 
 from __future__ import annotations
 
-from pipeline.state import CandidateFact, Outcome, Phase, RunState
+from pipeline.state import CandidateFact, Outcome, Phase, RunState, VerificationStatus
 from pipeline.steps import EvidenceResult
 
 _OUTCOME_TEXT = {
@@ -103,7 +103,12 @@ def pr_body(state: RunState, candidate: CandidateFact, closing_keyword: str = "F
         f"{candidate.summary.strip()}\n\n"
         f"- base revision: `{state.target_revision}`\n"
         f"- candidate commit: `{candidate.commit}` (attempt {candidate.attempt})\n"
-        "- evidence: see the evidence comment below; approve by reviewing this head.\n"
+        + "".join(
+            f"- revision {c.revision} as {c.reviewer or 'a reviewer'} asked: `{c.commit}`: {c.summary.strip()}\n"
+            for c in state.candidates
+            if c.revision and c.verification == VerificationStatus.PASSED
+        )
+        + "- evidence: see the evidence comment below; approve by reviewing this head.\n"
     )
 
 

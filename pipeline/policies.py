@@ -54,6 +54,9 @@ class RunPolicy(BaseModel):
     """Budgets and timeouts of one run; part of the workflow input so a run keeps the policy it started with."""
 
     max_repair_attempts: int = 3
+    # Revisions on review: how many times a reviewer's requested changes are attempted on top of the candidate
+    # under review (budgeted apart from the repair attempts). Once spent, the next request for changes rejects.
+    revisions_max: int = 2
     model_token_budget: int = 200_000
     reproduction_runs: int = 1
     # The keyword that makes the PR close the report's issue when it merges; empty: the issue stays open.

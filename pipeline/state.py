@@ -162,6 +162,11 @@ class CandidateFact(BaseModel):
     regression: RegressionFact | None = None
     replay: ReproductionFact | None = None
     failure: str | None = None
+    # A revision on review (n >= 1) stacked on ``parent_commit``, the head under review; 0: a repair attempt.
+    revision: int = 0
+    parent_commit: str | None = None
+    review_id: str | None = None
+    reviewer: str | None = None
 
 
 class PublishFact(BaseModel):
@@ -209,6 +214,12 @@ class Rejection(BaseModel):
     source: str = "cli"
     pr_number: int | None = None
     """The PR the review was made on (webhook rejections): ignored unless it is the run's own PR."""
+    changes_requested: bool = False
+    """A review requesting changes (not a reject command, nor a closed PR): a revision request while the
+    revision budget lasts. Absent in signals sent before revisions existed: those reject."""
+    review_id: str | None = None
+    head_sha: str | None = None
+    """The head the review was made on."""
 
 
 class Withdrawal(BaseModel):
@@ -290,6 +301,8 @@ class Budgets(BaseModel):
     invalid_tool_calls: int = 0
     attempts: list[AttemptUsage] = Field(default_factory=list)
     recent_calls: list[ModelCall] = Field(default_factory=list)
+    revisions_used: int = 0
+    revisions_max: int = 0
 
     @property
     def model_tokens(self) -> int:

@@ -87,6 +87,8 @@ class PublishBranchInput(BaseModel):
     message: str
     commit_timestamp: int
     expected_old: str | None = None
+    # A revision's commit is stacked on the head under review (``None``: on the base revision).
+    parent_commit: str | None = None
 
 
 class PublishResult(BaseModel):
@@ -130,6 +132,35 @@ class CommentResult(BaseModel):
 class ReadPullInput(BaseModel):
     repository: str
     number: int
+
+
+class ReadReviewInput(BaseModel):
+    repository: str
+    number: int
+    review_id: int
+
+
+class ReviewComment(BaseModel):
+    path: str
+    line: int | None = None
+    body: str
+
+
+class ReviewRead(BaseModel):
+    """A review as the forge holds it now: who, what state, on which head, its text and its line comments."""
+
+    review_id: int
+    reviewer: str
+    state: str
+    body: str
+    commit_id: str | None
+    comments: list[ReviewComment] = Field(default_factory=list)
+
+
+class RequestReviewInput(BaseModel):
+    repository: str
+    number: int
+    reviewers: list[str]
 
 
 class MergeInput(BaseModel):
@@ -192,6 +223,8 @@ class VerifyInput(BaseModel):
     message: str
     commit_timestamp: int
     baseline_cases_ref: ArtifactRef | None = None
+    # A revision's commit is stacked on the head under review (``None``: on the base revision).
+    parent_commit: str | None = None
 
 
 class VerifyResult(BaseModel):
@@ -358,6 +391,10 @@ class AgentTurnInput(BaseModel):
     compact_above_chars: int | None = Field(
         default=None, description="compact the transcript from durable facts once it is longer (None: never)"
     )
+    # A revision of the candidate under review (0: a repair attempt) and what the review asked for; both only
+    # shape the opening messages.
+    revision: int = 0
+    review_feedback: str = ""
 
 
 class AgentTurnResult(BaseModel):
@@ -495,6 +532,8 @@ PUBLISH_BRANCH = Step("forge.publish_branch", Q.FORGE, PublishBranchInput, Publi
 ENSURE_DRAFT_PR = Step("forge.ensure_draft_pr", Q.FORGE, EnsureDraftPrInput, PullInfo, T.FORGE, "<wf>:pr")
 ENSURE_COMMENT = Step("forge.ensure_comment", Q.FORGE, EnsureCommentInput, CommentResult, T.FORGE)
 READ_PR = Step("forge.read_pr", Q.FORGE, ReadPullInput, PullInfo, T.FORGE)
+READ_REVIEW = Step("forge.read_review", Q.FORGE, ReadReviewInput, ReviewRead, T.FORGE)
+REQUEST_REVIEW = Step("forge.request_review", Q.FORGE, RequestReviewInput, type(None), T.FORGE)
 MERGE = Step("forge.merge", Q.FORGE, MergeInput, MergeOutcome, T.FORGE, "<wf>:merge:<n>")
 
 PREPARE_SPEC = Step("env.prepare_spec", Q.ENVIRONMENTS, PrepareSpecInput, ArtifactRef, T.ENVIRONMENT, "<wf>:spec")
@@ -542,6 +581,8 @@ STEPS: tuple[Step[Any, Any], ...] = (
     ENSURE_DRAFT_PR,
     ENSURE_COMMENT,
     READ_PR,
+    READ_REVIEW,
+    REQUEST_REVIEW,
     MERGE,
     PREPARE_SPEC,
     PROVISION,

@@ -14,9 +14,12 @@ Contract:
 - ``pull_request_review`` counts only on durafix's own PR (its marker names a run of this repository and
   its author is the bot's login) and never from the bot itself (403 otherwise, nothing sent). ``submitted``
   ``approved`` becomes an ``approve`` Update naming the review's ``commit_id`` and the PR's number (the run
-  refuses another PR's); ``changes_requested`` a rejection; ``dismissed`` the ``withdraw`` signal. The
-  Update ID is the review's ID, so a redelivered review is recorded once. The merge re-reads the reviews on
-  the forge anyway (``forge.merge``): what this sends is never the authority.
+  refuses another PR's); ``changes_requested`` the ``reject`` signal marked as a request for changes (the
+  review's ID and ``commit_id``): the run revises while its revision budget lasts; ``dismissed`` the
+  ``withdraw`` signal. The Update ID is the review's ID, so a redelivered review is recorded once. The merge
+  re-reads the reviews on the forge anyway (``forge.merge``): what this sends is never the authority.
+- ``pull_request`` ``closed`` without merging, on durafix's own PR (as above), rejects: the ``reject`` signal
+  naming whoever closed it (the forge let them: closing takes triage permission or authorship).
 - Anyone who can see a repository may submit a review, so before a decision reaches the run the reviewer's
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
@@ -156,6 +159,8 @@ class WebhookReceiver:
             return self._on_issue(delivery, payload)
         if event == "pull_request_review":
             return self._on_review(payload)
+        if event == "pull_request":
+            return self._on_pull(payload)
         return 202, {"message": f"ignored event {event}"}
 
     def _on_issue(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -327,9 +332,46 @@ class WebhookReceiver:
                 return 409, {"workflow_id": workflow_id, "message": f"approval refused: {err.cause or err}"}
             return 200, {"workflow_id": workflow_id, "accepted": ack.accepted, "detail": ack.detail}
         reason = str(review.get("body") or "changes requested")
-        rejection = Rejection(reviewer=reviewer, reason=reason, source="webhook", pr_number=number)
+        rejection = Rejection(
+            reviewer=reviewer,
+            reason=reason,
+            source="webhook",
+            pr_number=number,
+            changes_requested=True,
+            review_id=str(review.get("id")),
+            head_sha=str(review.get("commit_id") or "") or None,
+        )
         self._run(runs.reject(self._client, workflow_id, rejection))
-        return 200, {"workflow_id": workflow_id, "message": "rejection recorded"}
+        return 200, {"workflow_id": workflow_id, "message": "request for changes sent to the run"}
+
+    def _on_pull(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A durafix PR closed without merging rejects its run."""
+        pr = payload.get("pull_request") or {}
+        marker = find_marker(pr.get("body"), PULL)
+        if payload.get("action") != "closed" or pr.get("merged") or marker is None or "run" not in marker.attrs:
+            return 202, {"message": "not a durafix PR closed without merging: ignored"}
+        repository = payload["repository"]["full_name"]
+        workflow_id = marker.attrs["run"]
+        if not workflow_id.startswith(f"repair:{repository}#"):
+            return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
+        bot = self._with_forge(
+            repository,
+            f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
+            lambda forge: forge.login(),
+        )
+        if str((pr.get("user") or {}).get("login") or "") != bot:
+            return 403, {"workflow_id": workflow_id, "message": f"PR #{pr['number']} is not authored by durafix"}
+        closer = str(payload["sender"]["login"])
+        rejection = Rejection(
+            reviewer=closer, reason="the PR was closed without merging", source="webhook", pr_number=int(pr["number"])
+        )
+        try:
+            self._run(runs.reject(self._client, workflow_id, rejection))
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to reject"}
+        return 200, {"workflow_id": workflow_id, "message": f"closing by {closer} sent to the run as a rejection"}
 
     def _refuse_reviewer(self, repository: str, reviewer: str, workflow_id: str) -> tuple[int, dict[str, Any]] | None:
         """None when ``reviewer`` holds at least ``approver_permission`` on ``repository``; otherwise the

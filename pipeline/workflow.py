@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from environments.interface import EnvironmentHandle
     from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
-    from pipeline import accounting, messages, steps
+    from pipeline import accounting, messages, revisions, steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
@@ -83,8 +83,11 @@ with workflow.unsafe.imports_passed_through():
         PublishBranchInput,
         ReadPullInput,
         ReadReportInput,
+        ReadReviewInput,
         ReportInfo,
         ReproduceInput,
+        RequestReviewInput,
+        ReviewRead,
         Step,
         UpdateTicketInput,
         VerifyInput,
@@ -121,6 +124,9 @@ AGENT_RUN_TOOLS_PATCH = "agent-run-tools"
 # and sent again, up to the policy's outage allowance, instead of ending the run (runs recorded before ended
 # in triage at the first such failure, and replay that way).
 MODEL_OUTAGE_PATCH = "model-outage-waited-out"
+# A permitted reviewer's request for changes starts a revision on top of the head under review (while the
+# revision budget lasts) instead of rejecting; runs recorded before replay such a request as a rejection.
+REVISIONS_PATCH = "revisions-on-review"
 
 
 class RunEnded(Exception):
@@ -157,10 +163,15 @@ class RepairBugWorkflow:
             budgets=Budgets(
                 repair_attempts_max=inp.policy.max_repair_attempts,
                 model_token_budget=inp.policy.model_token_budget,
+                revisions_max=inp.policy.revisions_max,
             ),
         )
         self._approval: Approval | None = None
         self._rejection: Rejection | None = None
+        # A review requesting changes of the head under review, not acted on yet; and whether a revision runs
+        # (a reject command or a closed PR then still rejects, at the end of the revision).
+        self._revision_request: Rejection | None = None
+        self._revising = False
         self._report: ReportInfo | None = None
         self._spec_ref: ArtifactRef | None = None
         self._procedure_ref: ArtifactRef | None = None
@@ -212,10 +223,24 @@ class RepairBugWorkflow:
 
     @workflow.signal
     def reject(self, rejection: Rejection) -> None:
+        """A rejection (reject command, closed PR), or a review requesting changes (``changes_requested``):
+        the latter is held as the revision request the review wait acts on, once per wait, and only when it
+        names the head under review (a late review of an earlier head says nothing about this one)."""
         pending = self._state.pending_approval
-        if rejection.pr_number is not None and (pending is None or rejection.pr_number != pending.pr_number):
+        publish = self._state.publish
+        own_pr = pending.pr_number if pending is not None else None
+        if own_pr is None and self._revising and publish is not None:
+            own_pr = publish.pr_number
+        if rejection.pr_number is not None and (own_pr is None or rejection.pr_number != own_pr):
             return  # a review of another PR is not a decision about this run
-        if self._state.phase == Phase.AWAITING_REVIEW and self._rejection is None:
+        if self._rejection is not None:
+            return
+        if rejection.changes_requested:
+            stale = pending is None or (rejection.head_sha is not None and rejection.head_sha != pending.head_sha)
+            if self._state.phase == Phase.AWAITING_REVIEW and not stale and self._revision_request is None:
+                self._revision_request = rejection
+            return
+        if self._state.phase == Phase.AWAITING_REVIEW or self._revising:
             self._rejection = rejection
 
     @workflow.signal
@@ -533,7 +558,16 @@ class RepairBugWorkflow:
         )
 
     async def _stepped_attempt(
-        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int
+        self,
+        report: ReportInfo,
+        attempt: int,
+        repair_op: str,
+        failures: list[str],
+        token_budget: int,
+        *,
+        start_patch: ArtifactRef | None = None,
+        revision: int = 0,
+        review_feedback: str = "",
     ) -> ProposalResult:
         """One repair attempt as recorded steps: model turn, tool batch, ..., then the conclusion.
 
@@ -542,12 +576,13 @@ class RepairBugWorkflow:
         (a model turn re-sends its one request; a tool batch re-runs on base + the patch before it). Tokens
         are charged to the run after every turn (a failed turn's through its failure, by the caller). The
         run ends ``repair-budget-exhausted`` when the attempt uses all its turns, as the engine's loop did;
-        a step's failure propagates as the ``ActivityError`` the caller judges."""
+        a step's failure propagates as the ``ActivityError`` the caller judges. A revision starts from
+        ``start_patch`` (the patch under review) and opens with what the review asked for."""
         wf = self._state.workflow_id
         budgets = self._state.budgets
         assert self._spec_ref is not None
         transcript: ArtifactRef | None = None
-        patch: ArtifactRef | None = None
+        patch: ArtifactRef | None = start_patch
         prompt = completion = 0
         model = ""
         summary: str | None = None
@@ -575,6 +610,8 @@ class RepairBugWorkflow:
                     tools=tools,
                     patch_ref=patch,
                     compact_above_chars=self._input.policy.agent_compact_chars if tools is not None else None,
+                    revision=revision,
+                    review_feedback=review_feedback,
                 ),
                 attempt,
             )
@@ -705,12 +742,15 @@ class RepairBugWorkflow:
             steps.VERIFY_CANDIDATE,
             VerifyInput(
                 run_id=wf,
-                op_id=op_id(wf, "verify", candidate.attempt),
+                op_id=op_id(wf, "revision-verify", candidate.revision)
+                if candidate.revision
+                else op_id(wf, "verify", candidate.attempt),
                 spec_ref=self._spec_ref,
                 patch_ref=candidate.patch_ref,
-                message=messages.commit_message(self._state, report.title, candidate.summary),
+                message=self._commit_message(report, candidate),
                 commit_timestamp=candidate.commit_timestamp,
                 baseline_cases_ref=self._state.baseline.cases_ref if self._state.baseline else None,
+                parent_commit=candidate.parent_commit,
             ),
         )
         candidate.commit = verified.commit
@@ -732,7 +772,7 @@ class RepairBugWorkflow:
             return (
                 f"no regression test: {said}; the policy asks for a test that fails on the base and passes with the fix"
             )
-        label = f"candidate-{candidate.attempt}"
+        label = f"revision-{candidate.revision}" if candidate.revision else f"candidate-{candidate.attempt}"
         replay = await self._reproduce_on(verified.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY)
         candidate.replay = replay
         if replay.status == ReproductionOutcome.REPRODUCED:
@@ -837,7 +877,8 @@ class RepairBugWorkflow:
 
     # ---- publish, review, merge ---------------------------------------------------------------------
 
-    async def _publish(self, report: ReportInfo, candidate: CandidateFact) -> None:
+    def _evidence_input(self, report: ReportInfo, candidate: CandidateFact) -> BuildEvidenceInput:
+        """What the evidence of a verified ``candidate`` (a repair's or a revision's) is built from."""
         wf = self._state.workflow_id
         inp = self._input
         assert candidate.commit is not None and self._procedure_ref is not None and self._spec_ref is not None
@@ -845,40 +886,43 @@ class RepairBugWorkflow:
         replay = candidate.replay
         assert base is not None and replay is not None and candidate.test_output_ref is not None
         baseline = self._state.baseline
-        evidence = await self._step(
-            steps.BUILD_EVIDENCE,
-            BuildEvidenceInput(
-                run_id=wf,
-                repository=inp.repository,
-                issue_number=inp.issue_number,
-                base_revision=report.base_revision,
-                candidate_commit=candidate.commit,
-                procedure_ref=self._procedure_ref,
-                base_reproduction=[
-                    *base.trace_refs,
-                    *base.screenshot_refs,
-                    *base.video_refs,
-                    *([base.log_ref] if base.log_ref else []),
-                ],
-                candidate_reproduction=[
-                    *replay.trace_refs,
-                    *replay.screenshot_refs,
-                    *replay.video_refs,
-                    *([replay.log_ref] if replay.log_ref else []),
-                ],
-                base_status=base.status,
-                candidate_status=replay.status,
-                patch_ref=candidate.patch_ref,
-                test_output_ref=candidate.test_output_ref,
-                tests_passed=bool(candidate.tests_passed),
-                spec_ref=self._spec_ref,
-                test_summary=candidate.test_summary or "",
-                baseline_passed=baseline.passed if baseline else None,
-                baseline_summary=baseline.summary if baseline else "",
-                baseline_output_ref=baseline.test_output_ref if baseline else None,
-                regression=candidate.regression,
-            ),
+        return BuildEvidenceInput(
+            run_id=wf,
+            repository=inp.repository,
+            issue_number=inp.issue_number,
+            base_revision=report.base_revision,
+            candidate_commit=candidate.commit,
+            procedure_ref=self._procedure_ref,
+            base_reproduction=[
+                *base.trace_refs,
+                *base.screenshot_refs,
+                *base.video_refs,
+                *([base.log_ref] if base.log_ref else []),
+            ],
+            candidate_reproduction=[
+                *replay.trace_refs,
+                *replay.screenshot_refs,
+                *replay.video_refs,
+                *([replay.log_ref] if replay.log_ref else []),
+            ],
+            base_status=base.status,
+            candidate_status=replay.status,
+            patch_ref=candidate.patch_ref,
+            test_output_ref=candidate.test_output_ref,
+            tests_passed=bool(candidate.tests_passed),
+            spec_ref=self._spec_ref,
+            test_summary=candidate.test_summary or "",
+            baseline_passed=baseline.passed if baseline else None,
+            baseline_summary=baseline.summary if baseline else "",
+            baseline_output_ref=baseline.test_output_ref if baseline else None,
+            regression=candidate.regression,
         )
+
+    async def _publish(self, report: ReportInfo, candidate: CandidateFact) -> None:
+        wf = self._state.workflow_id
+        inp = self._input
+        assert candidate.commit is not None
+        evidence = await self._step(steps.BUILD_EVIDENCE, self._evidence_input(report, candidate))
         self._record(evidence.manifest_ref)
         self._record(evidence.report_ref)
         branch = branch_for(wf)
@@ -901,7 +945,7 @@ class RepairBugWorkflow:
                 base_revision=report.base_revision,
                 patch_ref=candidate.patch_ref,
                 expected_commit=candidate.commit,
-                message=messages.commit_message(self._state, report.title, candidate.summary),
+                message=self._commit_message(report, candidate),
                 commit_timestamp=candidate.commit_timestamp,
                 expected_old=None,
             ),
@@ -949,11 +993,20 @@ class RepairBugWorkflow:
                 await self._update_ticket(note=self._review_note)
             try:
                 await workflow.wait_condition(
-                    lambda: self._approval is not None or self._rejection is not None,
+                    lambda: (
+                        self._approval is not None or self._rejection is not None or self._revision_request is not None
+                    ),
                     timeout=timedelta(seconds=self._input.policy.review_timeout_s),
                 )
             except TimeoutError:
                 return Outcome.REJECTED, "no review before the review deadline"
+            if self._rejection is None and self._revision_request is not None:
+                request, self._revision_request = self._revision_request, None
+                if workflow.patched(REVISIONS_PATCH):
+                    await self._revise(request)
+                    head = publish.commit
+                    continue
+                self._rejection = request  # as runs recorded before revisions took it
             if self._rejection is not None:
                 r = self._rejection
                 return Outcome.REJECTED, f"rejected by {r.reviewer}" + (f": {r.reason}" if r.reason else "")
@@ -1034,6 +1087,213 @@ class RepairBugWorkflow:
         )
         self._review_note = f"not merged: {why}; waiting for an approving review of `{head[:12]}` on the PR"
         await self._update_ticket(note=self._review_note)
+
+    # ---- revisions on review ------------------------------------------------------------------------
+
+    def _commit_message(self, report: ReportInfo, candidate: CandidateFact) -> str:
+        if candidate.revision:
+            return revisions.revision_commit_message(
+                self._state.issue_number,
+                self._state.workflow_id,
+                candidate.revision,
+                candidate.reviewer or "a reviewer",
+                candidate.summary,
+            )
+        return messages.commit_message(self._state, report.title, candidate.summary)
+
+    async def _revise(self, request: Rejection) -> None:
+        """Answer a permitted reviewer's request for changes of the head under review.
+
+        While the revision budget (``revisions_max``) lasts: one bounded attempt on top of the candidate under
+        review (its patch is where the attempt starts; its first message carries the review's body and line
+        comments, read from the forge), verified like any candidate. A revision that passes is pushed to the
+        same branch as a commit on top of the head under review, with that head as the push's lease (a branch
+        moved by anyone else is a conflict, never overwritten); the same PR then shows it (its description
+        now lists the revision), gets an evidence comment keyed by the new head, and the reviewer is asked
+        again. A revision that fails is said on the PR (keyed per revision) and pushes nothing: the previous
+        head stays under review. Once the budget is spent, the request is said on the PR and ends the run
+        ``rejected``. A rejection (reject command, closed PR) that arrives during the revision is acted on by
+        the review wait that follows it.
+        """
+        wf = self._state.workflow_id
+        budgets = self._state.budgets
+        publish = self._state.publish
+        report = self._report
+        assert publish is not None and publish.pr_number is not None and report is not None
+        head = publish.commit
+        if budgets.revisions_used >= budgets.revisions_max:
+            await self._say_on_pr(
+                f"{wf}:revisions-spent", revisions.budget_spent_comment(budgets.revisions_max, request.reviewer, head)
+            )
+            raise RunEnded(
+                Outcome.REJECTED,
+                f"changes requested by {request.reviewer} after the revision budget ({budgets.revisions_max}) "
+                "was spent" + (f": {request.reason}" if request.reason else ""),
+            )
+        budgets.revisions_used += 1
+        n = budgets.revisions_used
+        under_review = next(c for c in reversed(self._state.candidates) if c.commit == head)
+        self._state.pending_approval = None
+        self._approval = None  # an approval of the head under review does not cover its revision
+        self._revising = True
+        try:
+            candidate, failure = await self._revision_candidate(report, request, under_review, n)
+            if failure is None:
+                assert candidate is not None
+                await self._publish_revision(report, candidate, head)
+                self._review_note = f"revision {n} pushed as `{publish.commit[:12]}`; waiting for a review of it"
+            else:
+                await self._say_on_pr(
+                    f"{wf}:revision-failed:{n}",
+                    revisions.revision_failed_comment(n, budgets.revisions_max, request.reviewer, head, failure),
+                )
+                self._review_note = f"revision {n} did not pass ({failure}); `{head[:12]}` is still under review"
+        finally:
+            self._revising = False
+
+    async def _revision_candidate(
+        self, report: ReportInfo, request: Rejection, under_review: CandidateFact, n: int
+    ) -> tuple[CandidateFact | None, str | None]:
+        """Revision ``n``: the attempt and its verification. The verified candidate, or why there is none."""
+        wf = self._state.workflow_id
+        budgets = self._state.budgets
+        assert self._spec_ref is not None and under_review.commit is not None
+        review: ReviewRead | None = None
+        if request.review_id is not None and request.pr_number is not None:
+            review = await self._step(
+                steps.READ_REVIEW,
+                ReadReviewInput(
+                    repository=self._input.repository, number=request.pr_number, review_id=int(request.review_id)
+                ),
+            )
+        feedback = revisions.feedback_text(request, review)
+        spent = budgets.model_prompt_tokens + budgets.model_completion_tokens
+        if spent >= budgets.model_token_budget:
+            return None, f"the model token budget is spent ({spent} >= {budgets.model_token_budget})"
+        self._enter(Phase.REPAIR)
+        # An attempt number of its own, so its transcripts and patch are told apart from the repair attempts'.
+        attempt = budgets.repair_attempts_used + n
+        repair_op = op_id(wf, "revision", n)
+        try:
+            proposal = await self._stepped_attempt(
+                report,
+                attempt,
+                repair_op,
+                [],
+                budgets.model_token_budget - spent,
+                start_patch=under_review.patch_ref,
+                revision=n,
+                review_feedback=feedback,
+            )
+        except RunEnded as ended:
+            return None, ended.detail
+        except ActivityError as err:
+            self._count_tokens(err)
+            if failure_class(err) not in (FailureClass.NO_PATCH, FailureClass.PERMANENT, FailureClass.BUDGET):
+                raise
+            return None, f"no usable patch ({failure_message(err)})"
+        if proposal.patch_ref.sha256 == under_review.patch_ref.sha256:
+            return None, "the revision changed nothing"
+        self._record(proposal.patch_ref)
+        candidate = CandidateFact(
+            attempt=attempt,
+            op_id=repair_op,
+            patch_ref=proposal.patch_ref,
+            summary=proposal.summary,
+            commit_timestamp=int(workflow.now().timestamp()),
+            revision=n,
+            parent_commit=under_review.commit,
+            review_id=request.review_id,
+            reviewer=request.reviewer,
+        )
+        self._state.candidates.append(candidate)
+        self._enter(Phase.VERIFY)
+        failure = await self._verify(report, candidate)
+        candidate.verification = VerificationStatus.PASSED if failure is None else VerificationStatus.FAILED
+        candidate.failure = failure
+        return (candidate, None) if failure is None else (None, failure)
+
+    async def _publish_revision(self, report: ReportInfo, candidate: CandidateFact, old_head: str) -> None:
+        """Push the verified revision on top of ``old_head`` (the lease), then evidence and a renewed review."""
+        wf = self._state.workflow_id
+        inp = self._input
+        publish = self._state.publish
+        assert publish is not None and publish.pr_number is not None and candidate.commit is not None
+        self._enter(Phase.PUBLISH)
+        evidence = await self._step(steps.BUILD_EVIDENCE, self._evidence_input(report, candidate))
+        self._record(evidence.manifest_ref)
+        self._record(evidence.report_ref)
+        await self._step(
+            steps.PUBLISH_BRANCH,
+            PublishBranchInput(
+                op_id=op_id(wf, "revision-push", candidate.revision),
+                run_id=wf,
+                repository=inp.repository,
+                clone_url=report.clone_url,
+                branch=publish.branch,
+                base_revision=report.base_revision,
+                patch_ref=candidate.patch_ref,
+                expected_commit=candidate.commit,
+                message=self._commit_message(report, candidate),
+                commit_timestamp=candidate.commit_timestamp,
+                expected_old=old_head,
+                parent_commit=old_head,
+            ),
+        )
+        repaired = next(
+            c for c in self._state.candidates if not c.revision and c.verification == VerificationStatus.PASSED
+        )
+        await self._step(
+            steps.ENSURE_DRAFT_PR,
+            EnsureDraftPrInput(
+                op_id=op_id(wf, "revision-pr", candidate.revision),
+                run_id=wf,
+                repository=inp.repository,
+                branch=publish.branch,
+                base=inp.base_branch,
+                title=messages.pr_title(report.title, inp.issue_number),
+                body=messages.pr_body(self._state, repaired, inp.policy.closing_keyword),
+            ),
+        )
+        publish.commit = candidate.commit
+        publish.manifest_ref = evidence.manifest_ref
+        publish.report_ref = evidence.report_ref
+        publish.report_url = evidence.report_url
+        publish.evidence_digest = evidence.digest
+        comment = await self._step(
+            steps.ENSURE_COMMENT,
+            EnsureCommentInput(
+                repository=inp.repository,
+                number=publish.pr_number,
+                key=f"{wf}:evidence:{candidate.commit}",
+                body=messages.evidence_comment(self._state, candidate, evidence),
+            ),
+        )
+        publish.evidence_comment_id = comment.comment_id
+        reviewer = candidate.reviewer or ""
+        await self._say_on_pr(
+            f"{wf}:revision:{candidate.revision}",
+            revisions.revised_comment(
+                candidate.revision,
+                self._state.budgets.revisions_max,
+                reviewer or "the reviewer",
+                old_head,
+                candidate.commit,
+            ),
+        )
+        if reviewer:
+            await self._step(
+                steps.REQUEST_REVIEW,
+                RequestReviewInput(repository=inp.repository, number=publish.pr_number, reviewers=[reviewer]),
+            )
+
+    async def _say_on_pr(self, key: str, body: str) -> None:
+        publish = self._state.publish
+        assert publish is not None and publish.pr_number is not None
+        await self._step(
+            steps.ENSURE_COMMENT,
+            EnsureCommentInput(repository=self._input.repository, number=publish.pr_number, key=key, body=body),
+        )
 
     # ---- ending -------------------------------------------------------------------------------------
 

@@ -32,6 +32,8 @@ class RepairRequest(BaseModel):
     )
     max_turns: int = Field(default=30, ge=1)
     token_budget: int = Field(ge=1)
+    revision: int = Field(default=0, ge=0, description="a revision of the candidate under review (0: none)")
+    review_feedback: str = Field(default="", description="what the review asking for the revision said")
 
 
 class RepairProposal(BaseModel):

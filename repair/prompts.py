@@ -1,7 +1,9 @@
 """The messages that open a repair attempt.
 
 The system prompt carries the marker line ``durafix-attempt: N`` so that an endpoint can tell attempts apart
-(the scripted model server matches on it to answer attempt 1 and attempt 2 differently).
+(the scripted model server matches on it to answer attempt 1 and attempt 2 differently), and a revision on
+review adds ``durafix-revision: N``: its workspace already holds the candidate under review, and its user
+message carries what the review asked for.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from collections.abc import Sequence
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
+REVISION_MARKER = "durafix-revision"
 
 _SYSTEM = """You are durafix's repair agent. The repository of a web application is checked out in your \
 workspace at the revision where a bug was reported. Find the cause of the bug and fix it in the code.
@@ -26,6 +29,13 @@ How to work:
 {marker}: {attempt}"""
 
 
+_REVISION = """
+
+This is a revision: your workspace already holds the fix a reviewer reviewed. Change it as the review asks, \
+keeping what it does not object to.
+
+{marker}: {revision}"""
+
 _NO_RUNS = "You cannot run commands; durafix runs the tests and replays the bug in a browser after you finish."
 _RUNS = {
     "run_tests": "run_tests runs the repository's tests (or the test files you name) on your workspace as it is",
@@ -39,9 +49,13 @@ _RUNS_TAIL = (
 
 
 def system_prompt(request: RepairRequest, runs: Sequence[str] = ()) -> str:
-    """The system prompt; ``runs`` are the run tools offered (none: the model is told it cannot run anything)."""
+    """The system prompt; ``runs`` are the run tools offered (none: the model is told it cannot run anything).
+    A revision adds what it is and its marker."""
     running = "; ".join(_RUNS[r] for r in _RUNS if r in runs) + _RUNS_TAIL if runs else _NO_RUNS
-    return _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt, running=running)
+    prompt = _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt, running=running)
+    if request.revision:
+        prompt += _REVISION.format(marker=REVISION_MARKER, revision=request.revision)
+    return prompt
 
 
 def user_prompt(request: RepairRequest) -> str:
@@ -50,4 +64,6 @@ def user_prompt(request: RepairRequest) -> str:
         parts += ["", "Earlier attempts were rejected by verification:"]
         parts += [f"- attempt {n}: {why}" for n, why in enumerate(request.previous_failures, 1)]
         parts += ["Do not repeat them."]
+    if request.revision:
+        parts += ["", "A reviewer asked for changes to the fix in your workspace:", "", request.review_feedback.strip()]
     return "\n".join(parts)

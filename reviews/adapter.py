@@ -16,9 +16,20 @@ from reviews.comments import KIND as COMMENT_CLAIMS
 from reviews.comments import Comments
 from reviews.config import ForgeConfig
 from reviews.errors import ForgePermanentError
+from reviews.feedback import Feedback
 from reviews.issues import IssueInfo, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
-from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.models import (
+    CommentRef,
+    MergeMethod,
+    MergeResult,
+    PublishResult,
+    PullRef,
+    PullState,
+    ReviewFeedback,
+    RunFootprint,
+    Ticket,
+)
 from reviews.permissions import (
     REPO_PERMISSIONS,
     REPO_ROLES,
@@ -46,6 +57,7 @@ class GitHubForge:
         self._comments = Comments(self._t, self._claims)
         self._branches = Branches(self._t)
         self._pulls = Pulls(self._t)
+        self._feedback = Feedback(self._t)
 
     def close(self) -> None:
         self._t.close()
@@ -138,6 +150,12 @@ class GitHubForge:
 
     def mark_ready_for_review(self, pr_number: int) -> None:
         self._pulls.mark_ready(pr_number)
+
+    def read_review(self, pr_number: int, review_id: int) -> ReviewFeedback:
+        return self._feedback.read(pr_number, review_id)
+
+    def request_review(self, pr_number: int, logins: list[str]) -> None:
+        self._feedback.request_review(pr_number, logins)
 
     def get_pr(self, number: int) -> PullState:
         return self._pulls.state(number)

@@ -6,7 +6,17 @@ from pathlib import Path
 from typing import Protocol
 
 from reviews.issues import IssueInfo
-from reviews.models import CommentRef, MergeMethod, MergeResult, PublishResult, PullRef, PullState, RunFootprint, Ticket
+from reviews.models import (
+    CommentRef,
+    MergeMethod,
+    MergeResult,
+    PublishResult,
+    PullRef,
+    PullState,
+    ReviewFeedback,
+    RunFootprint,
+    Ticket,
+)
 from reviews.permissions import RepoPermission
 
 
@@ -41,6 +51,10 @@ class ForgePort(Protocol):
     def get_pr(self, number: int) -> PullState: ...
 
     def get_permission(self, login: str) -> RepoPermission: ...
+
+    def read_review(self, pr_number: int, review_id: int) -> ReviewFeedback: ...
+
+    def request_review(self, pr_number: int, logins: list[str]) -> None: ...
 
     def login(self) -> str: ...
 

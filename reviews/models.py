@@ -110,3 +110,22 @@ class RunFootprint(BaseModel):
     evidence_comments: list[int]
     branches: list[str]
     claims: list[str]
+
+
+class ReviewLineComment(BaseModel):
+    """A review's comment on a line of the diff (``line`` is None for a comment on a file or an outdated line)."""
+
+    path: str
+    line: int | None = None
+    body: str
+
+
+class ReviewFeedback(BaseModel):
+    """A submitted review as the forge holds it: its text, the head it was made on, and its line comments."""
+
+    review_id: int
+    reviewer: str
+    state: str
+    body: str
+    commit_id: str | None
+    comments: list[ReviewLineComment] = []

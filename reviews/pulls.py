@@ -3,7 +3,8 @@
 `ensure_draft_pr(run_id, branch, base, ...)`: GitHub keeps at most one open PR per head and base and
 refuses a second with 422 "A pull request already exists", so the create is uniquely keyed and may be
 sent again after an ambiguous outcome. The open PR for the head is looked up first; it must carry this
-run's marker `<!-- durafix:pr run=<run_id> -->`, otherwise it belongs to someone else: conflict.
+run's marker `<!-- durafix:pr run=<run_id> -->`, otherwise it belongs to someone else: conflict. A found
+PR whose description differs from `body` (a revision's) is edited to it; the title is left alone.
 
 `merge(pr, approved_sha)`: passes `sha`, so GitHub refuses (409) if the head moved after approval. Every
 expected refusal becomes a `MergeResult` status. An ambiguous merge is reconciled by reading the PR
@@ -65,6 +66,7 @@ class Pulls:
         for _ in range(2):
             existing = self._owned_open(run_id, branch, base)
             if existing is not None:
+                self._with_body(existing, text)
                 return _pull_ref(existing, run_id, created=False)
             try:
                 pr = self._t.mutate(f"create draft PR {branch} -> {base}", create)
@@ -73,12 +75,19 @@ class Pulls:
                 existing = self._owned_open(run_id, branch, base)
                 if existing is None:
                     raise
+                self._with_body(existing, text)
                 return _pull_ref(existing, run_id, created=False)
             except ForgeAmbiguousError:
                 # Read again, then resend: GitHub refuses a second open PR for this head and base.
                 continue
             return _pull_ref(pr, run_id, created=True)
         raise ForgeAmbiguousError(f"creating the PR for {branch}: outcome unknown twice and no PR visible")
+
+    def _with_body(self, pr: PullRequest, text: str) -> None:
+        """Bring an existing PR's description to ``text`` (a revision updates it); an edit only when it differs,
+        and an edit is idempotent, so a retry after an unanswered one just sends it again."""
+        if (pr.body or "") != text:
+            self._t.mutate(f"edit the body of PR #{pr.number}", lambda: pr.edit(body=text))
 
     def _owned_open(self, run_id: str, branch: str, base: str) -> PullRequest | None:
         """The open PR from `branch` into `base`; conflict if it is not this run's."""

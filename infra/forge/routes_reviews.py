@@ -1,4 +1,4 @@
-"""Pull request reviews and review requests.
+"""Pull request reviews, their line comments, and review requests.
 
 A review is tied to the head SHA it was made on (``commit_id``, by default the head at submission) and stays
 on the pull request after later pushes, so whoever checks an approval must compare its ``commit_id`` with
@@ -66,15 +66,7 @@ def create_review(ctx: Ctx) -> Response:
                 "message": "Commit does not exist",
             }
         )
-    if data.get("comments"):
-        raise validation_failed(
-            {
-                "resource": "PullRequestReview",
-                "code": "custom",
-                "field": "comments",
-                "message": "line comments are not supported by this server",
-            }
-        )
+    comments = _line_comments(ctx, repo, pull, commit_id, data.get("comments"))
     pending = ctx.db.execute(
         "SELECT 1 FROM reviews WHERE pull_id = ? AND user_id = ? AND state = 'PENDING'", (pull["id"], viewer["id"])
     ).fetchone()
@@ -85,10 +77,47 @@ def create_review(ctx: Ctx) -> Response:
         (pull["id"], viewer["id"], body, commit_id),
     )
     review_id = int(cur.lastrowid or 0)
+    for path, line, side, text in comments:
+        ctx.db.execute(
+            "INSERT INTO review_comments (review_id, pull_id, user_id, path, line, side, body, commit_id, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (review_id, pull["id"], viewer["id"], path, line, side, text, commit_id, now_iso()),
+        )
     if data.get("event"):
         _submit(ctx, repo, issue, pull, review_id, data["event"], body)
     row = ctx.db.execute("SELECT * FROM reviews WHERE id = ?", (review_id,)).fetchone()
     return Response.json(200, shapes_pulls.review(ctx, row))
+
+
+def _line_comments(
+    ctx: Ctx, repo: sqlite3.Row, pull: sqlite3.Row, commit_id: str, raw: object
+) -> list[tuple[str, int | None, str, str]]:
+    """A review's ``comments`` as (path, line, side, body), checked as GitHub does: each names a file the pull
+    request changes (else 422 "Path could not be resolved") and has a body; ``line`` (or the older
+    ``position``) is a positive number, and a comment without either is on the file."""
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise invalid_field("PullRequestReview", "comments")
+    git = ctx.git(repo)
+    start = git.merge_base(shapes_pulls.base_sha(ctx, repo, pull), commit_id)
+    changed = {f.filename for f in git.changes(start, commit_id)}
+    out: list[tuple[str, int | None, str, str]] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            raise invalid_field("PullRequestReview", "comments")
+        path, body, side = item.get("path"), item.get("body"), item.get("side") or "RIGHT"
+        line = item.get("line", item.get("position"))
+        if not isinstance(path, str) or not isinstance(body, str) or not body:
+            raise invalid_field("PullRequestReviewComment", "body" if isinstance(path, str) else "path")
+        if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 1):
+            raise invalid_field("PullRequestReviewComment", "line")
+        if side not in ("LEFT", "RIGHT"):
+            raise invalid_field("PullRequestReviewComment", "side")
+        if path not in changed:
+            raise ApiError(422, "Unprocessable Entity", errors=["Path could not be resolved"])
+        out.append((path, line, side, body))
+    return out
 
 
 @routes.add("POST", "/repos/{owner}/{repo}/pulls/{number}/reviews/{review_id}/events")
@@ -123,6 +152,29 @@ def get_review(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
     _, pull = load_pull(ctx, repo)
     return Response.json(200, shapes_pulls.review(ctx, _review(ctx, pull)))
+
+
+@routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/reviews/{review_id}/comments")
+def list_review_comments(ctx: Ctx) -> Response:
+    repo = load_repo(ctx)
+    _, pull = load_pull(ctx, repo)
+    review = _review(ctx, pull)
+    rows = ctx.db.execute("SELECT * FROM review_comments WHERE review_id = ? ORDER BY id", (review["id"],)).fetchall()
+    return paginate(ctx, rows, lambda r: shapes_pulls.review_comment(ctx, r))
+
+
+@routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/comments")
+def list_pull_review_comments(ctx: Ctx) -> Response:
+    """The PR's line comments of submitted reviews (and the viewer's own pending ones)."""
+    repo = load_repo(ctx)
+    _, pull = load_pull(ctx, repo)
+    viewer_id = ctx.viewer["id"] if ctx.viewer is not None else -1
+    rows = ctx.db.execute(
+        "SELECT c.* FROM review_comments c JOIN reviews r ON r.id = c.review_id"
+        " WHERE c.pull_id = ? AND (r.state != 'PENDING' OR r.user_id = ?) ORDER BY c.id",
+        (pull["id"], viewer_id),
+    ).fetchall()
+    return paginate(ctx, rows, lambda r: shapes_pulls.review_comment(ctx, r))
 
 
 @routes.add("PUT", "/repos/{owner}/{repo}/pulls/{number}/reviews/{review_id}/dismissals")

@@ -169,3 +169,37 @@ def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
     if row["submitted_at"] is not None:
         out["submitted_at"] = row["submitted_at"]
     return out
+
+
+def review_comment(v: View, row: sqlite3.Row) -> dict[str, Any]:
+    """A line comment of a review (GitHub's "pull request review comment")."""
+    pull_row = v.db.execute("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],)).fetchone()
+    issue_row = v.db.execute("SELECT * FROM issues WHERE id = ?", (pull_row["issue_id"],)).fetchone()
+    repo_row = v.repo_row(issue_row["repo_id"])
+    api = f"{v.repo_api(repo_row)}/pulls/comments/{row['id']}"
+    html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#discussion_r{row['id']}"
+    pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"
+    return {
+        "id": row["id"],
+        "node_id": node_id("PullRequestReviewComment", row["id"]),
+        "url": api,
+        "pull_request_review_id": row["review_id"],
+        "diff_hunk": "",
+        "path": row["path"],
+        "position": row["line"],
+        "original_position": row["line"],
+        "commit_id": row["commit_id"],
+        "original_commit_id": row["commit_id"],
+        "user": core.user(v, v.user_row(row["user_id"])),
+        "body": row["body"],
+        "created_at": row["created_at"],
+        "updated_at": row["created_at"],
+        "html_url": html,
+        "pull_request_url": pull_api,
+        "author_association": core.author_association(v, repo_row, row["user_id"]),
+        "_links": {"self": {"href": api}, "html": {"href": html}, "pull_request": {"href": pull_api}},
+        "line": row["line"],
+        "original_line": row["line"],
+        "side": row["side"],
+        "subject_type": "line" if row["line"] is not None else "file",
+    }

@@ -117,6 +117,18 @@ CREATE TABLE IF NOT EXISTS reviews (
     commit_id TEXT NOT NULL,
     submitted_at TEXT
 );
+CREATE TABLE IF NOT EXISTS review_comments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    review_id INTEGER NOT NULL REFERENCES reviews(id),
+    pull_id INTEGER NOT NULL REFERENCES pulls(id),
+    user_id INTEGER NOT NULL REFERENCES users(id),
+    path TEXT NOT NULL,
+    line INTEGER,
+    side TEXT NOT NULL,
+    body TEXT NOT NULL,
+    commit_id TEXT NOT NULL,
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS statuses (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     repo_id INTEGER NOT NULL REFERENCES repos(id),

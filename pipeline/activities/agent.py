@@ -110,6 +110,8 @@ class AgentActivities:
                     workspace="",
                     previous_failures=inp.previous_failures,
                     token_budget=max(1, inp.token_budget),
+                    revision=inp.revision,
+                    review_feedback=inp.review_feedback,
                 ),
                 tools=inp.tools,
             )

@@ -227,8 +227,11 @@ class EnvironmentActivities:
         with classified():
             ensure_not_fenced(store, inp.run_id, f"to verify {inp.op_id}")
             with Heartbeat("rebuilding workspace from base + patch") as beat:
+                if inp.parent_commit is not None:
+                    # A revision is stacked on the head under review, which is on the forge already.
+                    self.workspaces.mirrors.ensure(spec.clone_url, inp.parent_commit, token=self.git_token)
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
-                commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
+                commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
                     result = _setup_and_test(

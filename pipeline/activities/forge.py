@@ -32,7 +32,11 @@ from pipeline.steps import (
     PullInfo,
     ReadPullInput,
     ReadReportInput,
+    ReadReviewInput,
     ReportInfo,
+    RequestReviewInput,
+    ReviewComment,
+    ReviewRead,
     TicketResult,
     UpdateTicketInput,
 )
@@ -76,6 +80,8 @@ class ForgeActivities:
             self.ensure_draft_pr,
             self.ensure_comment,
             self.read_pr,
+            self.read_review,
+            self.request_review,
             self.merge,
         ]
 
@@ -120,9 +126,12 @@ class ForgeActivities:
     def publish_branch(self, inp: PublishBranchInput) -> PublishResult:
         """Rebuild the candidate commit (deterministic: same SHA as verified) and push it conditionally."""
         with classified():
+            if inp.parent_commit is not None:
+                # A revision is stacked on the head under review, which is on the forge already.
+                self.workspaces.mirrors.ensure(inp.clone_url, inp.parent_commit, token=self.git_token)
             ws = self._rebuild_candidate(inp.run_id, inp.op_id, inp.clone_url, inp.base_revision, inp.patch_ref)
             try:
-                commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp)
+                commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
                 if commit != inp.expected_commit:
                     raise FailureClass.PERMANENT.error(
                         f"rebuilt candidate {commit} differs from the verified commit {inp.expected_commit}"
@@ -173,6 +182,26 @@ class ForgeActivities:
             merge_commit_sha=pr.merge_commit_sha,
             mergeable=pr.mergeable,
         )
+
+    @activity.defn(name=steps.READ_REVIEW.name)
+    def read_review(self, inp: ReadReviewInput) -> ReviewRead:
+        """Read-only: the review and its line comments as the forge holds them now (``reviews.feedback``)."""
+        with classified():
+            review = self.forge_for(inp.repository).read_review(inp.number, inp.review_id)
+        return ReviewRead(
+            review_id=review.review_id,
+            reviewer=review.reviewer,
+            state=review.state,
+            body=review.body,
+            commit_id=review.commit_id,
+            comments=[ReviewComment(path=c.path, line=c.line, body=c.body) for c in review.comments],
+        )
+
+    @activity.defn(name=steps.REQUEST_REVIEW.name)
+    def request_review(self, inp: RequestReviewInput) -> None:
+        """Ask ``reviewers`` to review the PR (again); idempotent on the forge (``reviews.feedback``)."""
+        with classified():
+            self.forge_for(inp.repository).request_review(inp.number, inp.reviewers)
 
     @activity.defn(name=steps.MERGE.name)
     def merge(self, inp: MergeInput) -> MergeOutcome:

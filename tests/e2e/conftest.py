@@ -42,12 +42,13 @@ NEVER_FIXABLE = "never-fixable"
 
 
 def combined_model_script(dest: Path) -> Path:
-    """Procedure drafting as scripted; reports whose text says ``never-fixable`` get the bad fix; every other
-    report gets the real fix."""
+    """Procedure drafting as scripted; revisions on review get the scripted revision; reports whose text says
+    ``never-fixable`` get the bad fix; every other report gets the real fix."""
+    revision = yaml.safe_load((MODEL_DIR / "revision.yaml").read_text())
     bad = yaml.safe_load((MODEL_DIR / "bad-fix.yaml").read_text())
     good = yaml.safe_load((MODEL_DIR / "fix.yaml").read_text())
     draft = yaml.safe_load((MODEL_DIR / "draft-procedure.yaml").read_text())
-    conversations = list(draft["conversations"])
+    conversations = [*draft["conversations"], *revision["conversations"]]
     for conv in bad["conversations"]:
         conv = dict(conv)
         conv["match"] = {**(conv.get("match") or {}), "user": NEVER_FIXABLE}

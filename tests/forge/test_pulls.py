@@ -200,6 +200,43 @@ def test_reviews_are_tied_to_the_head_they_were_made_on(team: Team) -> None:
     assert pull.get_review(changes.id).body == "one more thing"
 
 
+def test_review_line_comments_are_read_back_per_review_and_per_pull(team: Team) -> None:
+    repo = team.shop
+    head = branch_with(repo, "lc", {"l.txt": "one\ntwo\n"})
+    pull = repo.create_pull(title="line comments", body="", head="lc", base="main")
+    bob_pull = team.gh(team.bob).get_repo("alice/shop").get_pull(pull.number)
+    review = bob_pull.create_review(
+        body="two things",
+        event="REQUEST_CHANGES",
+        comments=[{"path": "l.txt", "line": 2, "body": "say three"}, {"path": "l.txt", "body": "and end well"}],
+    )
+    assert (review.state, review.commit_id) == ("CHANGES_REQUESTED", head)
+    read = list(pull.get_single_review_comments(review.id))
+    assert [(c.path, c.line, c.body, c.pull_request_review_id) for c in read] == [
+        ("l.txt", 2, "say three", review.id),
+        ("l.txt", None, "and end well", review.id),
+    ]
+    assert [c.user.login for c in read] == ["bob", "bob"]
+    assert [c.body for c in pull.get_review_comments()] == ["say three", "and end well"]
+    with pytest.raises(GithubException) as err:
+        bob_pull.create_review(body="x", event="COMMENT", comments=[{"path": "nope.txt", "line": 1, "body": "?"}])
+    assert err.value.status == 422
+    assert err.value.data["errors"] == ["Path could not be resolved"]
+    assert [r.id for r in pull.get_reviews()] == [review.id]
+
+
+def test_a_reviewer_is_asked_again_after_reviewing(team: Team) -> None:
+    repo = team.shop
+    branch_with(repo, "again", {"a.txt": "a\n"})
+    pull = repo.create_pull(title="again", body="", head="again", base="main")
+    pull.create_review_request(reviewers=["bob"])
+    team.gh(team.bob).get_repo("alice/shop").get_pull(pull.number).create_review(body="no", event="REQUEST_CHANGES")
+    assert [u.login for u in pull.get_review_requests()[0]] == []
+    pull.create_review_request(reviewers=["bob"])
+    pull.create_review_request(reviewers=["bob"])
+    assert [u.login for u in pull.get_review_requests()[0]] == ["bob"]
+
+
 def test_author_cannot_approve_own_pull(team: Team) -> None:
     repo = team.shop
     branch_with(repo, "own", {"o.txt": "o\n"})

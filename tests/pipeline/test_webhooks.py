@@ -421,14 +421,41 @@ async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(ho
     assert updates == []
 
 
-async def test_changes_requested_review_by_a_writer_sends_the_rejection_to_the_run(hook: Hook) -> None:
+async def test_changes_requested_review_by_a_writer_sends_a_request_for_changes_to_the_run(hook: Hook) -> None:
     body = await hook.started_run(12)
-    answer = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+    event = hook.review_event("changes_requested", body)
+    answer = await hook.deliver("pull_request_review", event)
     assert answer.status == 200, answer
     assert answer.body["workflow_id"] == hook.run_id(12)
+    review = event["review"]
     assert await rejections(hook.client, hook.run_id(12)) == [
-        Rejection(reviewer=WRITER, reason="looks wrong", source="webhook", pr_number=2)
+        Rejection(
+            reviewer=WRITER,
+            reason="looks wrong",
+            source="webhook",
+            pr_number=2,
+            changes_requested=True,
+            review_id=str(review["id"]),
+            head_sha="0" * 40,
+        )
     ]
+
+
+async def test_closing_durafix_pr_without_merging_rejects_the_run(hook: Hook) -> None:
+    body = await hook.started_run(14)
+    closed = hook.with_repository(example("pull_request", "closed"), None)
+    closed["pull_request"].update(body=body, merged=False, number=5)
+    closed["pull_request"]["user"]["login"] = BOT
+    closed["sender"]["login"] = WRITER
+    answer = await hook.deliver("pull_request", closed)
+    assert answer.status == 200, answer
+    assert await rejections(hook.client, hook.run_id(14)) == [
+        Rejection(reviewer=WRITER, reason="the PR was closed without merging", source="webhook", pr_number=5)
+    ]
+    merged = hook.with_repository(example("pull_request", "closed"), None)
+    merged["pull_request"].update(body=body, merged=True, number=5)
+    merged["pull_request"]["user"]["login"] = BOT
+    assert (await hook.deliver("pull_request", merged)).status == 202
 
 
 async def test_approval_for_a_run_not_awaiting_review_is_refused_with_the_validators_reason(

@@ -57,9 +57,13 @@ from pipeline.steps import (
     PullInfo,
     ReadPullInput,
     ReadReportInput,
+    ReadReviewInput,
     ReportInfo,
     ReproduceInput,
     ReproduceResult,
+    RequestReviewInput,
+    ReviewComment,
+    ReviewRead,
     TaskQueue,
     TicketResult,
     UpdateTicketInput,
@@ -73,6 +77,11 @@ pytestmark = pytest.mark.e2e
 
 BASE = "a" * 40
 CANDIDATE = "c" * 40
+
+
+def revised(n: int) -> str:
+    """The commit the doubles' verification gives revision ``n``."""
+    return str(n + 4) * 40
 
 
 def ref(name: str, kind: ArtifactKind = ArtifactKind.OTHER) -> ArtifactRef:
@@ -119,6 +128,9 @@ class Script:
     no_patch_on_attempt: dict[int, str] = field(default_factory=dict)
     # The tool calls of every batch answered "error: ..." (the batch reports how many).
     invalid_tool_calls: int = 0
+
+    # Revisions on review fail their tests.
+    revision_fails: bool = False
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -194,10 +206,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     async def verify(i: VerifyInput) -> VerifyResult:
         s.calls.append(("verify", i))
         proven = int(i.op_id.rsplit(":", 1)[-1]) >= s.proven_from_attempt
+        revision = int(i.op_id.rsplit(":", 1)[-1]) if ":revision-verify:" in i.op_id else 0
         return VerifyResult(
-            commit=CANDIDATE,
+            commit=revised(revision) if revision else CANDIDATE,
             tree="t" * 40,
-            tests_passed=True,
+            tests_passed=not (revision and s.revision_fails),
             test_summary="3 passed",
             test_output_ref=ref("tests"),
             bundle_ref=ref("bundle"),
@@ -266,8 +279,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         on_base = i.revision == BASE
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
-        attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if not on_base else 0
-        if on_base:
+        attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
+        if "revision-" in i.op_id:
+            present = False
+        elif on_base:
             present = s.reproduces_on_base
         else:
             present = s.fixes_on_attempt is None or attempt < s.fixes_on_attempt
@@ -326,8 +341,26 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             model=i.model,
         )
 
+    @activity.defn(name=steps.READ_REVIEW.name)
+    async def read_review(i: ReadReviewInput) -> ReviewRead:
+        s.calls.append(("read_review", i))
+        return ReviewRead(
+            review_id=i.review_id,
+            reviewer="rev",
+            state="CHANGES_REQUESTED",
+            body="name the rule in a comment",
+            commit_id=CANDIDATE,
+            comments=[ReviewComment(path="cart.py", line=12, body="say why line_total")],
+        )
+
+    @activity.defn(name=steps.REQUEST_REVIEW.name)
+    async def request_review(i: RequestReviewInput) -> None:
+        s.calls.append(("request_review", i))
+
     return {
         TaskQueue.FORGE: [
+            read_review,
+            request_review,
             read_report,
             ensure_ticket,
             update_ticket,
@@ -731,3 +764,121 @@ async def test_refusals_no_op_patches_and_invalid_tool_calls_are_counted_apart_w
     ]
     assert [(c.attempt, c.turn) for c in b.recent_calls] == [(k, t) for k in (1, 2, 3) for t in (1, 2)]
     assert (b.model_prompt_tokens, b.model_completion_tokens, b.model) == (300, 60, "m")
+
+
+async def request_changes(h: Harness, wf_id: str, head: str, review_id: str = "41") -> None:
+    """A permitted reviewer's changes_requested review of ``head``, as the webhook receiver signals it."""
+    await h.client.get_workflow_handle(wf_id).signal(
+        RepairBugWorkflow.reject,
+        Rejection(
+            reviewer="rev",
+            reason="name the rule",
+            source="webhook",
+            pr_number=3,
+            changes_requested=True,
+            review_id=review_id,
+            head_sha=head,
+        ),
+    )
+
+
+async def review_of(h: Harness, wf_id: str, head: str) -> RunState:
+    for _ in range(300):
+        st = await h.state(wf_id)
+        if st.pending_approval is not None and st.pending_approval.head_sha == head:
+            return st
+        if st.outcome is not None:
+            break
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{wf_id} never awaited a review of {head}; last {st!r}")
+
+
+async def test_a_request_for_changes_revises_on_top_of_the_head_and_the_revision_merges(harness: Harness) -> None:
+    wf = await harness.start()
+    await review_of(harness, wf, CANDIDATE)
+    await request_changes(harness, wf, CANDIDATE)
+    st = await review_of(harness, wf, revised(1))
+    assert st.budgets.revisions_used == 1 and st.publish is not None and st.publish.commit == revised(1)
+    calls = harness.script.calls
+    assert [c.review_id for n, c in calls if n == "read_review"] == [41]
+    opening = [c for n, c in calls if n == "propose" and c.revision == 1]
+    assert len(opening) == 1
+    assert "name the rule in a comment" in opening[0].review_feedback
+    assert "cart.py:12: say why line_total" in opening[0].review_feedback
+    first_tools = next(c for n, c in calls if n == "agent_tools" and c.op_id == f"{wf}:revision:1:tools-1")
+    assert first_tools.patch_ref is not None and first_tools.patch_ref.name == "patch-1"
+    verify = [c for n, c in calls if n == "verify"][-1]
+    assert (verify.op_id, verify.parent_commit) == (f"{wf}:revision-verify:1", CANDIDATE)
+    pushes = [c for n, c in calls if n == "publish_branch"]
+    assert [(p.op_id, p.expected_old, p.parent_commit, p.expected_commit) for p in pushes] == [
+        (f"{wf}:push", None, None, CANDIDATE),
+        (f"{wf}:revision-push:1", CANDIDATE, CANDIDATE, revised(1)),
+    ]
+    assert pushes[0].branch == pushes[1].branch
+    prs = [c for n, c in calls if n == "ensure_draft_pr"]
+    assert [(p.op_id, p.branch) for p in prs] == [
+        (f"{wf}:pr", pushes[0].branch),
+        (f"{wf}:revision-pr:1", pushes[0].branch),
+    ]
+    assert "revision 1 as rev asked" not in prs[0].body and f"revision 1 as rev asked: `{revised(1)}`" in prs[1].body
+    keys = [c.key for n, c in calls if n == "ensure_comment"]
+    assert f"{wf}:evidence:{CANDIDATE}" in keys and f"{wf}:evidence:{revised(1)}" in keys
+    assert f"{wf}:revision:1" in keys
+    assert [c.reviewers for n, c in calls if n == "request_review"] == [["rev"]]
+    await approve(harness, wf, sha=revised(1), review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert [c.approved_sha for n, c in calls if n == "merge"] == [revised(1)]
+    handle = harness.client.get_workflow_handle(wf)
+    record_history(await handle.fetch_history(), "revision-on-review")
+
+
+async def test_a_request_for_changes_after_the_revision_budget_is_spent_rejects_and_says_so(harness: Harness) -> None:
+    wf = await harness.start(revisions_max=1)
+    await review_of(harness, wf, CANDIDATE)
+    await request_changes(harness, wf, CANDIDATE)
+    await review_of(harness, wf, revised(1))
+    await request_changes(harness, wf, revised(1), review_id="42")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.REJECTED
+    assert "revision budget (1) was spent" in final.outcome_detail
+    said = [c for n, c in harness.script.calls if n == "ensure_comment" and c.key == f"{wf}:revisions-spent"]
+    assert len(said) == 1 and "revision budget (1 revision(s)) is spent" in said[0].body
+    assert len([c for n, c in harness.script.calls if n == "publish_branch"]) == 2
+
+
+async def test_a_revision_that_fails_verification_keeps_the_head_under_review(harness: Harness) -> None:
+    harness.script.revision_fails = True
+    wf = await harness.start()
+    await review_of(harness, wf, CANDIDATE)
+    await request_changes(harness, wf, CANDIDATE)
+    for _ in range(300):
+        st = await harness.state(wf)
+        if st.budgets.revisions_used == 1 and st.pending_approval is not None:
+            break
+        await asyncio.sleep(0.1)
+    assert st.pending_approval is not None and st.pending_approval.head_sha == CANDIDATE
+    calls = harness.script.calls
+    failed = [c for n, c in calls if n == "ensure_comment" and c.key == f"{wf}:revision-failed:1"]
+    assert len(failed) == 1 and "tests failed" in failed[0].body and CANDIDATE in failed[0].body
+    assert len([c for n, c in calls if n == "publish_branch"]) == 1
+    # A late request for changes of another head is not a revision request for this one.
+    await request_changes(harness, wf, revised(1), review_id="43")
+    await approve(harness, wf, sha=CANDIDATE, review_id="r3")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.budgets.revisions_used == 1
+
+
+async def test_a_reject_command_after_a_revision_still_rejects(harness: Harness) -> None:
+    wf = await harness.start()
+    await review_of(harness, wf, CANDIDATE)
+    await request_changes(harness, wf, CANDIDATE)
+    await review_of(harness, wf, revised(1))
+    await harness.client.get_workflow_handle(wf).signal(
+        RepairBugWorkflow.reject, Rejection(reviewer="maintainer", reason="not this way", source="cli")
+    )
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.REJECTED
+    assert final.outcome_detail == "rejected by maintainer: not this way"
+    assert final.budgets.revisions_used == 1
