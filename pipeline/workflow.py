@@ -85,6 +85,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateTicketInput,
         VerifyInput,
     )
+    from repair.context import EarlierAttempt
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -451,7 +452,8 @@ class RepairBugWorkflow:
     async def _repair_loop(self, report: ReportInfo) -> CandidateFact:
         wf = self._state.workflow_id
         budgets = self._state.budgets
-        failures: list[str] = []
+        # Each refused attempt: its patch summary and why (the next attempt's first message says both).
+        failures: list[EarlierAttempt] = []
         assert self._spec_ref is not None
         stepped = workflow.patched(STEPPED_AGENT_PATCH)
         for attempt in range(1, budgets.repair_attempts_max + 1):
@@ -479,7 +481,7 @@ class RepairBugWorkflow:
                             spec_ref=self._spec_ref,
                             issue_title=report.title,
                             issue_body=report.body,
-                            previous_failures=failures,
+                            previous_failures=[f.line() for f in failures],
                             token_budget=budgets.model_token_budget - spent,
                         ),
                     )
@@ -490,7 +492,7 @@ class RepairBugWorkflow:
                     raise RunEnded(Outcome.REPAIR_BUDGET_EXHAUSTED, failure_message(err)) from err
                 if kind not in (FailureClass.NO_PATCH, FailureClass.PERMANENT):
                     raise
-                failures.append(f"attempt {attempt}: no usable patch ({failure_message(err)})")
+                failures.append(EarlierAttempt(attempt=attempt, reason=f"no usable patch ({failure_message(err)})"))
                 continue
             if not stepped:  # the stepped attempt charged its tokens turn by turn
                 budgets.model_prompt_tokens += proposal.prompt_tokens
@@ -511,14 +513,15 @@ class RepairBugWorkflow:
                 return candidate
             candidate.verification = VerificationStatus.FAILED
             candidate.failure = failure
-            failures.append(f"attempt {attempt}: {failure}")
+            failures.append(EarlierAttempt(attempt=attempt, summary=candidate.summary, reason=failure))
         raise RunEnded(
             Outcome.REPAIR_BUDGET_EXHAUSTED,
-            f"{budgets.repair_attempts_max} repair attempt(s) failed verification: " + "; ".join(failures),
+            f"{budgets.repair_attempts_max} repair attempt(s) failed verification: "
+            + "; ".join(f.line() for f in failures),
         )
 
     async def _stepped_attempt(
-        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int
+        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[EarlierAttempt], token_budget: int
     ) -> ProposalResult:
         """One repair attempt as recorded steps: model turn, tool batch, ..., then the conclusion.
 
@@ -553,9 +556,13 @@ class RepairBugWorkflow:
                     turn=turn,
                     issue_title=report.title,
                     issue_body=report.body,
-                    previous_failures=failures,
+                    previous_failures=[f.line() for f in failures],
                     transcript_ref=transcript,
                     token_budget=token_budget - prompt - completion,
+                    spec_ref=self._spec_ref,
+                    reproduction=self._state.reproduction,
+                    baseline_summary=self._state.baseline.summary if self._state.baseline else None,
+                    earlier_attempts=failures,
                 ),
             )
             prompt += answer.prompt_tokens

@@ -6,6 +6,7 @@ The system prompt carries the marker line ``durafix-attempt: N`` so that an endp
 
 from __future__ import annotations
 
+from repair.context import RepairContext
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
@@ -28,8 +29,13 @@ def system_prompt(request: RepairRequest) -> str:
     return _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt)
 
 
-def user_prompt(request: RepairRequest) -> str:
+def user_prompt(request: RepairRequest, context: RepairContext | None = None) -> str:
+    """The report, then the run's facts when ``context`` is given (its earlier attempts replace
+    ``request.previous_failures``, which say only why each attempt failed)."""
     parts = [f"Bug report: {request.issue_title}", "", request.issue_body.strip()]
+    if context is not None:
+        facts = context.render()
+        return "\n".join([*parts, "", facts] if facts else parts)
     if request.previous_failures:
         parts += ["", "Earlier attempts were rejected by verification:"]
         parts += [f"- attempt {n}: {why}" for n, why in enumerate(request.previous_failures, 1)]

@@ -23,6 +23,7 @@ from typing import Any, cast
 from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 from pydantic import BaseModel
 
+from repair.context import RepairContext
 from repair.interface import RepairBudgetError, RepairRequest
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.prompts import system_prompt, user_prompt
@@ -60,11 +61,12 @@ class BatchOutcome(BaseModel):
     summary: str | None
 
 
-def opening_messages(request: RepairRequest) -> list[dict[str, Any]]:
-    """The system prompt and user message that open attempt ``request.attempt`` (deterministic)."""
+def opening_messages(request: RepairRequest, context: RepairContext | None = None) -> list[dict[str, Any]]:
+    """The system prompt and user message that open attempt ``request.attempt``, the run's facts in the latter
+    when ``context`` is given (deterministic: the same request and context give the same messages)."""
     return [
         {"role": "system", "content": system_prompt(request)},
-        {"role": "user", "content": user_prompt(request)},
+        {"role": "user", "content": user_prompt(request, context)},
     ]
 
 

@@ -8,7 +8,8 @@ returned, so it never runs again; what a retry re-does is only the step in fligh
 - ``model.agent_turn`` sends the stored transcript once (:func:`repair.stepping.model_turn`) and stores it
   with the answer appended. Not idempotent at the model: a retry re-sends that one request (it was in flight
   or failed), never an earlier one. The tokens of its tries ride in the heartbeat details as for every
-  model activity (:mod:`pipeline.activities.spend`).
+  model activity (:mod:`pipeline.activities.spend`). The first turn builds the opening messages from the
+  report and the run's facts the workflow passed (:mod:`pipeline.activities.repair_facts`).
 - ``model.agent_tools`` rebuilds a scratch workspace from the mirror at base + the patch so far, carries out
   the turn's calls (:func:`repair.stepping.tool_batch`), takes the new patch against the base revision, and
   stores transcript and patch. Replay-safe by construction: every tool reads or edits the workspace, and a
@@ -31,6 +32,7 @@ from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.repair_facts import repair_context
 from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
 from pipeline.failures import FailureClass
 from pipeline.steps import (
@@ -101,7 +103,8 @@ class AgentActivities:
                     workspace="",
                     previous_failures=inp.previous_failures,
                     token_budget=max(1, inp.token_budget),
-                )
+                ),
+                repair_context(self.store, inp, self.git_token),
             )
         else:
             messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
