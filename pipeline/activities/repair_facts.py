@@ -14,7 +14,7 @@ import json
 
 from environments.redaction import redactor_for
 from environments.spec import spec_from_json
-from evidence.interface import ArtifactRef, ArtifactStore
+from evidence.interface import ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.observations import MAX_LOG_BYTES
 from evidence.procedure_view import load_procedure
 from pipeline.state import ReproductionFact
@@ -63,5 +63,12 @@ def _reproduction(store: ArtifactStore, fact: ReproductionFact, redact: Redact) 
 
 
 def _read(store: ArtifactStore, ref: ArtifactRef, limit: int) -> bytes | None:
-    """The artifact's bytes, or None when it is larger than ``limit`` (a context is never worth that much)."""
-    return store.read_bytes(ref) if ref.size <= limit else None
+    """The artifact's bytes, or None when it is larger than ``limit`` (a context is never worth that much) or
+    gone (expired by retention): the context then says it could not be read. Any other failure of the store,
+    a failed integrity check included, fails the turn."""
+    if ref.size > limit:
+        return None
+    try:
+        return store.read_bytes(ref)
+    except ArtifactMissingError:
+        return None
