@@ -83,13 +83,20 @@ def read_observations(side: RevisionEvidence, store: ArtifactStore) -> Observati
         except (UnicodeDecodeError, ValueError):
             notes.append(f"{ref.name} is not JSON")
             continue
-        if not isinstance(document, dict) or not isinstance(document.get("runs"), list):
+        observations = observations_in(document)
+        if observations is None:
             notes.append(f"{ref.name} is not a reproduction log")
             continue
-        observations = _from_log(document["runs"])
         observations.log = ref
         return observations
     return Observations(note="; ".join(notes))
+
+
+def observations_in(document: object) -> Observations | None:
+    """The observations in a parsed ``log.json`` document; None when it is not a reproduction log."""
+    if not isinstance(document, dict) or not isinstance(document.get("runs"), list):
+        return None
+    return _from_log(document["runs"])
 
 
 def screenshot_named(refs: list[ArtifactRef], file_name: str | None) -> ArtifactRef | None:

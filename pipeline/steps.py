@@ -23,7 +23,8 @@ from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
-from pipeline.state import RegressionFact
+from pipeline.state import RegressionFact, ReproductionFact
+from repair.context import EarlierAttempt
 
 
 class TaskQueue(StrEnum):
@@ -372,8 +373,10 @@ class AgentToolCall(BaseModel):
 
 class AgentTurnInput(BaseModel):
     """One model request of a stepped attempt. ``transcript_ref`` is the transcript so far (``None`` on the
-    attempt's first turn: the opening messages are built from the report and ``previous_failures``);
-    ``token_budget`` is what the attempt may still spend."""
+    attempt's first turn: the opening messages are built from the report and, when the workflow passes
+    them, the run's facts: the base reproduction, the spec's test command, the baseline, and the earlier
+    attempts; without them, from ``previous_failures``); ``token_budget`` is what the attempt may still
+    spend."""
 
     run_id: str
     op_id: str
@@ -395,6 +398,11 @@ class AgentTurnInput(BaseModel):
     # shape the opening messages.
     revision: int = 0
     review_feedback: str = ""
+    # The run's facts the first turn's message carries (repair.context); runs recorded before sent none.
+    spec_ref: ArtifactRef | None = None
+    reproduction: ReproductionFact | None = None
+    baseline_summary: str | None = None
+    earlier_attempts: list[EarlierAttempt] = Field(default_factory=list)
 
 
 class AgentTurnResult(BaseModel):

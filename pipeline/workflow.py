@@ -92,6 +92,7 @@ with workflow.unsafe.imports_passed_through():
         UpdateTicketInput,
         VerifyInput,
     )
+    from repair.context import EarlierAttempt
     from repair.stepping import Segment, ToolCall, segments
     from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
 
@@ -489,7 +490,8 @@ class RepairBugWorkflow:
     async def _repair_loop(self, report: ReportInfo) -> CandidateFact:
         wf = self._state.workflow_id
         budgets = self._state.budgets
-        failures: list[str] = []
+        # Each refused attempt: its patch summary and why (the next attempt's first message says both).
+        failures: list[EarlierAttempt] = []
         assert self._spec_ref is not None
         stepped = workflow.patched(STEPPED_AGENT_PATCH)
         for attempt in range(1, budgets.repair_attempts_max + 1):
@@ -517,7 +519,7 @@ class RepairBugWorkflow:
                             spec_ref=self._spec_ref,
                             issue_title=report.title,
                             issue_body=report.body,
-                            previous_failures=failures,
+                            previous_failures=[f.line() for f in failures],
                             token_budget=budgets.model_token_budget - spent,
                         ),
                     )
@@ -530,7 +532,7 @@ class RepairBugWorkflow:
                     raise
                 if kind == FailureClass.NO_PATCH:
                     accounting.count_no_patch(budgets, err)
-                failures.append(f"attempt {attempt}: no usable patch ({failure_message(err)})")
+                failures.append(EarlierAttempt(attempt=attempt, reason=f"no usable patch ({failure_message(err)})"))
                 continue
             if not stepped:  # the stepped attempt charged its tokens turn by turn
                 budgets.model_prompt_tokens += proposal.prompt_tokens
@@ -551,10 +553,11 @@ class RepairBugWorkflow:
                 return candidate
             candidate.verification = VerificationStatus.FAILED
             candidate.failure = failure
-            failures.append(f"attempt {attempt}: {failure}")
+            failures.append(EarlierAttempt(attempt=attempt, summary=candidate.summary, reason=failure))
         raise RunEnded(
             Outcome.REPAIR_BUDGET_EXHAUSTED,
-            f"{budgets.repair_attempts_max} repair attempt(s) failed verification: " + "; ".join(failures),
+            f"{budgets.repair_attempts_max} repair attempt(s) failed verification: "
+            + "; ".join(f.line() for f in failures),
         )
 
     async def _stepped_attempt(
@@ -562,7 +565,7 @@ class RepairBugWorkflow:
         report: ReportInfo,
         attempt: int,
         repair_op: str,
-        failures: list[str],
+        failures: list[EarlierAttempt],
         token_budget: int,
         *,
         start_patch: ArtifactRef | None = None,
@@ -604,7 +607,7 @@ class RepairBugWorkflow:
                     turn=turn,
                     issue_title=report.title,
                     issue_body=report.body,
-                    previous_failures=failures,
+                    previous_failures=[f.line() for f in failures],
                     transcript_ref=transcript,
                     token_budget=token_budget - prompt - completion,
                     tools=tools,
@@ -612,6 +615,10 @@ class RepairBugWorkflow:
                     compact_above_chars=self._input.policy.agent_compact_chars if tools is not None else None,
                     revision=revision,
                     review_feedback=review_feedback,
+                    spec_ref=self._spec_ref,
+                    reproduction=self._state.reproduction,
+                    baseline_summary=self._state.baseline.summary if self._state.baseline else None,
+                    earlier_attempts=failures,
                 ),
                 attempt,
             )

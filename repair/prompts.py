@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from repair.context import RepairContext
 from repair.interface import RepairRequest
 
 ATTEMPT_MARKER = "durafix-attempt"
@@ -58,9 +59,14 @@ def system_prompt(request: RepairRequest, runs: Sequence[str] = ()) -> str:
     return prompt
 
 
-def user_prompt(request: RepairRequest) -> str:
+def user_prompt(request: RepairRequest, context: RepairContext | None = None) -> str:
+    """The report, then the run's facts when ``context`` is given (its earlier attempts replace
+    ``request.previous_failures``, which say only why each attempt failed)."""
     parts = [f"Bug report: {request.issue_title}", "", request.issue_body.strip()]
-    if request.previous_failures:
+    if context is not None:
+        facts = context.render()
+        parts += ["", facts] if facts else []
+    elif request.previous_failures:
         parts += ["", "Earlier attempts were rejected by verification:"]
         parts += [f"- attempt {n}: {why}" for n, why in enumerate(request.previous_failures, 1)]
         parts += ["Do not repeat them."]

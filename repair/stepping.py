@@ -27,6 +27,7 @@ from typing import Any, cast
 from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 from pydantic import BaseModel
 
+from repair.context import RepairContext
 from repair.interface import RepairBudgetError, RepairRequest
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.prompts import system_prompt, user_prompt
@@ -66,12 +67,15 @@ class BatchOutcome(BaseModel):
     invalid_calls: int = 0
 
 
-def opening_messages(request: RepairRequest, tools: Sequence[str] | None = None) -> list[dict[str, Any]]:
-    """The system prompt and user message that open attempt ``request.attempt`` when ``tools`` are offered
-    (default: the workspace tools); deterministic."""
+def opening_messages(
+    request: RepairRequest, context: RepairContext | None = None, tools: Sequence[str] | None = None
+) -> list[dict[str, Any]]:
+    """The system prompt and user message that open attempt ``request.attempt``, the run's facts in the latter
+    when ``context`` is given, the former telling which run tools are offered (``tools``; default: the
+    workspace tools only). Deterministic: the same request, context and offer give the same messages."""
     return [
         {"role": "system", "content": system_prompt(request, runs=[t for t in tools or () if t in RUN_TOOLS])},
-        {"role": "user", "content": user_prompt(request)},
+        {"role": "user", "content": user_prompt(request, context)},
     ]
 
 

@@ -9,8 +9,9 @@ returned, so it never runs again; what a retry re-does is only the step in fligh
   with the answer appended; a transcript longer than the run policy's ``agent_compact_chars`` is first
   compacted from durable facts (:mod:`repair.compaction`), deterministically, and stored compacted. Not
   idempotent at the model: a retry re-sends that one request (it was in flight or failed), never an earlier
-  one. The tokens of its tries ride in the heartbeat details as for every
-  model activity (:mod:`pipeline.activities.spend`).
+  one. The tokens of its tries ride in the heartbeat details as for every model activity
+  (:mod:`pipeline.activities.spend`). The first turn builds the opening messages from the report and the
+  run's facts the workflow passed (:mod:`pipeline.activities.repair_facts`).
 - ``model.agent_tools`` rebuilds a scratch workspace from the mirror at base + the patch so far, carries out
   the turn's calls (:func:`repair.stepping.tool_batch`), takes the new patch against the base revision, and
   stores transcript and patch. Replay-safe by construction: every tool reads or edits the workspace, and a
@@ -36,6 +37,7 @@ from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.repair_facts import repair_context
 from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
 from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
@@ -113,6 +115,7 @@ class AgentActivities:
                     revision=inp.revision,
                     review_feedback=inp.review_feedback,
                 ),
+                repair_context(self.store, inp, self.git_token),
                 tools=inp.tools,
             )
         else:

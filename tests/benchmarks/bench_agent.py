@@ -42,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
     from tests.conftest import temporal_binary
     from tests.environments.gitrepo import make_repo
     from tests.recovery.stepped import model_worker, pipeline_without_model, request_log, requests_of, wait_until_held
+    from tests.repair.context_samples import cart_procedure_json
     from tests.repair.support import CART_SCRIPTS
 
 HEARTBEAT_S = 3.0
@@ -69,11 +70,14 @@ class SingleActivityAttempt:
 
 
 class Bench:
-    def __init__(self, client: Client, root: Path, server: ScriptedModelServer, spec_ref: ArtifactRef) -> None:
+    def __init__(
+        self, client: Client, root: Path, server: ScriptedModelServer, spec_ref: ArtifactRef, procedure_ref: ArtifactRef
+    ) -> None:
         self.client = client
         self.root = root
         self.server = server
         self.spec_ref = spec_ref
+        self.procedure_ref = procedure_ref
         self.runs: dict[tuple[str, int | None], str] = {}  # (design, kill point) -> workflow ID
         self._n = 0
 
@@ -97,7 +101,9 @@ class Bench:
         )
 
     async def run(self, design: str, kill_at: int | None) -> None:
-        async with pipeline_without_model(self.client, self.spec_ref, workflows=[SingleActivityAttempt]) as harness:
+        async with pipeline_without_model(
+            self.client, self.spec_ref, self.procedure_ref, workflows=[SingleActivityAttempt]
+        ) as harness:
 
             async def attempt() -> str:
                 if design == "stepped":
@@ -145,10 +151,13 @@ async def bench(kill_points: list[int]) -> None:
         store = LocalArtifactStore(root / "evidence")
         spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
         spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="bench", name="spec.json")
+        procedure_ref = store.put_bytes(
+            cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="bench", name="procedure.json"
+        )
         server = ScriptedModelServer(CART_SCRIPTS / "fix.yaml", root / "model")
         server.start()
         try:
-            b = Bench(env.client, root, server, spec_ref)
+            b = Bench(env.client, root, server, spec_ref, procedure_ref)
             for design in ("single-activity", "stepped"):
                 for kill_at in [None, *kill_points]:
                     await b.run(design, kill_at)

@@ -26,7 +26,7 @@ from temporalio.worker import Worker
 from evidence.interface import ArtifactRef
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
-from pipeline.steps import PrepareSpecInput, TaskQueue
+from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.pipeline.test_workflow_logic import Harness, Script, doubles
 
@@ -92,11 +92,16 @@ async def wait_for_file(path: Path, timeout: float = 120) -> None:
 
 @asynccontextmanager
 async def pipeline_without_model(
-    client: Client, spec_ref: ArtifactRef, workflows: Sequence[type] = (), *, environments: bool = True
+    client: Client,
+    spec_ref: ArtifactRef,
+    procedure_ref: ArtifactRef,
+    workflows: Sequence[type] = (),
+    *,
+    environments: bool = True,
 ) -> AsyncIterator[Harness]:
-    """The workflow (and ``workflows``) and every queue but the model's (recording doubles; the spec is the
-    real repository's); without the environments queue too unless ``environments`` (a :func:`run_worker`
-    serves it)."""
+    """The workflow (and ``workflows``) and every queue but the model's (recording doubles; the spec and the
+    procedure are stored ones, as the model worker reads both for an attempt's first message); without the
+    environments queue too unless ``environments`` (a :func:`run_worker` serves it)."""
     script = Script()
     acts = doubles(script)
     del acts[TaskQueue.MODEL]
@@ -107,9 +112,15 @@ async def pipeline_without_model(
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
         return spec_ref
 
+    @activity.defn(name=steps.PREPARE_PROCEDURE.name)
+    async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:
+        return ProcedureResult(procedure_ref=procedure_ref)
+
     if environments:
         acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
+    acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
+    acts[TaskQueue.BROWSER].append(prepare_procedure)
     workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow, *workflows])]
     workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
     runs = [asyncio.create_task(w.run()) for w in workers]

@@ -37,6 +37,7 @@ from tests.recovery.stepped import (
     run_worker,
     wait_for_file,
 )
+from tests.repair.context_samples import cart_procedure_json
 from tests.repair.support import CART_SCRIPTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
@@ -61,6 +62,11 @@ def store(tmp_path: Path) -> LocalArtifactStore:
 def spec_ref(repo: Repo, store: LocalArtifactStore) -> ArtifactRef:
     spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
     return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+
+
+@pytest.fixture
+def procedure_ref(store: LocalArtifactStore) -> ArtifactRef:
+    return store.put_bytes(cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json")
 
 
 async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
@@ -94,12 +100,17 @@ def assert_fixed_its_own_patch_after_reading_the_tests(records: list[dict[str, A
 
 
 async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_run_tests_reports_it_interrupted(
-    tmp_path: Path, temporal_client: Client, serve: Serve, store: LocalArtifactStore, spec_ref: ArtifactRef
+    tmp_path: Path,
+    temporal_client: Client,
+    serve: Serve,
+    store: LocalArtifactStore,
+    spec_ref: ArtifactRef,
+    procedure_ref: ArtifactRef,
 ) -> None:
     server = serve(CART_SCRIPTS / "test-driven.yaml")
     evidence = tmp_path / "evidence"
     held = tmp_path / "run-held"
-    async with pipeline_without_model(temporal_client, spec_ref, environments=False) as harness:
+    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref, environments=False) as harness:
         with model_worker(temporal_client, tmp_path / "model", evidence, server.base_url):
             with run_worker(temporal_client, tmp_path / "env-undisturbed", evidence, spec_ref):
                 undisturbed = await harness.start()
@@ -134,12 +145,17 @@ async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_ru
 
 
 async def test_a_worker_killed_during_a_replay_safe_tool_batch_replays_it_on_the_recorded_pre_state(
-    tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve, store: LocalArtifactStore, spec_ref: ArtifactRef
+    tmp_path: Path,
+    temporal_client: Client,
+    serve: Serve,
+    store: LocalArtifactStore,
+    spec_ref: ArtifactRef,
+    procedure_ref: ArtifactRef,
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
     evidence = tmp_path / "evidence"
     held = tmp_path / "batch-held"
-    async with pipeline_without_model(temporal_client, spec_ref) as harness:
+    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
         with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
             undisturbed = await harness.start()
             expected, _ = await proposal_of(harness, undisturbed, store, timeout=120)

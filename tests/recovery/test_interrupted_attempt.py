@@ -34,6 +34,7 @@ from tests.recovery.stepped import (
     requests_of,
     wait_until_held,
 )
+from tests.repair.context_samples import cart_procedure_json
 from tests.repair.support import CART_SCRIPTS
 from tests.replay.record import record_history
 
@@ -64,8 +65,11 @@ async def test_a_worker_killed_during_a_model_call_resumes_without_resending_com
     store = LocalArtifactStore(evidence)
     spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
     spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+    procedure_ref = store.put_bytes(
+        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
+    )
 
-    async with pipeline_without_model(temporal_client, spec_ref) as harness:
+    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
         with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
             undisturbed = await harness.start()
             expected, _ = await proposal_of(harness, undisturbed, store, timeout=90)

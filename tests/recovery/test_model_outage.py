@@ -24,6 +24,7 @@ from pipeline.state import Outcome, Phase
 from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, inject_fault, serve
 from tests.recovery.stepped import model_worker, pipeline_without_model, request_log, requests_of
+from tests.repair.context_samples import cart_procedure_json
 from tests.repair.support import CART_SCRIPTS
 from tests.replay.record import record_history
 
@@ -54,6 +55,10 @@ def spec_in(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
     return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
 
 
+def procedure_in(store: LocalArtifactStore) -> ArtifactRef:
+    return store.put_bytes(cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json")
+
+
 async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spending_an_attempt(
     tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
 ) -> None:
@@ -64,7 +69,7 @@ async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spe
     inject_fault(server, status=429, count=TRIES, retry_after=0.2)
     inject_fault(server, status=500, count=1)
 
-    async with pipeline_without_model(temporal_client, spec_in(store, repo)) as harness:
+    async with pipeline_without_model(temporal_client, spec_in(store, repo), procedure_in(store)) as harness:
         with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=600
@@ -100,7 +105,7 @@ async def test_a_storm_that_outlasts_the_outage_allowance_ends_the_run_saying_th
     store = LocalArtifactStore(evidence)
     inject_fault(server, status=500, count=1000)
 
-    async with pipeline_without_model(temporal_client, spec_in(store, repo)) as harness:
+    async with pipeline_without_model(temporal_client, spec_in(store, repo), procedure_in(store)) as harness:
         with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=2

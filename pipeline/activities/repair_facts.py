@@ -1,0 +1,74 @@
+"""The :class:`~repair.context.RepairContext` of a stepped attempt's first turn, read from stored facts.
+
+The workflow passes references and facts it holds (``AgentTurnInput``): the base reproduction (its stored
+procedure and ``log.json``), the spec (the recipe's test command and secrets), the baseline's summary and
+the earlier attempts. Everything is read by content from the evidence store, so a retried first turn
+builds the same context. Redaction is the one the environments apply to stored command output
+(:func:`environments.redaction.redactor_for`: the recipe's secrets and the credentials known on this
+worker, plus the forge token this worker holds).
+"""
+
+from __future__ import annotations
+
+import json
+
+from environments.redaction import redactor_for
+from environments.spec import spec_from_json
+from evidence.interface import ArtifactMissingError, ArtifactRef, ArtifactStore
+from evidence.observations import MAX_LOG_BYTES
+from evidence.procedure_view import load_procedure
+from pipeline.state import ReproductionFact
+from pipeline.steps import AgentTurnInput
+from repair.context import (
+    Redact,
+    RepairContext,
+    ReproductionContext,
+    clean,
+    earlier_attempt,
+    reproduction_context,
+)
+
+# A stored procedure is at most 64,000 characters (browser.procedure.MAX_PROCEDURE_CHARS) as YAML; its JSON
+# with every default filled in is larger, but never this large.
+MAX_PROCEDURE_BYTES = 1024 * 1024
+
+
+def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: str | None) -> RepairContext | None:
+    """The context of ``inp``'s attempt, or None when the workflow passed no facts (a run recorded before
+    it did: its first message is what it was)."""
+    if inp.spec_ref is None and inp.reproduction is None and not inp.earlier_attempts:
+        return None
+    spec = spec_from_json(store.read_bytes(inp.spec_ref)) if inp.spec_ref is not None else None
+    redact: Redact = redactor_for(spec.recipe.secrets if spec else {}, [("DURAFIX_FORGE_TOKEN", git_token or "")]).text
+    return RepairContext(
+        reproduction=_reproduction(store, inp.reproduction, redact) if inp.reproduction is not None else None,
+        test_command=clean(spec.recipe.test, redact) if spec is not None else None,
+        baseline=clean(inp.baseline_summary, redact) if inp.baseline_summary is not None else None,
+        earlier_attempts=[earlier_attempt(a.attempt, a.summary, a.reason, redact) for a in inp.earlier_attempts],
+    )
+
+
+def _reproduction(store: ArtifactStore, fact: ReproductionFact, redact: Redact) -> ReproductionContext:
+    procedure_text = _read(store, fact.procedure_ref, MAX_PROCEDURE_BYTES)
+    procedure = load_procedure(procedure_text.decode("utf-8", "replace")) if procedure_text is not None else None
+    log: object = None
+    if fact.log_ref is not None and (data := _read(store, fact.log_ref, MAX_LOG_BYTES)) is not None:
+        try:
+            log = json.loads(data)
+        except (UnicodeDecodeError, ValueError):
+            log = None  # said in the context's note
+    return reproduction_context(
+        revision=fact.revision, status=fact.status.value, procedure=procedure, log=log, redact=redact
+    )
+
+
+def _read(store: ArtifactStore, ref: ArtifactRef, limit: int) -> bytes | None:
+    """The artifact's bytes, or None when it is larger than ``limit`` (a context is never worth that much) or
+    gone (expired by retention): the context then says it could not be read. Any other failure of the store,
+    a failed integrity check included, fails the turn."""
+    if ref.size > limit:
+        return None
+    try:
+        return store.read_bytes(ref)
+    except ArtifactMissingError:
+        return None
