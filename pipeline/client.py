@@ -62,6 +62,7 @@ class RunAlreadyEnded(Exception):
 def run_policy(config: DurafixConfig) -> RunPolicy:
     policy = RunPolicy.fast() if config.fast_timeouts else RunPolicy()
     policy.max_repair_attempts = config.max_repair_attempts
+    policy.engine = config.engine
     return policy
 
 

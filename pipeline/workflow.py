@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from pipeline.steps import (
         AGENT_MAX_TURNS,
+        AgentCommandInput,
         AgentConcludeInput,
         AgentToolsInput,
         AgentTurnInput,
@@ -108,6 +109,9 @@ REVIEW_ON_FORGE_PATCH = "approval-authority-on-forge"
 # A repair attempt is a sequence of recorded steps (model turn, tool batch, ..., conclusion) instead of one
 # ``model.propose_patch`` activity holding the conversation in memory (runs recorded before replay with it).
 STEPPED_AGENT_PATCH = "stepped-agent"
+# A run whose policy names the external agent engine (``engine: command``) makes each attempt one
+# ``model.agent_command`` activity (runs recorded before it knew no such engine).
+COMMAND_ENGINE_PATCH = "command-engine"
 
 
 class RunEnded(Exception):
@@ -454,6 +458,7 @@ class RepairBugWorkflow:
         failures: list[str] = []
         assert self._spec_ref is not None
         stepped = workflow.patched(STEPPED_AGENT_PATCH)
+        command = self._input.policy.engine == "command" and workflow.patched(COMMAND_ENGINE_PATCH)
         for attempt in range(1, budgets.repair_attempts_max + 1):
             spent = budgets.model_prompt_tokens + budgets.model_completion_tokens
             if spent >= budgets.model_token_budget:
@@ -465,7 +470,11 @@ class RepairBugWorkflow:
             budgets.repair_attempts_used = attempt
             repair_op = op_id(wf, "repair", attempt)
             try:
-                if stepped:
+                if command:
+                    proposal = await self._command_attempt(
+                        report, attempt, repair_op, list(failures), budgets.model_token_budget - spent
+                    )
+                elif stepped:
                     proposal = await self._stepped_attempt(
                         report, attempt, repair_op, list(failures), budgets.model_token_budget - spent
                     )
@@ -516,6 +525,31 @@ class RepairBugWorkflow:
             Outcome.REPAIR_BUDGET_EXHAUSTED,
             f"{budgets.repair_attempts_max} repair attempt(s) failed verification: " + "; ".join(failures),
         )
+
+    async def _command_attempt(
+        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int
+    ) -> ProposalResult:
+        """One repair attempt by the external agent CLI: one ``model.agent_command`` activity, whose proposal
+        passed the same patch policy as the built-in engine's and goes through the same verification. Its
+        tokens are charged here (a failure's by the caller, from the failure's details), as the stepped
+        attempt charges its turns, so the caller charges nothing more for a run that took this branch."""
+        assert self._spec_ref is not None
+        proposal = await self._step(
+            steps.AGENT_COMMAND,
+            AgentCommandInput(
+                run_id=self._state.workflow_id,
+                op_id=repair_op,
+                attempt=attempt,
+                spec_ref=self._spec_ref,
+                issue_title=report.title,
+                issue_body=report.body,
+                previous_failures=failures,
+                token_budget=token_budget,
+            ),
+        )
+        self._state.budgets.model_prompt_tokens += proposal.prompt_tokens
+        self._state.budgets.model_completion_tokens += proposal.completion_tokens
+        return proposal
 
     async def _stepped_attempt(
         self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int

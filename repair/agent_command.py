@@ -55,7 +55,10 @@ class Invocation:
 class AgentCommand(Protocol):
     """An agent CLI the command engine can run."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """How failures and heartbeats name the CLI."""
+        ...
 
     def invocation(
         self, request: RepairRequest, *, workspace: Path, agent_dir: Path, base_url: str, api_key: str, model: str
