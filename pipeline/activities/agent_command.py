@@ -141,6 +141,8 @@ class CommandActivities:
                 previous_failures=inp.previous_failures,
                 token_budget=max(1, inp.token_budget - earlier.total),
             )
+            # A Heartbeat's helper thread runs once; the one that beat during the rebuild has stopped.
+            beat = Heartbeat(f"starting {agent.name} (attempt {inp.attempt})", carry=beat.carry)
             with beat:
                 ran = self._run(agent, sandbox, request, ws.path, agent_dir, earlier, beat)
                 summary = agent.summary(agent_dir, ran.output)
