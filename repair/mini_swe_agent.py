@@ -48,7 +48,8 @@ def install(tools_dir: Path, uv: str | None = None) -> Path:
     venv = venv_dir(tools_dir)
     if (venv / _READY).exists():
         return venv
-    uv = uv or shutil.which("uv") or os.path.expanduser("~/.local/bin/uv")
+    # ``UV`` is set by ``uv run`` to its own binary; otherwise the one on PATH, or where pip --user puts it.
+    uv = uv or os.environ.get("UV") or shutil.which("uv") or os.path.expanduser("~/.local/bin/uv")
     if not Path(uv).exists():
         raise InstallError("installing mini-swe-agent needs uv (pip install uv)")
     if not Path(SYSTEM_PYTHON).exists():
