@@ -131,11 +131,12 @@ class Sandbox:
                 args += ["--symlink", str(path.readlink()), name]
             elif path.is_dir():
                 args += ["--ro-bind", name, name]
-        for extra in self.read_only:
-            args += ["--ro-bind-try", str(extra), str(extra)]
         args += ["--proc", "/proc", "--dev", "/dev"]
         for directory in _PRIVATE_TMPFS:
             args += ["--tmpfs", directory]
+        # After the private tmpfs mounts, so an extra directory under /tmp or /home is not hidden by them.
+        for extra in self.read_only:
+            args += ["--ro-bind-try", str(extra), str(extra)]
         for masked in _MASKED_FILES:
             if Path(masked).exists():
                 args += ["--ro-bind", "/dev/null", masked]

@@ -63,6 +63,7 @@ def run_policy(config: DurafixConfig) -> RunPolicy:
     policy = RunPolicy.fast() if config.fast_timeouts else RunPolicy()
     policy.max_repair_attempts = config.max_repair_attempts
     policy.revisions_max = config.revisions_max
+    policy.engine = config.engine
     return policy
 
 

@@ -55,6 +55,19 @@ class DurafixConfig(BaseModel):
     model_base_url: str = "https://api.openai.com/v1"
     model_api_key: str = ""
     model_name: str = "gpt-4o-mini"
+    # Who writes the patches of the runs this configuration starts (the run policy keeps it): the built-in agent,
+    # or an external agent CLI run by the model worker (docs/repair.md, "External agent engines").
+    engine: Literal["builtin", "command"] = "builtin"
+    # The model worker's agent CLI: "mini-swe-agent" (the pinned adapter, installed under STATE/tools on first
+    # use), or any shell command line following the contract of repair/agent_command.py.
+    engine_command: str = "mini-swe-agent"
+    # Seconds one run of the agent CLI may take before its process group is killed (capped below the model
+    # step's start-to-close timeout).
+    engine_deadline_s: float = Field(default=1200.0, gt=0)
+    # Where agent CLIs are installed (their virtual environments); empty: STATE/tools.
+    tools_dir: str = ""
+    # Extra directories (absolute, comma-separated in the variable) a shell agent CLI reads in the sandbox.
+    engine_paths: list[str] = Field(default_factory=list)
     evidence_url: str = ""
     evidence_public_url: str = ""
     # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
@@ -104,6 +117,13 @@ class DurafixConfig(BaseModel):
         """A JSON object (the variable's form: ``{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}``) or a
         mapping; an unknown key in a price is refused."""
         return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("engine_paths", mode="before")
+    @classmethod
+    def _engine_paths(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @field_validator("setup_passthrough", mode="before")
     @classmethod
@@ -166,6 +186,11 @@ _ENV = {
     "OPENAI_BASE_URL": "model_base_url",
     "OPENAI_API_KEY": "model_api_key",
     "DURAFIX_MODEL": "model_name",
+    "DURAFIX_ENGINE": "engine",
+    "DURAFIX_ENGINE_COMMAND": "engine_command",
+    "DURAFIX_ENGINE_DEADLINE_S": "engine_deadline_s",
+    "DURAFIX_ENGINE_PATHS": "engine_paths",
+    "DURAFIX_TOOLS_DIR": "tools_dir",
     "DURAFIX_EVIDENCE_URL": "evidence_url",
     "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
     "DURAFIX_EVIDENCE_LINK_SECRET": "evidence_link_secret",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
@@ -74,6 +75,9 @@ class RunPolicy(BaseModel):
     model_outage_allowance_s: float = 6 * 3600.0
     outage_backoff_s: float = 30.0
     outage_backoff_max_s: float = 600.0
+    # Who writes the patches: the built-in stepped agent, or the worker's external agent CLI ("command": the
+    # model.agent_command activity, the CLI named by the model worker's DURAFIX_ENGINE_COMMAND).
+    engine: Literal["builtin", "command"] = "builtin"
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

@@ -26,11 +26,13 @@ if TYPE_CHECKING:
     from environments.interface import EnvironmentProvider
     from environments.workspace import WorkspaceManager
     from evidence.interface import ArtifactStore
+    from pipeline.activities.agent_command import CommandActivities
     from pipeline.activities.agent_runs import AgentRunActivities
     from pipeline.activities.browser import BrowserActivities
     from pipeline.activities.environments import EnvironmentActivities
     from pipeline.activities.forge import ForgeActivities
     from pipeline.activities.model import ModelActivities
+    from repair.agent_command import AgentCommand
     from repair.interface import RepairEngine
     from repair.openai_calls import ChatEndpoint
     from repair.procedure_draft import ProcedureDrafter
@@ -207,7 +209,38 @@ class Services:
             self.git_token,
             patch_policies=self.config.patch_policies,
             endpoint=lambda: self.chat_endpoint,
+            command=self.command_activities(),
         )
+
+    def command_activities(self) -> CommandActivities:
+        """The external agent engine (``model.agent_command``); its CLI is installed or built on first use."""
+        from environments.sandbox import Sandbox
+        from pipeline.activities.agent_command import CommandActivities, ModelEndpoint
+
+        c = self.config
+        return CommandActivities(
+            self.store,
+            self.workspaces,
+            lambda: self.agent_command,
+            ModelEndpoint(c.model_base_url, c.model_api_key, c.model_name),
+            lambda: Sandbox.detect(unsandboxed=c.unsandboxed),
+            self.git_token,
+            deadline_s=c.engine_deadline_s,
+            patch_policies=c.patch_policies,
+        )
+
+    @cached_property
+    def agent_command(self) -> AgentCommand:
+        """The operator's agent CLI: the mini-swe-agent adapter (installed under ``tools_dir``, default
+        ``STATE/tools``), or a shell
+        command line."""
+        from repair.agent_command import ShellAgent
+        from repair.mini_swe_agent import PACKAGE, MiniSweAgent, install
+
+        c = self.config
+        if c.engine_command.strip() == PACKAGE:
+            return MiniSweAgent(install(Path(c.tools_dir) if c.tools_dir else self.state_dir / "tools"))
+        return ShellAgent(c.engine_command, read_only=tuple(Path(p) for p in c.engine_paths))
 
     @cached_property
     def browser(self) -> BrowserRunner:

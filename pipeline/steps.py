@@ -498,6 +498,21 @@ class AgentConcludeInput(BaseModel):
     model: str
 
 
+class AgentCommandInput(BaseModel):
+    """One repair attempt by an external agent CLI (``engine: command``): the CLI runs once in a sandboxed
+    workspace at the base revision, and what it changed there is judged as the attempt's proposal.
+    ``token_budget`` is what the attempt may spend (the model proxy refuses requests past it)."""
+
+    run_id: str
+    op_id: str
+    attempt: int
+    spec_ref: ArtifactRef
+    issue_title: str
+    issue_body: str
+    previous_failures: list[str] = Field(default_factory=list)
+    token_budget: int
+
+
 # Responses a stepped attempt may take without finishing (as many as the engine's own loop allows).
 AGENT_MAX_TURNS = 30
 
@@ -580,6 +595,9 @@ AGENT_RECORD = Step("model.agent_record", Q.MODEL, AgentRecordInput, ArtifactRef
 AGENT_CONCLUDE = Step(
     "model.agent_conclude", Q.MODEL, AgentConcludeInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
 )
+AGENT_COMMAND = Step(
+    "model.agent_command", Q.MODEL, AgentCommandInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
+)
 
 STEPS: tuple[Step[Any, Any], ...] = (
     READ_REPORT,
@@ -608,4 +626,5 @@ STEPS: tuple[Step[Any, Any], ...] = (
     AGENT_RUN,
     AGENT_RECORD,
     AGENT_CONCLUDE,
+    AGENT_COMMAND,
 )

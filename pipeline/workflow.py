@@ -58,6 +58,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from pipeline.steps import (
         AGENT_MAX_TURNS,
+        AgentCommandInput,
         AgentConcludeInput,
         AgentRecordInput,
         AgentRunInput,
@@ -128,6 +129,9 @@ MODEL_OUTAGE_PATCH = "model-outage-waited-out"
 # A permitted reviewer's request for changes starts a revision on top of the head under review (while the
 # revision budget lasts) instead of rejecting; runs recorded before replay such a request as a rejection.
 REVISIONS_PATCH = "revisions-on-review"
+# A run whose policy names the external agent engine (``engine: command``) makes each attempt one
+# ``model.agent_command`` activity (runs recorded before it knew no such engine).
+COMMAND_ENGINE_PATCH = "command-engine"
 
 
 class RunEnded(Exception):
@@ -494,6 +498,7 @@ class RepairBugWorkflow:
         failures: list[EarlierAttempt] = []
         assert self._spec_ref is not None
         stepped = workflow.patched(STEPPED_AGENT_PATCH)
+        command = self._input.policy.engine == "command" and workflow.patched(COMMAND_ENGINE_PATCH)
         for attempt in range(1, budgets.repair_attempts_max + 1):
             spent = budgets.model_prompt_tokens + budgets.model_completion_tokens
             if spent >= budgets.model_token_budget:
@@ -505,7 +510,11 @@ class RepairBugWorkflow:
             budgets.repair_attempts_used = attempt
             repair_op = op_id(wf, "repair", attempt)
             try:
-                if stepped:
+                if command:
+                    proposal = await self._command_attempt(
+                        report, attempt, repair_op, [f.line() for f in failures], budgets.model_token_budget - spent
+                    )
+                elif stepped:
                     proposal = await self._stepped_attempt(
                         report, attempt, repair_op, list(failures), budgets.model_token_budget - spent
                     )
@@ -559,6 +568,31 @@ class RepairBugWorkflow:
             f"{budgets.repair_attempts_max} repair attempt(s) failed verification: "
             + "; ".join(f.line() for f in failures),
         )
+
+    async def _command_attempt(
+        self, report: ReportInfo, attempt: int, repair_op: str, failures: list[str], token_budget: int
+    ) -> ProposalResult:
+        """One repair attempt by the external agent CLI: one ``model.agent_command`` activity, whose proposal
+        passed the same patch policy as the built-in engine's and goes through the same verification. Its
+        tokens are charged here (a failure's by the caller, from the failure's details), as the stepped
+        attempt charges its turns, so the caller charges nothing more for a run that took this branch."""
+        assert self._spec_ref is not None
+        proposal = await self._step(
+            steps.AGENT_COMMAND,
+            AgentCommandInput(
+                run_id=self._state.workflow_id,
+                op_id=repair_op,
+                attempt=attempt,
+                spec_ref=self._spec_ref,
+                issue_title=report.title,
+                issue_body=report.body,
+                previous_failures=failures,
+                token_budget=token_budget,
+            ),
+        )
+        self._state.budgets.model_prompt_tokens += proposal.prompt_tokens
+        self._state.budgets.model_completion_tokens += proposal.completion_tokens
+        return proposal
 
     async def _stepped_attempt(
         self,

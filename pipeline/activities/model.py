@@ -28,6 +28,7 @@ from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
 from pipeline.activities.agent import AgentActivities, accepted_patch
+from pipeline.activities.agent_command import CommandActivities
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import earlier_attempts_spend, failing
@@ -51,11 +52,12 @@ class ModelActivities:
         git_token: str | None,
         patch_policies: Mapping[str, PatchPolicy] | None = None,
         endpoint: Callable[[], ChatEndpoint] | None = None,
+        command: CommandActivities | None = None,
     ) -> None:
         """``engine``, ``drafter`` and ``endpoint`` are made on first use, so a host only builds the clients it
         needs. ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`).
         ``endpoint`` serves the stepped attempt's turns (:mod:`pipeline.activities.agent`); without it they go
-        to the engine's endpoint."""
+        to the engine's endpoint. ``command`` serves the external agent engine (``model.agent_command``)."""
         self.store = store
         self.workspaces = workspaces
         self.engine = engine
@@ -65,11 +67,17 @@ class ModelActivities:
         self.agent = AgentActivities(
             store, workspaces, endpoint or self._engine_endpoint, git_token, patch_policies=self.patch_policies
         )
+        self.command = command
 
     def all(self) -> Sequence[Callable[..., object]]:
         """``model.propose_patch`` (runs recorded before the stepped attempt replay with it), procedure
-        drafting, and the stepped attempt's steps."""
-        return [self.propose_patch, self.draft_procedure, *self.agent.all()]
+        drafting, the stepped attempt's steps, and the external agent engine's when given."""
+        return [
+            self.propose_patch,
+            self.draft_procedure,
+            *self.agent.all(),
+            *(self.command.all() if self.command else []),
+        ]
 
     def _engine_endpoint(self) -> ChatEndpoint:
         engine = self.engine()

@@ -1,0 +1,282 @@
+"""``model.agent_command``: one repair attempt by an external agent CLI (``engine: command``), model queue.
+
+The activity rebuilds a scratch workspace from the mirror at the base revision, starts a model proxy on the
+worker's loopback (:mod:`repair.model_proxy`: the real key stays here, the CLI gets a key minted for this
+try, and every answer's tokens are counted), and runs the CLI (:mod:`repair.agent_command`) in the sandbox:
+bubblewrap without a network, the workspace its only writable tree besides its own scratch directory, and one
+port inside forwarded to the proxy (:mod:`environments.endpoint_forwarder`). Its environment is the contract's
+and nothing of the worker's (no forge token, no evidence keys, not the model key). While it runs, the
+activity heartbeats the requests and tokens so far; it kills the CLI's process group when the try is
+cancelled, when its deadline passes, or when the proxy refuses a request for the budget. When the CLI exits,
+the workspace's diff against the base is the proposal, judged against the mirror by the operator's patch
+policy (:func:`pipeline.activities.agent.accepted_patch`), exactly as the built-in engine's.
+
+Retries and a lost worker: the CLI's own state (its conversation) lives in its process and is not recorded,
+so a try never continues another one. A retry (the worker was SIGKILLed: the forwarder and the sandbox die
+with it, the heartbeat times out) rebuilds the workspace at the base revision again (the last recorded
+workspace of the attempt) and re-runs the CLI from the start, with the budget the earlier tries left: their
+tokens up to their last heartbeat ride in its details (:mod:`pipeline.activities.spend`). Not idempotent at
+the model, as no model call is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import CancelledError
+
+from environments.run_fence import ensure_not_fenced
+from environments.sandbox import Sandbox
+from environments.spec import spec_from_json
+from environments.workspace import WorkspaceManager
+from evidence.interface import ArtifactStore
+from pipeline import steps
+from pipeline.activities.agent import accepted_patch
+from pipeline.activities.classify import classified
+from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
+from pipeline.failures import FailureClass
+from pipeline.steps import AgentCommandInput, ProposalResult
+from repair.agent_command import AgentCommand
+from repair.interface import RepairRequest
+from repair.model_proxy import ModelProxy
+from repair.patch import validate_patch, workspace_patch
+from repair.patch_policy import PatchPolicy, policy_for
+
+# The port the CLI finds the model proxy on inside its sandbox (its own network namespace: nothing else there).
+INNER_PORT = 8480
+# Kept between the CLI's deadline and the step's start-to-close timeout, for the patch to be taken and judged.
+_MARGIN_S = 30.0
+_TAIL = 1500
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelEndpoint:
+    """The real endpoint the proxy forwards to (only the worker holds its key)."""
+
+    base_url: str
+    api_key: str
+    model: str
+
+
+@dataclasses.dataclass
+class _Ran:
+    code: int | None
+    output: str
+    spent: Spend
+    why_stopped: str = ""
+
+
+class CommandActivities:
+    def __init__(
+        self,
+        store: ArtifactStore,
+        workspaces: WorkspaceManager,
+        agent: Callable[[], AgentCommand],
+        endpoint: ModelEndpoint,
+        sandbox: Callable[[], Sandbox],
+        git_token: str | None,
+        *,
+        deadline_s: float = 1200.0,
+        patch_policies: Mapping[str, PatchPolicy] | None = None,
+    ) -> None:
+        """``agent`` and ``sandbox`` are made on first use (installing an agent may take a while, and a host
+        that never runs one needs no bubblewrap)."""
+        self.store = store
+        self.workspaces = workspaces
+        self.agent = agent
+        self.endpoint = endpoint
+        self.sandbox = sandbox
+        self.git_token = git_token
+        self.deadline_s = deadline_s
+        self.patch_policies = dict(patch_policies or {})
+
+    def all(self) -> Sequence[Callable[..., object]]:
+        return [self.agent_command]
+
+    @activity.defn(name=steps.AGENT_COMMAND.name)
+    def agent_command(self, inp: AgentCommandInput) -> ProposalResult:
+        """Run the agent CLI once on the base revision and judge its diff (see the module docstring)."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified():
+            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        earlier = earlier_attempts_spend()
+        beat = Heartbeat(f"starting the agent CLI (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
+        if earlier.total >= inp.token_budget:
+            spent_all = FailureClass.BUDGET.error(
+                f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
+            )
+            raise failing(spent_all, earlier, beat)
+        with beat, classified():
+            agent = self.agent()
+            sandbox = self.sandbox()
+            ws = self.workspaces.rebuild(
+                run_id=inp.run_id,
+                op_id=inp.op_id,
+                clone_url=spec.clone_url,
+                base_revision=spec.base_revision,
+                token=self.git_token,
+            )
+        agent_dir = ws.path.parent / f"{ws.path.name}.agent"
+        try:
+            shutil.rmtree(agent_dir, ignore_errors=True)
+            agent_dir.mkdir(parents=True)
+            request = RepairRequest(
+                run_id=inp.run_id,
+                op_id=inp.op_id,
+                attempt=inp.attempt,
+                issue_title=inp.issue_title,
+                issue_body=inp.issue_body,
+                workspace=str(ws.path),
+                previous_failures=inp.previous_failures,
+                token_budget=max(1, inp.token_budget - earlier.total),
+            )
+            # A Heartbeat's helper thread runs once; the one that beat during the rebuild has stopped.
+            beat = Heartbeat(f"starting {agent.name} (attempt {inp.attempt})", carry=beat.carry)
+            with beat:
+                ran = self._run(agent, sandbox, request, ws.path, agent_dir, earlier, beat)
+                summary = agent.summary(agent_dir, ran.output)
+                if ran.why_stopped == "budget":
+                    spent_all = FailureClass.BUDGET.error(
+                        f"model budget: the agent CLI spent {ran.spent.total} of {inp.token_budget} tokens"
+                    )
+                    raise failing(spent_all, ran.spent, beat)
+                if ran.why_stopped:
+                    stopped = FailureClass.NO_PATCH.error(f"{agent.name} {ran.why_stopped}: {_tail(ran.output)}")
+                    raise failing(stopped, ran.spent, beat)
+                if ran.code != 0:
+                    failed = FailureClass.NO_PATCH.error(
+                        f"{agent.name} exited with code {ran.code}: {_tail(ran.output)}"
+                    )
+                    raise failing(failed, ran.spent, beat)
+                patch, _ = workspace_patch(ws.path, base=spec.base_revision)
+                if not patch:
+                    unchanged = FailureClass.NO_PATCH.error(
+                        f"{agent.name} finished without changing anything: {summary}"
+                    )
+                    raise failing(unchanged, ran.spent, beat)
+                # Judged against the mirror, never the workspace: the CLI may have rewritten the workspace's .git.
+                with self.workspaces.mirrors.borrowed(
+                    spec.clone_url, spec.base_revision, token=self.git_token
+                ) as mirror:
+                    check = validate_patch(
+                        mirror, patch, base=spec.base_revision, policy=policy_for(self.patch_policies, spec.repository)
+                    )
+                patch_ref = accepted_patch(
+                    self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, ran.spent, beat
+                )
+        finally:
+            self.workspaces.remove(ws)
+            shutil.rmtree(agent_dir, ignore_errors=True)
+        return ProposalResult(
+            patch_ref=patch_ref,
+            summary=summary,
+            files_changed=check.files,
+            prompt_tokens=ran.spent.prompt_tokens,
+            completion_tokens=ran.spent.completion_tokens,
+            model=self.endpoint.model,
+        )
+
+    def _run(
+        self,
+        agent: AgentCommand,
+        sandbox: Sandbox,
+        request: RepairRequest,
+        workspace: Path,
+        agent_dir: Path,
+        earlier: Spend,
+        beat: Heartbeat,
+    ) -> _Ran:
+        """The CLI from start to exit (or to its kill), with the proxy serving it; the process group is killed
+        on every way out, cancellation included."""
+        e = self.endpoint
+        budget = request.token_budget
+        with ModelProxy(e.base_url, e.api_key, e.model, token_budget=budget, op_id=request.op_id) as proxy:
+            port = INNER_PORT if sandbox.sandboxed else proxy.port
+            inv = agent.invocation(
+                request,
+                workspace=workspace,
+                agent_dir=agent_dir,
+                base_url=f"http://127.0.0.1:{port}/v1",
+                api_key=proxy.key,
+                model=e.model,
+            )
+            boxed = dataclasses.replace(sandbox, read_only=(*sandbox.read_only, *inv.read_only))
+            argv = boxed.wrap(inv.argv, workspace=workspace, writable=[agent_dir])
+            if sandbox.sandboxed:
+                forwarder = [sys.executable, "-m", "environments.endpoint_forwarder", str(INNER_PORT), str(proxy.port)]
+                argv = [*forwarder, "--", *argv]
+            log_path = agent_dir.parent / f"{agent_dir.name}.log"
+            deadline = time.monotonic() + self._deadline()
+            why = ""
+            with log_path.open("w+b") as log:
+                proc = subprocess.Popen(
+                    argv,
+                    cwd=workspace,
+                    env=inv.env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+                try:
+                    beat.set(f"{agent.name} running (attempt {request.attempt})")
+                    while True:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=1.0)
+                            break
+                        spent = earlier.plus(proxy.prompt_tokens, proxy.completion_tokens)
+                        if spent.model_dump() != beat.carry["spent"]:
+                            # Beaten here too, not only by the helper thread: a lost worker's retry starts from
+                            # the spend of the last beat, so a new count goes out as soon as it is known.
+                            beat.carry["spent"] = spent.model_dump()
+                            beat.detail = (
+                                f"{agent.name} running: {proxy.requests} model request(s), {spent.total} tokens"
+                            )
+                            beat.beat()
+                        if activity.is_cancelled():
+                            raise CancelledError("the agent CLI's attempt was cancelled")
+                        if proxy.exhausted.is_set():
+                            why = "budget"
+                            break
+                        if time.monotonic() > deadline:
+                            why = f"ran past its deadline of {self._deadline():.0f} s and was killed"
+                            break
+                finally:
+                    _kill_group(proc)
+                log.seek(0)
+                output = log.read().decode(errors="replace")
+            log_path.unlink(missing_ok=True)
+            spent = earlier.plus(proxy.prompt_tokens, proxy.completion_tokens)
+            beat.carry["spent"] = spent.model_dump()
+            return _Ran(code=proc.returncode, output=output, spent=spent, why_stopped=why)
+
+    def _deadline(self) -> float:
+        """The operator's deadline, kept below the step's own start-to-close timeout."""
+        info = activity.info()
+        step_limit = info.start_to_close_timeout.total_seconds() if info.start_to_close_timeout else None
+        if step_limit is None:
+            return self.deadline_s
+        return max(1.0, min(self.deadline_s, step_limit - _MARGIN_S))
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the CLI's whole process group (the forwarder and bwrap; bwrap's PID namespace takes the rest)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _tail(output: str) -> str:
+    text = output.strip()
+    return text[-_TAIL:] if text else "(no output)"
