@@ -30,7 +30,7 @@ from pipeline import steps
 from pipeline.activities.model import ModelActivities
 from pipeline.config import load_config
 from pipeline.state import Phase
-from pipeline.steps import PrepareSpecInput, TaskQueue
+from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
@@ -38,6 +38,7 @@ from repair.test_files import count_test_cases, is_test_file
 from tests.environments.gitrepo import Repo, fixed_cart_source, git, make_repo
 from tests.modelserver.support import Serve, recorded, serve, tool_turn
 from tests.pipeline.test_workflow_logic import Harness, Script, doubles
+from tests.repair.context_samples import cart_procedure_json
 from tests.repair.support import CART_SCRIPTS, engine_for
 
 RUN = "repair:acme/cart#10"
@@ -397,8 +398,19 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
         return spec_ref
 
+    # The model worker reads the stored procedure for an attempt's first message (the doubles' is not stored).
+    procedure_ref = store.put_bytes(
+        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
+    )
+
+    @activity.defn(name=steps.PREPARE_PROCEDURE.name)
+    async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:
+        return ProcedureResult(procedure_ref=procedure_ref)
+
     acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
     acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
+    acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
+    acts[TaskQueue.BROWSER].append(prepare_procedure)
     acts[TaskQueue.MODEL] = list(model.all())
     with ThreadPoolExecutor(max_workers=4) as executor:
         workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
