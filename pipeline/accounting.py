@@ -16,21 +16,28 @@ from __future__ import annotations
 from pipeline.failures import NO_OP, NO_PATCH_KIND, FailureClass, failure_class, failure_details
 from pipeline.policies import RunPolicy
 from pipeline.state import RECENT_CALLS, Budgets, ModelCall
-from pipeline.steps import AgentToolsResult, AgentTurnResult
+from pipeline.steps import AgentToolsResult, AgentTurnResult, ProposalResult
+
+
+def _charge(budgets: Budgets, attempt: int | None, prompt: int, completion: int, transport: int) -> None:
+    """Tokens and transport retries to the run, and to ``attempt`` when one is named."""
+    budgets.model_prompt_tokens += prompt
+    budgets.model_completion_tokens += completion
+    budgets.transport_retries += transport
+    if attempt is not None:
+        usage = budgets.attempt_usage(attempt)
+        usage.prompt_tokens += prompt
+        usage.completion_tokens += completion
+        usage.transport_retries += transport
 
 
 def charge_turn(budgets: Budgets, attempt: int, turn: int, answer: AgentTurnResult) -> None:
     """A model turn's answer: its tokens to the run and the attempt, its transport retries, the call kept."""
-    budgets.model_prompt_tokens += answer.prompt_tokens
-    budgets.model_completion_tokens += answer.completion_tokens
-    budgets.transport_retries += answer.transport_retries
+    _charge(budgets, attempt, answer.prompt_tokens, answer.completion_tokens, answer.transport_retries)
     budgets.model = answer.model or budgets.model
     usage = budgets.attempt_usage(attempt)
     usage.model = answer.model or usage.model
     usage.calls += 1
-    usage.prompt_tokens += answer.prompt_tokens
-    usage.completion_tokens += answer.completion_tokens
-    usage.transport_retries += answer.transport_retries
     budgets.recent_calls.append(
         ModelCall(
             attempt=attempt,
@@ -62,17 +69,22 @@ def charge_failure(budgets: Budgets, err: BaseException, attempt: int | None = N
     spent = details[0] if details else None
     if not isinstance(spent, dict):
         return
-    prompt = int(spent.get("prompt_tokens", 0))
-    completion = int(spent.get("completion_tokens", 0))
-    transport = int(spent.get("transport_failures", 0))
-    budgets.model_prompt_tokens += prompt
-    budgets.model_completion_tokens += completion
-    budgets.transport_retries += transport
-    if attempt is not None:
-        usage = budgets.attempt_usage(attempt)
-        usage.prompt_tokens += prompt
-        usage.completion_tokens += completion
-        usage.transport_retries += transport
+    _charge(
+        budgets,
+        attempt,
+        int(spent.get("prompt_tokens", 0)),
+        int(spent.get("completion_tokens", 0)),
+        int(spent.get("transport_failures", 0)),
+    )
+
+
+def charge_proposal(budgets: Budgets, attempt: int, proposal: ProposalResult) -> None:
+    """A whole attempt's proposal made in one step (the external agent engine): its tokens to the run and the
+    attempt (its requests went through the engine's proxy, which counted them, not as separate calls)."""
+    _charge(budgets, attempt, proposal.prompt_tokens, proposal.completion_tokens, 0)
+    usage = budgets.attempt_usage(attempt)
+    usage.model = proposal.model or usage.model
+    budgets.model = proposal.model or budgets.model
 
 
 def count_no_patch(budgets: Budgets, err: BaseException) -> None:

@@ -355,12 +355,15 @@ class ProposePatchInput(BaseModel):
 
 
 class ProposalResult(BaseModel):
+    """``log_ref``: what an external agent CLI printed, stored redacted (``model.agent_command`` only)."""
+
     patch_ref: ArtifactRef
     summary: str
     files_changed: list[str]
     prompt_tokens: int
     completion_tokens: int
     model: str
+    log_ref: ArtifactRef | None = None
 
 
 class AgentToolCall(BaseModel):

@@ -575,23 +575,30 @@ class RepairBugWorkflow:
         """One repair attempt by the external agent CLI: one ``model.agent_command`` activity, whose proposal
         passed the same patch policy as the built-in engine's and goes through the same verification. Its
         tokens are charged here (a failure's by the caller, from the failure's details), as the stepped
-        attempt charges its turns, so the caller charges nothing more for a run that took this branch."""
+        attempt charges its turns, so the caller charges nothing more for a run that took this branch. What the
+        CLI printed is stored (redacted) and recorded in the run's evidence, whether the attempt failed or not."""
         assert self._spec_ref is not None
-        proposal = await self._step(
-            steps.AGENT_COMMAND,
-            AgentCommandInput(
-                run_id=self._state.workflow_id,
-                op_id=repair_op,
-                attempt=attempt,
-                spec_ref=self._spec_ref,
-                issue_title=report.title,
-                issue_body=report.body,
-                previous_failures=failures,
-                token_budget=token_budget,
-            ),
-        )
-        self._state.budgets.model_prompt_tokens += proposal.prompt_tokens
-        self._state.budgets.model_completion_tokens += proposal.completion_tokens
+        try:
+            proposal = await self._step(
+                steps.AGENT_COMMAND,
+                AgentCommandInput(
+                    run_id=self._state.workflow_id,
+                    op_id=repair_op,
+                    attempt=attempt,
+                    spec_ref=self._spec_ref,
+                    issue_title=report.title,
+                    issue_body=report.body,
+                    previous_failures=failures,
+                    token_budget=token_budget,
+                ),
+            )
+        except ActivityError as err:
+            if (log_ref := _detail_ref(err, "log_ref")) is not None:
+                self._record(log_ref)
+            raise
+        accounting.charge_proposal(self._state.budgets, attempt, proposal)
+        if proposal.log_ref is not None:
+            self._record(proposal.log_ref)
         return proposal
 
     async def _stepped_attempt(

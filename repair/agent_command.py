@@ -11,7 +11,10 @@ and verification as the built-in engine's. The contract for any CLI:
   the real key, :mod:`repair.model_proxy`), a key valid for this attempt only, and the model name;
 - ``DURAFIX_TASK``: the task (the report and what earlier attempts got wrong), also in the file
   ``DURAFIX_TASK_FILE``; ``DURAFIX_TOKEN_BUDGET``: the tokens the attempt may spend (the proxy enforces it);
-- exit code 0 when the CLI considers itself done; anything else is reported with its output's tail.
+- ``DURAFIX_SUMMARY_FILE`` (in ``DURAFIX_AGENT_DIR``): where the CLI may write what it did, one paragraph,
+  which becomes the proposal's summary (commit message, PR); without it the summary says only that it ran;
+- exit code 0 when the CLI considers itself done; anything else fails the attempt. What the CLI printed is
+  stored as evidence (redacted) and named, never quoted: it may hold anything the repository's code printed.
 
 Two implementations: :class:`ShellAgent` (any command line, the operator's ``DURAFIX_ENGINE_COMMAND``) and
 :class:`MiniSweAgent`, the adapter for mini-swe-agent (:mod:`repair.mini_swe_agent`).
@@ -26,6 +29,17 @@ from typing import Protocol
 from repair.interface import RepairRequest
 
 TASK_FILE = "task.md"
+SUMMARY_FILE = "summary.txt"
+MAX_SUMMARY_CHARS = 2000
+
+
+def bounded_summary(text: str, fallback: str) -> str:
+    """An agent's summary as the proposal carries it: stripped, at most :data:`MAX_SUMMARY_CHARS` characters,
+    ``fallback`` when empty."""
+    text = text.strip()
+    if len(text) > MAX_SUMMARY_CHARS:
+        text = text[:MAX_SUMMARY_CHARS] + " [cut]"
+    return text or fallback
 
 
 def task_text(request: RepairRequest) -> str:
@@ -64,8 +78,8 @@ class AgentCommand(Protocol):
         self, request: RepairRequest, *, workspace: Path, agent_dir: Path, base_url: str, api_key: str, model: str
     ) -> Invocation: ...
 
-    def summary(self, agent_dir: Path, output: str) -> str:
-        """What the agent says it did (from its own files in ``agent_dir``, or its output)."""
+    def summary(self, agent_dir: Path) -> str:
+        """What the agent says it did, from its own files in ``agent_dir`` (bounded; never its output)."""
         ...
 
 
@@ -84,6 +98,7 @@ def base_env(request: RepairRequest, *, agent_dir: Path, base_url: str, api_key:
         "DURAFIX_AGENT_DIR": str(agent_dir),
         "DURAFIX_TASK": task,
         "DURAFIX_TASK_FILE": str(agent_dir / TASK_FILE),
+        "DURAFIX_SUMMARY_FILE": str(agent_dir / SUMMARY_FILE),
         "DURAFIX_TOKEN_BUDGET": str(request.token_budget),
     }
 
@@ -102,6 +117,9 @@ class ShellAgent:
         env = base_env(request, agent_dir=agent_dir, base_url=base_url, api_key=api_key, model=model)
         return Invocation(argv=["/bin/sh", "-c", self.command], env=env, read_only=self.read_only)
 
-    def summary(self, agent_dir: Path, output: str) -> str:
-        tail = output.strip().splitlines()[-5:]
-        return "\n".join(tail) or f"{self.command} finished"
+    def summary(self, agent_dir: Path) -> str:
+        try:
+            said = (agent_dir / SUMMARY_FILE).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            said = ""
+        return bounded_summary(said, f"{self.name} finished without writing {SUMMARY_FILE}")

@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from repair.agent_command import Invocation, base_env
+from repair.agent_command import Invocation, base_env, bounded_summary
 from repair.interface import RepairRequest
 
 PACKAGE = "mini-swe-agent"
@@ -118,11 +118,11 @@ class MiniSweAgent:
         ]
         return Invocation(argv=argv, env=env, read_only=(self.venv,))
 
-    def summary(self, agent_dir: Path, output: str) -> str:
+    def summary(self, agent_dir: Path) -> str:
         """The agent's submission (the text after its completion marker), else how it exited."""
         try:
             info = json.loads((agent_dir / TRAJECTORY).read_text()).get("info", {})
         except (OSError, ValueError):
             return "mini-swe-agent finished without writing its trajectory"
-        submission = str(info.get("submission") or "").strip()
-        return submission or f"mini-swe-agent exited: {info.get('exit_status') or 'unknown'}"
+        exited = f"mini-swe-agent exited: {str(info.get('exit_status') or 'unknown')[:100]}"
+        return bounded_summary(str(info.get("submission") or ""), exited)

@@ -251,12 +251,13 @@ def accepted_patch(
     base_revision: str,
     spent: Spend,
     beat: Heartbeat,
+    *details: object,
 ) -> ArtifactRef:
     """The attempt's patch stored by content once the patch policy's ``check`` accepted it; a refusal is the
-    attempt's ``NoPatch`` failure, with its reasons and what the attempt spent."""
+    attempt's ``NoPatch`` failure, with its reasons, what the attempt spent, and ``details``."""
     if not check.ok:
         refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
-        raise failing(refused, spent, beat, {NO_PATCH_KIND: REFUSED})
+        raise failing(refused, spent, beat, {NO_PATCH_KIND: REFUSED}, *details)
     return store.put_bytes(
         patch.encode(),
         kind=ArtifactKind.PATCH,

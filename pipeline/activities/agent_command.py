@@ -11,6 +11,10 @@ cancelled, when its deadline passes, or when the proxy refuses a request for the
 the workspace's diff against the base is the proposal, judged against the mirror by the operator's patch
 policy (:func:`pipeline.activities.agent.accepted_patch`), exactly as the built-in engine's.
 
+What the CLI printed (its own output and whatever the commands it ran printed: the repository's code among
+them) is stored as evidence, redacted (the recipe's secrets, the worker's credentials, the model key and the
+attempt's proxy key), and named in a failure, never quoted: it reaches no prompt, no ticket, no history.
+
 Retries and a lost worker: the CLI's own state (its conversation) lives in its process and is not recorded,
 so a try never continues another one. A retry (the worker was SIGKILLed: the forwarder and the sandbox die
 with it, the heartbeat times out) rebuilds the workspace at the base revision again (the last recorded
@@ -35,14 +39,17 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from environments.interface import RecoverySpec
+from environments.redaction import redactor_for
 from environments.run_fence import ensure_not_fenced
 from environments.sandbox import Sandbox
 from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
-from evidence.interface import ArtifactStore
+from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.agent import accepted_patch
 from pipeline.activities.classify import classified
+from pipeline.activities.environments import put_redacted_output
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
 from pipeline.failures import FailureClass
@@ -57,7 +64,6 @@ from repair.patch_policy import PatchPolicy, policy_for
 INNER_PORT = 8480
 # Kept between the CLI's deadline and the step's start-to-close timeout, for the patch to be taken and judged.
 _MARGIN_S = 30.0
-_TAIL = 1500
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,7 +78,8 @@ class ModelEndpoint:
 @dataclasses.dataclass
 class _Ran:
     code: int | None
-    output: str
+    log: Path
+    key: str
     spent: Spend
     why_stopped: str = ""
 
@@ -145,26 +152,25 @@ class CommandActivities:
             beat = Heartbeat(f"starting {agent.name} (attempt {inp.attempt})", carry=beat.carry)
             with beat:
                 ran = self._run(agent, sandbox, request, ws.path, agent_dir, earlier, beat)
-                summary = agent.summary(agent_dir, ran.output)
+                log_name = f"attempt-{inp.attempt}-{agent.name}.log"
+                log_ref = self._put_log(spec, inp.run_id, ran, log_name)
+                named = {"log_ref": log_ref.model_dump(mode="json")}
+                summary = agent.summary(agent_dir)
                 if ran.why_stopped == "budget":
                     spent_all = FailureClass.BUDGET.error(
                         f"model budget: the agent CLI spent {ran.spent.total} of {inp.token_budget} tokens"
                     )
-                    raise failing(spent_all, ran.spent, beat)
-                if ran.why_stopped:
-                    stopped = FailureClass.NO_PATCH.error(f"{agent.name} {ran.why_stopped}: {_tail(ran.output)}")
-                    raise failing(stopped, ran.spent, beat)
-                if ran.code != 0:
-                    failed = FailureClass.NO_PATCH.error(
-                        f"{agent.name} exited with code {ran.code}: {_tail(ran.output)}"
-                    )
-                    raise failing(failed, ran.spent, beat)
+                    raise failing(spent_all, ran.spent, beat, named)
+                ended = f"{agent.name} {ran.why_stopped}" if ran.why_stopped else f"{agent.name} exited {ran.code}"
+                if ran.why_stopped or ran.code != 0:
+                    stopped = FailureClass.NO_PATCH.error(f"{ended}; its output is stored as {log_name}")
+                    raise failing(stopped, ran.spent, beat, named)
                 patch, _ = workspace_patch(ws.path, base=spec.base_revision)
                 if not patch:
                     unchanged = FailureClass.NO_PATCH.error(
                         f"{agent.name} finished without changing anything: {summary}"
                     )
-                    raise failing(unchanged, ran.spent, beat)
+                    raise failing(unchanged, ran.spent, beat, named)
                 # Judged against the mirror, never the workspace: the CLI may have rewritten the workspace's .git.
                 with self.workspaces.mirrors.borrowed(
                     spec.clone_url, spec.base_revision, token=self.git_token
@@ -173,11 +179,12 @@ class CommandActivities:
                         mirror, patch, base=spec.base_revision, policy=policy_for(self.patch_policies, spec.repository)
                     )
                 patch_ref = accepted_patch(
-                    self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, ran.spent, beat
+                    self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, ran.spent, beat, named
                 )
         finally:
             self.workspaces.remove(ws)
             shutil.rmtree(agent_dir, ignore_errors=True)
+            (agent_dir.parent / f"{agent_dir.name}.log").unlink(missing_ok=True)
         return ProposalResult(
             patch_ref=patch_ref,
             summary=summary,
@@ -185,7 +192,20 @@ class CommandActivities:
             prompt_tokens=ran.spent.prompt_tokens,
             completion_tokens=ran.spent.completion_tokens,
             model=self.endpoint.model,
+            log_ref=log_ref,
         )
+
+    def _put_log(self, spec: RecoverySpec, run_id: str, ran: _Ran, name: str) -> ArtifactRef:
+        """The CLI's output stored by content, every secret known here redacted first (see the module)."""
+        redactor = redactor_for(
+            spec.recipe.secrets,
+            [
+                ("DURAFIX_FORGE_TOKEN", self.git_token or ""),
+                ("OPENAI_API_KEY", self.endpoint.api_key),
+                ("DURAFIX_AGENT_KEY", ran.key),
+            ],
+        )
+        return put_redacted_output(self.store, ran.log, ArtifactKind.LOG, run_id, name, spec.base_revision, redactor)
 
     def _run(
         self,
@@ -219,7 +239,7 @@ class CommandActivities:
             log_path = agent_dir.parent / f"{agent_dir.name}.log"
             deadline = time.monotonic() + self._deadline()
             why = ""
-            with log_path.open("w+b") as log:
+            with log_path.open("wb") as log:
                 proc = subprocess.Popen(
                     argv,
                     cwd=workspace,
@@ -254,12 +274,9 @@ class CommandActivities:
                             break
                 finally:
                     _kill_group(proc)
-                log.seek(0)
-                output = log.read().decode(errors="replace")
-            log_path.unlink(missing_ok=True)
             spent = earlier.plus(proxy.prompt_tokens, proxy.completion_tokens)
             beat.carry["spent"] = spent.model_dump()
-            return _Ran(code=proc.returncode, output=output, spent=spent, why_stopped=why)
+            return _Ran(code=proc.returncode, log=log_path, key=proxy.key, spent=spent, why_stopped=why)
 
     def _deadline(self) -> float:
         """The operator's deadline, kept below the step's own start-to-close timeout."""
@@ -275,8 +292,3 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-def _tail(output: str) -> str:
-    text = output.strip()
-    return text[-_TAIL:] if text else "(no output)"

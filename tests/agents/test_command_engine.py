@@ -23,7 +23,7 @@ from temporalio.testing import ActivityEnvironment
 from environments.sandbox import Sandbox, bwrap_problem
 from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
-from evidence.interface import ArtifactKind
+from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline.activities.agent_command import CommandActivities, ModelEndpoint
@@ -104,6 +104,7 @@ def test_mini_swe_agent_fixes_the_cart_and_its_diff_is_the_accepted_proposal(
     assert "+    return sum(line_total(item) for item in items)" in patch
     assert proposal.files_changed == ["cart.py"]
     assert "line_total(item)" in proposal.summary  # the agent's submission
+    assert proposal.log_ref is not None and "COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT" not in proposal.summary
     server.stop()
     records = request_log(server)
     # Three replies (look, fix and test, submit), each forwarded once with the attempt's operation ID and the
@@ -154,6 +155,25 @@ def test_a_shell_agent_sees_no_worker_secret_and_reaches_only_the_proxy(
     assert env["OPENAI_API_KEY"].startswith("durafix-attempt-") and env["OPENAI_API_KEY"] != WORKER_KEY
     assert "forge-secret-value" not in json.dumps(env) and "s3-secret-value" not in json.dumps(env)
     assert not {k for k in env if k.startswith(("AWS_", "DURAFIX_FORGE"))}
+
+
+def test_what_a_failing_agent_printed_is_stored_redacted_and_named_never_quoted(
+    tmp_path: Path, repo: Repo, serve: Serve
+) -> None:
+    server = serve(CART_SCRIPTS / "mini-swe-agent-fix.yaml")
+    # The agent prints what a hostile repository's code could print, the attempt's own key among it, then fails.
+    agent = ShellAgent('echo "SENTINEL-OUTPUT $OPENAI_API_KEY"; exit 3')
+    acts = engine(tmp_path, server, agent)
+
+    with pytest.raises(ApplicationError) as failed:
+        activity_env().run(acts.agent_command, attempt_input(acts, repo))
+
+    assert failed.value.type == "NoPatch"
+    assert failed.value.message == "command exited 3; its output is stored as attempt-1-command.log"
+    named = [d["log_ref"] for d in failed.value.details if isinstance(d, dict) and "log_ref" in d]
+    assert len(named) == 1
+    log = acts.store.read_bytes(ArtifactRef.model_validate(named[0])).decode()
+    assert "SENTINEL-OUTPUT" in log and "durafix-attempt-" not in log  # the try's proxy key is redacted
 
 
 def test_a_cancelled_attempt_kills_the_agent_process_group(tmp_path: Path, repo: Repo, serve: Serve) -> None:
