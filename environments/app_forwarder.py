@@ -93,6 +93,14 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             dst.shutdown(socket.SHUT_WR)
 
 
+def splice(a: socket.socket, b: socket.socket) -> None:
+    """Copy both ways between ``a`` and ``b`` until both directions have ended."""
+    back = threading.Thread(target=_pump, args=(b, a), daemon=True)
+    back.start()
+    _pump(a, b)
+    back.join()
+
+
 def _serve(client: socket.socket, netns: int, home: int, target_port: int) -> None:
     with client:
         try:
@@ -106,10 +114,7 @@ def _serve(client: socket.socket, netns: int, home: int, target_port: int) -> No
                 upstream.settimeout(None)
             except OSError:
                 return  # not listening yet: the caller sees a closed connection and probes again
-            back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
-            back.start()
-            _pump(client, upstream)
-            back.join()
+            splice(client, upstream)
 
 
 def main(argv: list[str]) -> int:

@@ -28,10 +28,9 @@ import sys
 import threading
 import time
 
-from environments.app_forwarder import _libc, _pump, _reap_all, sandbox_netns, socket_in
+from environments.app_forwarder import PR_SET_CHILD_SUBREAPER, _libc, _reap_all, sandbox_netns, socket_in, splice
 
 PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def listen_in(netns: int, home: int, port: int, deadline_s: float = 10.0) -> socket.socket:
@@ -59,10 +58,7 @@ def _join(inner: socket.socket, host_port: int) -> None:
             return  # the proxy is gone: the caller sees a closed connection
         with outer:
             outer.settimeout(None)
-            back = threading.Thread(target=_pump, args=(outer, inner), daemon=True)
-            back.start()
-            _pump(inner, outer)
-            back.join()
+            splice(inner, outer)
 
 
 def main(argv: list[str]) -> int:

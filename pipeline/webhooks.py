@@ -287,22 +287,9 @@ class WebhookReceiver:
         # No fallback name: a decision must be attributable to the account whose permission was read.
         reviewer = str(review["user"]["login"])
         number = int(pr["number"])
-        # A marker is text anyone can paste into a PR body: only the bot's own PRs are durafix's, and the
-        # bot's own reviews are never a decision. (The run also checks the PR is the one it recorded.)
-        bot = self._with_forge(
-            repository,
-            f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
-            lambda forge: forge.login(),
-        )
-        author = str((pr.get("user") or {}).get("login") or "")
-        if author != bot:
-            return 403, {
-                "workflow_id": workflow_id,
-                "message": (
-                    f"PR #{number} is authored by {author or 'nobody'}, not by durafix ({bot}): its reviews are not "
-                    f"decisions about {workflow_id}, whatever its body says"
-                ),
-            }
+        bot, refused = self._bot_authored(repository, pr, workflow_id)
+        if refused is not None:
+            return refused
         if reviewer == bot:
             return 403, {"workflow_id": workflow_id, "message": f"a review by durafix's own login {bot} never counts"}
         if action == "dismissed":
@@ -354,13 +341,9 @@ class WebhookReceiver:
         workflow_id = marker.attrs["run"]
         if not workflow_id.startswith(f"repair:{repository}#"):
             return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
-        bot = self._with_forge(
-            repository,
-            f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
-            lambda forge: forge.login(),
-        )
-        if str((pr.get("user") or {}).get("login") or "") != bot:
-            return 403, {"workflow_id": workflow_id, "message": f"PR #{pr['number']} is not authored by durafix"}
+        _, refused = self._bot_authored(repository, pr, workflow_id)
+        if refused is not None:
+            return refused
         closer = str(payload["sender"]["login"])
         rejection = Rejection(
             reviewer=closer, reason="the PR was closed without merging", source="webhook", pr_number=int(pr["number"])
@@ -372,6 +355,31 @@ class WebhookReceiver:
                 raise
             return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to reject"}
         return 200, {"workflow_id": workflow_id, "message": f"closing by {closer} sent to the run as a rejection"}
+
+    def _bot_authored(
+        self, repository: str, pr: dict[str, Any], workflow_id: str
+    ) -> tuple[str, tuple[int, dict[str, Any]] | None]:
+        """The bot's login, and the refusal when ``pr`` is not authored by it. A marker is text anyone can paste
+        into a PR body: only the bot's own PRs are durafix's (the run also checks the PR is the one it
+        recorded), so what happens on another PR is never a decision about ``workflow_id``."""
+        bot = self._with_forge(
+            repository,
+            f"durafix's bot login could not be read, nothing was sent to {workflow_id}",
+            lambda forge: forge.login(),
+        )
+        author = str((pr.get("user") or {}).get("login") or "")
+        if author == bot:
+            return bot, None
+        return bot, (
+            403,
+            {
+                "workflow_id": workflow_id,
+                "message": (
+                    f"PR #{pr['number']} is authored by {author or 'nobody'}, not by durafix ({bot}): what happens "
+                    f"on it is not a decision about {workflow_id}, whatever its body says"
+                ),
+            },
+        )
 
     def _refuse_reviewer(self, repository: str, reviewer: str, workflow_id: str) -> tuple[int, dict[str, Any]] | None:
         """None when ``reviewer`` holds at least ``approver_permission`` on ``repository``; otherwise the

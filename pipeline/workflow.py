@@ -73,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
         EnsureCommentInput,
         EnsureDraftPrInput,
         EnsureTicketInput,
+        EvidenceResult,
         MergeInput,
         MergeStatus,
         PrepareProcedureInput,
@@ -82,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         ProposePatchInput,
         ProvisionInput,
         PublishBranchInput,
+        PullInfo,
         ReadPullInput,
         ReadReportInput,
         ReadReviewInput,
@@ -968,11 +970,8 @@ class RepairBugWorkflow:
 
     async def _publish(self, report: ReportInfo, candidate: CandidateFact) -> None:
         wf = self._state.workflow_id
-        inp = self._input
         assert candidate.commit is not None
-        evidence = await self._step(steps.BUILD_EVIDENCE, self._evidence_input(report, candidate))
-        self._record(evidence.manifest_ref)
-        self._record(evidence.report_ref)
+        evidence = await self._build_evidence(report, candidate)
         branch = branch_for(wf)
         self._state.publish = PublishFact(
             branch=branch,
@@ -982,12 +981,30 @@ class RepairBugWorkflow:
             report_url=evidence.report_url,
             evidence_digest=evidence.digest,
         )
+        await self._push(report, candidate, op_id(wf, "push"), branch, None)
+        pr = await self._ensure_pr(report, candidate, op_id(wf, "pr"), branch)
+        self._state.publish.pr_number = pr.number
+        self._state.publish.pr_url = pr.url
+        self._state.publish.evidence_comment_id = await self._evidence_comment(pr.number, candidate, evidence)
+
+    async def _build_evidence(self, report: ReportInfo, candidate: CandidateFact) -> EvidenceResult:
+        evidence = await self._step(steps.BUILD_EVIDENCE, self._evidence_input(report, candidate))
+        self._record(evidence.manifest_ref)
+        self._record(evidence.report_ref)
+        return evidence
+
+    async def _push(
+        self, report: ReportInfo, candidate: CandidateFact, push_op: str, branch: str, old_head: str | None
+    ) -> None:
+        """Push the verified ``candidate`` to ``branch``: a new branch (``old_head`` None), or a commit on top
+        of ``old_head``, which is then the push's lease."""
+        assert candidate.commit is not None
         await self._step(
             steps.PUBLISH_BRANCH,
             PublishBranchInput(
-                op_id=op_id(wf, "push"),
-                run_id=wf,
-                repository=inp.repository,
+                op_id=push_op,
+                run_id=self._state.workflow_id,
+                repository=self._input.repository,
                 clone_url=report.clone_url,
                 branch=branch,
                 base_revision=report.base_revision,
@@ -995,33 +1012,39 @@ class RepairBugWorkflow:
                 expected_commit=candidate.commit,
                 message=self._commit_message(report, candidate),
                 commit_timestamp=candidate.commit_timestamp,
-                expected_old=None,
+                expected_old=old_head,
+                parent_commit=old_head,
             ),
         )
-        pr = await self._step(
+
+    async def _ensure_pr(self, report: ReportInfo, repaired: CandidateFact, pr_op: str, branch: str) -> PullInfo:
+        """The run's draft PR, its description written from the repair's candidate ``repaired``."""
+        inp = self._input
+        return await self._step(
             steps.ENSURE_DRAFT_PR,
             EnsureDraftPrInput(
-                op_id=op_id(wf, "pr"),
-                run_id=wf,
+                op_id=pr_op,
+                run_id=self._state.workflow_id,
                 repository=inp.repository,
                 branch=branch,
                 base=inp.base_branch,
                 title=messages.pr_title(report.title, inp.issue_number),
-                body=messages.pr_body(self._state, candidate, self._input.policy.closing_keyword),
+                body=messages.pr_body(self._state, repaired, inp.policy.closing_keyword),
             ),
         )
-        self._state.publish.pr_number = pr.number
-        self._state.publish.pr_url = pr.url
+
+    async def _evidence_comment(self, number: int, candidate: CandidateFact, evidence: EvidenceResult) -> int:
+        """The PR's evidence comment for ``candidate``'s commit (keyed by it); its ID."""
         comment = await self._step(
             steps.ENSURE_COMMENT,
             EnsureCommentInput(
-                repository=inp.repository,
-                number=pr.number,
-                key=f"{wf}:evidence:{candidate.commit}",
+                repository=self._input.repository,
+                number=number,
+                key=f"{self._state.workflow_id}:evidence:{candidate.commit}",
                 body=messages.evidence_comment(self._state, candidate, evidence),
             ),
         )
-        self._state.publish.evidence_comment_id = comment.comment_id
+        return comment.comment_id
 
     async def _review_and_merge(self) -> tuple[Outcome, str]:
         wf = self._state.workflow_id
@@ -1268,56 +1291,18 @@ class RepairBugWorkflow:
         publish = self._state.publish
         assert publish is not None and publish.pr_number is not None and candidate.commit is not None
         self._enter(Phase.PUBLISH)
-        evidence = await self._step(steps.BUILD_EVIDENCE, self._evidence_input(report, candidate))
-        self._record(evidence.manifest_ref)
-        self._record(evidence.report_ref)
-        await self._step(
-            steps.PUBLISH_BRANCH,
-            PublishBranchInput(
-                op_id=op_id(wf, "revision-push", candidate.revision),
-                run_id=wf,
-                repository=inp.repository,
-                clone_url=report.clone_url,
-                branch=publish.branch,
-                base_revision=report.base_revision,
-                patch_ref=candidate.patch_ref,
-                expected_commit=candidate.commit,
-                message=self._commit_message(report, candidate),
-                commit_timestamp=candidate.commit_timestamp,
-                expected_old=old_head,
-                parent_commit=old_head,
-            ),
-        )
+        evidence = await self._build_evidence(report, candidate)
+        await self._push(report, candidate, op_id(wf, "revision-push", candidate.revision), publish.branch, old_head)
         repaired = next(
             c for c in self._state.candidates if not c.revision and c.verification == VerificationStatus.PASSED
         )
-        await self._step(
-            steps.ENSURE_DRAFT_PR,
-            EnsureDraftPrInput(
-                op_id=op_id(wf, "revision-pr", candidate.revision),
-                run_id=wf,
-                repository=inp.repository,
-                branch=publish.branch,
-                base=inp.base_branch,
-                title=messages.pr_title(report.title, inp.issue_number),
-                body=messages.pr_body(self._state, repaired, inp.policy.closing_keyword),
-            ),
-        )
+        await self._ensure_pr(report, repaired, op_id(wf, "revision-pr", candidate.revision), publish.branch)
         publish.commit = candidate.commit
         publish.manifest_ref = evidence.manifest_ref
         publish.report_ref = evidence.report_ref
         publish.report_url = evidence.report_url
         publish.evidence_digest = evidence.digest
-        comment = await self._step(
-            steps.ENSURE_COMMENT,
-            EnsureCommentInput(
-                repository=inp.repository,
-                number=publish.pr_number,
-                key=f"{wf}:evidence:{candidate.commit}",
-                body=messages.evidence_comment(self._state, candidate, evidence),
-            ),
-        )
-        publish.evidence_comment_id = comment.comment_id
+        publish.evidence_comment_id = await self._evidence_comment(publish.pr_number, candidate, evidence)
         reviewer = candidate.reviewer or ""
         await self._say_on_pr(
             f"{wf}:revision:{candidate.revision}",

@@ -24,7 +24,7 @@ from pathlib import Path
 from temporalio import activity
 
 from environments.checks import SetupError
-from environments.interface import AppRecipe
+from environments.interface import AppRecipe, RecoverySpec
 from environments.run_fence import ensure_not_fenced
 from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
@@ -90,7 +90,7 @@ class AgentRunActivities:
             if had_started(self.store, inp.run_id, inp.op_id):
                 content, interrupted = INTERRUPTED, True
             else:
-                content, output_ref = self._run(inp, command)
+                content, output_ref = self._run(inp, spec, command)
         return AgentRunResult(
             transcript_ref=self.store.put_bytes(
                 encode_transcript([*messages, tool_message(inp.call.id, content)]),
@@ -104,10 +104,9 @@ class AgentRunActivities:
             refused=refused,
         )
 
-    def _run(self, inp: AgentRunInput, command: str) -> tuple[str, ArtifactRef]:
+    def _run(self, inp: AgentRunInput, spec: RecoverySpec, command: str) -> tuple[str, ArtifactRef]:
         """Rebuild base + patch, mark the call started, run ``command`` after the recipe's setup; the result
         text and the stored output."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
         redactor = output_redactor(spec.recipe.secrets, self.git_token)
         name = f"attempt-{inp.attempt}-turn-{inp.turn}-{inp.call.name}.log"

@@ -4,19 +4,19 @@ The workflow passes references and facts it holds (``AgentTurnInput``): the base
 procedure and ``log.json``), the spec (the recipe's test command and secrets), the baseline's summary and
 the earlier attempts. Everything is read by content from the evidence store, so a retried first turn
 builds the same context. Redaction is the one the environments apply to stored command output
-(:func:`environments.redaction.redactor_for`: the recipe's secrets and the credentials known on this
-worker, plus the forge token this worker holds).
+(:func:`pipeline.activities.environments.output_redactor`: the recipe's secrets, the credentials known on
+this worker, the forge token it holds).
 """
 
 from __future__ import annotations
 
 import json
 
-from environments.redaction import redactor_for
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.observations import MAX_LOG_BYTES
 from evidence.procedure_view import load_procedure
+from pipeline.activities.environments import output_redactor
 from pipeline.state import ReproductionFact
 from pipeline.steps import AgentTurnInput
 from repair.context import (
@@ -39,7 +39,7 @@ def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: str | N
     if inp.spec_ref is None and inp.reproduction is None and not inp.earlier_attempts:
         return None
     spec = spec_from_json(store.read_bytes(inp.spec_ref)) if inp.spec_ref is not None else None
-    redact: Redact = redactor_for(spec.recipe.secrets if spec else {}, [("DURAFIX_FORGE_TOKEN", git_token or "")]).text
+    redact: Redact = output_redactor(spec.recipe.secrets if spec else {}, git_token).text
     return RepairContext(
         reproduction=_reproduction(store, inp.reproduction, redact) if inp.reproduction is not None else None,
         test_command=clean(spec.recipe.test, redact) if spec is not None else None,

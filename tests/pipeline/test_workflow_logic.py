@@ -30,6 +30,9 @@ from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, RegressionFact, Rejection, RunState
 from pipeline.steps import (
     AgentConcludeInput,
+    AgentRecordInput,
+    AgentRunInput,
+    AgentRunResult,
     AgentToolCall,
     AgentToolsInput,
     AgentToolsResult,
@@ -131,6 +134,8 @@ class Script:
 
     # Revisions on review fail their tests.
     revision_fails: bool = False
+    # The tools the first turn of an attempt calls, in order (the second turn finishes).
+    turn_one_calls: list[str] = field(default_factory=lambda: ["write_file"])
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -306,7 +311,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         """Turn 1 asks for one edit; turn 2 finishes without a call. The first turn of an attempt is what the
         old single activity was: the request for a proposal (recorded as ``propose``)."""
         s.calls.append(("propose" if i.transcript_ref is None else "agent_turn", i))
-        calls = [AgentToolCall(id="c1", name="write_file", arguments="{}")] if i.turn == 1 else []
+        calls = (
+            [AgentToolCall(id=f"c{n}", name=name, arguments="{}") for n, name in enumerate(s.turn_one_calls, 1)]
+            if i.turn == 1
+            else []
+        )
         return AgentTurnResult(
             transcript_ref=ref(f"transcript-{i.attempt}-{i.turn}"),
             calls=calls,
@@ -325,6 +334,18 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             files_changed=["cart.py"],
             invalid_calls=s.invalid_tool_calls,
         )
+
+    @activity.defn(name=steps.AGENT_RUN.name)
+    async def agent_run(i: AgentRunInput) -> AgentRunResult:
+        s.calls.append(("agent_run", i))
+        return AgentRunResult(
+            transcript_ref=ref(f"transcript-{i.attempt}-{i.turn}-run"), output_ref=ref(f"run-{i.op_id}")
+        )
+
+    @activity.defn(name=steps.AGENT_RECORD.name)
+    async def agent_record(i: AgentRecordInput) -> ArtifactRef:
+        s.calls.append(("agent_record", i))
+        return ref(f"transcript-{i.attempt}-{i.turn}-record")
 
     @activity.defn(name=steps.AGENT_CONCLUDE.name)
     async def agent_conclude(i: AgentConcludeInput) -> ProposalResult:
@@ -370,9 +391,18 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             read_pr,
             merge,
         ],
-        TaskQueue.ENVIRONMENTS: [prepare_spec, provision, teardown, verify, run_baseline, cleanup_run, build],
+        TaskQueue.ENVIRONMENTS: [
+            prepare_spec,
+            provision,
+            teardown,
+            verify,
+            run_baseline,
+            cleanup_run,
+            build,
+            agent_run,
+        ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
-        TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_conclude],
+        TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude],
     }
 
 
@@ -882,3 +912,40 @@ async def test_a_reject_command_after_a_revision_still_rejects(harness: Harness)
     assert final.outcome == Outcome.REJECTED
     assert final.outcome_detail == "rejected by maintainer: not this way"
     assert final.budgets.revisions_used == 1
+
+
+async def test_a_turns_calls_run_in_order_each_where_it_runs_and_each_run_sees_the_edits_before_it(
+    harness: Harness,
+) -> None:
+    """An edit, the reproduction on the workspace, the tests, another edit: a workspace batch, the run's own
+    provision / reproduce / teardown on base + the patch so far (its result appended by model.agent_record),
+    env.agent_run on the same patch, then a second batch, all in that order."""
+    harness.script.turn_one_calls = ["write_file", "run_reproduction", "run_tests", "replace_in_file"]
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    calls = harness.script.calls
+    first = next(k for k, (n, _) in enumerate(calls) if n == "agent_tools")
+    turn = [
+        (n, c)
+        for n, c in calls[first:]
+        if n in ("agent_tools", "provision", "reproduce", "teardown", "agent_record", "agent_run")
+    ][:7]
+    assert [n for n, _ in turn] == [
+        "agent_tools",
+        "provision",
+        "reproduce",
+        "teardown",
+        "agent_record",
+        "agent_run",
+        "agent_tools",
+    ]
+    batch, provision, _, _, record, run, second = (c for _, c in turn)
+    assert [c.name for c in batch.calls] == ["write_file"] and batch.op_id == f"{wf}:repair:1:tools-1-1"
+    assert provision.op_id == f"{wf}:env-agent-1-1-2:1" and provision.patch_ref.name == "patch-1"
+    assert [(r.id, r.content) for r in record.results] == [("c2", "the bug still shows on your workspace")]
+    assert run.op_id == f"{wf}:repair:1:run-1-3" and run.call.id == "c3" and run.patch_ref.name == "patch-1"
+    assert run.transcript_ref.name == "transcript-1-1-record"
+    assert [c.name for c in second.calls] == ["replace_in_file"] and second.op_id == f"{wf}:repair:1:tools-1-4"
+    assert second.transcript_ref.name == "transcript-1-1-run"
+    state = await harness.state(wf)
+    assert any(r.name == f"run-{wf}:repair:1:run-1-3" for r in state.evidence)  # the run's output is recorded

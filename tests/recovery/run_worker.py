@@ -60,7 +60,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, spec: 
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
         return spec
 
-    others = [a for a in doubles(Script())[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
+    others = [a for a in doubles(Script())[TaskQueue.ENVIRONMENTS] if a.__name__ not in ("prepare_spec", "agent_run")]
     with ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(
             client,
