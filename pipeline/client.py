@@ -20,7 +20,7 @@ from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Rejection, ReportEdit, RunState, Withdrawal
+from pipeline.state import Approval, HeadPush, Rejection, ReportEdit, RunState, Withdrawal
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
@@ -140,6 +140,11 @@ async def withdraw(client: Client, workflow_id: str, withdrawal: Withdrawal) -> 
 
 async def report_edited(client: Client, workflow_id: str, edit: ReportEdit) -> None:
     await handle_for(client, workflow_id).signal(RepairBugWorkflow.report_edited, edit)
+
+
+async def head_moved(client: Client, workflow_id: str, push: HeadPush) -> None:
+    """Tell the run its PR head moved. Sent by name: the handler is ``RepairBugWorkflow.head_moved``."""
+    await handle_for(client, workflow_id).signal("head_moved", push)
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

@@ -232,6 +232,19 @@ class Withdrawal(BaseModel):
     pr_number: int | None = None
 
 
+class HeadPush(BaseModel):
+    """The run's PR head moved to ``head_sha`` by someone other than the run (``pull_request`` ``synchronize``,
+    or the reconciler finding the forge's head differs from the one the run awaits review of). The run never
+    offers an unverified head for approval: it verifies ``head_sha`` first. ``source`` names where it was seen
+    (``webhook:<delivery>``, ``reconciler``, ``merge``); the same ``head_sha`` seen twice is acted on once."""
+
+    pr_number: int
+    head_sha: str
+    before: str | None = None
+    pusher: str = ""
+    source: str = ""
+
+
 class ReportEdit(BaseModel):
     """The report changed after the trigger: noted on the ticket, never taken into the run."""
 
