@@ -21,6 +21,7 @@ the log's) and every merge answers ``merged``.
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from datetime import timedelta
@@ -122,6 +123,9 @@ async def serve(target: str, namespace: str, metrics_address: str, cache_size: i
     loop.add_signal_handler(signal.SIGTERM, stop.set)
     runs = [asyncio.create_task(w.run()) for w in workers]
     print("ready", flush=True)
+    # The SDK core logs its warnings to fd 1, which the parent reads only up to "ready": once the pipe is
+    # full, the core's logging thread would block the worker. From here on they go to the log (fd 2).
+    os.dup2(2, 1)
     await stop.wait()
     await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
     await asyncio.gather(*runs, return_exceptions=True)
