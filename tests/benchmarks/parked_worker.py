@@ -1,12 +1,13 @@
 """The worker process of the parked-runs benchmark: the real ``repair_bug`` workflow, doubles for its activities.
 
-``python -m tests.benchmarks.parked_worker TARGET NAMESPACE STATE METRICS_ADDRESS CACHE_SIZE`` polls every
-durafix task queue: the orchestration queue with :class:`~pipeline.workflow.RepairBugWorkflow` (the
-production worker's settings, :func:`pipeline.worker.build_workers`, except the workflow cache size, which
-is ``CACHE_SIZE``), the other queues with the workflow-logic tests' doubles
-(:func:`tests.pipeline.test_workflow_logic.doubles`). It prints ``ready`` once its workers are built and
-runs until SIGTERM (graceful shutdown) or SIGKILL. ``STATE`` is unused (the process keeps no state); it is
-the argument :func:`tests.recovery.stepped.worker_process` passes and names the log.
+``python -m tests.benchmarks.parked_worker TARGET NAMESPACE STATE METRICS_ADDRESS CACHE_SIZE WORKFLOW_TASKS``
+polls every durafix task queue: the orchestration queue with :class:`~pipeline.workflow.RepairBugWorkflow`
+(the production worker's settings, :func:`pipeline.worker.build_workers`, except the workflow cache size,
+``CACHE_SIZE``, and the workflow tasks it runs at once, ``WORKFLOW_TASKS``), the other queues with the
+workflow-logic tests' doubles (:func:`tests.pipeline.test_workflow_logic.doubles`). It prints ``ready``
+once its workers are built and runs until SIGTERM (graceful shutdown) or SIGKILL. ``STATE`` is unused (the
+process keeps no state); it is the argument :func:`tests.recovery.stepped.worker_process` passes and names
+the log.
 
 It runs in its own process so that its RSS is the worker's alone, not the benchmark's client's. It serves
 Prometheus metrics on ``METRICS_ADDRESS`` (``host:port``): the SDK's own (``temporal_worker_task_slots_used``
@@ -86,7 +87,7 @@ class _Counting(ActivityInboundInterceptor):
             self.counter.gauge.set(self.counter.running)
 
 
-def build_workers(client: Client, runtime: Runtime, cache_size: int) -> list[Worker]:
+def build_workers(client: Client, runtime: Runtime, cache_size: int, workflow_tasks: int) -> list[Worker]:
     """One worker per task queue, with :func:`pipeline.worker.build_workers`'s settings but for the cache."""
     gauge = runtime.metric_meter.create_gauge(RUNNING_GAUGE, "activities executing in this process")
     gauge.set(0)
@@ -98,6 +99,7 @@ def build_workers(client: Client, runtime: Runtime, cache_size: int) -> list[Wor
             task_queue=TaskQueue.ORCHESTRATION.value,
             workflows=[RepairBugWorkflow],
             max_cached_workflows=cache_size,
+            max_concurrent_workflow_tasks=workflow_tasks,
         )
     ]
     for queue, activities in doubles(script).items():
@@ -114,10 +116,10 @@ def build_workers(client: Client, runtime: Runtime, cache_size: int) -> list[Wor
     return workers
 
 
-async def serve(target: str, namespace: str, metrics_address: str, cache_size: int) -> None:
+async def serve(target: str, namespace: str, metrics_address: str, cache_size: int, workflow_tasks: int) -> None:
     runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=metrics_address)))
     client = await Client.connect(target, namespace=namespace, data_converter=pydantic_data_converter, runtime=runtime)
-    workers = build_workers(client, runtime, cache_size)
+    workers = build_workers(client, runtime, cache_size, workflow_tasks)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
@@ -132,5 +134,5 @@ async def serve(target: str, namespace: str, metrics_address: str, cache_size: i
 
 
 if __name__ == "__main__":
-    target, namespace, _state, metrics_address, cache_size = sys.argv[1:6]
-    asyncio.run(serve(target, namespace, metrics_address, int(cache_size)))
+    target, namespace, _state, metrics_address, cache_size, workflow_tasks = sys.argv[1:7]
+    asyncio.run(serve(target, namespace, metrics_address, int(cache_size), int(workflow_tasks)))
