@@ -11,8 +11,9 @@ Contract of ``POST /webhook``, in this order, each step before the next is tried
 5. The dispatcher (``Delivery.answer``) run on a worker thread, since it blocks on the forge and on Temporal;
    at most ``max_connections`` at once. It answers ``(status, body)``; an exception it lets out is a bug and
    is answered ``500`` with a generic message (logged with its type, never the payload).
-Every answer is JSON, carries ``Connection: close`` (one delivery per connection, as GitHub sends them), is
-counted in :class:`~pipeline.receiver_metrics.ReceiverMetrics` and logged as one JSON line.
+Every answer (Starlette's 404 and 405 too) is JSON, carries ``Connection: close`` (one delivery per connection,
+as GitHub sends them), is counted in :class:`~pipeline.receiver_metrics.ReceiverMetrics` and logged as one JSON
+line.
 
 ``GET /healthz`` is ``200`` while the process serves. ``GET /readyz`` runs every readiness probe at once, each
 bounded by ``ready_timeout_s``: ``200`` when all pass, else ``503`` naming each that did not and why.
@@ -31,6 +32,7 @@ from typing import Any, Protocol
 import anyio
 import anyio.to_thread
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -59,6 +61,12 @@ class _Outcome:
     action: object = None
 
 
+async def _http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (404 unknown path, 405 wrong method) in the receiver's terms: JSON, closing."""
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"message": exc.detail}, exc.status_code, headers={**(exc.headers or {}), **CLOSE})
+
+
 class ReceiverApp:
     """The routes above, over one dispatcher, its readiness probes, metrics and logger."""
 
@@ -82,7 +90,8 @@ class ReceiverApp:
                 Route("/healthz", self.healthz, methods=["GET"]),
                 Route("/readyz", self.readyz, methods=["GET"]),
                 Route("/metrics", self.metrics_page, methods=["GET"]),
-            ]
+            ],
+            exception_handlers={HTTPException: _http_error},
         )
 
     # ---- POST /webhook --------------------------------------------------------------------------------

@@ -11,7 +11,9 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import traceback
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 LOGGER_NAME = "durafix.webhooks"
@@ -21,7 +23,7 @@ _MAX_FIELD = 200
 
 class JsonFormatter(logging.Formatter):
     """A record as one JSON object: time, level, logger, the delivery fields it carries, and ``msg`` for other
-    records (with the exception's type, never its traceback's locals)."""
+    records; for an exception its type and the last frames' file, line and function, never its message."""
 
     def format(self, record: logging.LogRecord) -> str:
         line: dict[str, Any] = {
@@ -35,22 +37,31 @@ class JsonFormatter(logging.Formatter):
         else:
             line["msg"] = record.getMessage()
         if record.exc_info and record.exc_info[0] is not None:
+            # The type and where it was raised, not the message: an exception's text may quote the payload.
             line["error"] = record.exc_info[0].__name__
+            frames = traceback.extract_tb(record.exc_info[2])[-6:]
+            line["where"] = [f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames]
         return json.dumps(line, ensure_ascii=True, default=str)
 
 
 def delivery_logger() -> logging.Logger:
     """The receiver's logger, writing JSON lines to stderr; its handler is installed once per process, and it
-    does not propagate (a root handler of the host would print each delivery twice)."""
+    does not propagate (a root handler of the host would print each delivery twice). uvicorn's own warnings
+    and errors go through the same handler, so stderr holds JSON lines only."""
     logger = logging.getLogger(LOGGER_NAME)
+    _json_to_stderr(logger, logging.INFO)
+    _json_to_stderr(logging.getLogger("uvicorn.error"), logging.WARNING)
+    return logger
+
+
+def _json_to_stderr(logger: logging.Logger, level: int) -> None:
     if not any(getattr(h, "_durafix_json", False) for h in logger.handlers):
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(JsonFormatter())
         handler._durafix_json = True  # type: ignore[attr-defined]
         logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
+        logger.setLevel(level)
         logger.propagate = False
-    return logger
 
 
 def _bounded(value: object) -> object:

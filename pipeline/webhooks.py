@@ -174,7 +174,8 @@ class WebhookReceiver:
 
     async def _temporal_ready(self) -> None:
         """Temporal answers a health check on the receiver's own connection."""
-        client = await asyncio.wrap_future(self._connection())
+        # Shielded: a readiness check that times out must not cancel the connection attempt under way.
+        client = await asyncio.shield(asyncio.wrap_future(self._connection()))
         check = client.service_client.check_health(timeout=timedelta(seconds=self.limits.ready_timeout_s))
         if not await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(check, self._loop)):
             raise EngineUnreachable("Temporal answers but its workflow service is not serving")
