@@ -184,7 +184,7 @@ def test_each_receiver_has_a_registry_of_its_own(config: DurafixConfig) -> None:
 
 
 def test_each_delivery_is_one_json_log_line_without_payload_or_secret(
-    config: DurafixConfig, receiver: WebhookReceiver, caplog: pytest.LogCaptureFixture
+    config: DurafixConfig, receiver: WebhookReceiver
 ) -> None:
     payload = json.loads((EXAMPLES / "issues" / "labeled.payload.json").read_text())
     payload["issue"]["title"] = marker = f"title-{uuid.uuid4().hex}"
