@@ -1,135 +1,107 @@
-"""The HTTP server under ``durafix serve``: a threading server that no client can hold up.
+"""The HTTP server under ``durafix serve``: the receiver's ASGI app under uvicorn, on a socket bound at once.
 
-Contract (``ReceiverLimits``):
-- At most ``max_connections`` connections are handled at once (a bounded semaphore taken when a connection
-  is accepted). One over the cap is answered ``503`` with ``Retry-After`` at once and closed, so the accept
-  loop never blocks on a slot and a flood cannot queue work behind itself.
-- Every socket read and write has a timeout (``read_timeout_s``): a connection that sends headers and then
-  nothing (or sends them too slowly) is closed when it runs out, and its slot is freed. A body that stops
-  arriving is answered ``408`` when the socket still takes an answer.
-- The body is read only after its ``Content-Length`` was checked by the handler (``body_length``): missing
-  is ``411``, not a non-negative decimal integer ``400``, over ``max_body`` ``413``, each before a byte of
-  the body is read, so nothing is buffered beyond the limit.
+Contract:
+- The listening socket is bound when the server is made, so ``address`` (and the receiver's URL) is known
+  before it serves, and port 0 picks a free port.
+- ``start()`` serves on a thread of its own and returns once uvicorn is listening; ``serve_forever()`` serves
+  on the calling thread until ``stop()`` or, on the main thread, SIGINT/SIGTERM (uvicorn captures them and
+  re-raises them after shutting down, so ``KeyboardInterrupt`` still reaches the caller). ``stop()`` is
+  idempotent; connections still open are given ``SHUTDOWN_GRACE_S`` and then dropped.
+- uvicorn runs with its pure-Python parts only (asyncio loop, h11 wrapped by
+  :mod:`pipeline.receiver_protocol`, no websockets, no lifespan, no logging config of its own, no access log:
+  the app logs one JSON line per delivery). The limits are :class:`ReceiverLimits`, enforced by the guard
+  (connections, request head, ``Content-Length``) and the app (body deadline, signature, dispatch).
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
-import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp
+
+from pipeline.receiver_limits import BodyRefused, ReceiverLimits, body_length
+from pipeline.receiver_protocol import Refusal, guarded_protocol
+
+__all__ = ["BodyRefused", "ReceiverLimits", "ReceiverServer", "body_length"]
+
+SHUTDOWN_GRACE_S = 5.0
+STARTUP_TIMEOUT_S = 30.0
 
 
-@dataclass(frozen=True)
-class ReceiverLimits:
-    """What one client may cost the receiver. GitHub sends one delivery per connection, at most 25 MB."""
+class _Server(uvicorn.Server):
+    """A uvicorn server that says when it listens (or gave up starting)."""
 
-    max_body: int = 25 * 1024 * 1024
-    max_connections: int = 64
-    read_timeout_s: float = 10.0
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.listening = threading.Event()
 
-
-class BodyRefused(Exception):
-    """The request's declared body is refused before it is read: ``status`` and a message to answer with."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-def body_length(header: str | None, max_body: int) -> int:
-    """The body length ``Content-Length`` declares, or :class:`BodyRefused` (411 missing, 400 malformed or
-    negative, 413 over ``max_body``). Only ASCII digits count: ``int()`` alone would take ``-1``, ``+5``,
-    ``1_000`` and non-ASCII digits."""
-    if header is None or header.strip() == "":
-        raise BodyRefused(411, "Content-Length required")
-    value = header.strip()
-    if not (value.isascii() and value.isdigit()):
-        raise BodyRefused(400, f"bad Content-Length {header!r}: not a non-negative integer")
-    length = int(value)
-    if length > max_body:
-        raise BodyRefused(413, f"payload too large: {length} bytes declared, at most {max_body} taken")
-    return length
-
-
-class BoundedHTTPServer(ThreadingHTTPServer):
-    """A ``ThreadingHTTPServer`` with a cap on concurrent connections and a timeout on every socket."""
-
-    daemon_threads = True
-    # The default backlog (5) drops connections of a burst before the cap can answer them.
-    request_queue_size = 128
-
-    def __init__(
-        self,
-        address: tuple[str, int],
-        handler: type[BaseHTTPRequestHandler],
-        limits: ReceiverLimits,
-    ) -> None:
-        self.limits = limits
-        self._slots = threading.BoundedSemaphore(limits.max_connections)
-        super().__init__(address, handler)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        request.settimeout(self.limits.read_timeout_s)
-        if not self._slots.acquire(blocking=False):
-            # Answered here, on the accept thread, with a short write: no handler thread for a connection
-            # over the cap.
-            _refuse_busy(request)
-            self.shutdown_request(request)
-            return
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._slots.release()
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
+            await super().startup(sockets)
         finally:
-            self._slots.release()
+            self.listening.set()
 
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        # A client that timed out or went away is not an error of the receiver.
-        exc = sys.exc_info()[1]
-        if isinstance(exc, (TimeoutError, ConnectionError)):
+
+class ReceiverServer:
+    """``app`` served by uvicorn on ``host:port`` under ``limits``; refusals of the connection guard go to
+    ``on_refusal``."""
+
+    def __init__(self, app: ASGIApp, host: str, port: int, limits: ReceiverLimits, on_refusal: Refusal) -> None:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host, port))
+            # A burst of deliveries must reach the guard, which answers 503 over the cap, not the kernel's backlog.
+            self._sock.listen(128)
+        except OSError:
+            self._sock.close()
+            raise
+        self._sock.setblocking(False)
+        config = uvicorn.Config(
+            app,
+            http=guarded_protocol(limits, on_refusal),
+            loop="asyncio",
+            ws="none",
+            lifespan="off",
+            interface="asgi3",
+            log_config=None,
+            access_log=False,
+            server_header=False,
+            timeout_keep_alive=max(1, int(limits.read_timeout_s)),
+            timeout_graceful_shutdown=int(SHUTDOWN_GRACE_S),
+            backlog=128,
+        )
+        self._server = _Server(config)
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._sock.getsockname()[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        """Serve on a daemon thread; return once listening (``RuntimeError`` if uvicorn could not start)."""
+        if self._thread is not None:
             return
-        super().handle_error(request, client_address)
+        self._thread = threading.Thread(target=self._serve_in_thread, name="webhook-http", daemon=True)
+        self._thread.start()
+        if not self._server.listening.wait(STARTUP_TIMEOUT_S) or not self._server.started:
+            raise RuntimeError(f"the webhook receiver did not start listening on {self.address}")
 
+    def _serve_in_thread(self) -> None:
+        # Not ``Server.run``: a second thread must not touch the process's signal handlers.
+        asyncio.run(self._server.serve(sockets=[self._sock]))
 
-def _refuse_busy(request: socket.socket) -> None:
-    body = b'{"message": "too many concurrent connections; retry later"}'
-    head = (
-        "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-    ).encode()
-    try:
-        request.settimeout(1.0)
-        request.sendall(head + body)
-    except OSError:
-        # The refused client went away first; there is nobody left to tell, and the connection is closed anyway.
-        return
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until :meth:`stop` (from another thread) or a signal."""
+        self._server.run(sockets=[self._sock])
 
-
-def handler_class(
-    handle_post: Callable[[BaseHTTPRequestHandler], None], limits: ReceiverLimits
-) -> type[BaseHTTPRequestHandler]:
-    """A request handler class whose POSTs go to ``handle_post``; its socket reads time out after
-    ``limits.read_timeout_s`` (``StreamRequestHandler.timeout``), and it logs to stderr."""
-
-    class Handler(BaseHTTPRequestHandler):
-        timeout = limits.read_timeout_s
-        # One delivery per connection, as GitHub sends them: no keep-alive slot held after the answer.
-        protocol_version = "HTTP/1.0"
-
-        def do_POST(self) -> None:
-            handle_post(self)
-
-        def log_message(self, format: str, *args: object) -> None:
-            print(f"webhook {format % args}", file=sys.stderr, flush=True)
-
-    return Handler
+    def stop(self) -> None:
+        self._server.should_exit = True
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(SHUTDOWN_GRACE_S + 5)
+        self._sock.close()

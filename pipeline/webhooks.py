@@ -26,10 +26,12 @@ Contract:
   403 naming reviewer, permission and what is required. For every forge read (role, permission, bot login):
   a forge that cannot answer now gives 503, one that refuses the read (bad token, repository or user not
   visible) 502, a receiver without a forge token 500. In every one of these cases nothing is sent.
-- The HTTP side is bounded (``pipeline.webhook_server``): ``Content-Length`` missing (411), malformed or
-  negative (400) or over ``MAX_BODY`` (413) is refused before the body is read; every socket read times
-  out; at most ``ReceiverLimits.max_connections`` connections are served at once, one more gets 503. So
-  connections that send headers and no body are closed after the read timeout and never starve a delivery.
+- The HTTP side is bounded (``pipeline.webhook_server``, ``pipeline.receiver_protocol``,
+  ``pipeline.receiver_app``): ``Content-Length`` missing (411), malformed or negative (400) or over
+  ``MAX_BODY`` (413) is refused before the body is read; the request head and then the body must arrive
+  within ``ReceiverLimits.read_timeout_s`` (closed, resp. 408); at most ``ReceiverLimits.max_connections``
+  connections are served at once, one more gets 503 with ``Retry-After``. So connections that send headers and
+  no body are closed after the read timeout and never starve a delivery.
 - Answers within GitHub's 10 s: the receiver makes a few forge reads (and at most one keyed comment) and
   talks to Temporal, never waits for the run.
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
@@ -41,13 +43,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-import json
 import threading
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler
+from concurrent.futures import Future
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
+import anyio.to_thread
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -55,9 +57,13 @@ from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import PinnedReport
+from pipeline.receiver_app import ReceiverApp
+from pipeline.receiver_logs import delivery_logger
+from pipeline.receiver_metrics import ReceiverMetrics
 from pipeline.services import Services
 from pipeline.state import Approval, Rejection, ReportEdit, Withdrawal
-from pipeline.webhook_server import BodyRefused, BoundedHTTPServer, ReceiverLimits, body_length, handler_class
+from pipeline.temporal_connection import connect_options
+from pipeline.webhook_server import ReceiverLimits, ReceiverServer
 from reviews.adapter import GitHubForge
 from reviews.errors import ForgeError, ForgeTransientError
 from reviews.markers import PULL, find_marker
@@ -65,6 +71,7 @@ from reviews.permissions import permission_at_least, role_at_least
 
 T = TypeVar("T")
 MAX_BODY = ReceiverLimits().max_body
+READINESS_REPOSITORY = "durafix/readiness"
 
 
 def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
@@ -75,8 +82,21 @@ def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
     return hmac.compare_digest(expected.encode(), header.removeprefix("sha256=").encode("utf-8", "replace"))
 
 
+class EngineUnreachable(Exception):
+    """The receiver has no connection to Temporal now (it was down at start, or its address is wrong)."""
+
+
 class WebhookReceiver:
-    """Owns an asyncio loop on a thread (for the Temporal client) and an HTTP server feeding it."""
+    """The dispatcher behind ``POST /webhook``, and the receiver process around it.
+
+    The transport is :mod:`pipeline.webhook_server` (uvicorn, guarded) and :mod:`pipeline.receiver_app`
+    (Starlette routes: ``/webhook``, ``/healthz``, ``/readyz``, ``/metrics``). This class owns an asyncio loop
+    on a thread for the Temporal client: the dispatcher runs on the app's worker threads and talks to Temporal
+    only through :meth:`_run`, which submits to that loop. The client is connected in the background at start
+    and again on the next need after a failure, so a receiver started while Temporal is down serves
+    ``/healthz``, answers ``/readyz`` ``503`` and deliveries that need Temporal ``503`` until it is back.
+    ``metrics`` is the receiver's registry; the reconciler reports through ``metrics.reconciled(at)``.
+    """
 
     def __init__(
         self,
@@ -87,70 +107,116 @@ class WebhookReceiver:
     ) -> None:
         self.config = config
         self.limits = limits or ReceiverLimits()
+        # Settings that cannot work (e.g. an API key without TLS) fail here, not on the first delivery.
+        connect_options(config)
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="webhook-loop", daemon=True)
         self._loop_thread.start()
-        self._client: Client = self._run(runs.connect(config))
-        self._server = BoundedHTTPServer((host, port), handler_class(self._handle, self.limits), self.limits)
-        self._thread: threading.Thread | None = None
+        self._client_lock = threading.Lock()
+        self._connecting: Future[Client] = asyncio.run_coroutine_threadsafe(runs.connect(config), self._loop)
+        self.metrics = ReceiverMetrics()
+        self._app = ReceiverApp(
+            self,
+            {"temporal": self._temporal_ready, "forge": self._forge_ready},
+            self.limits,
+            self.metrics,
+            delivery_logger(),
+        )
+        self._server = ReceiverServer(self._app.asgi, host, port, self.limits, self._app.refused)
 
     @property
     def url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/webhook"
+        host, port = self._server.address
+        return f"http://{_url_host(host)}:{port}/webhook"
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="webhook-http", daemon=True)
-        self._thread.start()
+        """Serve on a thread; returns once listening."""
+        self._server.start()
 
     def serve_forever(self) -> None:
+        """Serve on the calling thread until :meth:`stop` or SIGINT/SIGTERM."""
         self._server.serve_forever()
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        """Stop serving and the Temporal loop; idempotent."""
+        self._server.stop()
         self._loop.call_soon_threadsafe(self._loop.stop)
+
+    @property
+    def _client(self) -> Client:
+        """The Temporal client, waiting up to 8 s for the connection under way; after a failed connection the
+        next caller starts another (``EngineUnreachable`` meanwhile, answered 503)."""
+        return self._run_future(self._connection(), 8)
+
+    def _connection(self) -> Future[Client]:
+        with self._client_lock:
+            failed = self._connecting.done() and (
+                self._connecting.cancelled() or self._connecting.exception() is not None
+            )
+            if failed:
+                self._connecting = asyncio.run_coroutine_threadsafe(runs.connect(self.config), self._loop)
+            return self._connecting
+
+    @staticmethod
+    def _run_future(future: Future[Client], timeout: float) -> Client:
+        try:
+            return future.result(timeout=timeout)
+        except TimeoutError as err:
+            raise EngineUnreachable(f"no connection to Temporal within {timeout} s") from err
+        except Exception as err:
+            # temporalio reports a failed connect as RuntimeError; whatever it is, there is no client now.
+            raise EngineUnreachable(f"cannot connect to Temporal: {err}") from err
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=8)
 
-    # ---- request handling ---------------------------------------------------------------------------
+    # ---- readiness (run on the server's loop, bounded by ``ReceiverLimits.ready_timeout_s``) ------------
 
-    def _handle(self, req: BaseHTTPRequestHandler) -> None:
+    async def _temporal_ready(self) -> None:
+        """Temporal answers a health check on the receiver's own connection."""
+        # Shielded: a readiness check that times out must not cancel the connection attempt under way.
+        client = await asyncio.shield(asyncio.wrap_future(self._connection()))
+        check = client.service_client.check_health(timeout=timedelta(seconds=self.limits.ready_timeout_s))
+        if not await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(check, self._loop)):
+            raise EngineUnreachable("Temporal answers but its workflow service is not serving")
+
+    async def _forge_ready(self) -> None:
+        """The forge answers with the receiver's token: who the token is (``GitHubForge.login``, a real read
+        on a fresh adapter, so not a cached answer)."""
+        if not self.config.forge_token:
+            raise ForgeError("no forge token configured")
+        await anyio.to_thread.run_sync(self._forge_login)
+
+    def _forge_login(self) -> None:
+        # login() reads the token's user and never the repository: any name does for the adapter.
+        with Services(self.config).forge(READINESS_REPOSITORY) as forge:
+            forge.login()
+
+    # ---- request handling (``pipeline.receiver_app.Delivery``) -----------------------------------------
+
+    def verified(self, body: bytes, signature: str | None) -> bool:
+        return signature_ok(self.config.webhook_secret, body, signature)
+
+    def answer(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """The answer to a verified delivery's ``payload``: the dispatcher's, or the status an exception it
+        raised maps to (404 a run Temporal does not know, 503 Temporal not reachable, 400 a payload lacking
+        or mistyping what its event carries)."""
+        return self._handle(event, delivery, payload)
+
+    def _handle(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:
-            length = body_length(req.headers.get("Content-Length"), self.limits.max_body)
-        except BodyRefused as refused:
-            return _reply(req, refused.status, {"message": refused.message})
-        try:
-            body = req.rfile.read(length)
-        except TimeoutError:
-            return _reply(req, 408, {"message": f"body not received within {self.limits.read_timeout_s} s"})
-        if len(body) != length:
-            return _reply(req, 400, {"message": f"body ended after {len(body)} of {length} bytes"})
-        if not signature_ok(self.config.webhook_secret, body, req.headers.get("X-Hub-Signature-256")):
-            return _reply(req, 401, {"message": "bad signature"})
-        try:
-            payload = json.loads(body)
-        except json.JSONDecodeError:
-            return _reply(req, 400, {"message": "malformed JSON"})
-        if not isinstance(payload, dict):
-            return _reply(req, 400, {"message": "payload is not a JSON object"})
-        event = req.headers.get("X-GitHub-Event", "")
-        delivery = req.headers.get("X-GitHub-Delivery", "")
-        try:
-            status, answer = self._dispatch(event, delivery, payload)
+            return self._dispatch(event, delivery, payload)
         except Refused as refused:
-            status, answer = refused.status, refused.body
-        except (KeyError, TypeError, ValueError) as err:
-            status, answer = 400, {"message": f"payload lacks what a {event} event carries: {err!r}"}
+            return refused.status, refused.body
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
+            # AttributeError: a field of the wrong JSON type (a string where an object belongs) met ``.get``.
+            return 400, {"message": f"payload lacks what a {event} event carries: {err!r}"}
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                status, answer = 404, {"message": f"no such run: {err.message}"}
-            else:
-                status, answer = 503, {"message": f"could not reach the workflow engine: {err}"}
-        except (WorkflowUpdateFailedError, TimeoutError) as err:
-            status, answer = 503, {"message": f"could not reach the workflow engine: {err}"}
-        _reply(req, status, answer)
+                return 404, {"message": f"no such run: {err.message}"}
+            return 503, {"message": f"could not reach the workflow engine: {err}"}
+        except (WorkflowUpdateFailedError, TimeoutError, EngineUnreachable) as err:
+            return 503, {"message": f"could not reach the workflow engine: {err}"}
 
     def _dispatch(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         if event == "ping":
@@ -414,14 +480,5 @@ class Refused(Exception):
         self.body = body
 
 
-def _reply(req: BaseHTTPRequestHandler, status: int, body: dict[str, Any]) -> None:
-    data = json.dumps(body).encode()
-    try:
-        req.send_response(status)
-        req.send_header("Content-Type", "application/json")
-        req.send_header("Content-Length", str(len(data)))
-        req.end_headers()
-        req.wfile.write(data)
-    except (TimeoutError, ConnectionError):
-        # The client stopped reading or went away: nothing left to tell it.
-        req.close_connection = True
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host

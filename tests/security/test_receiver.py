@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
@@ -48,8 +49,8 @@ def receiver(temporal_env: WorkflowEnvironment, tmp_path: Path, limits: Receiver
     rec = WebhookReceiver(config, "127.0.0.1", 0, limits=limits)
     rec.start()
     try:
-        host, port = rec._server.server_address[:2]
-        yield Target(str(host), int(port), config.webhook_secret)
+        parts = urlsplit(rec.url)
+        yield Target(str(parts.hostname), int(parts.port or 0), config.webhook_secret)
     finally:
         rec.stop()
 
