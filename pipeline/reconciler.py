@@ -332,6 +332,11 @@ class Reconciler:
     _started_mono: float = field(default_factory=time.monotonic)
     _last_mono: float | None = None
 
+    @property
+    def running(self) -> bool:
+        """Whether the loop started by :func:`start_in_background` is still running."""
+        return self._task is not None and not self._task.done()
+
     def lag_seconds(self) -> float:
         """Seconds since the last pass finished (since the loop started, before the first)."""
         return time.monotonic() - (self._last_mono if self._last_mono is not None else self._started_mono)
