@@ -37,7 +37,12 @@ from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
@@ -62,6 +67,7 @@ from reviews.permissions import RepoRole
 log = logging.getLogger(__name__)
 
 OPEN_RUNS = 'WorkflowType="repair_bug" AND ExecutionStatus="Running"'
+QUERY_TIMEOUT_S = 10.0
 
 
 class Delivered(BaseModel):
@@ -134,13 +140,9 @@ async def reconcile_once(client: Client, config: DurafixConfig, *, sent: set[str
 
 async def _reconcile_run(ctx: _Context, workflow_id: str) -> None:
     try:
-        state = await runs.get_state(ctx.client, workflow_id)
-    except (RPCError, WorkflowUpdateFailedError) as err:
-        ctx.report.errors.append(
-            Failure(workflow_id=workflow_id, where="temporal", what="query the run's state", error=str(err))
-        )
-        return
-    except Exception as err:  # a query the run cannot answer (no worker yet, a failing task) is that run's
+        # Bounded: a run no worker answers for must not hold up the pass (the next one asks again).
+        state = await asyncio.wait_for(runs.get_state(ctx.client, workflow_id), timeout=QUERY_TIMEOUT_S)
+    except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, TimeoutError) as err:
         ctx.report.errors.append(
             Failure(workflow_id=workflow_id, where="temporal", what="query the run's state", error=repr(err))
         )
@@ -325,12 +327,12 @@ class Reconciler:
     last_pass_at: datetime | None = None
     last_report: ReconcileReport | None = None
     passes: int = 0
-    _sent: set[str] = field(default_factory=set)
-    _stopping: asyncio.Event = field(default_factory=asyncio.Event)
-    _task: asyncio.Task[None] | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-    _started_mono: float = field(default_factory=time.monotonic)
-    _last_mono: float | None = None
+    _sent: set[str] = field(default_factory=set, init=False)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _loop: asyncio.AbstractEventLoop | None = field(default=None, init=False)
+    _started_mono: float = field(default_factory=time.monotonic, init=False)
+    _last_mono: float | None = field(default=None, init=False)
 
     @property
     def running(self) -> bool:
@@ -351,6 +353,7 @@ class Reconciler:
 
     async def run(self) -> None:
         """Pass, wait ``interval_s`` (or until stopped), repeat."""
+        self._loop = asyncio.get_running_loop()
         self._started_mono = time.monotonic()
         while not self._stopping.is_set():
             try:
