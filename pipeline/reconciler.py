@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, computed_field
 from temporalio.client import (
     Client,
     WorkflowQueryFailedError,
@@ -82,11 +82,12 @@ class Delivered(BaseModel):
 
 
 class Failure(BaseModel):
-    """A read or a delivery that failed; ``where`` is ``forge`` or ``temporal``."""
+    """A read or a delivery that failed; ``where`` is ``forge``, ``temporal``, or ``reconciler`` (an unexpected
+    error reconciling one run, reported so the pass goes on)."""
 
     workflow_id: str | None = None
     repository: str | None = None
-    where: Literal["forge", "temporal"]
+    where: Literal["forge", "temporal", "reconciler"]
     what: str
     error: str
 
@@ -102,8 +103,10 @@ class ReconcileReport(BaseModel):
     skipped: list[Skip] = Field(default_factory=list)
     errors: list[Failure] = Field(default_factory=list)
 
+    @computed_field  # type: ignore[prop-decorator]
     @property
     def forge_read_failures(self) -> int:
+        """How many forge reads failed this pass (each is in ``errors``, naming its run or repository)."""
         return sum(1 for e in self.errors if e.where == "forge")
 
 
@@ -130,10 +133,22 @@ async def reconcile_once(client: Client, config: DurafixConfig, *, sent: set[str
     for workflow_id in ctx.report.runs_seen:
         with contextlib.suppress(ValueError):
             repositories.add(parse_workflow_id(workflow_id)[0])
-        await _reconcile_run(ctx, workflow_id)
+        try:
+            await _reconcile_run(ctx, workflow_id)
+        except Exception as err:  # one run's unexpected failure must not stop the pass for the others
+            log.exception("reconciling %s failed", workflow_id)
+            ctx.report.errors.append(
+                Failure(workflow_id=workflow_id, where="reconciler", what="reconcile the run", error=repr(err))
+            )
     ctx.report.repositories = sorted(repositories)
     for repository in ctx.report.repositories:
-        await _find_lost_triggers(ctx, repository, set(open_runs))
+        try:
+            await _find_lost_triggers(ctx, repository, set(open_runs))
+        except Exception as err:  # as above, per repository
+            log.exception("looking for lost triggers in %s failed", repository)
+            ctx.report.errors.append(
+                Failure(repository=repository, where="reconciler", what="look for lost triggers", error=repr(err))
+            )
     ctx.report.finished_at = datetime.now(UTC)
     return ctx.report
 

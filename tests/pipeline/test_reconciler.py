@@ -477,7 +477,7 @@ async def test_a_forge_read_failure_is_reported_for_its_run_and_delivers_nothing
         [error] = [e for e in report.errors if e.workflow_id == parked.workflow_id]
         assert (error.where, error.repository) == ("forge", site.repository)
         assert "503" in error.error, error
-        assert report.forge_read_failures == 1
+        assert report.model_dump(mode="json")["forge_read_failures"] == 1
         assert delivered_to(report, parked.workflow_id) == []
         assert await decisions(site.client, parked.workflow_id) == []
 
