@@ -3,8 +3,9 @@
 Each test gets a fresh repository owned by ``acme`` with ``durafix-bot`` (the reconciler's token, push),
 ``maintainer`` (push), ``triager`` (triage) and ``reader`` (read) as collaborators, the trigger label, and a
 webhook pointing at a receiver that has stopped: every delivery the emulator makes for it fails, which is the
-loss the reconciler recovers from. The tests assert those failed deliveries through the emulator's deliveries
-API, then run a pass.
+loss the reconciler recovers from (the lost-trigger test also hooks a running receiver, which answers 503
+because the forge cannot tell it the labeller's role). The tests assert those failed deliveries through the
+emulator's deliveries API, then run a pass.
 
 A run that must be awaiting review is the real workflow, started the real way, with the recording activity
 doubles of ``tests/pipeline/test_workflow_logic.py`` except that its PR is the bot's real PR on the emulator
@@ -141,6 +142,16 @@ def stopped_receiver_url(config: DurafixConfig) -> str:
     url = receiver.url
     receiver.stop()
     return url
+
+
+@pytest.fixture(scope="module")
+def live_receiver(config: DurafixConfig) -> Iterator[WebhookReceiver]:
+    receiver = WebhookReceiver(config, "127.0.0.1", 0)
+    receiver.start()
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
 
 
 @pytest.fixture
@@ -419,13 +430,29 @@ async def test_a_removed_trigger_label_cancels_its_run(site: Site) -> None:
 
 
 async def test_a_lost_trigger_is_started_by_durafix_reconcile_once_and_only_for_a_permitted_labeller(
-    site: Site, config: DurafixConfig
+    site: Site, config: DurafixConfig, live_receiver: WebhookReceiver
 ) -> None:
+    # A running receiver hooked too, which cannot check the labeller's role (the forge answers 503 for it):
+    # it answers 503 and starts nothing, as GitHub would then never deliver again.
+    owner_api = forge_setup.ForgeApi(site.forge.handle.api_url, site.forge.tokens[OWNER])
+    forge_setup.ensure_webhook(owner_api, site.repository, live_receiver.url, config.webhook_secret)
+    site.forge.handle.set_faults(
+        {
+            "method": "GET",
+            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
+            "action": "status",
+            "status": 503,
+            "count": 2,
+        }
+    )
     # The emulator keeps no issue events, so who labelled is read as the issue's author (docs/runbooks).
     permitted = site.labelled_issue(TRIAGER, TRIAGER)
     unlabelled = site.labelled_issue(MAINTAINER, None)
     below = site.labelled_issue(READER, TRIAGER)
-    assert len(site.failed_deliveries("issues", "labeled")) == 2
+    lost = site.failed_deliveries("issues", "labeled")
+    assert sorted(d["status_code"] for d in lost) == [0, 0, 503, 503], lost
+    assert site.forge.handle.faults() == []
+    assert await status(site.client, site.run_id(permitted)) is None
     watching = config.model_copy(update={"reconcile_repositories": [site.repository]})
     watching.save()
     out = io.StringIO()
