@@ -7,7 +7,7 @@ one the receiver would have made from the lost delivery, under the same rules:
 - a run's issue closed, or its trigger label removed, cancels the run (unless it is already merging or
   ending: a merge's closing keyword closes the issue, which says nothing against the run);
 - on a run awaiting review of ``pending.head_sha`` on its own PR (authored by the bot):
-  - the PR closed without merging rejects, as ``pull_request`` ``closed`` does;
+  - the PR closed without merging rejects, naming whoever closed it, as ``pull_request`` ``closed`` does;
   - a head the run did not push (no candidate of the run has that commit) is a moved head (``head_moved``),
     and no review decides anything until the run has seen it;
   - otherwise each reviewer's standing review (``reviews.approvals.standing_reviews``) of the pending head
@@ -61,13 +61,15 @@ class Skip(BaseModel):
 
 @dataclass(frozen=True)
 class RunTruth:
-    """What the forge holds for one run: its issue, the bot's login, and (for a run awaiting review) its PR and
-    the permission of each reviewer whose standing review could decide (``permissions``)."""
+    """What the forge holds for one run: its issue, the bot's login, and (for a run awaiting review) its PR, the
+    permission of each reviewer whose standing review could decide (``permissions``) and who closed the PR."""
 
     issue: IssueInfo
     bot: str
     pr: PullState | None = None
     permissions: dict[str, RepoPermission] = field(default_factory=dict)
+    closed_by: str | None = None
+    """Who closed the PR (read only when it is closed without merging)."""
 
 
 def deciding_reviewers(state: RunState, pr: PullState, bot: str) -> list[str]:
@@ -119,7 +121,10 @@ def decide_run(
         return [Skip(workflow_id=wf, reason=f"PR #{pr.number} is authored by {pr.author!r}, not by {truth.bot}")]
     if pr.state == "closed" and not pr.merged:
         rejection = Rejection(
-            reviewer=SOURCE, reason="the PR was closed without merging", source=SOURCE, pr_number=pr.number
+            reviewer=truth.closed_by or SOURCE,
+            reason="the PR was closed without merging",
+            source=SOURCE,
+            pr_number=pr.number,
         )
         return [Decision(workflow_id=wf, kind="reject", reason=f"PR #{pr.number} is closed", rejection=rejection)]
     if pr.merged:

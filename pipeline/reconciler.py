@@ -196,7 +196,8 @@ def _read_truth(config: DurafixConfig, state: RunState) -> RunTruth:
             return RunTruth(issue=issue, bot=bot)
         pr = forge.get_pr(pending.pr_number)
         permissions = {login: forge.get_permission(login) for login in deciding_reviewers(state, pr, bot)}
-        return RunTruth(issue=issue, bot=bot, pr=pr, permissions=permissions)
+        closer = forge.closed_by(pr.number) if pr.state == "closed" and not pr.merged else None
+        return RunTruth(issue=issue, bot=bot, pr=pr, permissions=permissions, closed_by=closer)
 
 
 def _key(decision: Decision) -> str:

@@ -1,4 +1,5 @@
-"""Reading the bug report: an issue's text and author, the open issues carrying a label, who added a label.
+"""Reading the bug report: an issue's text and author, the open issues carrying a label, who added a label,
+who closed an issue or pull request.
 
 Read-only and safe to repeat. (Opening an issue is :meth:`reviews.adapter.GitHubForge.create_issue`.)
 """
@@ -44,6 +45,17 @@ def open_issues_labelled(t: Transport, label: str) -> list[IssueInfo]:
         return [_info(issue) for issue in found if issue.pull_request is None]
 
     return t.read(f"list open issues labelled {label!r}", fetch)
+
+
+def closed_by(t: Transport, number: int) -> str | None:
+    """The login that closed issue or pull request ``number`` (None while it is open, or when the forge does not
+    say)."""
+
+    def fetch() -> str | None:
+        closer = t.repo.get_issue(number).closed_by
+        return closer.login if closer is not None else None
+
+    return t.read(f"read who closed #{number}", fetch)
 
 
 def label_added_by(t: Transport, number: int, label: str) -> str | None:

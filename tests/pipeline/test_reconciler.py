@@ -399,8 +399,12 @@ async def test_a_pr_closed_without_merging_rejects_the_run(site: Site) -> None:
         report = await reconcile_once(site.client, site.config)
         assert delivered_to(report, parked.workflow_id) == ["reject"]
         final: RunState = await site.client.get_workflow_handle(parked.workflow_id, result_type=RunState).result()
+        [rejection] = await signals(site.client, parked.workflow_id, "reject", Rejection)
+    assert rejection == Rejection(
+        reviewer=MAINTAINER, reason="the PR was closed without merging", source="reconciler", pr_number=parked.pr
+    )
     assert final.outcome == Outcome.REJECTED
-    assert "closed without merging" in final.outcome_detail
+    assert final.outcome_detail == f"rejected by {MAINTAINER}: the PR was closed without merging"
 
 
 # ---- the issue: closed or unlabelled cancels; a lost trigger starts ---------------------------------------
