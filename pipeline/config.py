@@ -102,6 +102,10 @@ class DurafixConfig(BaseModel):
     unsandboxed: bool = False
     # Worker variables a recipe's ``secrets`` may name; DURAFIX_* and OPENAI_* never (environments/secrets.py).
     secret_allowlist: list[str] = Field(default_factory=list)
+    # The reconciler (pipeline/reconciler.py): seconds between its passes, and the repositories ("OWNER/REPO",
+    # comma-separated in the variable) whose labelled issues it checks for a lost trigger besides those of open runs.
+    reconcile_interval_s: float = Field(default=60.0, gt=0)
+    reconcile_repositories: list[str] = Field(default_factory=list)
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -117,6 +121,13 @@ class DurafixConfig(BaseModel):
         """A JSON object (the variable's form: ``{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}``) or a
         mapping; an unknown key in a price is refused."""
         return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("reconcile_repositories", mode="before")
+    @classmethod
+    def _reconcile_repositories(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
 
     @field_validator("engine_paths", mode="before")
     @classmethod
@@ -208,6 +219,8 @@ _ENV = {
     PRICES_SETTING: "model_prices",
     "DURAFIX_UNSANDBOXED": "unsandboxed",
     "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
+    "DURAFIX_RECONCILE_INTERVAL_S": "reconcile_interval_s",
+    "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
 }
 
 

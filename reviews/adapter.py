@@ -17,7 +17,7 @@ from reviews.comments import Comments
 from reviews.config import ForgeConfig
 from reviews.errors import ForgePermanentError
 from reviews.feedback import Feedback
-from reviews.issues import IssueInfo, read_issue
+from reviews.issues import IssueInfo, closed_by, label_added_by, open_issues_labelled, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
 from reviews.models import (
     CommentRef,
@@ -75,6 +75,19 @@ class GitHubForge:
     def read_issue(self, number: int) -> IssueInfo:
         """Read-only: the report's title, body and author."""
         return read_issue(self._t, number)
+
+    def open_issues_labelled(self, label: str) -> list[IssueInfo]:
+        """Read-only: the open issues (not pull requests) carrying ``label``, oldest first; see `reviews.issues`."""
+        return open_issues_labelled(self._t, label)
+
+    def closed_by(self, number: int) -> str | None:
+        """Read-only: who closed issue or pull request ``number`` (None while it is open)."""
+        return closed_by(self._t, number)
+
+    def label_added_by(self, number: int, label: str) -> str | None:
+        """Read-only: who last added ``label`` to issue ``number`` (its events), or None when the forge cannot
+        tell (it keeps no issue events) or nobody did."""
+        return label_added_by(self._t, number, label)
 
     def get_permission(self, login: str) -> RepoPermission:
         """Read-only: `login`'s permission on the repository (`GET /repos/{owner}/{repo}/collaborators/

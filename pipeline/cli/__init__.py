@@ -31,6 +31,7 @@ COMMANDS: dict[str, Spec] = {
     "approve": Spec("runs", "approve a run's PR at a head SHA"),
     "reject": Spec("runs", "reject a run's PR"),
     "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
+    "reconcile": Spec("reconcile", "deliver to runs what lost webhook events would have told them (--once: one pass)"),
     "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
     "forge": Spec(
         "dev",
