@@ -60,6 +60,7 @@ from pipeline.inputs import PinnedReport
 from pipeline.receiver_app import ReceiverApp
 from pipeline.receiver_logs import delivery_logger
 from pipeline.receiver_metrics import ReceiverMetrics
+from pipeline.reconciler import Reconciler
 from pipeline.services import Services
 from pipeline.state import Approval, Rejection, ReportEdit, Withdrawal
 from pipeline.temporal_connection import connect_options
@@ -123,6 +124,8 @@ class WebhookReceiver:
             delivery_logger(),
         )
         self._server = ReceiverServer(self._app.asgi, host, port, self.limits, self._app.refused)
+        self._reconciler: Reconciler | None = None
+        self._reconciling: Future[None] | None = None
 
     @property
     def url(self) -> str:
@@ -137,8 +140,37 @@ class WebhookReceiver:
         """Serve on the calling thread until :meth:`stop` or SIGINT/SIGTERM."""
         self._server.serve_forever()
 
+    def start_reconciler(self, interval_s: float | None = None) -> None:
+        """Run the reconciler (:mod:`pipeline.reconciler`) on the receiver's loop: a pass as soon as Temporal is
+        connected, then every ``interval_s`` (default ``config.reconcile_interval_s``). Each finished pass is
+        reported to ``metrics`` (``durafix_reconciler_lag_seconds``), so a stuck reconciler shows as a growing
+        lag. While Temporal cannot be reached the connection is tried again every few seconds."""
+        interval = interval_s or self.config.reconcile_interval_s
+
+        async def when_connected() -> None:
+            while True:
+                try:
+                    client = await asyncio.wrap_future(self._connection())
+                    break
+                except Exception:
+                    # The connection is retried below; /readyz says meanwhile that Temporal is not reachable.
+                    await asyncio.sleep(min(5.0, interval))
+            self._reconciler = Reconciler(
+                client,
+                self.config,
+                interval,
+                on_pass=lambda report: self.metrics.reconciled(report.finished_at or datetime.now(UTC)),
+            )
+            await self._reconciler.run()
+
+        self._reconciling = asyncio.run_coroutine_threadsafe(when_connected(), self._loop)
+
     def stop(self) -> None:
-        """Stop serving and the Temporal loop; idempotent."""
+        """Stop serving, the reconciler and the Temporal loop; idempotent."""
+        if self._reconciler is not None:
+            self._reconciler.stop()
+        if self._reconciling is not None:
+            self._reconciling.cancel()
         self._server.stop()
         self._loop.call_soon_threadsafe(self._loop.stop)
 

@@ -112,6 +112,8 @@ def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
     if not config.webhook_secret:
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
     receiver = WebhookReceiver(config, args.host, args.port)
+    if not args.no_reconcile:
+        receiver.start_reconciler()
     print(f"durafix webhook receiver on {receiver.url}", file=sys.stderr, flush=True)
     try:
         receiver.serve_forever()
@@ -251,6 +253,11 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
 def _serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8787)
+    parser.add_argument(
+        "--no-reconcile",
+        action="store_true",
+        help="do not run the reconciler of lost events in this process (run `durafix reconcile` elsewhere)",
+    )
     parser.set_defaults(fn=cmd_serve)
 
 

@@ -14,7 +14,9 @@ import copy
 import http.client
 import json
 import logging
+import math
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -159,6 +161,25 @@ def test_metrics_count_real_deliveries_by_event_action_and_status(config: Durafi
     assert samples[("durafix_webhook_handling_seconds_count", (("event", "ping"),))] == 2
     assert samples[("durafix_webhook_handling_seconds_count", (("event", "issues"),))] == 2
     assert samples[("durafix_reconciler_lag_seconds", ())] >= 300
+
+
+def test_a_receiver_running_its_reconciler_reports_each_pass_as_the_lag_in_metrics(config: DurafixConfig) -> None:
+    with serving(config) as rec:
+        before = scrape(rec.url)[("durafix_reconciler_lag_seconds", ())]
+        rec.start_reconciler(interval_s=0.5)
+        lags: list[float] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            lag = scrape(rec.url)[("durafix_reconciler_lag_seconds", ())]
+            if not math.isnan(lag):
+                lags.append(lag)
+                if len(lags) >= 3:
+                    break
+            time.sleep(0.3)
+    # No pass before the reconciler started; then passes every half second keep the lag near zero.
+    assert math.isnan(before)
+    assert len(lags) >= 3, lags
+    assert min(lags) < 5, lags
 
 
 def test_refusals_before_the_app_are_counted_too(config: DurafixConfig) -> None:
