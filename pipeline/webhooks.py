@@ -123,7 +123,13 @@ class WebhookReceiver:
         self._loop.call_soon_threadsafe(self._loop.stop)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=8)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout=8)
+        except TimeoutError:
+            # An Update no worker answers would otherwise stay pending on the loop after the answer is given.
+            future.cancel()
+            raise
 
     # ---- request handling ---------------------------------------------------------------------------
 
