@@ -355,19 +355,18 @@ class WebhookReceiver:
                 "workflow_id": workflow_id_for(repository, number),
                 "message": "no live run for this issue: nothing to note",
             }
-        editor = str(payload["sender"]["login"])
-        edit = ReportEdit(editor=editor, fields=fields, at=datetime.now(UTC), source=f"webhook:{delivery}")
-        delivered = Delivered(
-            delivery=delivery, attempt=uuid.uuid4().hex, kind=DeliveryKind.REPORT_EDIT, sender=editor, edit=edit
+        # A signal, not a ``deliver`` Update: an edit is a note, not a decision, and the run's handler keeps
+        # one note per source (``webhook:<delivery>``), so a redelivery notes nothing twice; and a signal
+        # needs no worker to answer, so an edit made before any worker picked the run up is not lost.
+        edit = ReportEdit(
+            editor=str(payload["sender"]["login"]), fields=fields, at=datetime.now(UTC), source=f"webhook:{delivery}"
         )
         try:
-            _, duplicate = self._send(live.workflow_id, delivered)
+            self._run(runs.report_edited(self._client, live.workflow_id, edit))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             return 202, {"workflow_id": live.workflow_id, "message": "no live run for this issue: nothing to note"}
-        if duplicate is not None:
-            return 200, duplicate
         return 200, {"workflow_id": live.workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}
 
     # ---- comment commands ---------------------------------------------------------------------------
