@@ -7,19 +7,41 @@ Contract:
   start the run for that issue or attach to the one already running (the workflow ID is the issue's
   identity), but only when the delivery's sender holds at least ``trigger_permission`` (``triage``), read
   from the forge (``GitHubForge.get_role``); otherwise 403 and no run. The run gets the issue's title and
-  body from the payload, pinned (``RepairInput.report``). A trigger for an issue whose run ended is
-  answered once on the issue (a keyed comment) as well as in the response.
+  body from the payload, pinned (``RepairInput.report``). A trigger for an issue whose runs all ended is a
+  retry: it starts the issue's next run (``repair:o/r#N~k``, :func:`pipeline.client.retry_run`), said once on
+  the issue (a comment keyed by the new run).
+- ``issues`` ``closed``, or ``unlabeled`` removing the trigger label, cancel the issue's live run (its cleanup
+  runs as on every ending), with the same permission as a trigger; 202 "no live run" when there is none.
 - ``issues`` ``edited`` (title or body) for an issue with a live run becomes the ``report_edited`` signal:
-  the ticket says so, and the run keeps the pinned text.
+  the ticket says so, and the run keeps the pinned text. (A signal: an edit is a note, the run keeps one per
+  delivery, ``source`` ``webhook:<delivery>``, and it needs no worker to be heard.)
+- ``issue_comment`` ``created`` whose body starts with ``/durafix <command>`` (:mod:`pipeline.commands`), on
+  the issue or on durafix's own PR (marker and bot author, as below), by a sender with ``trigger_permission``
+  (403 otherwise, nothing done; the bot's own comments are ignored): ``status`` answers in a comment with the
+  run's phase, outcome, PR, pending head and budgets; ``cancel`` cancels the live run; ``retry`` starts the
+  next run once the last one ended (200 "already running" otherwise; two racing retries start one run); an
+  unknown command gets a comment listing the commands. Each answer comment is keyed by the command comment's
+  ID, so a redelivery does not comment twice.
 - ``pull_request_review`` counts only on durafix's own PR (its marker names a run of this repository and
   its author is the bot's login) and never from the bot itself (403 otherwise, nothing sent). ``submitted``
-  ``approved`` becomes an ``approve`` Update naming the review's ``commit_id`` and the PR's number (the run
-  refuses another PR's); ``changes_requested`` the ``reject`` signal marked as a request for changes (the
-  review's ID and ``commit_id``): the run revises while its revision budget lasts; ``dismissed`` the
-  ``withdraw`` signal. The Update ID is the review's ID, so a redelivered review is recorded once. The merge
-  re-reads the reviews on the forge anyway (``forge.merge``): what this sends is never the authority.
-- ``pull_request`` ``closed`` without merging, on durafix's own PR (as above), rejects: the ``reject`` signal
-  naming whoever closed it (the forge let them: closing takes triage permission or authorship).
+  ``approved`` becomes an approval naming the review's ``commit_id`` and the PR's number (the run refuses
+  another PR's: 409 with its reason); ``changes_requested`` a rejection marked as a request for changes (the
+  review's ID and ``commit_id``): the run revises while its revision budget lasts; ``dismissed`` a
+  withdrawal. A decision that arrives while the run is still publishing (its PR exists, the evidence comment
+  is not posted yet), naming its PR and the head it pushed, is held and acted on when the review wait
+  begins. The merge re-reads the reviews on the forge anyway (``forge.merge``): what this sends is never the
+  authority.
+- ``pull_request`` ``closed`` without merging, on durafix's own PR (as above), rejects, naming whoever closed
+  it (the forge let them: closing takes triage permission or authorship). ``synchronize`` on it by anyone but
+  the bot tells the run its head moved (``head_moved`` with a :class:`~pipeline.state.HeadPush`); the bot's
+  own push is the run's and is ignored.
+- Every delivery is handled once, by whichever receiver and however often it arrives: each decision for a run
+  (approval, rejection, withdrawal, head push, cancel command) is the run's ``deliver`` Update with the
+  delivery's GUID (``X-GitHub-Delivery``) as its ID, so Temporal, which all receivers share, keeps its first
+  outcome and answers a repeat with it, even after the run ended; the run records ``delivery -> first
+  handling`` in ``RunState.deliveries``. A duplicate is answered ``{"duplicate": true, "first_handled":
+  {...}}`` and nothing is done again (no second ``head_moved``, no second cancellation). A start is deduped by
+  the workflow ID, and a redelivered trigger of an ended run by the trigger recorded in the run's memo.
 - Anyone who can see a repository may submit a review, so before a decision reaches the run the reviewer's
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
@@ -31,7 +53,8 @@ Contract:
   out; at most ``ReceiverLimits.max_connections`` connections are served at once, one more gets 503. So
   connections that send headers and no body are closed after the read timeout and never starve a delivery.
 - Answers within GitHub's 10 s: the receiver makes a few forge reads (and at most one keyed comment) and
-  talks to Temporal, never waits for the run.
+  talks to Temporal, never waits for the run beyond an Update's handling (which needs a workflow worker: with
+  none, the answer is 503 and the delivery can be redelivered).
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
   redelivered (the hook-delivery API) or the issue is re-labelled.
 """
