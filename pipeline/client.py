@@ -69,7 +69,10 @@ class RunAlreadyEnded(Exception):
 
     def __init__(self, workflow_id: str, status: WorkflowExecutionStatus | None) -> None:
         state = status.name.lower() if status else "closed"
-        super().__init__(f"{workflow_id} already ran and is {state}; a retry starts the next run")
+        super().__init__(
+            f"{workflow_id} already ran and is {state}; `/durafix retry` on the issue (or its trigger label added "
+            "again) starts the next run"
+        )
         self.workflow_id = workflow_id
         self.status = status
 
