@@ -26,12 +26,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from pipeline import client as runs
-from pipeline.ids import branch_for, parse_run_id, parse_workflow_id
+from pipeline.commands import CommandName, parse_command
+from pipeline.ids import branch_for, is_run_of, parse_run_id, parse_workflow_id, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import CancelStep, DeliveryKind, HeadPush, Outcome, Phase, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
-from reviews.markers import COMMENT, find_marker
+from reviews.markers import COMMENT, PULL, find_marker, pull_marker
 from tests.e2e.conftest import E2EStack, e2e_stack, owned_processes, stack_with_worker, wait_for
 from tests.forge.helpers import branch_with, commit_files
 from tests.security.harness import (
@@ -455,3 +456,40 @@ async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s
 
     found: RunState = await eventually(check, timeout_s, f"{workflow_id} to reach the condition")
     return found
+
+
+# ---- what the receiver parses ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("/durafix status", ("status", CommandName.STATUS)),
+        ("  /DURAFIX Retry now\nplease", ("retry", CommandName.RETRY)),
+        ("/durafix cancel", ("cancel", CommandName.CANCEL)),
+        ("/durafix frobnicate", ("frobnicate", None)),
+        ("/durafix", ("", None)),
+        ("/durafixes status", None),
+        ("please /durafix status", None),
+        ("", None),
+        (None, None),
+    ],
+)
+def test_a_command_is_a_comment_starting_with_durafix_and_its_name(
+    body: str | None, expected: tuple[str, CommandName | None] | None
+) -> None:
+    parsed = parse_command(body)
+    assert (None if parsed is None else (parsed.name, parsed.known)) == expected
+
+
+def test_retried_run_ids_round_trip_and_keep_naming_their_issue() -> None:
+    first, second = workflow_id_for("acme/shop", 7), workflow_id_for("acme/shop", 7, 2)
+    assert (first, second) == ("repair:acme/shop#7", "repair:acme/shop#7~2")
+    assert parse_run_id(first) == ("acme/shop", 7, 1) and parse_run_id(second) == ("acme/shop", 7, 2)
+    assert parse_workflow_id(second) == ("acme/shop", 7)
+    assert is_run_of(second, "acme/shop") and not is_run_of(second, "acme/other")
+    for bad in ("repair:acme/shop#7~1", "repair:acme/shop#7~", "repair:acme/shop#7~02", "repair:acme/shop#7~x"):
+        with pytest.raises(ValueError):
+            parse_run_id(bad)
+    assert len({branch_for(workflow_id_for("acme/shop", 7, k)) for k in (1, 2, 3)}) == 3
+    assert find_marker(pull_marker(second).render(), PULL) == pull_marker(second)
