@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
 import urllib.request
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -383,8 +384,11 @@ async def test_a_review_before_the_wait_is_held_merges_once_and_a_retried_run_is
     final = await state_when(client, wf, lambda s, st: st is not None and st != WorkflowExecutionStatus.RUNNING)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert final.approval is not None and final.approval.head_sha == head
-    # The same delivery posted again, and redelivered through the hook-delivery API: each answered as a
-    # duplicate naming the first handling, and nothing more happens.
+    # The same delivery posted again as the forge sent it (as to a second receiver), and redelivered through
+    # the hook-delivery API: each answered as a duplicate naming the first handling; nothing more happens.
+    status, answer = await asyncio.to_thread(post_again, stack, review["guid"])
+    assert status == 200 and answer["duplicate"] is True, answer
+    assert answer["first_handled"]["delivery"] == review["guid"]
     again = await asyncio.to_thread(deliveries.redeliver, review)
     assert again["status_code"] == 200, again["answer"]
     assert again["answer"]["duplicate"] is True
@@ -419,6 +423,25 @@ async def test_a_review_before_the_wait_is_held_merges_once_and_a_retried_run_is
     branches = {b.name for b in admin.get_branches()}
     assert branch_for(retried) not in branches
     assert await runs.status_of(client, wf) == WorkflowExecutionStatus.COMPLETED
+
+
+def post_again(stack: E2EStack, guid: str) -> tuple[int, dict[str, Any]]:
+    """The first attempt of delivery ``guid`` posted to the receiver again, byte for byte (signature and
+    GUID included), as the emulator recorded it; the receiver's status and answer."""
+    req = urllib.request.Request(
+        f"{stack.config.forge_api_url}/admin/deliveries", headers={"Authorization": f"token {stack.admin_token}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        recorded = [d for d in json.loads(resp.read()) if d["guid"] == guid]
+    request = recorded[0]["request"]
+    post = urllib.request.Request(
+        stack.receiver.url, data=request["body"].encode(), method="POST", headers=request["headers"]
+    )
+    try:
+        with urllib.request.urlopen(post, timeout=30) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
 
 
 def stack_faults(stack: E2EStack, repository: str, pr_number: int) -> None:
