@@ -1,9 +1,14 @@
-"""Talking to Temporal: connect, start or attach to a run, read its state, approve, reject, cancel.
+"""Talking to Temporal: connect, start or attach to a run, retry an ended one, read its state, approve,
+reject, deliver a webhook's decision, cancel.
 
 Starting is idempotent per report: the workflow ID comes from the report's source and the start uses
 ``USE_EXISTING`` on conflict, so a second trigger for the same issue attaches to the running workflow.
+A retry (:func:`retry_run`) starts run ``k+1`` of an issue (``repair:o/r#N~k+1``) only when run ``k`` ended,
+with ``REJECT_DUPLICATE``: two racing retries give one run. Each start carries its trigger in the run's memo
+(``trigger``), so a redelivered trigger finds the run it started instead of starting another.
 Approvals are Updates with an ID derived from their source (review ID or delivery), so the same approval
 delivered twice is recorded once (Temporal deduplicates Update IDs within a run; the handler is idempotent too).
+A webhook delivery's decision is the ``deliver`` Update with the delivery's GUID as its ID (:func:`deliver`).
 """
 
 from __future__ import annotations
@@ -11,16 +16,26 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, timedelta
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, HeadPush, Rejection, ReportEdit, RunState, Withdrawal
+from pipeline.state import (
+    Approval,
+    Delivered,
+    DeliveryAck,
+    HeadPush,
+    Rejection,
+    ReportEdit,
+    RunState,
+    Withdrawal,
+)
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
@@ -50,11 +65,14 @@ class Started:
 
 
 class RunAlreadyEnded(Exception):
-    """The report already had its run; a report is repaired by one run, ever (open a new issue to retry)."""
+    """The report's run under this ID ended; a retry (:func:`retry_run`) runs under the next ID."""
 
     def __init__(self, workflow_id: str, status: WorkflowExecutionStatus | None) -> None:
         state = status.name.lower() if status else "closed"
-        super().__init__(f"{workflow_id} already ran and is {state}; open a new issue to try again")
+        super().__init__(
+            f"{workflow_id} already ran and is {state}; `/durafix retry` on the issue (or its trigger label added "
+            "again) starts the next run"
+        )
         self.workflow_id = workflow_id
         self.status = status
 
@@ -77,10 +95,11 @@ async def start_run(
     trigger: str = "cli",
     policy: RunPolicy | None = None,
     report: PinnedReport | None = None,
+    run: int = 1,
 ) -> Started:
-    """Start ``repair_bug`` for the report, or attach to the run that already handles it. ``report`` pins the
-    text the run works on (a run attached to keeps the text it was started with)."""
-    workflow_id = workflow_id_for(repository, issue_number)
+    """Start ``repair_bug`` (run ``run`` of the report), or attach to the run that already handles it.
+    ``report`` pins the text the run works on (a run attached to keeps the text it was started with)."""
+    workflow_id = workflow_id_for(repository, issue_number, run)
     try:
         desc = await handle_for(client, workflow_id).describe()
     except RPCError as err:
@@ -110,8 +129,113 @@ async def start_run(
         # second run under the same ID could not provision anything.
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
         execution_timeout=timedelta(seconds=policy.run_deadline_s),
+        memo={TRIGGER_MEMO: trigger},
     )
     return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
+
+
+TRIGGER_MEMO = "trigger"
+"""The memo key of what started a run (``cli``, ``webhook:<delivery>``): describe returns it."""
+# Far more runs than any issue gets; bounds the walk over a report's run IDs.
+MAX_RUNS_PER_ISSUE = 100
+
+
+@dataclass(frozen=True)
+class RunOfIssue:
+    """The newest run of an issue: its number ``k``, ID, status and the trigger that started it."""
+
+    run: int
+    workflow_id: str
+    run_id: str
+    status: WorkflowExecutionStatus | None
+    trigger: str
+
+
+async def newest_run(client: Client, repository: str, issue_number: int) -> RunOfIssue | None:
+    """The issue's newest run, found by describing ``repair:o/r#N``, ``~2``, ``~3``... in order until one does
+    not exist (describe is strongly consistent; visibility, which a list would read, is not). None: no run."""
+    newest: RunOfIssue | None = None
+    for k in range(1, MAX_RUNS_PER_ISSUE + 1):
+        workflow_id = workflow_id_for(repository, issue_number, k)
+        try:
+            desc = await handle_for(client, workflow_id).describe()
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return newest
+        newest = RunOfIssue(k, workflow_id, desc.run_id, desc.status, await _trigger_of(desc))
+    return newest
+
+
+async def _trigger_of(desc: WorkflowExecutionDescription) -> str:
+    memo = await desc.memo()
+    value = memo.get(TRIGGER_MEMO)
+    return value if isinstance(value, str) else ""
+
+
+@dataclass(frozen=True)
+class Retry:
+    """What :func:`retry_run` did: ``started`` a run (``retry_of``: the ended run it follows), or found
+    ``workflow_id`` running (nothing started), or found that the trigger had already started ``workflow_id``
+    (``duplicate``: a redelivery, nothing started)."""
+
+    workflow_id: str
+    run_id: str = ""
+    started: Started | None = None
+    running: bool = False
+    duplicate: bool = False
+    retry_of: str | None = None
+
+
+async def retry_run(
+    client: Client,
+    config: DurafixConfig,
+    repository: str,
+    issue_number: int,
+    *,
+    trigger: str,
+    report: PinnedReport | None = None,
+) -> Retry:
+    """Start the next run of the issue unless one is live. Never two at once: run ``k+1`` is started only when
+    run ``k`` ended, under its deterministic ID with ``REJECT_DUPLICATE``, so of two racing retries one starts
+    it and the other finds it running. A trigger that already started the newest run (the same delivery,
+    redelivered) starts nothing."""
+    newest = await newest_run(client, repository, issue_number)
+    if newest is None:
+        started = await start_run(client, config, repository, issue_number, trigger=trigger, report=report)
+        if started.attached:  # a concurrent first trigger won the start
+            return Retry(started.workflow_id, started.run_id, running=True)
+        return Retry(started.workflow_id, started.run_id, started=started)
+    running = newest.status == WorkflowExecutionStatus.RUNNING
+    if newest.trigger == trigger:
+        return Retry(newest.workflow_id, newest.run_id, duplicate=True, running=running)
+    if running:
+        return Retry(newest.workflow_id, newest.run_id, running=True)
+    policy = run_policy(config)
+    workflow_id = workflow_id_for(repository, issue_number, newest.run + 1)
+    try:
+        handle = await client.start_workflow(
+            RepairBugWorkflow.run,
+            RepairInput(
+                repository=repository,
+                issue_number=issue_number,
+                trigger=trigger,
+                policy=policy,
+                environment_provider=config.environment_provider,
+                report=report,
+            ),
+            id=workflow_id,
+            task_queue=TaskQueue.ORCHESTRATION.value,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+            execution_timeout=timedelta(seconds=policy.run_deadline_s),
+            memo={TRIGGER_MEMO: trigger},
+        )
+    except WorkflowAlreadyStartedError:
+        # Another retry won the race: its run is the live one (or already ended, which is its own outcome).
+        return Retry(workflow_id, running=True)
+    run_id = handle.result_run_id or ""
+    return Retry(workflow_id, run_id, started=Started(workflow_id, run_id, attached=False), retry_of=newest.workflow_id)
 
 
 def handle_for(client: Client, workflow_id: str) -> RunHandle:
@@ -145,6 +269,15 @@ async def report_edited(client: Client, workflow_id: str, edit: ReportEdit) -> N
 async def head_moved(client: Client, workflow_id: str, push: HeadPush) -> None:
     """Tell the run its PR head moved. Sent by name: the handler is ``RepairBugWorkflow.head_moved``."""
     await handle_for(client, workflow_id).signal("head_moved", push)
+
+
+async def deliver(client: Client, workflow_id: str, delivered: Delivered) -> DeliveryAck:
+    """Send a webhook delivery's decision as the ``deliver`` Update, its ID the delivery's GUID: the same
+    delivery sent again (a redelivery, another receiver) gets the first outcome back and changes nothing
+    (``DeliveryAck.duplicate_of``). Refused by the run's validator: ``WorkflowUpdateFailedError``."""
+    return await handle_for(client, workflow_id).execute_update(
+        RepairBugWorkflow.deliver, delivered, id=f"delivery:{delivered.delivery}"
+    )
 
 
 async def cancel(client: Client, workflow_id: str) -> None:

@@ -27,8 +27,9 @@ from urllib.parse import quote
 
 import httpx
 
-WEBHOOK_EVENTS = ("issues", "pull_request", "pull_request_review")
-"""What durafix's receiver acts on: issues (the trigger label), pull requests and their reviews (approvals)."""
+WEBHOOK_EVENTS = ("issues", "issue_comment", "pull_request", "pull_request_review")
+"""What durafix's receiver acts on: issues (the trigger label), their comments (`/durafix` commands), pull
+requests and their reviews (approvals)."""
 
 PERMISSIONS = ("pull", "triage", "push", "maintain", "admin")
 """GitHub's repository roles, as the collaborator API names them."""

@@ -245,6 +245,74 @@ class HeadPush(BaseModel):
     source: str = ""
 
 
+class DeliveryKind(StrEnum):
+    """What a webhook delivery carried to a run (:class:`Delivered`)."""
+
+    APPROVAL = "approval"
+    REJECTION = "rejection"
+    WITHDRAWAL = "withdrawal"
+    REPORT_EDIT = "report-edit"
+    HEAD_PUSH = "head-push"
+    COMMAND = "command"
+
+
+class Delivered(BaseModel):
+    """One webhook delivery's decision for a run, sent as the ``deliver`` Update whose ID is the delivery's
+    GUID (``X-GitHub-Delivery``): Temporal keeps one outcome per Update ID in a run, so a redelivery, or the
+    same delivery reaching a second receiver, is handled once and answered with the first handling.
+
+    ``attempt`` is unique per sending (a receiver's nonce): an answer whose record names another attempt
+    is the first handling of an earlier sending, i.e. this one is a duplicate. Exactly the field that
+    ``kind`` names is set (``command``: the ``/durafix`` command's name, e.g. ``cancel``)."""
+
+    delivery: str
+    attempt: str
+    kind: DeliveryKind
+    sender: str = ""
+    approval: Approval | None = None
+    rejection: Rejection | None = None
+    withdrawal: Withdrawal | None = None
+    edit: ReportEdit | None = None
+    push: HeadPush | None = None
+    command: str | None = None
+
+    @model_validator(mode="after")
+    def _carries_its_kind(self) -> Delivered:
+        carried = {
+            DeliveryKind.APPROVAL: self.approval,
+            DeliveryKind.REJECTION: self.rejection,
+            DeliveryKind.WITHDRAWAL: self.withdrawal,
+            DeliveryKind.REPORT_EDIT: self.edit,
+            DeliveryKind.HEAD_PUSH: self.push,
+            DeliveryKind.COMMAND: self.command,
+        }
+        if carried[self.kind] is None:
+            raise ValueError(f"a {self.kind.value} delivery must carry its {self.kind.value}")
+        return self
+
+
+class DeliveryRecord(BaseModel):
+    """How the run handled one delivery, the first time it arrived: kept in :attr:`RunState.deliveries`."""
+
+    delivery: str
+    attempt: str
+    kind: DeliveryKind
+    what: str
+    """What the run did with it (``approval held until the review wait begins``, ``ignored: ...``)."""
+    at: datetime
+    phase: Phase
+
+
+class DeliveryAck(BaseModel):
+    """The ``deliver`` Update's answer: the delivery's first handling (for a duplicate, an earlier one's)."""
+
+    first: DeliveryRecord
+
+    def duplicate_of(self, delivered: Delivered) -> bool:
+        """Whether ``delivered`` was a duplicate: the record is of another sending of the same delivery."""
+        return self.first.attempt != delivered.attempt
+
+
 class ReportEdit(BaseModel):
     """The report changed after the trigger: noted on the ticket, never taken into the run."""
 
@@ -395,6 +463,8 @@ class RunState(BaseModel):
     pending_approval: ApprovalRequest | None = None
     approval: Approval | None = None
     report_edits: list[ReportEdit] = Field(default_factory=list)
+    deliveries: list[DeliveryRecord] = Field(default_factory=list)
+    """Every webhook delivery the run handled (``deliver``), in order, each once."""
     merged_sha: str | None = None
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)

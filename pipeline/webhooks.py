@@ -7,19 +7,41 @@ Contract:
   start the run for that issue or attach to the one already running (the workflow ID is the issue's
   identity), but only when the delivery's sender holds at least ``trigger_permission`` (``triage``), read
   from the forge (``GitHubForge.get_role``); otherwise 403 and no run. The run gets the issue's title and
-  body from the payload, pinned (``RepairInput.report``). A trigger for an issue whose run ended is
-  answered once on the issue (a keyed comment) as well as in the response.
+  body from the payload, pinned (``RepairInput.report``). A trigger for an issue whose runs all ended is a
+  retry: it starts the issue's next run (``repair:o/r#N~k``, :func:`pipeline.client.retry_run`), said once on
+  the issue (a comment keyed by the new run).
+- ``issues`` ``closed``, or ``unlabeled`` removing the trigger label, cancel the issue's live run (its cleanup
+  runs as on every ending), with the same permission as a trigger; 202 "no live run" when there is none.
 - ``issues`` ``edited`` (title or body) for an issue with a live run becomes the ``report_edited`` signal:
-  the ticket says so, and the run keeps the pinned text.
+  the ticket says so, and the run keeps the pinned text. (A signal: an edit is a note, the run keeps one per
+  delivery, ``source`` ``webhook:<delivery>``, and it needs no worker to be heard.)
+- ``issue_comment`` ``created`` whose body starts with ``/durafix <command>`` (:mod:`pipeline.commands`), on
+  the issue or on durafix's own PR (marker and bot author, as below), by a sender with ``trigger_permission``
+  (403 otherwise, nothing done; the bot's own comments are ignored): ``status`` answers in a comment with the
+  run's phase, outcome, PR, pending head and budgets; ``cancel`` cancels the live run; ``retry`` starts the
+  next run once the last one ended (200 "already running" otherwise; two racing retries start one run); an
+  unknown command gets a comment listing the commands. Each answer comment is keyed by the command comment's
+  ID, so a redelivery does not comment twice.
 - ``pull_request_review`` counts only on durafix's own PR (its marker names a run of this repository and
   its author is the bot's login) and never from the bot itself (403 otherwise, nothing sent). ``submitted``
-  ``approved`` becomes an ``approve`` Update naming the review's ``commit_id`` and the PR's number (the run
-  refuses another PR's); ``changes_requested`` the ``reject`` signal marked as a request for changes (the
-  review's ID and ``commit_id``): the run revises while its revision budget lasts; ``dismissed`` the
-  ``withdraw`` signal. The Update ID is the review's ID, so a redelivered review is recorded once. The merge
-  re-reads the reviews on the forge anyway (``forge.merge``): what this sends is never the authority.
-- ``pull_request`` ``closed`` without merging, on durafix's own PR (as above), rejects: the ``reject`` signal
-  naming whoever closed it (the forge let them: closing takes triage permission or authorship).
+  ``approved`` becomes an approval naming the review's ``commit_id`` and the PR's number (the run refuses
+  another PR's: 409 with its reason); ``changes_requested`` a rejection marked as a request for changes (the
+  review's ID and ``commit_id``): the run revises while its revision budget lasts; ``dismissed`` a
+  withdrawal. A decision that arrives while the run is still publishing (its PR exists, the evidence comment
+  is not posted yet), naming its PR and the head it pushed, is held and acted on when the review wait
+  begins. The merge re-reads the reviews on the forge anyway (``forge.merge``): what this sends is never the
+  authority.
+- ``pull_request`` ``closed`` without merging, on durafix's own PR (as above), rejects, naming whoever closed
+  it (the forge let them: closing takes triage permission or authorship). ``synchronize`` on it by anyone but
+  the bot tells the run its head moved (``head_moved`` with a :class:`~pipeline.state.HeadPush`); the bot's
+  own push is the run's and is ignored.
+- Every delivery is handled once, by whichever receiver and however often it arrives: each decision for a run
+  (approval, rejection, withdrawal, head push, cancel command) is the run's ``deliver`` Update with the
+  delivery's GUID (``X-GitHub-Delivery``) as its ID, so Temporal, which all receivers share, keeps its first
+  outcome and answers a repeat with it, even after the run ended; the run records ``delivery -> first
+  handling`` in ``RunState.deliveries``. A duplicate is answered ``{"duplicate": true, "first_handled":
+  {...}}`` and nothing is done again (no second ``head_moved``, no second cancellation). A start is deduped by
+  the workflow ID, and a redelivered trigger of an ended run by the trigger recorded in the run's memo.
 - Anyone who can see a repository may submit a review, so before a decision reaches the run the reviewer's
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
@@ -33,7 +55,8 @@ Contract:
   connections are served at once, one more gets 503 with ``Retry-After``. So connections that send headers and
   no body are closed after the read timeout and never starve a delivery.
 - Answers within GitHub's 10 s: the receiver makes a few forge reads (and at most one keyed comment) and
-  talks to Temporal, never waits for the run.
+  talks to Temporal, never waits for the run beyond an Update's handling (which needs a workflow worker: with
+  none, the answer is 503 and the delivery can be redelivered).
 - GitHub does not retry failed deliveries: a receiver that was down misses events until they are
   redelivered (the hook-delivery API) or the issue is re-labelled.
 """
@@ -44,25 +67,36 @@ import asyncio
 import hashlib
 import hmac
 import threading
+import uuid
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
+from pipeline.commands import CommandName, help_text, no_run_text, parse_command, status_text
 from pipeline.config import DurafixConfig
-from pipeline.ids import workflow_id_for
+from pipeline.ids import is_run_of, parse_run_id, workflow_id_for
 from pipeline.inputs import PinnedReport
 from pipeline.receiver_app import ReceiverApp
 from pipeline.receiver_logs import delivery_logger
 from pipeline.receiver_metrics import ReceiverMetrics
 from pipeline.reconciler import Reconciler
 from pipeline.services import Services
-from pipeline.state import Approval, Rejection, ReportEdit, Withdrawal
+from pipeline.state import (
+    Approval,
+    Delivered,
+    DeliveryAck,
+    DeliveryKind,
+    HeadPush,
+    Rejection,
+    ReportEdit,
+    Withdrawal,
+)
 from pipeline.temporal_connection import connect_options
 from pipeline.webhook_server import ReceiverLimits, ReceiverServer
 from reviews.adapter import GitHubForge
@@ -200,7 +234,13 @@ class WebhookReceiver:
             raise EngineUnreachable(f"cannot connect to Temporal: {err}") from err
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        return asyncio.run_coroutine_threadsafe(coro, self._loop).result(timeout=8)
+        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
+        try:
+            return future.result(timeout=8)
+        except TimeoutError:
+            # An Update no worker answers would otherwise stay pending on the loop after the answer is given.
+            future.cancel()
+            raise
 
     # ---- readiness (run on the server's loop, bounded by ``ReceiverLimits.ready_timeout_s``) ------------
 
@@ -251,15 +291,69 @@ class WebhookReceiver:
             return 503, {"message": f"could not reach the workflow engine: {err}"}
 
     def _dispatch(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        # Without a GUID (not GitHub's) a delivery cannot be recognised again: it is its own delivery.
+        delivery = delivery or f"local-{uuid.uuid4()}"
         if event == "ping":
             return 200, {"message": "pong"}
         if event == "issues":
             return self._on_issue(delivery, payload)
+        if event == "issue_comment":
+            return self._on_comment(delivery, payload)
         if event == "pull_request_review":
-            return self._on_review(payload)
+            return self._on_review(delivery, payload)
         if event == "pull_request":
-            return self._on_pull(payload)
+            return self._on_pull(delivery, payload)
         return 202, {"message": f"ignored event {event}"}
+
+    # ---- what reaches a run -------------------------------------------------------------------------
+
+    def _send(self, workflow_id: str, delivered: Delivered) -> tuple[DeliveryAck, dict[str, Any] | None]:
+        """``delivered`` to the run as the ``deliver`` Update (ID: the delivery's GUID), and the answer to
+        give instead of acting further when it was a duplicate (``duplicate``, ``first_handled``)."""
+        ack = self._run(runs.deliver(self._client, workflow_id, delivered))
+        if not ack.duplicate_of(delivered):
+            return ack, None
+        return ack, {
+            "workflow_id": workflow_id,
+            "duplicate": True,
+            "first_handled": ack.first.model_dump(mode="json"),
+            "message": f"delivery {delivered.delivery} was handled already: {ack.first.what}",
+        }
+
+    def _sent(self, workflow_id: str, delivered: Delivered) -> tuple[int, dict[str, Any]]:
+        """:meth:`_send` answered: 200 naming what the run did (the first handling, for a duplicate)."""
+        ack, duplicate = self._send(workflow_id, delivered)
+        if duplicate is not None:
+            return 200, duplicate
+        return 200, {"workflow_id": workflow_id, "duplicate": False, "handled": ack.first.model_dump(mode="json")}
+
+    def _live_run(self, repository: str, number: int) -> runs.RunOfIssue | None:
+        newest = self._run(runs.newest_run(self._client, repository, number))
+        if newest is None or newest.status != WorkflowExecutionStatus.RUNNING:
+            return None
+        return newest
+
+    def _sender_refusal(
+        self, repository: str, sender: str, doing: str, undone: str = "nothing was done"
+    ) -> tuple[int, dict[str, Any]] | None:
+        """None when ``sender`` holds at least ``trigger_permission``; else the 403 saying so (or the forge
+        read's :class:`Refused`)."""
+        required = self.config.trigger_permission
+        role = self._with_forge(
+            repository,
+            f"{sender}'s role on {repository} could not be checked, {undone}",
+            lambda forge: forge.get_role(sender),
+        )
+        if role_at_least(role, required):
+            return None
+        return 403, {
+            "sender": sender,
+            "role": role,
+            "required": required,
+            "message": f"{sender} has the {role} role on {repository}; {doing} requires {required} or more: {undone}",
+        }
+
+    # ---- issues -------------------------------------------------------------------------------------
 
     def _on_issue(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         action = payload.get("action")
@@ -268,6 +362,8 @@ class WebhookReceiver:
         label = self.config.trigger_label
         issue = payload.get("issue") or {}
         labels = {lbl.get("name") for lbl in issue.get("labels") or []}
+        if action == "closed" or (action == "unlabeled" and (payload.get("label") or {}).get("name") == label):
+            return self._on_withdrawn_trigger(delivery, payload, f"issues.{action}")
         triggered = (action == "labeled" and (payload.get("label") or {}).get("name") == label) or (
             action in ("opened", "reopened") and label in labels
         )
@@ -278,60 +374,92 @@ class WebhookReceiver:
         # Who triggered: the account that added the label or opened the issue (issue forms put labels on for
         # anyone who opens one), never the issue's author as such.
         sender = str(payload["sender"]["login"])
-        required = self.config.trigger_permission
-        role = self._with_forge(
-            repository,
-            f"{sender}'s role on {repository} could not be checked, no run was started",
-            lambda forge: forge.get_role(sender),
-        )
-        if not role_at_least(role, required):
-            return 403, {
-                "sender": sender,
-                "role": role,
-                "required": required,
-                "message": (
-                    f"{sender} has the {role} role on {repository}; starting a durafix run requires {required} "
-                    "or more: no run was started"
-                ),
-            }
-        pinned = PinnedReport(
-            title=str(issue["title"]),
-            body=str(issue.get("body") or ""),
-            author=str((issue.get("user") or {}).get("login") or ""),
-            triggered_by=sender,
-        )
-        try:
-            started = self._run(
-                runs.start_run(
-                    self._client, self.config, repository, number, trigger=f"webhook:{delivery}", report=pinned
-                )
-            )
-        except runs.RunAlreadyEnded as ended:
-            return 200, self._answer_ended(repository, number, ended)
-        return 202, {"workflow_id": started.workflow_id, "run_id": started.run_id, "attached": started.attached}
+        refusal = self._sender_refusal(repository, sender, "starting a durafix run", "no run was started")
+        if refusal is not None:
+            return refusal
+        return self._start(delivery, repository, number, sender, pinned_from(issue, sender))
 
-    def _answer_ended(self, repository: str, number: int, ended: runs.RunAlreadyEnded) -> dict[str, Any]:
-        """A trigger for a report whose run ended is answered on the issue, once: one keyed comment per run
-        (``reviews.comments``: a second trigger finds it unchanged), saying what to do instead."""
-        state = ended.status.name.lower() if ended.status else "closed"
+    def _start(
+        self, delivery: str, repository: str, number: int, sender: str, pinned: PinnedReport | None
+    ) -> tuple[int, dict[str, Any]]:
+        """Start the issue's first run, attach to its live run, or (its runs all ended) start the next one:
+        a trigger on an ended report is a retry. A delivery that already started the newest run (redelivered)
+        is answered as the duplicate it is."""
+        trigger = f"webhook:{delivery}"
+        retry = self._run(runs.retry_run(self._client, self.config, repository, number, trigger=trigger, report=pinned))
+        if retry.duplicate:
+            return 200, {
+                "workflow_id": retry.workflow_id,
+                "duplicate": True,
+                "first_handled": {"delivery": delivery, "what": f"started {retry.workflow_id}"},
+                "message": f"delivery {delivery} already started {retry.workflow_id}",
+            }
+        if retry.started is None:
+            return 202, {
+                "workflow_id": retry.workflow_id,
+                "run_id": retry.run_id,
+                "attached": True,
+                "message": f"{retry.workflow_id} is already running",
+            }
+        started = retry.started
+        answer: dict[str, Any] = {
+            "workflow_id": started.workflow_id,
+            "run_id": started.run_id,
+            "attached": started.attached,
+        }
+        if retry.retry_of is not None:
+            answer["retry_of"] = retry.retry_of
+            answer["comment"] = self._say_retry(repository, number, sender, retry.retry_of, started.workflow_id)
+        return 202, answer
+
+    def _say_retry(self, repository: str, number: int, sender: str, earlier: str, workflow_id: str) -> str:
+        """Say on the issue, once per new run (a keyed comment), that a new run started after the earlier one
+        ended; what the comment write did, or why it failed (the run started either way)."""
         body = (
-            f"durafix already ran on this report (`{ended.workflow_id}`, now {state}); a report gets one run, "
-            "so adding the label again starts nothing. To try again, open a new issue with the report and add "
-            f"the `{self.config.trigger_label}` label to it; the outcome of the earlier run is in its status "
-            "comment above."
+            f"durafix starts a new run on this report (`{workflow_id}`), asked by @{sender}: the earlier run "
+            f"`{earlier}` ended (its outcome is in its status comment above). The new run works on its own "
+            "branch and PR."
         )
-        answer: dict[str, Any] = {"workflow_id": ended.workflow_id, "message": str(ended)}
         try:
             ref = self._with_forge(
                 repository,
-                f"the issue could not be told that {ended.workflow_id} already ran",
-                lambda forge: forge.ensure_comment(number, f"{ended.workflow_id}:already-ran", body),
+                f"the issue could not be told that {workflow_id} started",
+                lambda forge: forge.ensure_comment(number, f"{workflow_id}:retry", body),
             )
         except Refused as refused:
-            answer["comment"] = refused.body["message"]
-        else:
-            answer["comment"] = ref.action
-        return answer
+            return str(refused.body["message"])
+        return ref.action
+
+    def _on_withdrawn_trigger(self, delivery: str, payload: dict[str, Any], what: str) -> tuple[int, dict[str, Any]]:
+        """The issue closed, or the trigger label removed: the live run is cancelled (its cleanup runs as on
+        every ending). Takes ``trigger_permission``, like a trigger."""
+        repository = payload["repository"]["full_name"]
+        number = int(payload["issue"]["number"])
+        sender = str(payload["sender"]["login"])
+        refusal = self._sender_refusal(repository, sender, "cancelling a durafix run")
+        if refusal is not None:
+            return refusal
+        return self._cancel(delivery, repository, number, sender, what)
+
+    def _cancel(
+        self, delivery: str, repository: str, number: int, sender: str, what: str
+    ) -> tuple[int, dict[str, Any]]:
+        live = self._live_run(repository, number)
+        if live is None:
+            return 202, {"message": f"no live run for #{number}: nothing to cancel"}
+        delivered = Delivered(
+            delivery=delivery, attempt=uuid.uuid4().hex, kind=DeliveryKind.COMMAND, sender=sender, command="cancel"
+        )
+        try:
+            _, duplicate = self._send(live.workflow_id, delivered)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return 202, {"message": f"no live run for #{number}: nothing to cancel"}
+        if duplicate is not None:
+            return 200, duplicate
+        self._run(runs.cancel(self._client, live.workflow_id))
+        return 200, {"workflow_id": live.workflow_id, "message": f"{what} by {sender}: the run is cancelled"}
 
     def _on_edit(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """An edit of the report's title or body after its trigger: the live run (if any) is told, so its
@@ -340,17 +468,99 @@ class WebhookReceiver:
         fields = sorted(name for name in ("title", "body") if name in (payload.get("changes") or {}))
         if not fields:
             return 202, {"message": "issues.edited without a title or body change: ignored"}
-        workflow_id = workflow_id_for(payload["repository"]["full_name"], int(payload["issue"]["number"]))
+        repository = payload["repository"]["full_name"]
+        number = int(payload["issue"]["number"])
+        live = self._live_run(repository, number)
+        if live is None:
+            return 202, {
+                "workflow_id": workflow_id_for(repository, number),
+                "message": "no live run for this issue: nothing to note",
+            }
+        # A signal, not a ``deliver`` Update: an edit is a note, not a decision, and the run's handler keeps
+        # one note per source (``webhook:<delivery>``), so a redelivery notes nothing twice; and a signal
+        # needs no worker to answer, so an edit made before any worker picked the run up is not lost.
         edit = ReportEdit(
             editor=str(payload["sender"]["login"]), fields=fields, at=datetime.now(UTC), source=f"webhook:{delivery}"
         )
         try:
-            self._run(runs.report_edited(self._client, workflow_id, edit))
+            self._run(runs.report_edited(self._client, live.workflow_id, edit))
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            return 202, {"workflow_id": workflow_id, "message": "no live run for this issue: nothing to note"}
-        return 200, {"workflow_id": workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}
+            return 202, {"workflow_id": live.workflow_id, "message": "no live run for this issue: nothing to note"}
+        return 200, {"workflow_id": live.workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}
+
+    # ---- comment commands ---------------------------------------------------------------------------
+
+    def _on_comment(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``/durafix <command>`` in a new comment on an issue, or on a durafix PR (its run's issue is meant).
+        The bot's own comments are never commands; a commander needs ``trigger_permission``. Every answer on
+        the forge is a comment keyed by the command comment's ID, so a redelivery does not comment twice."""
+        comment = payload.get("comment") or {}
+        command = parse_command(comment.get("body"))
+        if payload.get("action") != "created" or command is None:
+            return 202, {"message": "not a new /durafix command: ignored"}
+        repository = payload["repository"]["full_name"]
+        issue = payload["issue"]
+        author = str((comment.get("user") or {}).get("login") or "")
+        bot = self._with_forge(
+            repository, "durafix's bot login could not be read, the command was not run", lambda forge: forge.login()
+        )
+        if author == bot:
+            return 202, {"message": f"a comment by durafix's own login {bot}: ignored"}
+        number = int(issue["number"])
+        pinned: PinnedReport | None = pinned_from(issue, author)
+        if issue.get("pull_request") is not None:
+            # On a PR: only durafix's own PR names a run (its marker, and the bot as its author).
+            marker = find_marker(issue.get("body"), PULL)
+            workflow_id = marker.attrs.get("run", "") if marker is not None else ""
+            if not is_run_of(workflow_id, repository) or str((issue.get("user") or {}).get("login") or "") != bot:
+                return 202, {"message": f"a command on PR #{number}, which is not a durafix PR: ignored"}
+            number, pinned = parse_run_id(workflow_id)[1], None
+        refusal = self._sender_refusal(repository, author, f"the /durafix {command.name} command")
+        if refusal is not None:
+            return refusal
+        key = f"command:{comment['id']}"
+        if command.known == CommandName.CANCEL:
+            return self._cancel(delivery, repository, number, author, "/durafix cancel")
+        if command.known == CommandName.RETRY:
+            return self._retry_command(delivery, repository, number, author, pinned, key)
+        if command.known == CommandName.STATUS:
+            newest = self._run(runs.newest_run(self._client, repository, number))
+            if newest is None:
+                body, answer = no_run_text(number), {"message": f"no run for #{number}"}
+            else:
+                state = self._run(runs.get_state(self._client, newest.workflow_id))
+                body, answer = status_text(state), {"workflow_id": newest.workflow_id, "phase": state.phase.value}
+        else:
+            body, answer = help_text(command), {"message": f"unknown command {command.name!r}"}
+        answer["comment"] = self._comment(repository, number, key, body)
+        return 200, answer
+
+    def _retry_command(
+        self, delivery: str, repository: str, number: int, sender: str, pinned: PinnedReport | None, key: str
+    ) -> tuple[int, dict[str, Any]]:
+        status, answer = self._start(delivery, repository, number, sender, pinned)
+        if answer.get("attached"):
+            answer["message"] = f"already running: {answer['workflow_id']}"
+            status = 200
+            answer["comment"] = self._comment(
+                repository,
+                number,
+                key,
+                f"`{answer['workflow_id']}` is already running on this report: `/durafix retry` starts a new run "
+                "only once it ended (`/durafix cancel` ends it).",
+            )
+        return status, answer
+
+    def _comment(self, repository: str, number: int, key: str, body: str) -> str:
+        """A keyed comment on issue ``number`` (written once per key); what the write did."""
+        ref = self._with_forge(
+            repository,
+            f"the answer could not be written on #{number}",
+            lambda forge: forge.ensure_comment(number, key, body),
+        )
+        return ref.action
 
     def _with_forge(self, repository: str, unchecked: str, read: Callable[[GitHubForge], T]) -> T:
         """``read`` (or an idempotent write) on a fresh adapter for ``repository``, or :class:`Refused` saying
@@ -368,7 +578,7 @@ class WebhookReceiver:
         except ForgeError as err:
             raise Refused(502, {"message": f"forge refused the read: {unchecked}: {err}"}) from err
 
-    def _on_review(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    def _on_review(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         action = payload.get("action")
         review = payload.get("review") or {}
         pr = payload.get("pull_request") or {}
@@ -377,7 +587,7 @@ class WebhookReceiver:
             return 202, {"message": "not a submitted or dismissed review of a durafix PR: ignored"}
         repository = payload["repository"]["full_name"]
         workflow_id = marker.attrs["run"]
-        if not workflow_id.startswith(f"repair:{repository}#"):
+        if not is_run_of(workflow_id, repository):
             return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
         state = str(review.get("state", "")).lower()
         if action == "submitted" and state not in ("approved", "changes_requested"):
@@ -390,6 +600,7 @@ class WebhookReceiver:
             return refused
         if reviewer == bot:
             return 403, {"workflow_id": workflow_id, "message": f"a review by durafix's own login {bot} never counts"}
+        attempt = uuid.uuid4().hex
         if action == "dismissed":
             # Withdrawing takes no permission to be heard: it only ever takes an approval away.
             withdrawal = Withdrawal(
@@ -398,8 +609,16 @@ class WebhookReceiver:
                 dismissed_by=str((payload.get("sender") or {}).get("login") or ""),
                 pr_number=number,
             )
-            self._run(runs.withdraw(self._client, workflow_id, withdrawal))
-            return 200, {"workflow_id": workflow_id, "message": f"dismissal of {reviewer}'s review sent to the run"}
+            return self._sent(
+                workflow_id,
+                Delivered(
+                    delivery=delivery,
+                    attempt=attempt,
+                    kind=DeliveryKind.WITHDRAWAL,
+                    sender=withdrawal.dismissed_by,
+                    withdrawal=withdrawal,
+                ),
+            )
         refusal = self._refuse_reviewer(repository, reviewer, workflow_id)
         if refusal is not None:
             return refusal
@@ -411,48 +630,94 @@ class WebhookReceiver:
                 review_id=str(review.get("id")),
                 pr_number=number,
             )
+            delivered = Delivered(
+                delivery=delivery, attempt=attempt, kind=DeliveryKind.APPROVAL, sender=reviewer, approval=approval
+            )
             try:
-                ack = self._run(runs.approve(self._client, workflow_id, approval))
+                ack, duplicate = self._send(workflow_id, delivered)
             except WorkflowUpdateFailedError as err:
                 return 409, {"workflow_id": workflow_id, "message": f"approval refused: {err.cause or err}"}
-            return 200, {"workflow_id": workflow_id, "accepted": ack.accepted, "detail": ack.detail}
-        reason = str(review.get("body") or "changes requested")
+            if duplicate is not None:
+                return 200, duplicate
+            return 200, {"workflow_id": workflow_id, "accepted": True, "duplicate": False, "detail": ack.first.what}
         rejection = Rejection(
             reviewer=reviewer,
-            reason=reason,
+            reason=str(review.get("body") or "changes requested"),
             source="webhook",
             pr_number=number,
             changes_requested=True,
             review_id=str(review.get("id")),
             head_sha=str(review.get("commit_id") or "") or None,
         )
-        self._run(runs.reject(self._client, workflow_id, rejection))
-        return 200, {"workflow_id": workflow_id, "message": "request for changes sent to the run"}
+        return self._sent(
+            workflow_id,
+            Delivered(
+                delivery=delivery, attempt=attempt, kind=DeliveryKind.REJECTION, sender=reviewer, rejection=rejection
+            ),
+        )
 
-    def _on_pull(self, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """A durafix PR closed without merging rejects its run."""
+    def _on_pull(self, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """A durafix PR closed without merging rejects its run; a push to it by anyone but the bot is told to the
+        run as ``head_moved``."""
         pr = payload.get("pull_request") or {}
         marker = find_marker(pr.get("body"), PULL)
-        if payload.get("action") != "closed" or pr.get("merged") or marker is None or "run" not in marker.attrs:
-            return 202, {"message": "not a durafix PR closed without merging: ignored"}
+        action = payload.get("action")
+        closed = action == "closed" and not pr.get("merged")
+        if not (closed or action == "synchronize") or marker is None or "run" not in marker.attrs:
+            return 202, {"message": "not a durafix PR closed without merging or pushed to: ignored"}
         repository = payload["repository"]["full_name"]
         workflow_id = marker.attrs["run"]
-        if not workflow_id.startswith(f"repair:{repository}#"):
+        if not is_run_of(workflow_id, repository):
             return 403, {"message": f"PR marker names {workflow_id}, which is not a run of this repository"}
-        _, refused = self._bot_authored(repository, pr, workflow_id)
+        bot, refused = self._bot_authored(repository, pr, workflow_id)
         if refused is not None:
             return refused
-        closer = str(payload["sender"]["login"])
+        sender = str(payload["sender"]["login"])
+        if action == "synchronize":
+            return self._on_push(delivery, payload, workflow_id, bot, sender)
         rejection = Rejection(
-            reviewer=closer, reason="the PR was closed without merging", source="webhook", pr_number=int(pr["number"])
+            reviewer=sender, reason="the PR was closed without merging", source="webhook", pr_number=int(pr["number"])
+        )
+        delivered = Delivered(
+            delivery=delivery, attempt=uuid.uuid4().hex, kind=DeliveryKind.REJECTION, sender=sender, rejection=rejection
         )
         try:
-            self._run(runs.reject(self._client, workflow_id, rejection))
+            status, answer = self._sent(workflow_id, delivered)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
             return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to reject"}
-        return 200, {"workflow_id": workflow_id, "message": f"closing by {closer} sent to the run as a rejection"}
+        answer.setdefault("message", f"closing by {sender} sent to the run as a rejection")
+        return status, answer
+
+    def _on_push(
+        self, delivery: str, payload: dict[str, Any], workflow_id: str, bot: str, sender: str
+    ) -> tuple[int, dict[str, Any]]:
+        """``synchronize`` on durafix's PR: recorded as this delivery, then sent as ``head_moved`` (once: a
+        duplicate is answered with the first handling). The bot's own push is the run's and is ignored."""
+        if sender == bot:
+            return 202, {"workflow_id": workflow_id, "message": f"a push by durafix's own login {bot}: ignored"}
+        pr = payload["pull_request"]
+        push = HeadPush(
+            pr_number=int(pr["number"]),
+            head_sha=str(pr["head"]["sha"]),
+            before=str(payload.get("before") or "") or None,
+            pusher=sender,
+            source=f"webhook:{delivery}",
+        )
+        delivered = Delivered(
+            delivery=delivery, attempt=uuid.uuid4().hex, kind=DeliveryKind.HEAD_PUSH, sender=sender, push=push
+        )
+        try:
+            _, duplicate = self._send(workflow_id, delivered)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND:
+                raise
+            return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to tell"}
+        if duplicate is not None:
+            return 200, duplicate
+        self._run(runs.head_moved(self._client, workflow_id, push))
+        return 200, {"workflow_id": workflow_id, "message": f"push of {push.head_sha} by {sender} sent to the run"}
 
     def _bot_authored(
         self, repository: str, pr: dict[str, Any], workflow_id: str
@@ -501,6 +766,16 @@ class WebhookReceiver:
                 f"on a durafix PR requires {required} or more"
             ),
         }
+
+
+def pinned_from(issue: dict[str, Any], sender: str) -> PinnedReport:
+    """The report text a trigger's payload carries, pinned for the run it starts."""
+    return PinnedReport(
+        title=str(issue["title"]),
+        body=str(issue.get("body") or ""),
+        author=str((issue.get("user") or {}).get("login") or ""),
+        triggered_by=sender,
+    )
 
 
 class Refused(Exception):

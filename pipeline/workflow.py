@@ -41,6 +41,10 @@ with workflow.unsafe.imports_passed_through():
         CandidateFact,
         CleanupFact,
         CleanupStatus,
+        Delivered,
+        DeliveryAck,
+        DeliveryKind,
+        DeliveryRecord,
         EnvironmentFact,
         EnvironmentState,
         Outcome,
@@ -134,6 +138,9 @@ REVISIONS_PATCH = "revisions-on-review"
 # A run whose policy names the external agent engine (``engine: command``) makes each attempt one
 # ``model.agent_command`` activity (runs recorded before it knew no such engine).
 COMMAND_ENGINE_PATCH = "command-engine"
+# A decision delivered (``deliver``) while the run is still publishing, naming the run's PR and the head it
+# pushed, is held and acted on when the review wait begins (before, such a review was refused or dropped).
+EARLY_DECISIONS_PATCH = "decisions-held-until-review-wait"
 
 
 class RunEnded(Exception):
@@ -212,21 +219,139 @@ class RepairBugWorkflow:
     @approve.validator
     def _validate_approve(self, approval: Approval) -> None:
         """Refuse (before it enters history) an approval that names anything but what awaits review."""
+        refusal = self._approval_refusal(approval, early=False)
+        if refusal is not None:
+            raise ValueError(refusal)
+
+    def _approval_refusal(self, approval: Approval, *, early: bool) -> str | None:
+        """Why ``approval`` cannot be taken now, or None. With ``early``, a run still publishing takes an
+        approval of its PR at the head it pushed (:meth:`_early_review`), held until the review wait."""
         if self._approval is not None and self._approval.head_sha == approval.head_sha:
-            return
+            return None
         pending = self._state.pending_approval
         if pending is None or self._state.phase != Phase.AWAITING_REVIEW:
-            raise ValueError(f"run is not awaiting review (phase {self._state.phase})")
+            target = self._early_review() if early else None
+            if target is None:
+                return f"run is not awaiting review (phase {self._state.phase})"
+            pending = target
         if approval.pr_number is not None and approval.pr_number != pending.pr_number:
-            raise ValueError(f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}")
+            return f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}"
         if approval.head_sha != pending.head_sha:
-            raise ValueError(f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}")
+            return f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}"
         if approval.expires_at is not None and approval.expires_at <= workflow.now():
-            raise ValueError(f"approval expired at {approval.expires_at.isoformat()}")
+            return f"approval expired at {approval.expires_at.isoformat()}"
         if approval.evidence_digest is not None and approval.evidence_digest != pending.evidence_digest:
-            raise ValueError(
-                f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
-            )
+            return f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
+        return None
+
+    def _early_review(self) -> ApprovalRequest | None:
+        """What the review wait will ask to approve, while the run is still publishing its first candidate
+        (the PR exists, its evidence comment is not posted yet); None otherwise. A revision's publishing is
+        not early: the head under review until then is the old one."""
+        publish = self._state.publish
+        if (
+            self._state.phase != Phase.PUBLISH
+            or self._revising
+            or publish is None
+            or publish.pr_number is None
+            or publish.evidence_digest is None
+        ):
+            return None
+        return ApprovalRequest(
+            pr_number=publish.pr_number,
+            head_sha=publish.commit,
+            evidence_digest=publish.evidence_digest,
+            requested_at=workflow.now(),
+        )
+
+    @workflow.update
+    async def deliver(self, delivered: Delivered) -> DeliveryAck:
+        """One webhook delivery's decision, recorded once per delivery GUID with how it was handled.
+
+        Idempotent twice over: the receiver sends it with the GUID as the Update ID (Temporal answers a
+        repeat with the first outcome without running this again), and a GUID already recorded is answered
+        with its record. Routes to the logic of ``approve`` / ``reject`` / ``withdraw`` / ``report_edited``;
+        a decision arriving while the run is still publishing, about its PR and pushed head, is held for the
+        review wait. A head push or a command is recorded only: the receiver then sends ``head_moved`` or
+        cancels the run, once, because only the first sending is answered as not a duplicate."""
+        for record in self._state.deliveries:
+            if record.delivery == delivered.delivery:
+                return DeliveryAck(first=record)
+        record = DeliveryRecord(
+            delivery=delivered.delivery,
+            attempt=delivered.attempt,
+            kind=delivered.kind,
+            what=self._route(delivered),
+            at=workflow.now(),
+            phase=self._state.phase,
+        )
+        self._state.deliveries.append(record)
+        if delivered.kind == DeliveryKind.REPORT_EDIT and delivered.edit is not None:
+            await self.report_edited(delivered.edit)
+        return DeliveryAck(first=record)
+
+    @deliver.validator
+    def _validate_deliver(self, delivered: Delivered) -> None:
+        """Refuse (before it enters history) an approval the run cannot take; a recorded GUID always passes."""
+        if any(record.delivery == delivered.delivery for record in self._state.deliveries):
+            return
+        if delivered.kind == DeliveryKind.APPROVAL and delivered.approval is not None:
+            refusal = self._approval_refusal(delivered.approval, early=True)
+            if refusal is not None:
+                raise ValueError(refusal)
+
+    def _route(self, delivered: Delivered) -> str:
+        """Act on ``delivered`` as the handler of its kind does (without awaiting); what was done."""
+        early = self._early_review() is not None and workflow.patched(EARLY_DECISIONS_PATCH)
+        if delivered.kind == DeliveryKind.APPROVAL and delivered.approval is not None:
+            approval = delivered.approval
+            if self._approval is not None and self._approval.head_sha == approval.head_sha:
+                return "approval already recorded for this head"
+            self._approval = approval
+            until = " (held until the review wait begins)" if early else ""
+            return f"approved {approval.head_sha} by {approval.reviewer}{until}"
+        if delivered.kind == DeliveryKind.REJECTION and delivered.rejection is not None:
+            return self._take_rejection(delivered.rejection, early=early)
+        if delivered.kind == DeliveryKind.WITHDRAWAL and delivered.withdrawal is not None:
+            withdrawal = delivered.withdrawal
+            held = self._approval
+            if held is None or held.review_id != withdrawal.review_id:
+                return "withdrawal of a review the run does not hold: nothing to withdraw"
+            if self._state.phase != Phase.AWAITING_REVIEW and not early:
+                return f"withdrawal too late: the run is in {self._state.phase.value}"
+            self._approval = None
+            return f"approval of review {withdrawal.review_id} by {withdrawal.reviewer} withdrawn"
+        if delivered.kind == DeliveryKind.REPORT_EDIT and delivered.edit is not None:
+            return f"edit of {' and '.join(delivered.edit.fields)} noted"
+        if delivered.kind == DeliveryKind.HEAD_PUSH and delivered.push is not None:
+            return f"head push to {delivered.push.head_sha} recorded; sent as head_moved"
+        return f"command {delivered.command} by {delivered.sender or 'unknown'} recorded"
+
+    def _take_rejection(self, rejection: Rejection, *, early: bool) -> str:
+        """``reject``'s logic; while the run is still publishing (``early``), a rejection of its PR (a
+        request for changes: of the head it pushed) is held, so the review wait acts on it first thing."""
+        target = self._early_review() if early else None
+        if target is not None:
+            if rejection.pr_number is not None and rejection.pr_number != target.pr_number:
+                return f"rejection of PR #{rejection.pr_number}, not this run's #{target.pr_number}: ignored"
+            if rejection.changes_requested:
+                if rejection.head_sha is not None and rejection.head_sha != target.head_sha:
+                    return f"request for changes of {rejection.head_sha}, not the pushed head: ignored"
+                if self._revision_request is None and self._rejection is None:
+                    self._revision_request = rejection
+                    return "request for changes held until the review wait begins"
+                return "a decision is already held: ignored"
+            if self._rejection is None:
+                self._rejection = rejection
+                return "rejection held until the review wait begins"
+            return "already rejected"
+        before = (self._rejection, self._revision_request)
+        self.reject(rejection)
+        if self._rejection is not before[0]:
+            return f"rejected by {rejection.reviewer}"
+        if self._revision_request is not before[1]:
+            return f"request for changes by {rejection.reviewer} taken"
+        return f"rejection not taken in phase {self._state.phase.value}"
 
     @workflow.signal
     def reject(self, rejection: Rejection) -> None:

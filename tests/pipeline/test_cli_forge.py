@@ -74,7 +74,7 @@ def test_add_webhook_keeps_one_hook_per_url_and_signs_with_the_configured_secret
 
     assert (first["created"], again["created"], other["created"]) == (True, False, True)
     assert again["hook_id"] == first["hook_id"] != other["hook_id"]
-    assert first["events"] == ["issues", "pull_request", "pull_request_review"]
+    assert first["events"] == ["issues", "issue_comment", "pull_request", "pull_request_review"]
     owner = emulator.forge.create_token("acme-dev")
     hooks = emulator.api("GET", "/repos/acme-dev/shop/hooks", owner)
     assert sorted(h["config"]["url"] for h in hooks) == sorted([url, "http://127.0.0.1:10/webhook"])

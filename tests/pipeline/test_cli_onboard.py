@@ -92,7 +92,7 @@ def test_a_checkout_becomes_a_repository_with_its_history_tags_collaborators_and
         assert result["collaborators"] == {"durafix-bot": "push", "reviewer": "push"}
         hooks = emulator.api("GET", "/repos/maintainer/shop/hooks", result["tokens"]["owner"]["token"])
         assert [(h["config"]["url"], h["config"]["content_type"], h["events"]) for h in hooks] == [
-            (receiver.url, "json", ["issues", "pull_request", "pull_request_review"])
+            (receiver.url, "json", ["issues", "issue_comment", "pull_request", "pull_request_review"])
         ]
         assert result["receiver"] == {"url": receiver.url, "answering": True}
         assert result["label"] == {"name": "durafix", "created": True}

@@ -22,7 +22,7 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,7 @@ from infra.forge.testing import ForgeHandle, running_forge
 from pipeline.client import handle_for
 from pipeline.config import DurafixConfig
 from pipeline.inputs import RepairInput
-from pipeline.state import Phase, Rejection, RunState
+from pipeline.state import Delivered, Phase, Rejection, RunState
 from pipeline.steps import TaskQueue
 from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
@@ -225,13 +225,33 @@ async def events_of(client: Client, workflow_id: str, *event_types: int) -> list
 
 
 async def rejections(client: Client, workflow_id: str) -> list[Rejection]:
-    """Every rejection signalled to the run, decoded from its history."""
+    """Every rejection sent to the run (a ``reject`` signal, or a delivery of one: the ``deliver`` Update the
+    run accepted), decoded from its history."""
     found: list[Rejection] = []
-    for event in await events_of(client, workflow_id, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED):
-        attrs = event.workflow_execution_signaled_event_attributes
-        assert attrs.signal_name == "reject"
-        found += await client.data_converter.decode(attrs.input.payloads, [Rejection])
+    for event in await events_of(
+        client,
+        workflow_id,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+        EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+    ):
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED:
+            attrs = event.workflow_execution_signaled_event_attributes
+            assert attrs.signal_name == "reject"
+            found += await client.data_converter.decode(attrs.input.payloads, [Rejection])
+            continue
+        request = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+        assert request.name == "deliver"
+        [delivered] = await client.data_converter.decode(request.args.payloads, [Delivered])
+        if delivered.rejection is not None:
+            found.append(delivered.rejection)
     return found
+
+
+@asynccontextmanager
+async def workflows_running(client: Client) -> AsyncIterator[None]:
+    """The workflow worker alone: runs stay in intake (no activity worker), and answer Updates and queries."""
+    async with Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -366,7 +386,11 @@ async def test_second_delivery_for_the_same_issue_attaches_to_the_running_run(ho
     again = await hook.deliver("issues", hook.issue_event("labeled", 8, [TRIGGER], TRIGGER))
     assert first.status == again.status == 202, (first, again)
     assert first.body["attached"] is False
-    assert again.body == {"workflow_id": workflow_id, "run_id": first.body["run_id"], "attached": True}
+    assert {k: again.body[k] for k in ("workflow_id", "run_id", "attached")} == {
+        "workflow_id": workflow_id,
+        "run_id": first.body["run_id"],
+        "attached": True,
+    }
     desc = await hook.client.get_workflow_handle(workflow_id).describe()
     assert desc.run_id == first.body["run_id"]
 
@@ -422,11 +446,12 @@ async def test_review_whose_marker_names_another_repositorys_run_is_forbidden(ho
 
 
 async def test_changes_requested_review_by_a_writer_sends_a_request_for_changes_to_the_run(hook: Hook) -> None:
-    body = await hook.started_run(12)
-    event = hook.review_event("changes_requested", body)
-    answer = await hook.deliver("pull_request_review", event)
-    assert answer.status == 200, answer
-    assert answer.body["workflow_id"] == hook.run_id(12)
+    async with workflows_running(hook.client):
+        body = await hook.started_run(12)
+        event = hook.review_event("changes_requested", body)
+        answer = await hook.deliver("pull_request_review", event)
+        assert answer.status == 200, answer
+        assert answer.body["workflow_id"] == hook.run_id(12)
     review = event["review"]
     assert await rejections(hook.client, hook.run_id(12)) == [
         Rejection(
@@ -442,13 +467,14 @@ async def test_changes_requested_review_by_a_writer_sends_a_request_for_changes_
 
 
 async def test_closing_durafix_pr_without_merging_rejects_the_run(hook: Hook) -> None:
-    body = await hook.started_run(14)
-    closed = hook.with_repository(example("pull_request", "closed"), None)
-    closed["pull_request"].update(body=body, merged=False, number=5)
-    closed["pull_request"]["user"]["login"] = BOT
-    closed["sender"]["login"] = WRITER
-    answer = await hook.deliver("pull_request", closed)
-    assert answer.status == 200, answer
+    async with workflows_running(hook.client):
+        body = await hook.started_run(14)
+        closed = hook.with_repository(example("pull_request", "closed"), None)
+        closed["pull_request"].update(body=body, merged=False, number=5)
+        closed["pull_request"]["user"]["login"] = BOT
+        closed["sender"]["login"] = WRITER
+        answer = await hook.deliver("pull_request", closed)
+        assert answer.status == 200, answer
     assert await rejections(hook.client, hook.run_id(14)) == [
         Rejection(reviewer=WRITER, reason="the PR was closed without merging", source="webhook", pr_number=5)
     ]
@@ -499,7 +525,7 @@ async def test_approval_for_a_run_that_does_not_exist_is_not_found(hook: Hook) -
 
 async def test_reader_can_neither_approve_nor_request_changes(hook: Hook, temporal_client: Client) -> None:
     # The workflow runs, so an approval let through would reach its validator (409) and a rejection would
-    # be a signal in its history; the writer's rejection at the end shows that history does record one.
+    # be a delivery in its history; the writer's rejection at the end shows that history does record one.
     workflow_id = hook.run_id(20)
     async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
         body = await hook.started_run(20)
@@ -538,24 +564,25 @@ async def test_commented_review_is_ignored_without_asking_who_wrote_it(hook: Hoo
 
 
 async def test_unavailable_forge_is_503_and_nothing_reaches_the_run(hook: Hook, forge: Forge) -> None:
-    body = await hook.started_run(23)
-    forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{hook.repository}/collaborators/{WRITER}/permission$",
-            "action": "status",
-            "status": 503,
-        }
-    )
-    refused = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
-    assert refused.status == 503, refused
-    assert refused.body["message"].startswith("forge unavailable: ")
-    assert await events_of(hook.client, hook.run_id(23), *DECISION_EVENTS) == []
+    async with workflows_running(hook.client):
+        body = await hook.started_run(23)
+        forge.handle.set_faults(
+            {
+                "method": "GET",
+                "path_regex": rf"/repos/{hook.repository}/collaborators/{WRITER}/permission$",
+                "action": "status",
+                "status": 503,
+            }
+        )
+        refused = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+        assert refused.status == 503, refused
+        assert refused.body["message"].startswith("forge unavailable: ")
+        assert await events_of(hook.client, hook.run_id(23), *DECISION_EVENTS) == []
 
-    # The fault fired once: redelivering the same review succeeds, as the hook-delivery API would.
-    assert forge.handle.faults() == []
-    again = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
-    assert again.status == 200, again
+        # The fault fired once: redelivering the same review succeeds, as the hook-delivery API would.
+        assert forge.handle.faults() == []
+        again = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body))
+        assert again.status == 200, again
     assert [r.reviewer for r in await rejections(hook.client, hook.run_id(23))] == [WRITER]
 
 
@@ -580,13 +607,14 @@ async def test_receiver_without_a_forge_token_refuses_decisions_with_500(hook: H
 async def test_receiver_requiring_admin_refuses_a_writer_and_takes_the_owners_decision(
     hook: Hook, config: DurafixConfig
 ) -> None:
-    body = await hook.started_run(26)
-    with serving(config.model_copy(update={"approver_permission": "admin"})) as strict:
-        target = Hook(url=strict.url, secret=hook.secret, client=hook.client, repository=hook.repository)
-        refused = await target.deliver("pull_request_review", target.review_event("changes_requested", body))
-        taken = await target.deliver(
-            "pull_request_review", target.review_event("changes_requested", body, reviewer=OWNER)
-        )
+    async with workflows_running(hook.client):
+        body = await hook.started_run(26)
+        with serving(config.model_copy(update={"approver_permission": "admin"})) as strict:
+            target = Hook(url=strict.url, secret=hook.secret, client=hook.client, repository=hook.repository)
+            refused = await target.deliver("pull_request_review", target.review_event("changes_requested", body))
+            taken = await target.deliver(
+                "pull_request_review", target.review_event("changes_requested", body, reviewer=OWNER)
+            )
     assert refused.status == 403, refused
     assert (refused.body["permission"], refused.body["required"]) == ("write", "admin")
     assert taken.status == 200, taken

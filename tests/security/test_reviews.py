@@ -31,7 +31,7 @@ from pipeline.cli.command import CliError
 from pipeline.cli.runs import cmd_approve
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.state import Approval, Outcome, Phase
+from pipeline.state import Approval, Delivered, Outcome, Phase
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, find_marker, pull_marker
@@ -118,19 +118,20 @@ async def test_the_bots_own_review_reaches_no_run(site: Site) -> None:
     # The forge refuses the bot an approval of its own PR, as GitHub does; what a forge can still deliver is
     # a review in the bot's name (another integration sharing its login): the maintainer's real delivery,
     # with the bot as its reviewer.
-    approve(site.repo(MAINTAINER), number, head, "REQUEST_CHANGES")
-    [delivery] = site.deliveries("pull_request_review")
-    assert delivery["status_code"] == 200
-    payload: dict[str, Any] = json.loads(delivery["request"]["body"])
-    for state in ("approved", "changes_requested"):
-        payload["review"].update(state=state, id=payload["review"]["id"] + 1000)
-        payload["review"]["user"]["login"] = payload["sender"]["login"] = BOT
-        status, answer = await site.deliver("pull_request_review", payload)
-        assert status == 403, answer
-        assert "never counts" in answer["message"]
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+        # Off the event loop: the worker on it must answer the receiver's Update while the forge calls wait.
+        await asyncio.to_thread(approve, site.repo(MAINTAINER), number, head, "REQUEST_CHANGES")
+        [delivery] = await asyncio.to_thread(site.deliveries, "pull_request_review")
+        assert delivery["status_code"] == 200
+        payload: dict[str, Any] = json.loads(delivery["request"]["body"])
+        for state in ("approved", "changes_requested"):
+            payload["review"].update(state=state, id=payload["review"]["id"] + 1000)
+            payload["review"]["user"]["login"] = payload["sender"]["login"] = BOT
+            status, answer = await site.deliver("pull_request_review", payload)
+            assert status == 403, answer
+            assert "never counts" in answer["message"]
     # Only the maintainer's rejection reached the run.
-    signals = await site.events(workflow_id, *DECISION_EVENTS)
-    assert [s.workflow_execution_signaled_event_attributes.signal_name for s in signals] == ["reject"]
+    assert await decisions(site, workflow_id) == ["rejection"]
 
 
 @pytest.mark.slow
@@ -146,8 +147,21 @@ async def test_a_dismissal_withdraws_the_approval_it_carried(site: Site, tempora
         # The run is not awaiting review (no activity worker): the approval was refused by its validator,
         # and the dismissal reached it as a withdrawal.
         assert await asyncio.to_thread(review_answers, site) == [("submitted", 409), ("dismissed", 200)]
-    signals = await site.events(workflow_id, *DECISION_EVENTS)
-    assert [s.workflow_execution_signaled_event_attributes.signal_name for s in signals] == ["withdraw"]
+    assert await decisions(site, workflow_id) == ["withdrawal"]
+
+
+async def decisions(site: Site, workflow_id: str) -> list[str]:
+    """What reached the run, in order: a signal's name, or the kind of a delivery (the ``deliver`` Update)."""
+    found = []
+    for event in await site.events(workflow_id, *DECISION_EVENTS):
+        if event.HasField("workflow_execution_signaled_event_attributes"):
+            found.append(event.workflow_execution_signaled_event_attributes.signal_name)
+            continue
+        request = event.workflow_execution_update_accepted_event_attributes.accepted_request.input
+        assert request.name == "deliver"
+        [delivered] = await site.client.data_converter.decode(request.args.payloads, [Delivered])
+        found.append(delivered.kind.value)
+    return found
 
 
 async def _answers_queries(client: Client, workflow_id: str) -> bool:

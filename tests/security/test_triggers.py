@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus
 
 from browser.procedure import extract_procedure
 from pipeline import client as runs
@@ -168,7 +169,7 @@ async def _state_at_provision(site: Site, workflow_id: str) -> Any:
     return state if state.phase == Phase.PROVISION and state.ticket is not None else None
 
 
-async def test_relabelling_an_issue_whose_run_ended_is_answered_on_the_issue_once(site: Site) -> None:
+async def test_relabelling_an_issue_whose_run_ended_starts_its_next_run_once(site: Site) -> None:
     issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
     triager = site.repo(TRIAGER).get_issue(issue.number)
     triager.add_to_labels(TRIGGER)
@@ -177,25 +178,37 @@ async def test_relabelling_an_issue_whose_run_ended_is_answered_on_the_issue_onc
     assert first["status_code"] == 202, first
     await site.client.get_workflow_handle(workflow_id).terminate("ended for the test")
 
-    for _ in range(2):
-        triager.remove_from_labels(TRIGGER)
-        triager.add_to_labels(TRIGGER)
-    relabels = site.deliveries("issues", "labeled")[1:]
-    assert [d["status_code"] for d in relabels] == [200, 200], relabels
-    answers = already_ran_comments(site, issue.number, workflow_id)
+    # Removing the label of an ended run cancels nothing; adding it again is a retry: run 2, its own ID.
+    triager.remove_from_labels(TRIGGER)
+    [unlabelled] = site.deliveries("issues", "unlabeled")
+    assert unlabelled["status_code"] == 202, unlabelled
+    triager.add_to_labels(TRIGGER)
+    retry_id = f"{workflow_id}~2"
+    site.touched.add(retry_id)
+    relabel = site.deliveries("issues", "labeled")[1]
+    assert relabel["status_code"] == 202, relabel
+    assert await site.status(retry_id) == WorkflowExecutionStatus.RUNNING
+    assert (await site.started_input(retry_id)).trigger == f"webhook:{relabel['guid']}"
+    assert (await site.started_input(retry_id)).report is not None
+
+    # Another trigger while run 2 is live attaches to it; the issue was told of the new run once.
+    status, again = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, TRIAGER))
+    assert status == 202 and again["workflow_id"] == retry_id and again["attached"] is True, again
+    answers = retry_comments(site, issue.number, retry_id)
     assert len(answers) == 1, answers
-    assert "already ran on this report" in answers[0] and "open a new issue" in answers[0]
-    # An outsider's re-label is refused before anything is said on the issue.
+    assert f"`{retry_id}`" in answers[0] and f"`{workflow_id}` ended" in answers[0]
+    assert await site.status(f"{workflow_id}~3") is None
+    # An outsider's re-label is refused before anything is said on the issue or started.
     status, _ = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, OUTSIDER))
     assert status == 403
-    assert len(already_ran_comments(site, issue.number, workflow_id)) == 1
+    assert len(retry_comments(site, issue.number, retry_id)) == 1
 
 
-def already_ran_comments(site: Site, number: int, workflow_id: str) -> list[str]:
-    """The bot's comments on the issue keyed as the answer to a trigger of an ended run."""
+def retry_comments(site: Site, number: int, workflow_id: str) -> list[str]:
+    """The bot's comments on the issue keyed as the announcement of run ``workflow_id``."""
     found = []
     for comment in site.repo(MAINTAINER).get_issue(number).get_comments():
         marker = find_marker(comment.body, COMMENT)
-        if comment.user.login == BOT and marker and marker.attrs.get("key") == f"{workflow_id}:already-ran":
+        if comment.user.login == BOT and marker and marker.attrs.get("key") == f"{workflow_id}:retry":
             found.append(comment.body)
     return found
