@@ -167,6 +167,11 @@ class CandidateFact(BaseModel):
     parent_commit: str | None = None
     review_id: str | None = None
     reviewer: str | None = None
+    # A head pushed to the run's branch by someone else (see :class:`HeadPushFact`): this candidate is that
+    # head's change (``patch_ref``: the diff base..head), verified on a fresh workspace whose tree must be the
+    # head's own ``tree``; ``commit`` is then the pushed head itself, never a commit of the run.
+    pushed_head: str | None = None
+    pushed_by: str = ""
 
 
 class PublishFact(BaseModel):
@@ -243,6 +248,30 @@ class HeadPush(BaseModel):
     before: str | None = None
     pusher: str = ""
     source: str = ""
+
+
+class HeadPushStatus(StrEnum):
+    PENDING = "pending"
+    """Seen, not verified yet."""
+    VERIFYING = "verifying"
+    PASSED = "passed"
+    """Verified: offered for review with its own evidence."""
+    FAILED = "failed"
+    """Failed verification: said on the PR and the ticket, never offered for approval."""
+    SUPERSEDED = "superseded"
+    """The PR's head had moved on (or back) by the time the run looked at it."""
+
+
+class HeadPushFact(BaseModel):
+    """A head of the run's PR that the run did not push, as the run saw and judged it (``durafix status``)."""
+
+    head_sha: str
+    before: str | None = None
+    pusher: str = ""
+    source: str = ""
+    seen_at: datetime
+    status: HeadPushStatus = HeadPushStatus.PENDING
+    detail: str = ""
 
 
 class ReportEdit(BaseModel):
@@ -395,6 +424,7 @@ class RunState(BaseModel):
     pending_approval: ApprovalRequest | None = None
     approval: Approval | None = None
     report_edits: list[ReportEdit] = Field(default_factory=list)
+    head_pushes: list[HeadPushFact] = Field(default_factory=list)
     merged_sha: str | None = None
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)

@@ -261,6 +261,30 @@ class CleanupRunInput(BaseModel):
     run_id: str
 
 
+class CaptureHeadInput(BaseModel):
+    """A head of the run's PR that the run did not push: fetched from the forge and stored as its change from
+    ``base_revision`` (the run's base), the patch a verification takes."""
+
+    run_id: str
+    spec_ref: ArtifactRef
+    head_sha: str
+    base_revision: str
+
+
+class HeadCaptured(BaseModel):
+    """``patch_ref``: ``git diff --binary base..head`` (stored by content, so capturing the same head twice gives
+    the same reference); ``tree``: the head's tree, which base + patch must rebuild."""
+
+    head_sha: str
+    patch_ref: ArtifactRef
+    tree: str
+    parents: list[str]
+    message: str
+    committed_at: int
+    descends_from_base: bool
+    empty: bool
+
+
 class BuildEvidenceInput(BaseModel):
     run_id: str
     repository: str
@@ -571,6 +595,7 @@ VERIFY_CANDIDATE = Step(
     "env.verify_candidate", Q.ENVIRONMENTS, VerifyInput, VerifyResult, T.ENVIRONMENT, "<wf>:verify:<attempt>"
 )
 RUN_BASELINE = Step("env.run_baseline", Q.ENVIRONMENTS, BaselineInput, BaselineResult, T.ENVIRONMENT, "<wf>:baseline")
+CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCaptured, T.ENVIRONMENT)
 CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
 BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
 

@@ -31,6 +31,7 @@ from pathlib import Path
 from temporalio import activity
 
 from environments.checks import SetupError, SetupSettings
+from environments.head_capture import capture_head
 from environments.interface import (
     CleanupReport,
     EnvironmentHandle,
@@ -64,8 +65,10 @@ from pipeline.steps import (
     BaselineInput,
     BaselineResult,
     BuildEvidenceInput,
+    CaptureHeadInput,
     CleanupRunInput,
     EvidenceResult,
+    HeadCaptured,
     PrepareSpecInput,
     ProvisionInput,
     VerifyInput,
@@ -120,6 +123,7 @@ class EnvironmentActivities:
             self.provision,
             self.teardown,
             self.verify_candidate,
+            self.capture_head,
             self.run_baseline,
             self.cleanup_run,
             self.build_evidence,
@@ -276,6 +280,33 @@ class EnvironmentActivities:
             test_output_ref=test_ref,
             bundle_ref=bundle_ref,
             regression=regression,
+        )
+
+    @activity.defn(name=steps.CAPTURE_HEAD.name)
+    def capture_head(self, inp: CaptureHeadInput) -> HeadCaptured:
+        """Fetch ``head_sha`` from the forge into this host's mirror and store its change from the run's base as
+        a patch artifact. Read-only on the forge; idempotent (the artifact is stored by content)."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified(), Heartbeat(f"fetching {inp.head_sha[:12]}"):
+            mirror = self.workspaces.mirrors.ensure(spec.clone_url, inp.head_sha, token=self.git_token)
+            captured = capture_head(mirror, inp.base_revision, inp.head_sha)
+        patch_ref = self.store.put_bytes(
+            captured.patch.encode(),
+            kind=ArtifactKind.PATCH,
+            run_id=inp.run_id,
+            name="head.patch",
+            revision=inp.head_sha,
+            media_type="text/x-diff",
+        )
+        return HeadCaptured(
+            head_sha=inp.head_sha,
+            patch_ref=patch_ref,
+            tree=captured.tree,
+            parents=captured.parents,
+            message=captured.message,
+            committed_at=captured.committed_at,
+            descends_from_base=captured.descends_from_base,
+            empty=not captured.patch.strip(),
         )
 
     def _prove(
