@@ -8,11 +8,12 @@ caller checks that equality (``tree``) on the workspace it verified.
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from pydantic import BaseModel
 
-from environments.git import GitError, run_git
+from environments.git import GitError, git_env, git_error, run_git
 
 
 class CapturedHead(BaseModel):
@@ -49,4 +50,60 @@ def capture_head(mirror: Path, base: str, head: str) -> CapturedHead:
         message=message,
         committed_at=committed_at,
         descends_from_base=descends,
+    )
+
+
+class RebuiltChange(BaseModel):
+    """``head``'s change from ``old_base`` rebuilt on ``new_base`` (a three-way merge, as the forge's merge
+    commit would make it). ``conflict``: it does not apply (``detail`` names the paths); otherwise ``patch`` is
+    the diff ``new_base``..``tree`` and ``same_change`` says whether it is the same change as before (equal
+    ``git patch-id --stable``: the same lines added and removed, whatever their offsets)."""
+
+    head: str
+    old_base: str
+    new_base: str
+    conflict: bool
+    detail: str = ""
+    tree: str | None = None
+    patch: str = ""
+    same_change: bool = False
+
+
+def _patch_id(mirror: Path, diff: str) -> str:
+    out = run_git(["patch-id", "--stable"], cwd=mirror, stdin=diff + "\n") if diff.strip() else ""
+    return out.split()[0] if out else ""
+
+
+def rebuild_on_base(mirror: Path, old_base: str, head: str, new_base: str) -> RebuiltChange:
+    """Rebuild ``head`` (made on ``old_base``) on ``new_base`` in the mirror, which must contain all three.
+    Writes only objects into the mirror (the merged tree), never a ref. Raises ``GitError`` when the two share
+    no history."""
+    # The merge base is git's own (the head's actual fork point), which is ``old_base`` unless the head was
+    # already merged with, or rebased onto, a later base.
+    merge_base = run_git(["merge-base", new_base, head], cwd=mirror)
+    args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", f"--merge-base={merge_base}", new_base, head]
+    proc = subprocess.run(["git", *args], cwd=mirror, env=git_env(), capture_output=True, text=True, check=False)
+    if proc.returncode == 1:  # merge-tree's answer for a conflict: the tree, then the conflicted paths
+        paths = [line.strip() for line in proc.stdout.splitlines()[1:] if line.strip()]
+        return RebuiltChange(
+            head=head,
+            old_base=old_base,
+            new_base=new_base,
+            conflict=True,
+            detail=f"conflicts in {', '.join(paths)}" if paths else "the change conflicts with the new base",
+        )
+    if proc.returncode != 0:
+        raise git_error(args, proc.returncode, proc.stderr)
+    out = proc.stdout
+    tree = out.splitlines()[0].strip()
+    patch = run_git(["diff", "--binary", "--full-index", "--no-renames", new_base, tree], cwd=mirror)
+    before = run_git(["diff", "--binary", "--full-index", "--no-renames", merge_base, head], cwd=mirror)
+    return RebuiltChange(
+        head=head,
+        old_base=old_base,
+        new_base=new_base,
+        conflict=False,
+        tree=tree,
+        patch=patch + "\n" if patch and not patch.endswith("\n") else patch,
+        same_change=_patch_id(mirror, patch) == _patch_id(mirror, before),
     )

@@ -54,3 +54,56 @@ def not_under_review_detail(head: str, pending: str) -> str:
         f"{head} is not the head under review ({pending}): durafix verifies it first and asks for a review of it "
         "once it passes; this approval is not recorded"
     )
+
+
+# ---- a moved base branch (RepairBugWorkflow._reverify_on_moved_base) -------------------------------------
+
+
+def base_verified_header(head: str, base_branch: str, new_base: str) -> str:
+    """Opens the evidence comment of the head under review verified again on the base branch's new head."""
+    return (
+        f"`{base_branch}` moved to `{new_base}` since `{head}` was verified. durafix rebuilt the change on "
+        f"`{new_base}` (the same change) and verified it there before merging:\n\n"
+    )
+
+
+def base_rebuilt_comment(head: str, base_branch: str, new_base: str, rebuilt: str, digest: str) -> str:
+    return (
+        f"`{base_branch}` moved to `{new_base}` since `{head}` was verified, and the change rebuilt on it is "
+        f"pushed as `{rebuilt}` (replacing `{head}`), verified there: its evidence (digest `{digest}`) is in the "
+        f"comment for `{rebuilt}`. An approval of `{head}` does not cover it: to merge, a reviewer approves "
+        f"`{rebuilt}`."
+    )
+
+
+def base_rebuilt_note(base_branch: str, new_base: str, rebuilt: str) -> str:
+    return (
+        f"`{base_branch}` moved to `{new_base[:12]}`; the change was rebuilt on it as `{rebuilt[:12]}` and "
+        "verified: waiting for a review of it"
+    )
+
+
+def base_conflict_comment(head: str, base_branch: str, new_base: str, why: str) -> str:
+    return (
+        f"`{base_branch}` moved to `{new_base}` since `{head}` was approved, and the change no longer applies on "
+        f"it ({why}). durafix does not merge around a conflict: the run ends here and needs a human. The branch "
+        "and this PR are left as they are."
+    )
+
+
+def base_conflict_detail(base_branch: str, new_base: str, why: str) -> str:
+    return f"{base_branch} moved to {new_base[:12]} and the change no longer applies on it ({why}); nothing merged"
+
+
+def base_failed_comment(head: str, base_branch: str, new_base: str, why: str) -> str:
+    return (
+        f"`{base_branch}` moved to `{new_base}` since `{head}` was verified; durafix rebuilt the change on it and "
+        f"the result did not pass verification: {why}. Nothing is merged; the run ends here and needs a human."
+    )
+
+
+def base_failed_detail(base_branch: str, new_base: str, why: str) -> str:
+    return (
+        f"{base_branch} moved to {new_base[:12]} and the change rebuilt on it failed verification ({why}); "
+        "nothing merged"
+    )

@@ -172,6 +172,10 @@ class CandidateFact(BaseModel):
     # head's own ``tree``; ``commit`` is then the pushed head itself, never a commit of the run.
     pushed_head: str | None = None
     pushed_by: str = ""
+    # The base this candidate's patch applies to when it is not the run's: the head under review rebuilt on the
+    # base branch's new head (``rebuilt_from``), verified there before merging.
+    base_revision: str | None = None
+    rebuilt_from: str | None = None
 
 
 class PublishFact(BaseModel):
@@ -184,6 +188,8 @@ class PublishFact(BaseModel):
     report_ref: ArtifactRef | None = None
     report_url: str | None = None
     evidence_digest: str | None = None
+    # The base branch head ``commit`` was last verified on (None: the run's base revision).
+    verified_base: str | None = None
 
 
 class ApprovalRequest(BaseModel):

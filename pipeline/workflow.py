@@ -88,9 +88,11 @@ with workflow.unsafe.imports_passed_through():
         ProvisionInput,
         PublishBranchInput,
         PullInfo,
+        ReadBranchInput,
         ReadPullInput,
         ReadReportInput,
         ReadReviewInput,
+        RebuildOnBaseInput,
         ReportInfo,
         ReproduceInput,
         RequestReviewInput,
@@ -143,6 +145,10 @@ COMMAND_ENGINE_PATCH = "command-engine"
 # review naming the new head and digest, or (failing) said on the PR and the ticket and the run ended. Runs
 # recorded before asked for a renewed review of the unverified head, with the old evidence digest.
 MOVED_HEAD_PATCH = "moved-head-verified"
+# Before merging, the base branch's head is read; when it moved since the head under review was verified, the
+# change is rebuilt on it and verified again (RunPolicy.base_moved says whether a same change merges as
+# approved or is pushed rebuilt). Runs recorded before merged without looking at the base.
+BASE_MOVED_PATCH = "moved-base-reverified"
 
 
 class RunEnded(Exception):
@@ -865,6 +871,8 @@ class RepairBugWorkflow:
                 if candidate.revision
                 else f"{op_id(wf, 'head-verify')}:{candidate.pushed_head}"
                 if candidate.pushed_head
+                else f"{op_id(wf, 'base-verify')}:{candidate.base_revision}"
+                if candidate.base_revision
                 else op_id(wf, "verify", candidate.attempt),
                 spec_ref=self._spec_ref,
                 patch_ref=candidate.patch_ref,
@@ -872,6 +880,7 @@ class RepairBugWorkflow:
                 commit_timestamp=candidate.commit_timestamp,
                 baseline_cases_ref=self._state.baseline.cases_ref if self._state.baseline else None,
                 parent_commit=candidate.parent_commit,
+                base_revision=candidate.base_revision,
             ),
         )
         head_tree = candidate.tree
@@ -903,9 +912,13 @@ class RepairBugWorkflow:
             if candidate.revision
             else f"head-{candidate.pushed_head[:12]}"
             if candidate.pushed_head
+            else f"base-{candidate.base_revision[:12]}"
+            if candidate.base_revision
             else f"candidate-{candidate.attempt}"
         )
-        replay = await self._reproduce_on(candidate.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY)
+        replay = await self._reproduce_on(
+            candidate.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY, base=candidate.base_revision
+        )
         candidate.replay = replay
         if replay.status == ReproductionOutcome.REPRODUCED:
             return "the bug still reproduces on the candidate"
@@ -916,10 +929,16 @@ class RepairBugWorkflow:
     # ---- environments and reproduction --------------------------------------------------------------
 
     async def _reproduce_on(
-        self, revision: str, patch_ref: ArtifactRef | None, label: str, provisioning: Phase, reproducing: Phase
+        self,
+        revision: str,
+        patch_ref: ArtifactRef | None,
+        label: str,
+        provisioning: Phase,
+        reproducing: Phase,
+        base: str | None = None,
     ) -> ReproductionFact:
-        """Provision (in phase ``provisioning``), reproduce (in ``reproducing``), tear down. An environment
-        found dead is provisioned anew, once."""
+        """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
+        (in ``reproducing``), tear down. An environment found dead is provisioned anew, once."""
         wf = self._state.workflow_id
         assert self._spec_ref is not None and self._procedure_ref is not None
         last_detail = ""
@@ -935,6 +954,7 @@ class RepairBugWorkflow:
                         spec_ref=self._spec_ref,
                         patch_ref=patch_ref,
                         provider=self._input.environment_provider,
+                        base_revision=base,
                     ),
                 )
             except ActivityError as err:
@@ -1022,7 +1042,7 @@ class RepairBugWorkflow:
             run_id=wf,
             repository=inp.repository,
             issue_number=inp.issue_number,
-            base_revision=report.base_revision,
+            base_revision=candidate.base_revision or report.base_revision,
             candidate_commit=candidate.commit,
             procedure_ref=self._procedure_ref,
             base_reproduction=[
@@ -1199,6 +1219,9 @@ class RepairBugWorkflow:
                     note=f"the approval by {approval.reviewer} expired at {when}; renewed review needed"
                 )
                 continue
+            if self._gate and workflow.patched(BASE_MOVED_PATCH) and await self._reverify_on_moved_base():
+                head = publish.commit  # a rebuilt head was pushed: it is reviewed again before any merge
+                continue
             merge_result = await self._step(
                 steps.MERGE,
                 MergeInput(
@@ -1338,6 +1361,116 @@ class RepairBugWorkflow:
             )
         fact.status, fact.detail = HeadPushStatus.PASSED, f"verified; evidence {evidence.digest}"
         self._review_note = head_gate.head_verified_note(sha, push.pusher, evidence.digest)
+
+    async def _reverify_on_moved_base(self) -> bool:
+        """Before merging (BASE_MOVED_PATCH): read the base branch; if it moved since the head under review was
+        verified (``publish.verified_base``), rebuild the change on its new head and verify that.
+
+        A change that no longer applies (a conflict) is said on the PR and the ticket and ends the run
+        ``needs-human-triage``: nothing is merged around it. A rebuilt change that fails verification ends it the
+        same way. One that passes gets new evidence, and then (``RunPolicy.base_moved``): ``merge`` with the
+        same change (equal patch IDs) records the verification on the new base (an evidence comment keyed by
+        the head and the base) and returns False: the approved head merges, and the forge's merge commit is the
+        tree verified. A change that differs, or ``rebase``: the rebuilt head (a commit on the new base) is
+        pushed with a lease on the head under review, an evidence comment keyed by it, a keyed comment on the
+        PR, the approval dropped (its reviewer asked again), and True: the review wait asks for a review of it.
+        Every effect is keyed by the new base, so a retried step finds its own work.
+        """
+        wf = self._state.workflow_id
+        inp = self._input
+        publish = self._state.publish
+        report = self._report
+        assert publish is not None and publish.pr_number is not None and report is not None
+        assert self._spec_ref is not None
+        now = await self._step(steps.READ_BRANCH, ReadBranchInput(repository=inp.repository, branch=inp.base_branch))
+        verified_base = publish.verified_base or report.base_revision
+        if now.sha is None or now.sha == verified_base:
+            return False
+        new_base = now.sha
+        head = publish.commit
+        under_review = next(c for c in reversed(self._state.candidates) if c.commit == head)
+        self._enter(Phase.VERIFY)
+        rebuilt = await self._step(
+            steps.REBUILD_ON_BASE,
+            RebuildOnBaseInput(
+                run_id=wf, spec_ref=self._spec_ref, head_sha=head, old_base=verified_base, new_base=new_base
+            ),
+        )
+        if rebuilt.conflict or rebuilt.patch_ref is None:
+            await self._say_on_pr(
+                f"{wf}:base-conflict:{new_base}",
+                head_gate.base_conflict_comment(head, inp.base_branch, new_base, rebuilt.detail),
+            )
+            self._closing_note = head_gate.base_conflict_detail(inp.base_branch, new_base, rebuilt.detail)
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, self._closing_note)
+        self._record(rebuilt.patch_ref)
+        candidate = CandidateFact(
+            attempt=0,
+            op_id=f"{op_id(wf, 'base')}:{new_base}",
+            patch_ref=rebuilt.patch_ref,
+            summary=under_review.summary,
+            commit_timestamp=under_review.commit_timestamp,
+            base_revision=new_base,
+            rebuilt_from=head,
+        )
+        self._state.candidates.append(candidate)
+        failure = await self._verify(report, candidate)
+        candidate.verification = VerificationStatus.PASSED if failure is None else VerificationStatus.FAILED
+        candidate.failure = failure
+        if failure is not None:
+            await self._say_on_pr(
+                f"{wf}:base-failed:{new_base}",
+                head_gate.base_failed_comment(head, inp.base_branch, new_base, failure),
+            )
+            self._closing_note = head_gate.base_failed_detail(inp.base_branch, new_base, failure)
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, self._closing_note)
+        assert candidate.commit is not None
+        self._enter(Phase.PUBLISH)
+        evidence = await self._build_evidence(report, candidate)
+        publish.verified_base = new_base
+        publish.manifest_ref = evidence.manifest_ref
+        publish.report_ref = evidence.report_ref
+        publish.report_url = evidence.report_url
+        publish.evidence_digest = evidence.digest
+        if rebuilt.same_change and inp.policy.base_moved == "merge":
+            await self._say_on_pr(
+                f"{wf}:evidence:{head}:base-{new_base}",
+                head_gate.base_verified_header(head, inp.base_branch, new_base)
+                + messages.evidence_comment(self._state, candidate, evidence),
+            )
+            return False
+        await self._step(
+            steps.PUBLISH_BRANCH,
+            PublishBranchInput(
+                op_id=f"{op_id(wf, 'base-push')}:{new_base}",
+                run_id=wf,
+                repository=inp.repository,
+                clone_url=report.clone_url,
+                branch=publish.branch,
+                base_revision=new_base,
+                patch_ref=candidate.patch_ref,
+                expected_commit=candidate.commit,
+                message=self._commit_message(report, candidate),
+                commit_timestamp=candidate.commit_timestamp,
+                expected_old=head,
+            ),
+        )
+        publish.commit = candidate.commit
+        publish.evidence_comment_id = await self._evidence_comment(publish.pr_number, candidate, evidence)
+        await self._say_on_pr(
+            f"{wf}:base-rebuilt:{new_base}",
+            head_gate.base_rebuilt_comment(head, inp.base_branch, new_base, candidate.commit, evidence.digest),
+        )
+        previous = self._approval or self._state.approval
+        self._approval = None
+        self._state.approval = None
+        if previous is not None and previous.source == "webhook":
+            await self._step(
+                steps.REQUEST_REVIEW,
+                RequestReviewInput(repository=inp.repository, number=publish.pr_number, reviewers=[previous.reviewer]),
+            )
+        self._review_note = head_gate.base_rebuilt_note(inp.base_branch, new_base, candidate.commit)
+        return True
 
     async def _ask_for_review(self, pr_number: int, head: str, approval: Approval, why: str) -> None:
         """Say on the PR (one keyed comment per head) and on the ticket that the approval received does not

@@ -20,6 +20,7 @@ from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.failures import FailureClass
 from pipeline.steps import (
+    BranchHead,
     CommentResult,
     EnsureCommentInput,
     EnsureDraftPrInput,
@@ -30,6 +31,7 @@ from pipeline.steps import (
     PublishBranchInput,
     PublishResult,
     PullInfo,
+    ReadBranchInput,
     ReadPullInput,
     ReadReportInput,
     ReadReviewInput,
@@ -80,6 +82,7 @@ class ForgeActivities:
             self.ensure_draft_pr,
             self.ensure_comment,
             self.read_pr,
+            self.read_branch,
             self.read_review,
             self.request_review,
             self.merge,
@@ -182,6 +185,12 @@ class ForgeActivities:
             merge_commit_sha=pr.merge_commit_sha,
             mergeable=pr.mergeable,
         )
+
+    @activity.defn(name=steps.READ_BRANCH.name)
+    def read_branch(self, inp: ReadBranchInput) -> BranchHead:
+        """Read-only: the branch's head now (the base branch, before merging)."""
+        with classified():
+            return BranchHead(sha=self.forge_for(inp.repository).get_branch_sha(inp.branch))
 
     @activity.defn(name=steps.READ_REVIEW.name)
     def read_review(self, inp: ReadReviewInput) -> ReviewRead:

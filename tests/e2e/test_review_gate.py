@@ -210,3 +210,34 @@ async def test_a_breaking_push_after_the_approval_is_never_offered(stack_with_wo
     final = await state_when(client, wf, finished)
     assert_failed_head_said_and_not_merged(stack, repository, issue, number, main_before, pushed, final)
     assert final.head_pushes[0].source == "merge"
+
+
+@pytest.mark.timeout(900)
+async def test_main_moved_during_the_wait_is_verified_again_then_merged_with_both_changes(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
+    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    fixed_cart = stack.github().get_repo(repository).get_contents("cart.py", ref=first)
+    assert not isinstance(fixed_cart, list)
+    # Someone else's change lands on main while the run waits for its review.
+    moved_main = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made")
+    stack.approve_on_forge(repository, number, first)
+    final = await state_when(client, wf, finished)
+    assert final.outcome == "merged", final.outcome_detail
+    assert final.publish is not None and final.publish.verified_base == moved_main
+    rebuilt = next(c for c in final.candidates if c.base_revision == moved_main)
+    assert rebuilt.rebuilt_from == first and rebuilt.verification.value == "passed"
+
+    owner = stack.github().get_repo(repository)
+    assert final.merged_sha is not None and owner.get_branch("main").commit.sha == final.merged_sha
+    merged = owner.get_commit(final.merged_sha)
+    assert moved_main in [p.sha for p in merged.parents] and first in [p.sha for p in merged.parents]
+    assert file_on_main(stack, repository, "NOTES.md") == NOTES
+    assert file_on_main(stack, repository, "cart.py") == fixed_cart.decoded_content.decode()
+    bodies = comments_of(owner, number)
+    assert any(f"moved to `{moved_main}`" in b and "durafix evidence for" in b for b in bodies), bodies
+    seen = footprint(stack, repository, wf, issue)
+    assert seen.pull_requests == [number], seen

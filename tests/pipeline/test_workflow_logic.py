@@ -40,6 +40,7 @@ from pipeline.steps import (
     AgentTurnResult,
     BaselineInput,
     BaselineResult,
+    BranchHead,
     BuildEvidenceInput,
     CaptureHeadInput,
     CleanupRunInput,
@@ -61,9 +62,12 @@ from pipeline.steps import (
     PublishBranchInput,
     PublishResult,
     PullInfo,
+    ReadBranchInput,
     ReadPullInput,
     ReadReportInput,
     ReadReviewInput,
+    RebuildOnBaseInput,
+    RebuiltOnBase,
     ReportInfo,
     ReproduceInput,
     ReproduceResult,
@@ -141,6 +145,9 @@ class Script:
     revision_fails: bool = False
     # A head pushed to the run's branch by someone else fails its tests.
     pushed_head_fails: bool = False
+    # The base branch's head when the merge is about to be made, and how the change rebuilds on it.
+    base_now: str = BASE
+    rebuild: RebuiltOnBase = field(default_factory=lambda: RebuiltOnBase(conflict=False, same_change=True))
     # The tools the first turn of an attempt calls, in order (the second turn finishes).
     turn_one_calls: list[str] = field(default_factory=lambda: ["write_file"])
 
@@ -217,6 +224,15 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.VERIFY_CANDIDATE.name)
     async def verify(i: VerifyInput) -> VerifyResult:
         s.calls.append(("verify", i))
+        if ":base-verify:" in i.op_id:
+            return VerifyResult(
+                commit="b" * 40,
+                tree="r" * 40,
+                tests_passed=True,
+                test_summary="3 passed",
+                test_output_ref=ref("tests-base"),
+                bundle_ref=ref("bundle-base"),
+            )
         if ":head-verify:" in i.op_id:
             # A pushed head (base + its whole change) rebuilds the head's tree as captured.
             return VerifyResult(
@@ -258,6 +274,18 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             descends_from_base=True,
             empty=False,
         )
+
+    @activity.defn(name=steps.REBUILD_ON_BASE.name)
+    async def rebuild_on_base(i: RebuildOnBaseInput) -> RebuiltOnBase:
+        s.calls.append(("rebuild_on_base", i))
+        if s.rebuild.conflict:
+            return s.rebuild
+        return s.rebuild.model_copy(update={"patch_ref": ref("rebuilt", ArtifactKind.PATCH), "tree": "r" * 40})
+
+    @activity.defn(name=steps.READ_BRANCH.name)
+    async def read_branch(i: ReadBranchInput) -> BranchHead:
+        s.calls.append(("read_branch", i))
+        return BranchHead(sha=s.base_now)
 
     @activity.defn(name=steps.RUN_BASELINE.name)
     async def run_baseline(i: BaselineInput) -> BaselineResult:
@@ -318,7 +346,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
         attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
-        if "revision-" in i.op_id or ":reproduce-head-" in i.op_id:
+        if "revision-" in i.op_id or ":reproduce-head-" in i.op_id or ":reproduce-base-" in i.op_id:
             present = False
         elif on_base:
             present = s.reproduces_on_base
@@ -422,6 +450,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             ensure_draft_pr,
             ensure_comment,
             read_pr,
+            read_branch,
             merge,
         ],
         TaskQueue.ENVIRONMENTS: [
@@ -430,6 +459,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             teardown,
             verify,
             capture_head,
+            rebuild_on_base,
             run_baseline,
             cleanup_run,
             build,
@@ -725,6 +755,57 @@ async def test_approval_of_a_head_the_run_never_verified_has_it_verified_first(h
         (MOVED, "approval:webhook", "failed")
     ]
     assert "merge" not in harness.script.names()
+
+
+async def test_a_moved_base_is_verified_again_before_the_approved_head_merges(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    names = harness.script.names()
+    assert names.index("read_branch") < names.index("rebuild_on_base") < names.index("merge")
+    verified = [c for n, c in harness.script.calls if n == "verify" and ":base-verify:" in c.op_id]
+    assert [(v.base_revision, v.parent_commit) for v in verified] == [("e" * 40, None)]
+    assert any(
+        c.base_revision == "e" * 40 for n, c in harness.script.calls if n == "provision" and "base-eeee" in c.op_id
+    )
+    assert final.publish is not None and final.publish.verified_base == "e" * 40
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE]
+    keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
+    assert f"{wf}:evidence:{CANDIDATE}:base-{'e' * 40}" in keys
+    assert "publish_branch" not in names[names.index("rebuild_on_base") :]
+
+
+async def test_a_base_the_change_conflicts_with_is_said_and_never_merged_around(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    harness.script.rebuild = RebuiltOnBase(conflict=True, detail="conflicts in cart.py")
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE and "conflicts in cart.py" in final.outcome_detail
+    assert "merge" not in harness.script.names()
+    keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
+    assert f"{wf}:base-conflict:{'e' * 40}" in keys
+
+
+async def test_a_rebuilt_change_that_differs_is_pushed_and_reviewed_again(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    harness.script.rebuild = RebuiltOnBase(conflict=False, same_change=False)
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    st = await wait_pending(harness, wf, "b" * 40)
+    assert st.approval is None and st.publish is not None and st.publish.verified_base == "e" * 40
+    push = [c for n, c in harness.script.calls if n == "publish_branch"][-1]
+    assert (push.base_revision, push.expected_old, push.expected_commit) == ("e" * 40, CANDIDATE, "b" * 40)
+    assert "merge" not in harness.script.names()
+    await approve(harness, wf, sha="b" * 40, review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == ["b" * 40]
 
 
 async def test_expired_approval_is_refused_before_it_enters_history(harness: Harness) -> None:
