@@ -78,10 +78,10 @@ def rebuild_on_base(mirror: Path, old_base: str, head: str, new_base: str) -> Re
     """Rebuild ``head`` (made on ``old_base``) on ``new_base`` in the mirror, which must contain all three.
     Writes only objects into the mirror (the merged tree), never a ref. Raises ``GitError`` when the two share
     no history."""
-    # The merge base is git's own (the head's actual fork point), which is ``old_base`` unless the head was
-    # already merged with, or rebased onto, a later base.
+    # The merge base is git's own (the head's fork point: ``old_base`` unless the head was already merged with,
+    # or rebased onto, a later base), as for the forge's merge commit; the before-diff for the patch ID uses it.
     merge_base = run_git(["merge-base", new_base, head], cwd=mirror)
-    args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", f"--merge-base={merge_base}", new_base, head]
+    args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", new_base, head]
     proc = subprocess.run(["git", *args], cwd=mirror, env=git_env(), capture_output=True, text=True, check=False)
     if proc.returncode == 1:  # merge-tree's answer for a conflict: the tree, then the conflicted paths
         paths = [line.strip() for line in proc.stdout.splitlines()[1:] if line.strip()]
