@@ -78,6 +78,12 @@ class RunPolicy(BaseModel):
     # Who writes the patches: the built-in stepped agent, or the worker's external agent CLI ("command": the
     # model.agent_command activity, the CLI named by the model worker's DURAFIX_ENGINE_COMMAND).
     engine: Literal["builtin", "command"] = "builtin"
+    # What the run does when the base branch moved since the head under review was verified: it rebuilds the
+    # change on the new base (a three-way merge) and verifies that. "merge": when the rebuilt change is the same
+    # change, the approved head merges as approved (the forge's merge commit is what was verified); when it
+    # differs, the rebuilt head is pushed and reviewed again. "rebase": the rebuilt head is always pushed (a
+    # commit on the new base replacing the head, with a lease on it) and reviewed again.
+    base_moved: Literal["merge", "rebase"] = "merge"
     review_timeout_s: float = 7 * 24 * 3600.0
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)

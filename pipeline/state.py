@@ -167,6 +167,15 @@ class CandidateFact(BaseModel):
     parent_commit: str | None = None
     review_id: str | None = None
     reviewer: str | None = None
+    # A head pushed to the run's branch by someone else (see :class:`HeadPushFact`): this candidate is that
+    # head's change (``patch_ref``: the diff base..head), verified on a fresh workspace whose tree must be the
+    # head's own ``tree``; ``commit`` is then the pushed head itself, never a commit of the run.
+    pushed_head: str | None = None
+    pushed_by: str = ""
+    # The base this candidate's patch applies to when it is not the run's: the head under review rebuilt on the
+    # base branch's new head (``rebuilt_from``), verified there before merging.
+    base_revision: str | None = None
+    rebuilt_from: str | None = None
 
 
 class PublishFact(BaseModel):
@@ -179,6 +188,8 @@ class PublishFact(BaseModel):
     report_ref: ArtifactRef | None = None
     report_url: str | None = None
     evidence_digest: str | None = None
+    # The base branch head ``commit`` was last verified on (None: the run's base revision).
+    verified_base: str | None = None
 
 
 class ApprovalRequest(BaseModel):
@@ -311,6 +322,30 @@ class DeliveryAck(BaseModel):
     def duplicate_of(self, delivered: Delivered) -> bool:
         """Whether ``delivered`` was a duplicate: the record is of another sending of the same delivery."""
         return self.first.attempt != delivered.attempt
+
+
+class HeadPushStatus(StrEnum):
+    PENDING = "pending"
+    """Seen, not verified yet."""
+    VERIFYING = "verifying"
+    PASSED = "passed"
+    """Verified: offered for review with its own evidence."""
+    FAILED = "failed"
+    """Failed verification: said on the PR and the ticket, never offered for approval."""
+    SUPERSEDED = "superseded"
+    """The PR's head had moved on (or back) by the time the run looked at it."""
+
+
+class HeadPushFact(BaseModel):
+    """A head of the run's PR that the run did not push, as the run saw and judged it (``durafix status``)."""
+
+    head_sha: str
+    before: str | None = None
+    pusher: str = ""
+    source: str = ""
+    seen_at: datetime
+    status: HeadPushStatus = HeadPushStatus.PENDING
+    detail: str = ""
 
 
 class ReportEdit(BaseModel):
@@ -465,6 +500,7 @@ class RunState(BaseModel):
     report_edits: list[ReportEdit] = Field(default_factory=list)
     deliveries: list[DeliveryRecord] = Field(default_factory=list)
     """Every webhook delivery the run handled (``deliver``), in order, each once."""
+    head_pushes: list[HeadPushFact] = Field(default_factory=list)
     merged_sha: str | None = None
     budgets: Budgets
     evidence: list[ArtifactRef] = Field(default_factory=list)

@@ -211,6 +211,8 @@ class ProvisionInput(BaseModel):
     spec_ref: ArtifactRef
     patch_ref: ArtifactRef | None = None
     provider: str | None = None
+    # The base the patch applies to, when not the spec's (a candidate rebuilt on a moved base branch).
+    base_revision: str | None = None
 
 
 class VerifyInput(BaseModel):
@@ -226,6 +228,8 @@ class VerifyInput(BaseModel):
     baseline_cases_ref: ArtifactRef | None = None
     # A revision's commit is stacked on the head under review (``None``: on the base revision).
     parent_commit: str | None = None
+    # The base the patch applies to, when not the spec's (a candidate rebuilt on a moved base branch).
+    base_revision: str | None = None
 
 
 class VerifyResult(BaseModel):
@@ -259,6 +263,63 @@ class BaselineResult(BaseModel):
 
 class CleanupRunInput(BaseModel):
     run_id: str
+
+
+class CaptureHeadInput(BaseModel):
+    """A head of the run's PR that the run did not push: fetched from the forge and stored as its change from
+    ``base_revision`` (the run's base), the patch a verification takes."""
+
+    run_id: str
+    spec_ref: ArtifactRef
+    head_sha: str
+    base_revision: str
+
+
+class HeadCaptured(BaseModel):
+    """``patch_ref``: ``git diff --binary base..head`` (stored by content, so capturing the same head twice gives
+    the same reference); ``tree``: the head's tree, which base + patch must rebuild."""
+
+    head_sha: str
+    patch_ref: ArtifactRef
+    tree: str
+    parents: list[str]
+    message: str
+    committed_at: int
+    descends_from_base: bool
+    empty: bool
+
+
+class RebuildOnBaseInput(BaseModel):
+    """The head under review, made on ``old_base``, rebuilt on the base branch's new head ``new_base``."""
+
+    run_id: str
+    spec_ref: ArtifactRef
+    head_sha: str
+    old_base: str
+    new_base: str
+
+
+class RebuiltOnBase(BaseModel):
+    """``conflict``: the change does not apply on the new base (``detail`` says where). Otherwise ``patch_ref``
+    is the rebuilt change (diff new base..merged tree, by content) and ``same_change`` whether it is the same
+    change as the head's (equal patch IDs)."""
+
+    conflict: bool
+    detail: str = ""
+    patch_ref: ArtifactRef | None = None
+    tree: str | None = None
+    same_change: bool = False
+
+
+class ReadBranchInput(BaseModel):
+    repository: str
+    branch: str
+
+
+class BranchHead(BaseModel):
+    """``sha``: the branch's head now (``None``: the branch does not exist)."""
+
+    sha: str | None
 
 
 class BuildEvidenceInput(BaseModel):
@@ -560,6 +621,7 @@ ENSURE_COMMENT = Step("forge.ensure_comment", Q.FORGE, EnsureCommentInput, Comme
 READ_PR = Step("forge.read_pr", Q.FORGE, ReadPullInput, PullInfo, T.FORGE)
 READ_REVIEW = Step("forge.read_review", Q.FORGE, ReadReviewInput, ReviewRead, T.FORGE)
 REQUEST_REVIEW = Step("forge.request_review", Q.FORGE, RequestReviewInput, type(None), T.FORGE)
+READ_BRANCH = Step("forge.read_branch", Q.FORGE, ReadBranchInput, BranchHead, T.FORGE)
 MERGE = Step("forge.merge", Q.FORGE, MergeInput, MergeOutcome, T.FORGE, "<wf>:merge:<n>")
 
 PREPARE_SPEC = Step("env.prepare_spec", Q.ENVIRONMENTS, PrepareSpecInput, ArtifactRef, T.ENVIRONMENT, "<wf>:spec")
@@ -571,6 +633,8 @@ VERIFY_CANDIDATE = Step(
     "env.verify_candidate", Q.ENVIRONMENTS, VerifyInput, VerifyResult, T.ENVIRONMENT, "<wf>:verify:<attempt>"
 )
 RUN_BASELINE = Step("env.run_baseline", Q.ENVIRONMENTS, BaselineInput, BaselineResult, T.ENVIRONMENT, "<wf>:baseline")
+CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCaptured, T.ENVIRONMENT)
+REBUILD_ON_BASE = Step("env.rebuild_on_base", Q.ENVIRONMENTS, RebuildOnBaseInput, RebuiltOnBase, T.ENVIRONMENT)
 CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
 BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
 

@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
     from environments.interface import EnvironmentHandle
     from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
-    from pipeline import accounting, messages, revisions, steps
+    from pipeline import accounting, head_gate, messages, revisions, steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
@@ -47,6 +47,9 @@ with workflow.unsafe.imports_passed_through():
         DeliveryRecord,
         EnvironmentFact,
         EnvironmentState,
+        HeadPush,
+        HeadPushFact,
+        HeadPushStatus,
         Outcome,
         Phase,
         PhaseMark,
@@ -72,6 +75,7 @@ with workflow.unsafe.imports_passed_through():
         AgentTurnInput,
         BaselineInput,
         BuildEvidenceInput,
+        CaptureHeadInput,
         CleanupRunInput,
         DraftProcedureInput,
         EnsureCommentInput,
@@ -88,9 +92,11 @@ with workflow.unsafe.imports_passed_through():
         ProvisionInput,
         PublishBranchInput,
         PullInfo,
+        ReadBranchInput,
         ReadPullInput,
         ReadReportInput,
         ReadReviewInput,
+        RebuildOnBaseInput,
         ReportInfo,
         ReproduceInput,
         RequestReviewInput,
@@ -141,6 +147,15 @@ COMMAND_ENGINE_PATCH = "command-engine"
 # A decision delivered (``deliver``) while the run is still publishing, naming the run's PR and the head it
 # pushed, is held and acted on when the review wait begins (before, such a review was refused or dropped).
 EARLY_DECISIONS_PATCH = "decisions-held-until-review-wait"
+# A head of the run's PR that the run did not push (the ``head_moved`` signal, an approval naming it, the
+# merge finding the head moved) is verified before anyone is asked to review it: new evidence, a renewed
+# review naming the new head and digest, or (failing) said on the PR and the ticket and the run ended. Runs
+# recorded before asked for a renewed review of the unverified head, with the old evidence digest.
+MOVED_HEAD_PATCH = "moved-head-verified"
+# Before merging, the base branch's head is read; when it moved since the head under review was verified, the
+# change is rebuilt on it and verified again (RunPolicy.base_moved says whether a same change merges as
+# approved or is pushed rebuilt). Runs recorded before merged without looking at the base.
+BASE_MOVED_PATCH = "moved-base-reverified"
 
 
 class RunEnded(Exception):
@@ -199,6 +214,10 @@ class RepairBugWorkflow:
         self._ticket_lock = asyncio.Lock()
         # Said on the ticket while the run waits again for a review after an approval that did not stand.
         self._review_note = ""
+        # The moved head of the run's PR to verify next (the latest seen wins: the PR has one head), and whether
+        # this run gates moved heads at all (MOVED_HEAD_PATCH, decided when the review wait is first entered).
+        self._moved_head: HeadPush | None = None
+        self._gate = False
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -211,10 +230,24 @@ class RepairBugWorkflow:
     @workflow.update
     async def approve(self, approval: Approval) -> ApprovalAck:
         """Record an approval. Idempotent: the same approval delivered twice is acknowledged once."""
+        accepted, detail = self._take_approval(approval, early=False)
+        return ApprovalAck(accepted=accepted, detail=detail)
+
+    def _take_approval(self, approval: Approval, *, early: bool) -> tuple[bool, str]:
+        """``approve``'s logic (the validator has passed it): whether it was recorded, and what was done."""
         if self._approval is not None and self._approval.head_sha == approval.head_sha:
-            return ApprovalAck(accepted=True, detail="approval already recorded for this head")
+            return True, "approval already recorded for this head"
+        pending = self._state.pending_approval
+        if self._gate and pending is not None and approval.head_sha != pending.head_sha:
+            # The validator let through an approval of a head of this PR the run never verified: that head is
+            # verified first (as if its push had been signalled), and the approval is not recorded.
+            self._note_moved_head(
+                HeadPush(pr_number=pending.pr_number, head_sha=approval.head_sha, source=f"approval:{approval.source}")
+            )
+            return False, head_gate.not_under_review_detail(approval.head_sha, pending.head_sha)
         self._approval = approval
-        return ApprovalAck(accepted=True, detail=f"approved {approval.head_sha} by {approval.reviewer}")
+        until = " (held until the review wait begins)" if early else ""
+        return True, f"approved {approval.head_sha} by {approval.reviewer}{until}"
 
     @approve.validator
     def _validate_approve(self, approval: Approval) -> None:
@@ -237,6 +270,8 @@ class RepairBugWorkflow:
         if approval.pr_number is not None and approval.pr_number != pending.pr_number:
             return f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}"
         if approval.head_sha != pending.head_sha:
+            if self._gate and approval.pr_number == pending.pr_number and not self._is_own_head(approval.head_sha):
+                return None  # a head of this PR the run did not push: it is verified first (MOVED_HEAD_PATCH)
             return f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}"
         if approval.expires_at is not None and approval.expires_at <= workflow.now():
             return f"approval expired at {approval.expires_at.isoformat()}"
@@ -304,12 +339,7 @@ class RepairBugWorkflow:
         """Act on ``delivered`` as the handler of its kind does (without awaiting); what was done."""
         early = self._early_review() is not None and workflow.patched(EARLY_DECISIONS_PATCH)
         if delivered.kind == DeliveryKind.APPROVAL and delivered.approval is not None:
-            approval = delivered.approval
-            if self._approval is not None and self._approval.head_sha == approval.head_sha:
-                return "approval already recorded for this head"
-            self._approval = approval
-            until = " (held until the review wait begins)" if early else ""
-            return f"approved {approval.head_sha} by {approval.reviewer}{until}"
+            return self._take_approval(delivered.approval, early=early)[1]
         if delivered.kind == DeliveryKind.REJECTION and delivered.rejection is not None:
             return self._take_rejection(delivered.rejection, early=early)
         if delivered.kind == DeliveryKind.WITHDRAWAL and delivered.withdrawal is not None:
@@ -384,6 +414,50 @@ class RepairBugWorkflow:
             return
         if self._state.phase == Phase.AWAITING_REVIEW:
             self._approval = None
+
+    @workflow.signal
+    def head_moved(self, push: HeadPush) -> None:
+        """The run's PR head moved to ``push.head_sha`` (a push to the run's branch, told by the webhook receiver
+        or the reconciler). Ignored unless it names the run's PR and a head the run neither pushed nor awaits
+        review of; the same head seen twice is acted on once. The review wait verifies it before anyone is
+        asked to review it (see ``_gate_moved_head``)."""
+        self._note_moved_head(push)
+
+    def _is_own_head(self, sha: str) -> bool:
+        """Whether ``sha`` is a head the run pushed, verified, or awaits review of."""
+        publish = self._state.publish
+        pending = self._state.pending_approval
+        return (
+            (publish is not None and publish.commit == sha)
+            or (pending is not None and pending.head_sha == sha)
+            or any(c.commit == sha for c in self._state.candidates)
+        )
+
+    def _note_moved_head(self, push: HeadPush) -> bool:
+        """Record a moved head of the run's PR as a fact and make it the next head to verify; False when it is
+        not news (another PR, the run's own head, a head seen before, or the run is ending)."""
+        publish = self._state.publish
+        if publish is None or publish.pr_number is None or push.pr_number != publish.pr_number:
+            return False
+        if self._ending or self._state.outcome is not None or self._is_own_head(push.head_sha):
+            return False
+        seen = next((f for f in self._state.head_pushes if f.head_sha == push.head_sha), None)
+        if seen is not None and seen.status != HeadPushStatus.SUPERSEDED:
+            return False
+        if seen is None:
+            self._state.head_pushes.append(
+                HeadPushFact(
+                    head_sha=push.head_sha,
+                    before=push.before,
+                    pusher=push.pusher,
+                    source=push.source,
+                    seen_at=workflow.now(),
+                )
+            )
+        else:
+            seen.status, seen.detail = HeadPushStatus.PENDING, ""
+        self._moved_head = push
+        return True
 
     @workflow.signal
     async def report_edited(self, edit: ReportEdit) -> None:
@@ -919,6 +993,10 @@ class RepairBugWorkflow:
                 run_id=wf,
                 op_id=op_id(wf, "revision-verify", candidate.revision)
                 if candidate.revision
+                else f"{op_id(wf, 'head-verify')}:{candidate.pushed_head}"
+                if candidate.pushed_head
+                else f"{op_id(wf, 'base-verify')}:{candidate.base_revision}"
+                if candidate.base_revision
                 else op_id(wf, "verify", candidate.attempt),
                 spec_ref=self._spec_ref,
                 patch_ref=candidate.patch_ref,
@@ -926,9 +1004,13 @@ class RepairBugWorkflow:
                 commit_timestamp=candidate.commit_timestamp,
                 baseline_cases_ref=self._state.baseline.cases_ref if self._state.baseline else None,
                 parent_commit=candidate.parent_commit,
+                base_revision=candidate.base_revision,
             ),
         )
-        candidate.commit = verified.commit
+        head_tree = candidate.tree
+        # A pushed head is verified as base + its whole change, which must rebuild the head's own tree; the
+        # candidate is then that head (the commit made on the workspace is the verification's, not the PR's).
+        candidate.commit = candidate.pushed_head or verified.commit
         candidate.tree = verified.tree
         candidate.tests_passed = verified.tests_passed
         candidate.test_summary = verified.test_summary
@@ -939,6 +1021,8 @@ class RepairBugWorkflow:
         candidate.regression = verified.regression
         for ref in verified.regression.refs if verified.regression else []:
             self._record(ref)
+        if candidate.pushed_head and verified.tree != head_tree:
+            return f"the verified tree {verified.tree} is not the tree {head_tree} of {candidate.pushed_head}"
         if not verified.tests_passed:
             return f"tests failed: {verified.test_summary}"
         proof = verified.regression
@@ -947,8 +1031,18 @@ class RepairBugWorkflow:
             return (
                 f"no regression test: {said}; the policy asks for a test that fails on the base and passes with the fix"
             )
-        label = f"revision-{candidate.revision}" if candidate.revision else f"candidate-{candidate.attempt}"
-        replay = await self._reproduce_on(verified.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY)
+        label = (
+            f"revision-{candidate.revision}"
+            if candidate.revision
+            else f"head-{candidate.pushed_head[:12]}"
+            if candidate.pushed_head
+            else f"base-{candidate.base_revision[:12]}"
+            if candidate.base_revision
+            else f"candidate-{candidate.attempt}"
+        )
+        replay = await self._reproduce_on(
+            candidate.commit, candidate.patch_ref, label, Phase.VERIFY, Phase.VERIFY, base=candidate.base_revision
+        )
         candidate.replay = replay
         if replay.status == ReproductionOutcome.REPRODUCED:
             return "the bug still reproduces on the candidate"
@@ -959,10 +1053,16 @@ class RepairBugWorkflow:
     # ---- environments and reproduction --------------------------------------------------------------
 
     async def _reproduce_on(
-        self, revision: str, patch_ref: ArtifactRef | None, label: str, provisioning: Phase, reproducing: Phase
+        self,
+        revision: str,
+        patch_ref: ArtifactRef | None,
+        label: str,
+        provisioning: Phase,
+        reproducing: Phase,
+        base: str | None = None,
     ) -> ReproductionFact:
-        """Provision (in phase ``provisioning``), reproduce (in ``reproducing``), tear down. An environment
-        found dead is provisioned anew, once."""
+        """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
+        (in ``reproducing``), tear down. An environment found dead is provisioned anew, once."""
         wf = self._state.workflow_id
         assert self._spec_ref is not None and self._procedure_ref is not None
         last_detail = ""
@@ -978,6 +1078,7 @@ class RepairBugWorkflow:
                         spec_ref=self._spec_ref,
                         patch_ref=patch_ref,
                         provider=self._input.environment_provider,
+                        base_revision=base,
                     ),
                 )
             except ActivityError as err:
@@ -1065,7 +1166,7 @@ class RepairBugWorkflow:
             run_id=wf,
             repository=inp.repository,
             issue_number=inp.issue_number,
-            base_revision=report.base_revision,
+            base_revision=candidate.base_revision or report.base_revision,
             candidate_commit=candidate.commit,
             procedure_ref=self._procedure_ref,
             base_reproduction=[
@@ -1177,7 +1278,12 @@ class RepairBugWorkflow:
         assert publish is not None and publish.pr_number is not None and publish.evidence_digest is not None
         head = publish.commit
         renewals = 0
+        self._gate = workflow.patched(MOVED_HEAD_PATCH)
         while True:
+            while self._gate and self._moved_head is not None:
+                push, self._moved_head = self._moved_head, None
+                await self._gate_moved_head(push)
+                head = publish.commit
             self._enter(Phase.AWAITING_REVIEW)
             self._state.pending_approval = ApprovalRequest(
                 pr_number=publish.pr_number,
@@ -1190,12 +1296,17 @@ class RepairBugWorkflow:
             try:
                 await workflow.wait_condition(
                     lambda: (
-                        self._approval is not None or self._rejection is not None or self._revision_request is not None
+                        self._approval is not None
+                        or self._rejection is not None
+                        or self._revision_request is not None
+                        or (self._gate and self._moved_head is not None)
                     ),
                     timeout=timedelta(seconds=self._input.policy.review_timeout_s),
                 )
             except TimeoutError:
                 return Outcome.REJECTED, "no review before the review deadline"
+            if self._gate and self._moved_head is not None and self._rejection is None:
+                continue  # the moved head is verified before anything else is decided about the PR
             if self._rejection is None and self._revision_request is not None:
                 request, self._revision_request = self._revision_request, None
                 if workflow.patched(REVISIONS_PATCH):
@@ -1232,6 +1343,9 @@ class RepairBugWorkflow:
                     note=f"the approval by {approval.reviewer} expired at {when}; renewed review needed"
                 )
                 continue
+            if self._gate and workflow.patched(BASE_MOVED_PATCH) and await self._reverify_on_moved_base():
+                head = publish.commit  # a rebuilt head was pushed: it is reviewed again before any merge
+                continue
             merge_result = await self._step(
                 steps.MERGE,
                 MergeInput(
@@ -1261,10 +1375,226 @@ class RepairBugWorkflow:
                 steps.READ_PR,
                 ReadPullInput(repository=self._input.repository, number=publish.pr_number),
             )
-            head = current.head_sha
+            if self._gate:
+                # Verified first, with new evidence, before a renewed review of it is asked for (the approval
+                # is dropped there; its reviewer is asked again).
+                moved = HeadPush(pr_number=publish.pr_number, head_sha=current.head_sha, source="merge")
+                if not self._note_moved_head(moved) and self._moved_head is None:
+                    self._approval = None
+                    self._state.approval = None
+                    self._review_note = f"the merge found the PR head moved; `{head[:12]}` is still under review"
+                continue
             self._approval = None
             self._state.approval = None
+            head = current.head_sha
             await self._update_ticket(note=f"the PR head moved to {head[:12]} after approval; renewed review needed")
+
+    async def _gate_moved_head(self, push: HeadPush) -> None:
+        """Verify a moved head of the run's PR before anyone is asked to review it (MOVED_HEAD_PATCH).
+
+        The PR is read first: the head verified is the one it has now (a push seen late, already replaced by
+        another, is marked superseded and the PR's current head is taken in its place; a closed or merged PR
+        is left to the review wait). The head is fetched from the forge and stored as its change from the
+        run's base (``env.capture_head``), a candidate of the run (``pushed_head``) verified like any other:
+        a fresh workspace, the recipe's tests and the regression policy, the reproduction replayed, and the
+        rebuilt tree must be the head's own. An approval held for the previous head, and a request for changes
+        of it, no longer apply.
+
+        Passing: new evidence and an evidence comment keyed by the head, the publish fact names the head and its
+        digest (the renewed review request, which the review wait then makes, carries both), a keyed comment
+        says so on the PR and the last approver (a forge reviewer) is asked again. Failing: said on the PR
+        (keyed by the head) and on the ticket, and the run ends ``needs-human-triage``: a head that failed is
+        never offered for approval, and the run does not wait for a review nobody should give. Idempotent on
+        retry: every effect is keyed by the head.
+        """
+        wf = self._state.workflow_id
+        publish = self._state.publish
+        report = self._report
+        assert publish is not None and publish.pr_number is not None and report is not None
+        assert self._spec_ref is not None
+        fact = next(f for f in self._state.head_pushes if f.head_sha == push.head_sha)
+        previous = self._approval or self._state.approval
+        self._approval = None
+        self._state.approval = None
+        self._state.pending_approval = None
+        self._revision_request = None
+        self._enter(Phase.VERIFY)
+        pr = await self._step(steps.READ_PR, ReadPullInput(repository=self._input.repository, number=publish.pr_number))
+        if pr.merged or pr.state != "open":
+            fact.status, fact.detail = HeadPushStatus.SUPERSEDED, f"the PR is {'merged' if pr.merged else pr.state}"
+            return
+        if pr.head_sha != push.head_sha:
+            fact.status, fact.detail = HeadPushStatus.SUPERSEDED, f"the PR's head was {pr.head_sha} by then"
+            self._note_moved_head(
+                HeadPush(pr_number=publish.pr_number, head_sha=pr.head_sha, before=push.head_sha, source="forge")
+            )
+            return
+        sha = push.head_sha
+        fact.status = HeadPushStatus.VERIFYING
+        captured = await self._step(
+            steps.CAPTURE_HEAD,
+            CaptureHeadInput(run_id=wf, spec_ref=self._spec_ref, head_sha=sha, base_revision=report.base_revision),
+        )
+        self._record(captured.patch_ref)
+        old_head = publish.commit
+        candidate = CandidateFact(
+            attempt=0,
+            op_id=f"{op_id(wf, 'head')}:{sha}",
+            patch_ref=captured.patch_ref,
+            summary=captured.message.strip() or f"head {sha}",
+            commit_timestamp=captured.committed_at,
+            tree=captured.tree,
+            pushed_head=sha,
+            pushed_by=push.pusher,
+        )
+        self._state.candidates.append(candidate)
+        failure = (
+            f"{sha[:12]} changes nothing from the base revision {report.base_revision[:12]}"
+            if captured.empty
+            else await self._verify(report, candidate)
+        )
+        candidate.verification = VerificationStatus.PASSED if failure is None else VerificationStatus.FAILED
+        candidate.failure = failure
+        if failure is not None:
+            fact.status, fact.detail = HeadPushStatus.FAILED, failure
+            await self._say_on_pr(
+                f"{wf}:head-failed:{sha}", head_gate.head_failed_comment(old_head, sha, push.pusher, failure)
+            )
+            detail = head_gate.head_failed_detail(sha, push.pusher, failure)
+            self._closing_note = detail
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, detail)
+        candidate.commit = sha
+        self._enter(Phase.PUBLISH)
+        evidence = await self._build_evidence(report, candidate)
+        publish.commit = sha
+        publish.manifest_ref = evidence.manifest_ref
+        publish.report_ref = evidence.report_ref
+        publish.report_url = evidence.report_url
+        publish.evidence_digest = evidence.digest
+        publish.evidence_comment_id = await self._evidence_comment(publish.pr_number, candidate, evidence)
+        await self._say_on_pr(
+            f"{wf}:head-verified:{sha}",
+            head_gate.head_verified_comment(old_head, sha, push.pusher, evidence.digest, candidate.test_summary or ""),
+        )
+        if previous is not None and previous.source == "webhook":
+            await self._step(
+                steps.REQUEST_REVIEW,
+                RequestReviewInput(
+                    repository=self._input.repository, number=publish.pr_number, reviewers=[previous.reviewer]
+                ),
+            )
+        fact.status, fact.detail = HeadPushStatus.PASSED, f"verified; evidence {evidence.digest}"
+        self._review_note = head_gate.head_verified_note(sha, push.pusher, evidence.digest)
+
+    async def _reverify_on_moved_base(self) -> bool:
+        """Before merging (BASE_MOVED_PATCH): read the base branch; if it moved since the head under review was
+        verified (``publish.verified_base``), rebuild the change on its new head and verify that.
+
+        A change that no longer applies (a conflict) is said on the PR and the ticket and ends the run
+        ``needs-human-triage``: nothing is merged around it. A rebuilt change that fails verification ends it the
+        same way. One that passes gets new evidence, and then (``RunPolicy.base_moved``): ``merge`` with the
+        same change (equal patch IDs) records the verification on the new base (an evidence comment keyed by
+        the head and the base) and returns False: the approved head merges, and the forge's merge commit is the
+        tree verified. A change that differs, or ``rebase``: the rebuilt head (a commit on the new base) is
+        pushed with a lease on the head under review, an evidence comment keyed by it, a keyed comment on the
+        PR, the approval dropped (its reviewer asked again), and True: the review wait asks for a review of it.
+        Every effect is keyed by the new base, so a retried step finds its own work.
+        """
+        wf = self._state.workflow_id
+        inp = self._input
+        publish = self._state.publish
+        report = self._report
+        assert publish is not None and publish.pr_number is not None and report is not None
+        assert self._spec_ref is not None
+        now = await self._step(steps.READ_BRANCH, ReadBranchInput(repository=inp.repository, branch=inp.base_branch))
+        verified_base = publish.verified_base or report.base_revision
+        if now.sha is None or now.sha == verified_base:
+            return False
+        new_base = now.sha
+        head = publish.commit
+        under_review = next(c for c in reversed(self._state.candidates) if c.commit == head)
+        self._enter(Phase.VERIFY)
+        rebuilt = await self._step(
+            steps.REBUILD_ON_BASE,
+            RebuildOnBaseInput(
+                run_id=wf, spec_ref=self._spec_ref, head_sha=head, old_base=verified_base, new_base=new_base
+            ),
+        )
+        if rebuilt.conflict or rebuilt.patch_ref is None:
+            await self._say_on_pr(
+                f"{wf}:base-conflict:{new_base}",
+                head_gate.base_conflict_comment(head, inp.base_branch, new_base, rebuilt.detail),
+            )
+            self._closing_note = head_gate.base_conflict_detail(inp.base_branch, new_base, rebuilt.detail)
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, self._closing_note)
+        self._record(rebuilt.patch_ref)
+        candidate = CandidateFact(
+            attempt=0,
+            op_id=f"{op_id(wf, 'base')}:{new_base}",
+            patch_ref=rebuilt.patch_ref,
+            summary=under_review.summary,
+            commit_timestamp=under_review.commit_timestamp,
+            base_revision=new_base,
+            rebuilt_from=head,
+        )
+        self._state.candidates.append(candidate)
+        failure = await self._verify(report, candidate)
+        candidate.verification = VerificationStatus.PASSED if failure is None else VerificationStatus.FAILED
+        candidate.failure = failure
+        if failure is not None:
+            await self._say_on_pr(
+                f"{wf}:base-failed:{new_base}",
+                head_gate.base_failed_comment(head, inp.base_branch, new_base, failure),
+            )
+            self._closing_note = head_gate.base_failed_detail(inp.base_branch, new_base, failure)
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, self._closing_note)
+        assert candidate.commit is not None
+        self._enter(Phase.PUBLISH)
+        evidence = await self._build_evidence(report, candidate)
+        publish.verified_base = new_base
+        publish.manifest_ref = evidence.manifest_ref
+        publish.report_ref = evidence.report_ref
+        publish.report_url = evidence.report_url
+        publish.evidence_digest = evidence.digest
+        if rebuilt.same_change and inp.policy.base_moved == "merge":
+            await self._say_on_pr(
+                f"{wf}:evidence:{head}:base-{new_base}",
+                head_gate.base_verified_header(head, inp.base_branch, new_base)
+                + messages.evidence_comment(self._state, candidate, evidence),
+            )
+            return False
+        await self._step(
+            steps.PUBLISH_BRANCH,
+            PublishBranchInput(
+                op_id=f"{op_id(wf, 'base-push')}:{new_base}",
+                run_id=wf,
+                repository=inp.repository,
+                clone_url=report.clone_url,
+                branch=publish.branch,
+                base_revision=new_base,
+                patch_ref=candidate.patch_ref,
+                expected_commit=candidate.commit,
+                message=self._commit_message(report, candidate),
+                commit_timestamp=candidate.commit_timestamp,
+                expected_old=head,
+            ),
+        )
+        publish.commit = candidate.commit
+        publish.evidence_comment_id = await self._evidence_comment(publish.pr_number, candidate, evidence)
+        await self._say_on_pr(
+            f"{wf}:base-rebuilt:{new_base}",
+            head_gate.base_rebuilt_comment(head, inp.base_branch, new_base, candidate.commit, evidence.digest),
+        )
+        previous = self._approval or self._state.approval
+        self._approval = None
+        self._state.approval = None
+        if previous is not None and previous.source == "webhook":
+            await self._step(
+                steps.REQUEST_REVIEW,
+                RequestReviewInput(repository=inp.repository, number=publish.pr_number, reviewers=[previous.reviewer]),
+            )
+        self._review_note = head_gate.base_rebuilt_note(inp.base_branch, new_base, candidate.commit)
+        return True
 
     async def _ask_for_review(self, pr_number: int, head: str, approval: Approval, why: str) -> None:
         """Say on the PR (one keyed comment per head) and on the ticket that the approval received does not
@@ -1287,6 +1617,8 @@ class RepairBugWorkflow:
     # ---- revisions on review ------------------------------------------------------------------------
 
     def _commit_message(self, report: ReportInfo, candidate: CandidateFact) -> str:
+        if candidate.pushed_head:
+            return candidate.summary  # the pushed head's own message (its verification commit is not pushed)
         if candidate.revision:
             return revisions.revision_commit_message(
                 self._state.issue_number,

@@ -31,6 +31,7 @@ from pathlib import Path
 from temporalio import activity
 
 from environments.checks import SetupError, SetupSettings
+from environments.head_capture import capture_head, rebuild_on_base
 from environments.interface import (
     CleanupReport,
     EnvironmentHandle,
@@ -64,10 +65,14 @@ from pipeline.steps import (
     BaselineInput,
     BaselineResult,
     BuildEvidenceInput,
+    CaptureHeadInput,
     CleanupRunInput,
     EvidenceResult,
+    HeadCaptured,
     PrepareSpecInput,
     ProvisionInput,
+    RebuildOnBaseInput,
+    RebuiltOnBase,
     VerifyInput,
     VerifyResult,
 )
@@ -120,6 +125,8 @@ class EnvironmentActivities:
             self.provision,
             self.teardown,
             self.verify_candidate,
+            self.capture_head,
+            self.rebuild_on_base,
             self.run_baseline,
             self.cleanup_run,
             self.build_evidence,
@@ -168,7 +175,7 @@ class EnvironmentActivities:
 
         The provider's sub-states (each setup command, the start, the readiness wait) are heartbeat details,
         which ``durafix status`` shows."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        spec = _on_base(spec_from_json(self.store.read_bytes(inp.spec_ref)), inp.base_revision)
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref else None
         provider = self.provider_for(inp.provider)
         with classified():
@@ -222,7 +229,7 @@ class EnvironmentActivities:
         """Fresh workspace from base + patch, deterministic commit, the recipe's setup and tests; outputs
         stored. A setup the patch broke is a failed verification (``tests_passed`` false), not an error."""
         store = self.store
-        spec = spec_from_json(store.read_bytes(inp.spec_ref))
+        spec = _on_base(spec_from_json(store.read_bytes(inp.spec_ref)), inp.base_revision)
         patch = store.read_bytes(inp.patch_ref).decode()
         with classified():
             ensure_not_fenced(store, inp.run_id, f"to verify {inp.op_id}")
@@ -277,6 +284,56 @@ class EnvironmentActivities:
             bundle_ref=bundle_ref,
             regression=regression,
         )
+
+    @activity.defn(name=steps.CAPTURE_HEAD.name)
+    def capture_head(self, inp: CaptureHeadInput) -> HeadCaptured:
+        """Fetch ``head_sha`` from the forge into this host's mirror and store its change from the run's base as
+        a patch artifact. Read-only on the forge; idempotent (the artifact is stored by content)."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified(), Heartbeat(f"fetching {inp.head_sha[:12]}"):
+            mirror = self.workspaces.mirrors.ensure(spec.clone_url, inp.head_sha, token=self.git_token)
+            captured = capture_head(mirror, inp.base_revision, inp.head_sha)
+        patch_ref = self.store.put_bytes(
+            captured.patch.encode(),
+            kind=ArtifactKind.PATCH,
+            run_id=inp.run_id,
+            name="head.patch",
+            revision=inp.head_sha,
+            media_type="text/x-diff",
+        )
+        return HeadCaptured(
+            head_sha=inp.head_sha,
+            patch_ref=patch_ref,
+            tree=captured.tree,
+            parents=captured.parents,
+            message=captured.message,
+            committed_at=captured.committed_at,
+            descends_from_base=captured.descends_from_base,
+            empty=not captured.patch.strip(),
+        )
+
+    @activity.defn(name=steps.REBUILD_ON_BASE.name)
+    def rebuild_on_base(self, inp: RebuildOnBaseInput) -> RebuiltOnBase:
+        """Rebuild the head's change (made on ``old_base``) on ``new_base`` in this host's mirror (both fetched
+        from the forge), and store the rebuilt change as a patch artifact. Read-only on the forge; idempotent
+        (a three-way merge of the same commits gives the same tree; the artifact is stored by content)."""
+        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
+        with classified(), Heartbeat(f"rebuilding {inp.head_sha[:12]} on {inp.new_base[:12]}"):
+            for revision in (inp.old_base, inp.head_sha):
+                self.workspaces.mirrors.ensure(spec.clone_url, revision, token=self.git_token)
+            mirror = self.workspaces.mirrors.ensure(spec.clone_url, inp.new_base, token=self.git_token)
+            rebuilt = rebuild_on_base(mirror, inp.old_base, inp.head_sha, inp.new_base)
+        if rebuilt.conflict:
+            return RebuiltOnBase(conflict=True, detail=rebuilt.detail)
+        patch_ref = self.store.put_bytes(
+            rebuilt.patch.encode(),
+            kind=ArtifactKind.PATCH,
+            run_id=inp.run_id,
+            name="rebuilt.patch",
+            revision=inp.new_base,
+            media_type="text/x-diff",
+        )
+        return RebuiltOnBase(conflict=False, patch_ref=patch_ref, tree=rebuilt.tree, same_change=rebuilt.same_change)
 
     def _prove(
         self,
@@ -446,6 +503,11 @@ class _Checked:
         why = "could not run (not found or not executable)" if not result.runnable else "failed"
         said = result.output_tail[-400:] if output is None else output
         return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}")
+
+
+def _on_base(spec: RecoverySpec, base_revision: str | None) -> RecoverySpec:
+    """The spec with its patch applied to ``base_revision`` instead (a candidate rebuilt on a moved base)."""
+    return spec if base_revision is None else spec.model_copy(update={"base_revision": base_revision})
 
 
 def _cases(ws: Path, spec: RecoverySpec) -> TestCases | None:

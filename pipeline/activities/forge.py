@@ -20,6 +20,7 @@ from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.failures import FailureClass
 from pipeline.steps import (
+    BranchHead,
     CommentResult,
     EnsureCommentInput,
     EnsureDraftPrInput,
@@ -30,6 +31,7 @@ from pipeline.steps import (
     PublishBranchInput,
     PublishResult,
     PullInfo,
+    ReadBranchInput,
     ReadPullInput,
     ReadReportInput,
     ReadReviewInput,
@@ -80,6 +82,7 @@ class ForgeActivities:
             self.ensure_draft_pr,
             self.ensure_comment,
             self.read_pr,
+            self.read_branch,
             self.read_review,
             self.request_review,
             self.merge,
@@ -183,6 +186,12 @@ class ForgeActivities:
             mergeable=pr.mergeable,
         )
 
+    @activity.defn(name=steps.READ_BRANCH.name)
+    def read_branch(self, inp: ReadBranchInput) -> BranchHead:
+        """Read-only: the branch's head now (the base branch, before merging)."""
+        with classified():
+            return BranchHead(sha=self.forge_for(inp.repository).get_branch_sha(inp.branch))
+
     @activity.defn(name=steps.READ_REVIEW.name)
     def read_review(self, inp: ReadReviewInput) -> ReviewRead:
         """Read-only: the review and its line comments as the forge holds them now (``reviews.feedback``)."""
@@ -209,7 +218,9 @@ class ForgeActivities:
         again and a permitted reviewer's APPROVED review of that head must stand on the forge
         (``reviews.approvals``), unless the approval is an operator's and this worker allows those. Without
         either nothing is merged (``NOT_APPROVED``). A draft is first marked ready for review (GitHub refuses
-        to merge drafts); both steps are idempotent, and an ambiguous merge is reconciled by reading the PR."""
+        to merge drafts); both steps are idempotent, and an ambiguous merge is reconciled by reading the PR. A PR
+        whose head is no longer the approved one is ``HEAD_MOVED`` at once (the forge's merge would say so too,
+        but only after the draft was made ready)."""
         with classified():
             forge = self.forge_for(inp.repository)
             state = forge.get_pr(inp.number)
@@ -218,7 +229,14 @@ class ForgeActivities:
                 if refusal is not None:
                     activity.logger.info("not merging PR #%s: %s", inp.number, refusal)
                     return MergeOutcome(status=MergeStatus.NOT_APPROVED, detail=refusal)
-            if state.draft and not state.merged and state.head_sha == inp.approved_sha:
+            if not state.merged and state.head_sha != inp.approved_sha:
+                # Said before anything is written: a draft whose head moved is never marked ready (the forge
+                # would then refuse the merge as a draft, hiding that the head moved).
+                return MergeOutcome(
+                    status=MergeStatus.HEAD_MOVED,
+                    detail=f"the PR head is {state.head_sha}, not the approved {inp.approved_sha}",
+                )
+            if state.draft and not state.merged:
                 forge.mark_ready_for_review(inp.number)
             result = forge.merge(inp.number, inp.approved_sha)
         status = {

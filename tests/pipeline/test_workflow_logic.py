@@ -27,7 +27,7 @@ from pipeline import steps
 from pipeline.failures import NO_PATCH_KIND, FailureClass
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, Outcome, Phase, RegressionFact, Rejection, RunState
+from pipeline.state import Approval, HeadPush, Outcome, Phase, RegressionFact, Rejection, RunState
 from pipeline.steps import (
     AgentConcludeInput,
     AgentRecordInput,
@@ -40,12 +40,16 @@ from pipeline.steps import (
     AgentTurnResult,
     BaselineInput,
     BaselineResult,
+    BranchHead,
+    BuildEvidenceInput,
+    CaptureHeadInput,
     CleanupRunInput,
     CommentResult,
     EnsureCommentInput,
     EnsureDraftPrInput,
     EnsureTicketInput,
     EvidenceResult,
+    HeadCaptured,
     MergeInput,
     MergeOutcome,
     MergeStatus,
@@ -58,9 +62,12 @@ from pipeline.steps import (
     PublishBranchInput,
     PublishResult,
     PullInfo,
+    ReadBranchInput,
     ReadPullInput,
     ReadReportInput,
     ReadReviewInput,
+    RebuildOnBaseInput,
+    RebuiltOnBase,
     ReportInfo,
     ReproduceInput,
     ReproduceResult,
@@ -80,6 +87,8 @@ pytestmark = pytest.mark.e2e
 
 BASE = "a" * 40
 CANDIDATE = "c" * 40
+# A head someone else pushed to the run's branch (its evidence digest is "f" * 64).
+MOVED = "d" * 40
 
 
 def revised(n: int) -> str:
@@ -134,6 +143,11 @@ class Script:
 
     # Revisions on review fail their tests.
     revision_fails: bool = False
+    # A head pushed to the run's branch by someone else fails its tests.
+    pushed_head_fails: bool = False
+    # The base branch's head when the merge is about to be made, and how the change rebuilds on it.
+    base_now: str = BASE
+    rebuild: RebuiltOnBase = field(default_factory=lambda: RebuiltOnBase(conflict=False, same_change=True))
     # The tools the first turn of an attempt calls, in order (the second turn finishes).
     turn_one_calls: list[str] = field(default_factory=lambda: ["write_file"])
 
@@ -183,7 +197,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         s.calls.append(("merge", i))
         status = s.merge_answers.pop(0)
         if status == MergeStatus.HEAD_MOVED:
-            s.head = "d" * 40  # someone pushed to the branch after the approval
+            s.head = MOVED  # someone pushed to the branch after the approval
         return MergeOutcome(status=status, merged_sha="m" * 40 if status == MergeStatus.MERGED else None)
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
@@ -210,6 +224,26 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.VERIFY_CANDIDATE.name)
     async def verify(i: VerifyInput) -> VerifyResult:
         s.calls.append(("verify", i))
+        if ":base-verify:" in i.op_id:
+            return VerifyResult(
+                commit="b" * 40,
+                tree="r" * 40,
+                tests_passed=True,
+                test_summary="3 passed",
+                test_output_ref=ref("tests-base"),
+                bundle_ref=ref("bundle-base"),
+            )
+        if ":head-verify:" in i.op_id:
+            # A pushed head (base + its whole change) rebuilds the head's tree as captured.
+            return VerifyResult(
+                commit="9" * 40,
+                tree="t" * 40,
+                tests_passed=not s.pushed_head_fails,
+                test_summary="1 failed, 2 passed" if s.pushed_head_fails else "3 passed",
+                test_output_ref=ref("tests-head"),
+                bundle_ref=ref("bundle-head"),
+                regression=RegressionFact(status=ProofStatus.PROVEN, summary="proven"),
+            )
         proven = int(i.op_id.rsplit(":", 1)[-1]) >= s.proven_from_attempt
         revision = int(i.op_id.rsplit(":", 1)[-1]) if ":revision-verify:" in i.op_id else 0
         return VerifyResult(
@@ -226,6 +260,32 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
                 base_output_ref=ref("regression-base") if proven else None,
             ),
         )
+
+    @activity.defn(name=steps.CAPTURE_HEAD.name)
+    async def capture_head(i: CaptureHeadInput) -> HeadCaptured:
+        s.calls.append(("capture_head", i))
+        return HeadCaptured(
+            head_sha=i.head_sha,
+            patch_ref=ref(f"head-{i.head_sha[:4]}", ArtifactKind.PATCH),
+            tree="t" * 40,
+            parents=[CANDIDATE],
+            message="maintainer's change",
+            committed_at=1_700_000_000,
+            descends_from_base=True,
+            empty=False,
+        )
+
+    @activity.defn(name=steps.REBUILD_ON_BASE.name)
+    async def rebuild_on_base(i: RebuildOnBaseInput) -> RebuiltOnBase:
+        s.calls.append(("rebuild_on_base", i))
+        if s.rebuild.conflict:
+            return s.rebuild
+        return s.rebuild.model_copy(update={"patch_ref": ref("rebuilt", ArtifactKind.PATCH), "tree": "r" * 40})
+
+    @activity.defn(name=steps.READ_BRANCH.name)
+    async def read_branch(i: ReadBranchInput) -> BranchHead:
+        s.calls.append(("read_branch", i))
+        return BranchHead(sha=s.base_now)
 
     @activity.defn(name=steps.RUN_BASELINE.name)
     async def run_baseline(i: BaselineInput) -> BaselineResult:
@@ -267,10 +327,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         return CleanupReport(run_id=i.run_id, removed=removed, remaining=remaining, errors=errors)
 
     @activity.defn(name=steps.BUILD_EVIDENCE.name)
-    async def build(i: Any) -> EvidenceResult:
+    async def build(i: BuildEvidenceInput) -> EvidenceResult:
         s.calls.append(("build_evidence", i))
+        digest = "f" * 64 if i.candidate_commit == MOVED else "e" * 64
         return EvidenceResult(
-            manifest_ref=ref("manifest"), report_ref=ref("report"), digest="e" * 64, report_url="http://r"
+            manifest_ref=ref("manifest"), report_ref=ref("report"), digest=digest, report_url="http://r"
         )
 
     @activity.defn(name=steps.PREPARE_PROCEDURE.name)
@@ -285,7 +346,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
         attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
-        if "revision-" in i.op_id:
+        if "revision-" in i.op_id or ":reproduce-head-" in i.op_id or ":reproduce-base-" in i.op_id:
             present = False
         elif on_base:
             present = s.reproduces_on_base
@@ -389,6 +450,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             ensure_draft_pr,
             ensure_comment,
             read_pr,
+            read_branch,
             merge,
         ],
         TaskQueue.ENVIRONMENTS: [
@@ -396,6 +458,8 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             provision,
             teardown,
             verify,
+            capture_head,
+            rebuild_on_base,
             run_baseline,
             cleanup_run,
             build,
@@ -592,23 +656,156 @@ async def test_approval_of_another_head_is_refused(harness: Harness) -> None:
     assert final.outcome == Outcome.REJECTED
 
 
-async def test_moved_head_asks_for_a_renewed_review(harness: Harness) -> None:
+async def wait_pending(harness: Harness, wf: str, head: str) -> RunState:
+    for _ in range(300):
+        st = await harness.state(wf)
+        if st.pending_approval is not None and st.pending_approval.head_sha == head:
+            return st
+        if st.outcome is not None:
+            break
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{wf} never asked for a review of {head}; last {st.phase} {st.outcome_detail}")
+
+
+async def test_moved_head_after_approval_is_verified_before_a_renewed_review(harness: Harness) -> None:
     harness.script.merge_answers = [MergeStatus.HEAD_MOVED, MergeStatus.MERGED]
     wf = await harness.start()
     await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
     await approve(harness, wf)
-    for _ in range(100):
-        st = await harness.state(wf)
-        if st.pending_approval is not None and st.pending_approval.head_sha != CANDIDATE:
-            break
-        await asyncio.sleep(0.1)
-    assert st.pending_approval is not None
-    new_head = st.pending_approval.head_sha
-    await approve(harness, wf, sha=new_head, review_id="r2")
+    st = await wait_pending(harness, wf, MOVED)
+    # The renewed review names the new head and its own evidence, never the old digest.
+    assert st.pending_approval is not None and st.pending_approval.evidence_digest == "f" * 64
+    assert st.publish is not None and st.publish.commit == MOVED and st.publish.evidence_digest == "f" * 64
+    assert [(p.head_sha, p.status.value, p.source) for p in st.head_pushes] == [(MOVED, "passed", "merge")]
+    pushed = st.candidates[-1]
+    assert pushed.pushed_head == MOVED and pushed.commit == MOVED and pushed.verification.value == "passed"
+    names = harness.script.names()
+    assert names.index("capture_head") < names.index("merge") + 10
+    verified = [c for n, c in harness.script.calls if n == "verify" and ":head-verify:" in c.op_id]
+    assert [v.op_id for v in verified] == [f"{wf}:head-verify:{MOVED}"]
+    assert any(c.candidate_commit == MOVED for n, c in harness.script.calls if n == "build_evidence")
+    keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
+    assert f"{wf}:evidence:{MOVED}" in keys and f"{wf}:head-verified:{MOVED}" in keys
+    # An approval naming the old digest is refused; one of the new head and digest merges.
+    with pytest.raises(WorkflowUpdateFailedError):
+        await harness.client.get_workflow_handle(wf).execute_update(
+            RepairBugWorkflow.approve,
+            Approval(reviewer="rev", head_sha=MOVED, review_id="r2", evidence_digest="e" * 64),
+            id="approve:r2-old-digest",
+        )
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE]
+    await approve(harness, wf, sha=MOVED, review_id="r2")
     final = await harness.result(wf)
     assert final.outcome == Outcome.MERGED
-    merges = [c for n, c in harness.script.calls if n == "merge"]
-    assert [m.approved_sha for m in merges] == [CANDIDATE, new_head]
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE, MOVED]
+
+
+async def test_moved_head_after_approval_that_fails_is_never_offered(harness: Harness) -> None:
+    harness.script.merge_answers = [MergeStatus.HEAD_MOVED]
+    harness.script.pushed_head_fails = True
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
+    assert MOVED[:12] in final.outcome_detail and "failed verification" in final.outcome_detail
+    assert [(p.head_sha, p.status.value) for p in final.head_pushes] == [(MOVED, "failed")]
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE]
+    comments = {c.key: c.body for n, c in harness.script.calls if n == "ensure_comment"}
+    assert "tests failed" in comments[f"{wf}:head-failed:{MOVED}"]
+    assert f"{wf}:evidence:{MOVED}" not in comments
+    notes = [c.body for n, c in harness.script.calls if n == "update_ticket"]
+    assert "failed verification" in notes[-1]
+
+
+async def test_head_moved_signal_is_verified_once_and_other_prs_and_own_heads_are_ignored(harness: Harness) -> None:
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    handle = harness.client.get_workflow_handle(wf)
+    await handle.signal(RepairBugWorkflow.head_moved, HeadPush(pr_number=4, head_sha=MOVED, source="webhook:x"))
+    await handle.signal(RepairBugWorkflow.head_moved, HeadPush(pr_number=3, head_sha=CANDIDATE, source="webhook:y"))
+    harness.script.head = MOVED
+    push = HeadPush(pr_number=3, head_sha=MOVED, before=CANDIDATE, pusher="maint", source="webhook:z")
+    await handle.signal(RepairBugWorkflow.head_moved, push)
+    await handle.signal(RepairBugWorkflow.head_moved, push)
+    st = await wait_pending(harness, wf, MOVED)
+    assert [(p.head_sha, p.pusher, p.status.value) for p in st.head_pushes] == [(MOVED, "maint", "passed")]
+    await handle.signal(RepairBugWorkflow.head_moved, push)
+    await approve(harness, wf, sha=MOVED, review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    assert [c.head_sha for n, c in harness.script.calls if n == "capture_head"] == [MOVED]
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [MOVED]
+
+
+async def test_approval_of_a_head_the_run_never_verified_has_it_verified_first(harness: Harness) -> None:
+    harness.script.head = MOVED
+    harness.script.pushed_head_fails = True
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    ack = await harness.client.get_workflow_handle(wf).execute_update(
+        RepairBugWorkflow.approve,
+        Approval(reviewer="rev", head_sha=MOVED, review_id="r1", source="webhook", pr_number=3),
+        id="approve:r1",
+    )
+    assert not ack.accepted and "verifies it first" in ack.detail
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE and final.approval is None
+    assert [(p.head_sha, p.source, p.status.value) for p in final.head_pushes] == [
+        (MOVED, "approval:webhook", "failed")
+    ]
+    assert "merge" not in harness.script.names()
+
+
+async def test_a_moved_base_is_verified_again_before_the_approved_head_merges(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    names = harness.script.names()
+    assert names.index("read_branch") < names.index("rebuild_on_base") < names.index("merge")
+    verified = [c for n, c in harness.script.calls if n == "verify" and ":base-verify:" in c.op_id]
+    assert [(v.base_revision, v.parent_commit) for v in verified] == [("e" * 40, None)]
+    assert any(
+        c.base_revision == "e" * 40 for n, c in harness.script.calls if n == "provision" and "base-eeee" in c.op_id
+    )
+    assert final.publish is not None and final.publish.verified_base == "e" * 40
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == [CANDIDATE]
+    keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
+    assert f"{wf}:evidence:{CANDIDATE}:base-{'e' * 40}" in keys
+    assert "publish_branch" not in names[names.index("rebuild_on_base") :]
+
+
+async def test_a_base_the_change_conflicts_with_is_said_and_never_merged_around(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    harness.script.rebuild = RebuiltOnBase(conflict=True, detail="conflicts in cart.py")
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE and "conflicts in cart.py" in final.outcome_detail
+    assert "merge" not in harness.script.names()
+    keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
+    assert f"{wf}:base-conflict:{'e' * 40}" in keys
+
+
+async def test_a_rebuilt_change_that_differs_is_pushed_and_reviewed_again(harness: Harness) -> None:
+    harness.script.base_now = "e" * 40
+    harness.script.rebuild = RebuiltOnBase(conflict=False, same_change=False)
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    st = await wait_pending(harness, wf, "b" * 40)
+    assert st.approval is None and st.publish is not None and st.publish.verified_base == "e" * 40
+    push = [c for n, c in harness.script.calls if n == "publish_branch"][-1]
+    assert (push.base_revision, push.expected_old, push.expected_commit) == ("e" * 40, CANDIDATE, "b" * 40)
+    assert "merge" not in harness.script.names()
+    await approve(harness, wf, sha="b" * 40, review_id="r2")
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED
+    assert [m.approved_sha for n, m in harness.script.calls if n == "merge"] == ["b" * 40]
 
 
 async def test_expired_approval_is_refused_before_it_enters_history(harness: Harness) -> None:

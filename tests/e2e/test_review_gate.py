@@ -1,0 +1,253 @@
+"""The review gate end to end: a head of the run's PR that the run did not push is verified before anyone is
+asked to review it, and a head that fails is never offered nor merged.
+
+The pushes are a maintainer's, made with real git over the forge's smart HTTP to the run's branch. A push seen
+while the run awaits review is told to the run with ``pipeline.client.head_moved`` (what the webhook receiver
+or the reconciler sends), or by an approval naming the pushed head; a push made after the approval is found by
+the merge (the forge answers 409). What is asserted is read back from the forge: branch heads, ``main``, the
+PR's comments, the ticket, one PR.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+from github.Repository import Repository
+from temporalio.client import Client
+
+from pipeline import client as runs
+from pipeline.demo import maintainer_git_env
+from pipeline.ids import branch_for
+from pipeline.state import HeadPush, RunState
+from tests.e2e.conftest import E2EStack
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+
+# A test the maintainer's push adds: it fails on any cart, so the pushed head's tests fail.
+BREAKING_TEST = """import unittest
+
+
+class MaintainerTest(unittest.TestCase):
+    def test_the_maintainer_broke_this(self) -> None:
+        self.assertEqual(1, 2)
+"""
+# A change the maintainer's push adds that keeps the tests passing and the fix in place.
+NOTES = "Cart totals are the sum of each line's unit price times its quantity.\n"
+
+
+def push_to_branch(stack: E2EStack, repository: str, branch: str, files: dict[str, str], message: str) -> str:
+    """As the repository's owner, commit ``files`` (path -> text) on top of ``branch`` and push it with git over
+    HTTP; the new head."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        env = maintainer_git_env(stack.owner_token(), Path(tmp))
+        url = f"{stack.config.forge_git_base}/{repository}.git"
+
+        def git(*args: str) -> str:
+            done = subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True)
+            return done.stdout.strip()
+
+        subprocess.run(["git", "clone", "-q", "-b", branch, url, str(work)], env=env, check=True, capture_output=True)
+        for rel, text in files.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_text(text)
+        git("add", "-A")
+        git("commit", "-q", "-m", message)
+        git("push", "-q", "origin", f"HEAD:{branch}")
+        return git("rev-parse", "HEAD")
+
+
+def file_on_branch(stack: E2EStack, repository: str, branch: str, path: str) -> str:
+    """A file of ``branch`` as a git clone over the forge's smart HTTP sees it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(
+            ["git", "clone", "-q", "--depth", "1", "-b", branch, stack.config.clone_url(repository), tmp],
+            check=True,
+            capture_output=True,
+        )
+        return (Path(tmp) / path).read_text()
+
+
+def comments_of(repo: Repository, number: int) -> list[str]:
+    return [c.body for c in repo.get_issue(number).get_comments()]
+
+
+async def review_of(client: Client, wf: str, head: str) -> RunState:
+    """The run's state once it asks for a review of ``head`` (or has ended)."""
+    return await state_when(
+        client,
+        wf,
+        lambda st, status: (
+            (st.pending_approval is not None and st.pending_approval.head_sha == head) or finished(st, status)
+        ),
+    )
+
+
+async def opened_for_review(stack: E2EStack) -> tuple[Client, str, int, str, RunState]:
+    client, repository, issue, wf = await stack.open_run()
+    state = await state_when(client, wf, awaiting_review)
+    assert state.pending_approval is not None, state.outcome_detail
+    return client, repository, issue, wf, state
+
+
+def assert_failed_head_said_and_not_merged(
+    stack: E2EStack, repository: str, issue: int, number: int, main_before: str, head: str, final: RunState
+) -> None:
+    """The failing ``head`` is said on the PR and the ticket, never offered, never merged."""
+    assert final.outcome == "needs-human-triage", final.outcome_detail
+    assert head[:12] in final.outcome_detail and "failed verification" in final.outcome_detail
+    assert [(p.head_sha, p.status.value) for p in final.head_pushes] == [(head, "failed")]
+    owner = stack.github().get_repo(repository)
+    assert owner.get_branch("main").commit.sha == main_before
+    pr = owner.get_pull(number)
+    assert not pr.merged and pr.head.sha == head
+    bodies = comments_of(owner, number)
+    assert any(f"`{head}` did not pass" in b and "tests failed" in b for b in bodies), bodies
+    assert not any(f"durafix evidence for `{head}`" in b for b in bodies)
+    ticket = [c.body for c in owner.get_issue(issue).get_comments() if "durafix" in c.body]
+    assert len(ticket) == 1 and "failed verification" in ticket[0] and head[:12] in ticket[0], ticket
+
+
+@pytest.mark.timeout(900)
+async def test_a_breaking_push_while_awaiting_review_then_approved_is_verified_failing_and_never_merged(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
+    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
+
+    pushed = push_to_branch(
+        stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
+    )
+    assert pushed != first
+    # The reviewer approves what the PR now shows; the run verifies that head instead of refusing in silence.
+    stack.approve_on_forge(repository, number, pushed)
+    final = await state_when(client, wf, finished)
+    assert final.approval is None and final.merged_sha is None
+    assert_failed_head_said_and_not_merged(stack, repository, issue, number, main_before, pushed, final)
+    assert final.head_pushes[0].source == "approval:webhook"
+
+
+@pytest.mark.timeout(900)
+async def test_a_push_signalled_while_awaiting_review_is_verified_and_its_approval_merges(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client, repository, _, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None and state.publish is not None
+    number, first, first_digest = (
+        state.pending_approval.pr_number,
+        state.pending_approval.head_sha,
+        state.pending_approval.evidence_digest,
+    )
+    pushed = push_to_branch(stack, repository, branch_for(wf), {"NOTES.md": NOTES}, "Note how totals are made")
+    push = HeadPush(pr_number=number, head_sha=pushed, before=first, pusher="owner", source="webhook:test")
+    await runs.head_moved(client, wf, push)
+    await runs.head_moved(client, wf, push)  # the same head told twice is acted on once
+    state = await review_of(client, wf, pushed)
+    assert state.pending_approval is not None, state.outcome_detail
+    assert state.publish is not None and state.publish.commit == pushed
+    digest = state.pending_approval.evidence_digest
+    assert digest == state.publish.evidence_digest and digest != first_digest
+    assert [(p.head_sha, p.status.value) for p in state.head_pushes] == [(pushed, "passed")]
+
+    owner = stack.github().get_repo(repository)
+    bodies = comments_of(owner, number)
+    assert sum(f"durafix evidence for `{pushed}`" in b for b in bodies) == 1
+    assert any(f"`{pushed}`" in b and digest in b and "to merge, a reviewer approves" in b for b in bodies)
+
+    stack.approve_on_forge(repository, number, pushed)
+    final = await state_when(client, wf, finished)
+    assert final.outcome == "merged", final.outcome_detail
+    assert file_on_main(stack, repository, "NOTES.md") == NOTES
+
+
+@pytest.mark.timeout(900)
+async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merges_only_when_approved(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
+    number, first, first_digest = (
+        state.pending_approval.pr_number,
+        state.pending_approval.head_sha,
+        state.pending_approval.evidence_digest,
+    )
+    owner = stack.github().get_repo(repository)
+    main_before = owner.get_branch("main").commit.sha
+    branch = branch_for(wf)
+    # Nobody tells the run of this push: the merge of the approved head finds the head moved.
+    pushed = push_to_branch(stack, repository, branch, {"NOTES.md": NOTES}, "Note how totals are made")
+    stack.approve_on_forge(repository, number, first)
+    state = await review_of(client, wf, pushed)
+    assert state.pending_approval is not None, state.outcome_detail
+    digest = state.pending_approval.evidence_digest
+    assert digest != first_digest and state.publish is not None and state.publish.evidence_digest == digest
+    assert [(p.head_sha, p.source, p.status.value) for p in state.head_pushes] == [(pushed, "merge", "passed")]
+    assert owner.get_branch("main").commit.sha == main_before
+    bodies = comments_of(owner, number)
+    assert any(f"durafix evidence for `{pushed}`" in b and digest in b for b in bodies)
+    assert any(f"moved from `{first}` to `{pushed}`" in b and digest in b for b in bodies)
+    requested, _ = owner.get_pull(number).get_review_requests()
+    assert "reviewer" in [u.login for u in requested]
+
+    stack.approve_on_forge(repository, number, pushed)
+    final = await state_when(client, wf, finished)
+    assert final.outcome == "merged", final.outcome_detail
+    assert final.approval is not None and final.approval.head_sha == pushed
+    assert file_on_main(stack, repository, "NOTES.md") == NOTES
+    seen = footprint(stack, repository, wf, issue)
+    assert seen.pull_requests == [number] and seen.branches == [branch], seen
+
+
+@pytest.mark.timeout(900)
+async def test_a_breaking_push_after_the_approval_is_never_offered(stack_with_worker: E2EStack) -> None:
+    stack = stack_with_worker
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
+    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
+    pushed = push_to_branch(
+        stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
+    )
+    stack.approve_on_forge(repository, number, first)
+    final = await state_when(client, wf, finished)
+    assert_failed_head_said_and_not_merged(stack, repository, issue, number, main_before, pushed, final)
+    assert final.head_pushes[0].source == "merge"
+
+
+@pytest.mark.timeout(900)
+async def test_main_moved_during_the_wait_is_verified_again_then_merged_with_both_changes(
+    stack_with_worker: E2EStack,
+) -> None:
+    stack = stack_with_worker
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
+    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    fixed_cart = file_on_branch(stack, repository, branch_for(wf), "cart.py")
+    # Someone else's change lands on main while the run waits for its review.
+    moved_main = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made")
+    stack.approve_on_forge(repository, number, first)
+    final = await state_when(client, wf, finished)
+    assert final.outcome == "merged", final.outcome_detail
+    assert final.publish is not None and final.publish.verified_base == moved_main
+    rebuilt = next(c for c in final.candidates if c.base_revision == moved_main)
+    assert rebuilt.rebuilt_from == first and rebuilt.verification.value == "passed"
+
+    owner = stack.github().get_repo(repository)
+    assert final.merged_sha is not None and owner.get_branch("main").commit.sha == final.merged_sha
+    merged = owner.get_commit(final.merged_sha)
+    assert moved_main in [p.sha for p in merged.parents] and first in [p.sha for p in merged.parents]
+    assert file_on_main(stack, repository, "NOTES.md") == NOTES
+    assert file_on_main(stack, repository, "cart.py") == fixed_cart
+    bodies = comments_of(owner, number)
+    assert any(f"moved to `{moved_main}`" in b and "durafix evidence for" in b for b in bodies), bodies
+    seen = footprint(stack, repository, wf, issue)
+    assert seen.pull_requests == [number], seen
