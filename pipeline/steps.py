@@ -25,6 +25,7 @@ from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
 from pipeline.state import RegressionFact, ReproductionFact
 from repair.context import EarlierAttempt
+from reviews.approval_policy import ApprovalPolicy
 
 
 class TaskQueue(StrEnum):
@@ -176,6 +177,9 @@ class MergeInput(BaseModel):
     reviewer: str = ""
     source: str = "webhook"
     review_id: str | None = None
+    # The run's approval policy (``RunPolicy.approval_policy``); None (recorded before policies were carried,
+    # or a run without one): the merging worker's configured policy.
+    approval_policy: ApprovalPolicy | None = None
 
 
 class MergeStatus(StrEnum):
