@@ -167,8 +167,9 @@ class RequestReviewInput(BaseModel):
 
 class MergeInput(BaseModel):
     """What to merge, and the approval it is merged on: the merge activity checks that approval's authority on
-    the forge (a permitted reviewer's APPROVED review of ``approved_sha``), or, for an operator's approval
-    (``source`` other than ``webhook``), that the worker allows operator approvals."""
+    the forge (the APPROVED reviews of ``approved_sha`` by as many reviewers as ``approval_policy`` requires and
+    admits), or, for an operator's approval (``source`` other than ``webhook``), that the worker allows operator
+    approvals."""
 
     op_id: str
     repository: str
