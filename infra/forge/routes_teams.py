@@ -62,7 +62,8 @@ def _visible_org(ctx: Ctx) -> sqlite3.Row:
 
 
 def _team(ctx: Ctx, org: sqlite3.Row) -> sqlite3.Row:
-    row = ctx.db.execute("SELECT * FROM teams WHERE org_id = ? AND slug = ?", (org["id"], ctx.p("team"))).fetchone()
+    query = "SELECT * FROM teams WHERE org_id = ? AND slug = ?"
+    row: sqlite3.Row | None = ctx.db.execute(query, (org["id"], ctx.p("team"))).fetchone()
     if row is None:
         raise not_found()
     return row

@@ -9,6 +9,7 @@ import githubkit_schemas.v2022_11_28.models as gh_models
 import httpx
 import pytest
 from github import Auth, Github, UnknownObjectException
+from pydantic import SecretStr
 
 from infra.forge.testing import ForgeHandle
 from reviews.adapter import GitHubForge
@@ -89,7 +90,7 @@ def test_the_adapter_counts_only_active_memberships(forge: ForgeHandle, org: dic
     forge.create_team(org["owner"], "acme", "core")
     forge.add_team_member(org["owner"], "acme", "core", "member")
     forge.add_team_member(org["owner"], "acme", "core", "outsider")  # invited, pending
-    config = ForgeConfig(api_url=forge.api_url, token=org["owner"], repository="acme/app", git_url="unused")
+    config = ForgeConfig(api_url=forge.api_url, token=SecretStr(org["owner"]), repository="acme/app", git_url="unused")
     with GitHubForge(config) as adapter:
         assert adapter.is_team_member("acme/core", "member")
         assert adapter.is_team_member("acme/core", "owner")
