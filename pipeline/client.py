@@ -82,6 +82,7 @@ def run_policy(config: DurafixConfig) -> RunPolicy:
     policy.max_repair_attempts = config.max_repair_attempts
     policy.revisions_max = config.revisions_max
     policy.engine = config.engine
+    policy.approval_policy = config.approval_policy_in_force()
     return policy
 
 

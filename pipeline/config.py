@@ -19,6 +19,7 @@ from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_pat
 from environments.secrets import check_allowlist
 from pipeline.pricing import PRICES_SETTING, ModelPrice
 from repair.patch_policy import PatchPolicy
+from reviews.approval_policy import ApprovalPolicy
 
 
 class SettingsError(ValueError):
@@ -49,6 +50,10 @@ class DurafixConfig(BaseModel):
     trigger_permission: Literal["read", "triage", "write", "maintain", "admin"] = "triage"
     # The least repository permission whose review may approve or reject a run through the webhook.
     approver_permission: Literal["write", "admin"] = "write"
+    # The approval policy (reviews/approval_policy.py): who may approve, how many must, how long an approval
+    # stands, under which version. Unset: the default policy at ``approver_permission``, its shorthand; a policy
+    # that names no ``min_permission`` takes ``approver_permission`` too. See ``approval_policy_in_force``.
+    approval_policy: ApprovalPolicy | None = None
     # Whether an operator's `durafix approve` may merge without an approving review on the forge. Anyone who can
     # reach Temporal can send what the CLI sends, so this is off unless the Temporal connection is guarded.
     operator_approval: bool = False
@@ -129,6 +134,25 @@ class DurafixConfig(BaseModel):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("approval_policy", mode="before")
+    @classmethod
+    def _approval_policy(cls, value: object) -> object:
+        """A JSON object (the variable's form: ``{"version": 2, "required_approvals": 2}``) or a mapping; an
+        unknown key is refused, so a misspelt rule never loosens nothing; an empty string is no policy."""
+        if isinstance(value, str):
+            return json.loads(value) if value.strip() else None
+        return value
+
+    def approval_policy_in_force(self) -> ApprovalPolicy:
+        """The policy reviews are judged by: ``approval_policy`` with ``approver_permission`` as its
+        ``min_permission`` unless it names one, or (unset) the default policy at ``approver_permission``."""
+        policy = self.approval_policy
+        if policy is None:
+            return ApprovalPolicy(min_permission=self.approver_permission)
+        if "min_permission" in policy.model_fields_set:
+            return policy
+        return policy.model_copy(update={"min_permission": self.approver_permission})
+
     @field_validator("engine_paths", mode="before")
     @classmethod
     def _engine_paths(cls, value: object) -> object:
@@ -193,6 +217,7 @@ _ENV = {
     "DURAFIX_TRIGGER_LABEL": "trigger_label",
     "DURAFIX_TRIGGER_PERMISSION": "trigger_permission",
     "DURAFIX_APPROVER_PERMISSION": "approver_permission",
+    "DURAFIX_APPROVAL_POLICY": "approval_policy",
     "DURAFIX_OPERATOR_APPROVAL": "operator_approval",
     "OPENAI_BASE_URL": "model_base_url",
     "OPENAI_API_KEY": "model_api_key",

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 from temporalio.common import RetryPolicy
 
 from pipeline.failures import NON_RETRYABLE
+from reviews.approval_policy import ApprovalPolicy
 
 
 class TimeoutClass(StrEnum):
@@ -85,6 +86,9 @@ class RunPolicy(BaseModel):
     # commit on the new base replacing the head, with a lease on it) and reviewed again.
     base_moved: Literal["merge", "rebase"] = "merge"
     review_timeout_s: float = 7 * 24 * 3600.0
+    # The approval policy the run's merge is checked by (who may approve, how many must, for how long), kept
+    # from the run's start. None (runs started before policies were carried): the merging worker's own.
+    approval_policy: ApprovalPolicy | None = None
     run_deadline_s: float = 14 * 24 * 3600.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)
     environment: StepTimeouts = StepTimeouts(

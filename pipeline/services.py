@@ -174,7 +174,7 @@ class Services:
             self.store,
             self.workspaces,
             self.git_token,
-            approver_permission=self.config.approver_permission,
+            approval_policy=self.config.approval_policy_in_force(),
             operator_approval=self.config.operator_approval,
         )
 

@@ -25,6 +25,7 @@ from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
 from pipeline.state import RegressionFact, ReproductionFact
 from repair.context import EarlierAttempt
+from reviews.approval_policy import ApprovalPolicy
 
 
 class TaskQueue(StrEnum):
@@ -166,8 +167,9 @@ class RequestReviewInput(BaseModel):
 
 class MergeInput(BaseModel):
     """What to merge, and the approval it is merged on: the merge activity checks that approval's authority on
-    the forge (a permitted reviewer's APPROVED review of ``approved_sha``), or, for an operator's approval
-    (``source`` other than ``webhook``), that the worker allows operator approvals."""
+    the forge (the APPROVED reviews of ``approved_sha`` by as many reviewers as ``approval_policy`` requires and
+    admits), or, for an operator's approval (``source`` other than ``webhook``), that the worker allows operator
+    approvals."""
 
     op_id: str
     repository: str
@@ -176,6 +178,9 @@ class MergeInput(BaseModel):
     reviewer: str = ""
     source: str = "webhook"
     review_id: str | None = None
+    # The run's approval policy (``RunPolicy.approval_policy``); None (recorded before policies were carried,
+    # or a run without one): the merging worker's configured policy.
+    approval_policy: ApprovalPolicy | None = None
 
 
 class MergeStatus(StrEnum):

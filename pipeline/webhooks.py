@@ -629,6 +629,7 @@ class WebhookReceiver:
                 source="webhook",
                 review_id=str(review.get("id")),
                 pr_number=number,
+                **self.config.approval_policy_in_force().stamp(review.get("submitted_at")),
             )
             delivered = Delivered(
                 delivery=delivery, attempt=attempt, kind=DeliveryKind.APPROVAL, sender=reviewer, approval=approval
@@ -745,20 +746,49 @@ class WebhookReceiver:
         )
 
     def _refuse_reviewer(self, repository: str, reviewer: str, workflow_id: str) -> tuple[int, dict[str, Any]] | None:
-        """None when ``reviewer`` holds at least ``approver_permission`` on ``repository``; otherwise the
-        answer to give instead of sending their decision: 403 (too little permission), or the forge read's
-        :class:`Refused` (503 the forge did not answer: redeliver later; 502 it refused the read; 500 no token)."""
-        required = self.config.approver_permission
+        """None when the approval policy in force (``DurafixConfig.approval_policy_in_force``) admits
+        ``reviewer`` on ``repository``: at least its ``min_permission`` (``approver_permission`` by default), and,
+        when it has allow-lists, one of its ``allowed_users`` or an active member of one of its
+        ``allowed_teams``. Otherwise the answer to give instead of sending their decision: 403 naming the
+        policy (too little permission, or not on its allow-lists), or the forge read's :class:`Refused` (503
+        the forge did not answer: redeliver later; 502 it refused the read; 500 no token)."""
+        policy = self.config.approval_policy_in_force()
+        required = policy.min_permission
         unchecked = f"{reviewer}'s permission on {repository} could not be checked, nothing was sent to the run"
+
+        def check(forge: GitHubForge) -> tuple[str, str | None]:
+            """What the reviewer holds, and "" (too little), None (admitted) or the allow-lists' refusal."""
+
+            def member_of(team: str) -> bool:
+                return forge.is_team_member(team, reviewer)
+
+            # maintain is reported as write by the permission read: only the role tells the two apart.
+            if required == "maintain":
+                role = forge.get_role(reviewer)
+                if not role_at_least(role, required):
+                    return role, ""
+                return role, policy.refusal(reviewer, role, member_of)
+            permission = forge.get_permission(reviewer)
+            if not permission_at_least(permission, "admin" if required == "admin" else "write"):
+                return permission, ""
+            return permission, policy.refusal(reviewer, permission, member_of)
+
         try:
-            permission = self._with_forge(repository, unchecked, lambda forge: forge.get_permission(reviewer))
+            permission, refusal = self._with_forge(repository, unchecked, check)
         except Refused as refused:
             return refused.status, {"workflow_id": workflow_id, **refused.body}
-        if permission_at_least(permission, required):
+        if refusal is None:
             return None
+        answer = {"workflow_id": workflow_id, "reviewer": reviewer, "policy_version": policy.version}
+        if refusal:
+            return 403, {
+                **answer,
+                "policy": policy.label,
+                "message": f"{refusal}: approving or requesting changes on a durafix PR is limited to those",
+            }
         return 403, {
-            "workflow_id": workflow_id,
-            "reviewer": reviewer,
+            **answer,
+            "policy": policy.label,
             "permission": permission,
             "required": required,
             "message": (

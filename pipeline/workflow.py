@@ -1356,6 +1356,7 @@ class RepairBugWorkflow:
                     reviewer=approval.reviewer,
                     source=approval.source,
                     review_id=approval.review_id,
+                    approval_policy=self._input.policy.approval_policy,
                 ),
             )
             if merge_result.status == MergeStatus.NOT_APPROVED and workflow.patched(REVIEW_ON_FORGE_PATCH):

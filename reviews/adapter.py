@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import quote
 
 from reviews.branches import Branches
 from reviews.claims import ClaimStore
 from reviews.comments import KIND as COMMENT_CLAIMS
 from reviews.comments import Comments
 from reviews.config import ForgeConfig
-from reviews.errors import ForgePermanentError
+from reviews.errors import ForgeNotFoundError, ForgePermanentError
 from reviews.feedback import Feedback
 from reviews.issues import IssueInfo, closed_by, label_added_by, open_issues_labelled, read_issue
 from reviews.markers import TICKET, find_marker, run_branch_prefix
@@ -115,6 +116,25 @@ class GitHubForge:
             if answer == role:
                 return role
         return ROLE_OF_PERMISSION[self.get_permission(login)]
+
+    def is_team_member(self, team: str, login: str) -> bool:
+        """Read-only: whether `login` is an active member of `team` (``org/team-slug``), by GitHub's
+        `GET /orgs/{org}/teams/{team_slug}/memberships/{username}`: 200 with ``state: active`` is a member; 200
+        with ``state: pending`` (an invitation not yet accepted) and 404 (no such team, not a member, or a team
+        the token cannot see: the token needs to read the organisation's teams) are not. Other failures are
+        classified like every read, so an unanswered read never becomes a membership."""
+        org, _, slug = team.partition("/")
+        if not org or not slug:
+            raise ValueError(f"team {team!r} is not org/team-slug")
+        path = f"/orgs/{quote(org, safe='')}/teams/{quote(slug, safe='')}/memberships/{quote(login, safe='')}"
+        try:
+            _, data = self._t.read(
+                f"read membership of {login} in {team}",
+                lambda: self._t.github.requester.requestJsonAndCheck("GET", path),
+            )
+        except ForgeNotFoundError:
+            return False
+        return isinstance(data, dict) and data.get("state") == "active"
 
     def _read_collaborator(self, what: str, read: Callable[[str], str], login: str) -> str:
         try:

@@ -17,7 +17,7 @@ from reviews.models import (
     RunFootprint,
     Ticket,
 )
-from reviews.permissions import RepoPermission
+from reviews.permissions import RepoPermission, RepoRole
 
 
 class ForgePort(Protocol):
@@ -51,6 +51,10 @@ class ForgePort(Protocol):
     def get_pr(self, number: int) -> PullState: ...
 
     def get_permission(self, login: str) -> RepoPermission: ...
+
+    def get_role(self, login: str) -> RepoRole: ...
+
+    def is_team_member(self, team: str, login: str) -> bool: ...
 
     def read_review(self, pr_number: int, review_id: int) -> ReviewFeedback: ...
 

@@ -28,6 +28,7 @@ from . import (
     routes_pulls,
     routes_repos,
     routes_reviews,
+    routes_teams,
     routes_users,
 )
 from .auth import authenticate, bearer_token
@@ -52,6 +53,7 @@ TABLES = [
     routes_reviews.routes,
     routes_hooks.routes,
     routes_graphql.routes,
+    routes_teams.routes,
 ]
 
 

@@ -174,6 +174,24 @@ CREATE TABLE IF NOT EXISTS deliveries (
     delivered_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS deliveries_pending ON deliveries(state, id);
+CREATE TABLE IF NOT EXISTS teams (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    org_id INTEGER NOT NULL REFERENCES users(id),
+    name TEXT NOT NULL,
+    slug TEXT NOT NULL COLLATE NOCASE,
+    description TEXT,
+    privacy TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    UNIQUE (org_id, slug)
+);
+CREATE TABLE IF NOT EXISTS team_members (
+    team_id INTEGER NOT NULL REFERENCES teams(id),
+    user_id INTEGER NOT NULL REFERENCES users(id),
+    role TEXT NOT NULL,
+    state TEXT NOT NULL,
+    PRIMARY KEY (team_id, user_id)
+);
 """
 
 # Columns added after the first release of the schema, with their definitions: a data dir made before they

@@ -66,6 +66,21 @@ class ForgeHandle:
     def add_collaborator(self, token: str, full_name: str, login: str, permission: str = "push") -> None:
         self._call("PUT", f"/repos/{full_name}/collaborators/{login}", token=token, body={"permission": permission})
 
+    def add_org_member(self, org: str, login: str) -> None:
+        """Make ``login`` a member of organisation ``org`` (site admin; activates their pending team invitations)."""
+        self._call("PUT", f"/admin/organizations/{org}/members/{login}")
+
+    def create_team(self, token: str, org: str, name: str) -> dict[str, Any]:
+        """A team of ``org`` created by the token's user (an owner of it), who becomes its maintainer."""
+        result: dict[str, Any] = self._call("POST", f"/orgs/{org}/teams", token=token, body={"name": name})
+        return result
+
+    def add_team_member(self, token: str, org: str, team_slug: str, login: str, role: str = "member") -> dict[str, Any]:
+        """Add ``login`` to the team (``pending`` until they are a member of the organisation); the membership."""
+        path = f"/orgs/{org}/teams/{team_slug}/memberships/{login}"
+        result: dict[str, Any] = self._call("PUT", path, token=token, body={"role": role})
+        return result
+
     def set_faults(self, *faults: dict[str, Any]) -> list[dict[str, Any]]:
         """Install fault rules (see :mod:`infra.forge.faults` for the fields); returns them with ids."""
         return [self._call("POST", "/admin/faults", body=f) for f in faults]

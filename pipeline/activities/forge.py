@@ -10,6 +10,7 @@ permanent.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 from temporalio import activity
 
@@ -42,10 +43,10 @@ from pipeline.steps import (
     TicketResult,
     UpdateTicketInput,
 )
-from reviews.approvals import forge_approval
+from reviews.approval_policy import ApprovalPolicy
+from reviews.approvals import forge_approval, reviewer_refusal
 from reviews.interface import ForgePort
 from reviews.models import PullState, Ticket
-from reviews.permissions import RepoPermission, permission_at_least
 
 ForgeFor = Callable[[str], ForgePort]
 """The adapter for a repository (``OWNER/REPO``); a PyGithub client is not thread-safe, so one per thread."""
@@ -60,7 +61,7 @@ class ForgeActivities:
         workspaces: WorkspaceManager,
         git_token: str | None,
         *,
-        approver_permission: RepoPermission = "write",
+        approval_policy: ApprovalPolicy | None = None,
         operator_approval: bool = False,
     ) -> None:
         self.forge_for = forge_for
@@ -68,8 +69,9 @@ class ForgeActivities:
         self.store = store
         self.workspaces = workspaces
         self.git_token = git_token
-        # Whose reviews merge: at least this permission, read from the forge when merging.
-        self.approver_permission = approver_permission
+        # Whose reviews merge when the run carries no policy of its own (runs started before policies were
+        # carried): this worker's configured policy, checked on the forge when merging.
+        self.approval_policy = approval_policy or ApprovalPolicy()
         # Whether an operator's approval (``durafix approve``) merges without a review on the forge.
         self.operator_approval = operator_approval
 
@@ -215,12 +217,13 @@ class ForgeActivities:
     @activity.defn(name=steps.MERGE.name)
     def merge(self, inp: MergeInput) -> MergeOutcome:
         """Merge only at the approved head, and only on an approval with authority: the PR's reviews are read
-        again and a permitted reviewer's APPROVED review of that head must stand on the forge
-        (``reviews.approvals``), unless the approval is an operator's and this worker allows those. Without
-        either nothing is merged (``NOT_APPROVED``). A draft is first marked ready for review (GitHub refuses
-        to merge drafts); both steps are idempotent, and an ambiguous merge is reconciled by reading the PR. A PR
-        whose head is no longer the approved one is ``HEAD_MOVED`` at once (the forge's merge would say so too,
-        but only after the draft was made ready)."""
+        again and the APPROVED reviews of that head by ``required_approvals`` distinct reviewers the approval
+        policy admits must stand on the forge (``reviews.approvals``; the policy is the run's, else this
+        worker's), unless the approval is an operator's and this worker allows those. Otherwise nothing is
+        merged (``NOT_APPROVED``, its detail saying how many of how many approvals stand). A draft is first
+        marked ready for review (GitHub refuses to merge drafts); both steps are idempotent, and an ambiguous
+        merge is reconciled by reading the PR. A PR whose head is no longer the approved one is ``HEAD_MOVED``
+        at once (the forge's merge would say so too, but only after the draft was made ready)."""
         with classified():
             forge = self.forge_for(inp.repository)
             state = forge.get_pr(inp.number)
@@ -260,10 +263,13 @@ class ForgeActivities:
                 f"an approval by {inp.reviewer} from {inp.source} has no review behind it, and operator approvals "
                 "are not enabled (DURAFIX_OPERATOR_APPROVAL)"
             )
-        required = self.approver_permission
-
-        def permitted(login: str) -> bool:
-            return permission_at_least(forge.get_permission(login), required)
-
-        check = forge_approval(pr, inp.approved_sha, bot_login=forge.login(), permitted=permitted)
-        return None if check.approved_by is not None else check.detail
+        policy = inp.approval_policy or self.approval_policy
+        check = forge_approval(
+            pr,
+            inp.approved_sha,
+            bot_login=forge.login(),
+            policy=policy,
+            refusal=lambda login: reviewer_refusal(forge, policy, login),
+            now=datetime.now(UTC),
+        )
+        return None if check.approved else check.detail

@@ -1,0 +1,168 @@
+"""The approval policy where it is enforced, on the real emulator and the real Temporal dev server.
+
+- The receiver (``_refuse_reviewer``): a delivery the emulator really made (a maintainer's review of the bot's
+  PR, to the module's receiver) is delivered again, signed with the same secret, to a receiver configured with
+  a policy: one outside its allow-list is refused with 403 naming the policy and nothing reaches the run; a
+  team allow-list admits an active member of the team, read from the forge, and not an invited one.
+- The merge activity (run as an activity on the real adapter): the run's policy (``MergeInput.approval_policy``)
+  is what the forge check applies, so an approval older than its expiry does not merge, and the same approval
+  under a policy that lets it stand does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Any
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from pipeline.config import DurafixConfig
+from pipeline.services import Services
+from pipeline.steps import MergeInput, MergeStatus
+from reviews.approval_policy import ApprovalPolicy
+from tests.security.harness import (
+    BOT,
+    DECISION_EVENTS,
+    MAINTAINER,
+    OWNER,
+    READER,
+    Site,
+    config,
+    forge,
+    post,
+    receiver,
+    serving,
+    sign,
+    site,
+)
+from tests.security.test_reviews import approve, bot_pr, started_run
+
+__all__ = ["config", "forge", "receiver", "site"]
+
+pytestmark = pytest.mark.e2e
+
+
+def real_review_delivery(site: Site, number: int, head: str, reviewer: str = MAINTAINER) -> dict[str, Any]:
+    """``reviewer`` requests changes on the PR; the emulator's delivery of that review (to the module's receiver)."""
+    approve(site.repo(reviewer), number, head, "REQUEST_CHANGES")
+    delivery = site.deliveries("pull_request_review")[-1]
+    payload: dict[str, Any] = json.loads(delivery["request"]["body"])
+    assert payload["review"]["user"]["login"] == reviewer
+    return payload
+
+
+async def deliver_to(config: DurafixConfig, url: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    body = json.dumps(payload).encode()
+    return await asyncio.to_thread(post, url, "pull_request_review", body, sign(config.webhook_secret, body))
+
+
+def as_reviewer(payload: dict[str, Any], login: str) -> dict[str, Any]:
+    """The same delivery, of a review by ``login`` (a fresh review ID)."""
+    changed: dict[str, Any] = json.loads(json.dumps(payload))
+    changed["review"]["id"] += 1000
+    changed["review"]["user"]["login"] = changed["sender"]["login"] = login
+    return changed
+
+
+async def test_a_reviewer_outside_the_allow_list_is_refused_naming_the_policy(site: Site) -> None:
+    _, workflow_id = started_run(site)
+    number, head = bot_pr(site, workflow_id)
+    payload = real_review_delivery(site, number, head)
+    sent_before = len(await site.events(workflow_id, *DECISION_EVENTS))
+
+    policy = ApprovalPolicy(version=3, allowed_users=(OWNER,))
+    with serving(site.config.model_copy(update={"approval_policy": policy})) as strict:
+        status, answer = await deliver_to(site.config, strict.url, payload)
+        assert status == 403, answer
+        assert (answer["policy"], answer["policy_version"], answer["reviewer"]) == ("approval policy v3", 3, MAINTAINER)
+        assert answer["message"].startswith(
+            f"{MAINTAINER} is not among the approvers approval policy v3 allows (users {OWNER})"
+        )
+        assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before
+
+        # The allowed user's decision is sent.
+        status, answer = await deliver_to(site.config, strict.url, as_reviewer(payload, OWNER))
+    assert status == 200, answer
+    assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+
+
+async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site: Site) -> None:
+    handle, tokens = site.forge.handle, site.forge.tokens
+    org = f"release-{uuid.uuid4().hex[:8]}"
+    handle.create_org(org, OWNER)
+    handle.add_org_member(org, BOT)  # the receiver's token reads the organisation's teams
+    handle.create_team(tokens[OWNER], org, "Approvers")
+    invited = handle.add_team_member(tokens[OWNER], org, "approvers", MAINTAINER)
+    assert invited["state"] == "pending"
+
+    _, workflow_id = started_run(site)
+    number, head = bot_pr(site, workflow_id)
+    payload = real_review_delivery(site, number, head)
+    sent_before = len(await site.events(workflow_id, *DECISION_EVENTS))
+
+    policy = ApprovalPolicy(version=7, allowed_teams=(f"{org}/approvers",))
+    with serving(site.config.model_copy(update={"approval_policy": policy})) as by_team:
+        # Invited, not yet a member: not admitted.
+        status, answer = await deliver_to(site.config, by_team.url, payload)
+        assert status == 403, answer
+        assert answer["policy"] == "approval policy v7" and f"members of {org}/approvers" in answer["message"]
+
+        handle.add_org_member(org, MAINTAINER)
+        status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, MAINTAINER))
+        assert status == 200, answer
+        assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+
+        # A member of the team without the permission is still refused, for the permission.
+        handle.add_org_member(org, READER)
+        handle.add_team_member(tokens[OWNER], org, "approvers", READER)
+        status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, READER))
+    assert status == 403, answer
+    assert (answer["permission"], answer["required"], answer["policy"]) == ("read", "write", "approval policy v7")
+    assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+
+
+def merge_under(site: Site, number: int, head: str, policy: ApprovalPolicy | None) -> Any:
+    acts = Services(site.config).forge_activities()
+    inp = MergeInput(
+        op_id=f"repair:{site.repository}#1:merge:1",
+        repository=site.repository,
+        number=number,
+        approved_sha=head,
+        reviewer=MAINTAINER,
+        source="webhook",
+        approval_policy=policy,
+    )
+    return ActivityEnvironment().run(acts.merge, inp)
+
+
+def test_an_approval_older_than_the_runs_expiry_does_not_merge(site: Site) -> None:
+    number, head = bot_pr(site, f"repair:{site.repository}#1")
+    approve(site.repo(MAINTAINER), number, head)
+    # The forge stamps reviews to the second, so a millisecond's expiry has passed by the time the merge reads it.
+    refused = merge_under(site, number, head, ApprovalPolicy(version=2, expiry_s=0.001))
+    assert refused.status == MergeStatus.NOT_APPROVED, refused
+    assert f"{MAINTAINER}'s approval expired (approval policy v2" in refused.detail
+    assert "0 of 1 approvals" in refused.detail
+    assert not site.repo().get_pull(number).merged
+
+    merged = merge_under(site, number, head, ApprovalPolicy(version=2, expiry_s=7 * 24 * 3600))
+    assert merged.status == MergeStatus.MERGED, merged
+    assert site.repo().get_pull(number).merged
+
+
+def test_the_runs_policy_is_applied_over_the_workers(site: Site) -> None:
+    number, head = bot_pr(site, f"repair:{site.repository}#1")
+    approve(site.repo(MAINTAINER), number, head)
+    refused = merge_under(site, number, head, ApprovalPolicy(version=4, required_approvals=2))
+    assert refused.status == MergeStatus.NOT_APPROVED, refused
+    assert refused.detail == f"1 of 2 approvals of {head[:12]} on the forge (approved by {MAINTAINER})"
+    refused = merge_under(site, number, head, ApprovalPolicy(version=4, min_permission="admin"))
+    assert refused.status == MergeStatus.NOT_APPROVED, refused
+    assert f"{MAINTAINER} lacks the permission to approve" in refused.detail
+    # A run without a policy of its own (recorded before policies were carried): the worker's, by default one
+    # writer's approval.
+    merged = merge_under(site, number, head, None)
+    assert merged.status == MergeStatus.MERGED, merged
