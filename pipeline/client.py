@@ -81,6 +81,7 @@ def run_policy(config: DurafixConfig) -> RunPolicy:
     policy = RunPolicy.fast() if config.fast_timeouts else RunPolicy()
     policy.max_repair_attempts = config.max_repair_attempts
     policy.revisions_max = config.revisions_max
+    policy.base_moved = config.base_moved
     policy.engine = config.engine
     policy.approval_policy = config.approval_policy_in_force()
     return policy

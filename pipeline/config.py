@@ -85,6 +85,8 @@ class DurafixConfig(BaseModel):
     max_repair_attempts: int = 3
     # Revisions a run attempts when a reviewer requests changes (a budget apart from the repair attempts).
     revisions_max: int = 2
+    # What a run does when the base branch moved during its review wait (pipeline/policies.py RunPolicy.base_moved).
+    base_moved: Literal["merge", "rebase"] = "merge"
     fast_timeouts: bool = False
     # Record a WebM video of every reproduction run (needs ffmpeg with VP9; the worker refuses to start without).
     browser_video: bool = False
@@ -234,6 +236,7 @@ _ENV = {
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
     "DURAFIX_REVISIONS_MAX": "revisions_max",
+    "DURAFIX_BASE_MOVED": "base_moved",
     "DURAFIX_FAST_TIMEOUTS": "fast_timeouts",
     "DURAFIX_BROWSER_VIDEO": "browser_video",
     "DURAFIX_BROWSER_SANDBOX": "browser_sandbox",

@@ -68,6 +68,8 @@ class RunTruth:
     bot: str
     pr: PullState | None = None
     permissions: dict[str, RepoPermission] = field(default_factory=dict)
+    policy_refusals: dict[str, str | None] = field(default_factory=dict)
+    """Why the approval policy refuses each deciding reviewer (None: it admits them)."""
     closed_by: str | None = None
     """Who closed the PR (read only when it is closed without merging)."""
 
@@ -166,6 +168,10 @@ def _review_decisions(
             continue
         if not permission_at_least(permission, required):
             out.append(Skip(workflow_id=wf, reason=f"{login} has {permission} permission; {required} is required"))
+            continue
+        refused = truth.policy_refusals.get(login)
+        if refused:
+            out.append(Skip(workflow_id=wf, reason=refused))
             continue
         if state_name == "APPROVED":
             approval = Approval(

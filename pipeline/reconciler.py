@@ -60,6 +60,7 @@ from pipeline.reconcile_decisions import (
 )
 from pipeline.services import Services
 from pipeline.state import RunState
+from reviews.approvals import reviewer_refusal
 from reviews.errors import ForgeError
 from reviews.issues import IssueInfo
 from reviews.permissions import RepoRole
@@ -195,9 +196,15 @@ def _read_truth(config: DurafixConfig, state: RunState) -> RunTruth:
         if pending is None:
             return RunTruth(issue=issue, bot=bot)
         pr = forge.get_pr(pending.pr_number)
-        permissions = {login: forge.get_permission(login) for login in deciding_reviewers(state, pr, bot)}
+        deciding = deciding_reviewers(state, pr, bot)
+        permissions = {login: forge.get_permission(login) for login in deciding}
+        # The approval policy's allow-lists as the receiver applies them (the merge checks them again).
+        policy = config.approval_policy_in_force()
+        refusals = {login: reviewer_refusal(forge, policy, login) for login in deciding}
         closer = forge.closed_by(pr.number) if pr.state == "closed" and not pr.merged else None
-        return RunTruth(issue=issue, bot=bot, pr=pr, permissions=permissions, closed_by=closer)
+        return RunTruth(
+            issue=issue, bot=bot, pr=pr, permissions=permissions, policy_refusals=refusals, closed_by=closer
+        )
 
 
 def _key(decision: Decision) -> str:

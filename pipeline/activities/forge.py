@@ -256,7 +256,9 @@ class ForgeActivities:
 
     def _without_authority(self, forge: ForgePort, pr: PullState, inp: MergeInput) -> str | None:
         """None when the approval in ``inp`` may merge ``pr``; otherwise why not."""
-        if inp.source != "webhook":
+        # Approvals read from a review on the forge (a webhook's, or the reconciler's reading of the PR) are
+        # checked against the forge's reviews; any other source is an operator's word.
+        if inp.source not in ("webhook", "reconciler"):
             if self.operator_approval:
                 return None
             return (
