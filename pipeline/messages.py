@@ -65,7 +65,7 @@ def ticket_body(state: RunState, note: str = "") -> str:
         fields = " and ".join(sorted({f for e in state.report_edits for f in e.fields})) or "text"
         lines.append(
             f"- the report was edited after the trigger ({fields}, by {editors}); this run uses the report as it"
-            " was when it was triggered. To work on the edited report, open a new issue."
+            " was when it was triggered. To work on the edited report, comment `/durafix retry` once this run ended."
         )
     if note:
         lines.append(f"- note: {note}")
