@@ -193,9 +193,18 @@ def state_summary(
         lines.append(f"publish    {p.branch} @ {p.commit[:12]}; PR {p.pr_url or '-'}")
         if p.evidence_digest:
             lines.append(f"evidence   bundle {p.evidence_digest}")
+    for push in state.head_pushes:
+        by = f" by {push.pusher}" if push.pusher else ""
+        lines.append(
+            f"pushed     {push.head_sha[:12]}{by} ({push.source or 'seen'}): {push.status.value}"
+            + (f"; {push.detail}" if push.detail else "")
+        )
     if state.pending_approval:
         a = state.pending_approval
         lines.append(f"awaiting   approval of PR #{a.pr_number} head {a.head_sha}")
+    if state.deliveries:
+        last = state.deliveries[-1]
+        lines.append(f"webhooks   {len(state.deliveries)} delivered; last {last.kind.value}: {last.what}")
     if state.approval:
         until = f" until {state.approval.expires_at.isoformat()}" if state.approval.expires_at else ""
         lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")

@@ -4,6 +4,7 @@ says of them."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,16 @@ from pipeline.config import load_config
 from pipeline.failures import FailureClass
 from pipeline.policies import RunPolicy
 from pipeline.pricing import ModelPrice, run_cost
-from pipeline.state import RECENT_CALLS, Budgets, RunState
+from pipeline.state import (
+    RECENT_CALLS,
+    Budgets,
+    DeliveryKind,
+    DeliveryRecord,
+    HeadPushFact,
+    HeadPushStatus,
+    Phase,
+    RunState,
+)
 from pipeline.steps import AgentToolsResult, AgentTurnResult
 
 TRANSCRIPT = ArtifactRef(
@@ -175,3 +185,28 @@ def test_status_of_a_run_without_a_price_table_says_the_cost_is_unknown() -> Non
     assert "cost       unknown: no price table (DURAFIX_MODEL_PRICES)" in summary
     assert "\ncalls " not in summary and "\ntokens a" not in summary
     assert cost_json(state.budgets) == {"run": None, "attempts": {}, "unknown": "no price table (DURAFIX_MODEL_PRICES)"}
+
+
+def test_status_names_each_pushed_head_and_its_verdict_and_the_webhooks_the_run_handled() -> None:
+    at = datetime(2026, 5, 9, 12, 0, tzinfo=UTC)
+    state = RunState(
+        workflow_id="repair:acme/shop#1", run_id="r" * 16, repository="acme/shop", issue_number=1,
+        base_branch="main", budgets=budgets(),
+    )  # fmt: skip
+    state.head_pushes.append(
+        HeadPushFact(
+            head_sha="a" * 40, pusher="maint", source="webhook:g-1", seen_at=at,
+            status=HeadPushStatus.FAILED, detail="tests failed: 1 failed",
+        )
+    )  # fmt: skip
+    state.deliveries.append(
+        DeliveryRecord(
+            delivery="g-2", attempt="x", kind=DeliveryKind.APPROVAL, what="approved b by rev", at=at,
+            phase=Phase.AWAITING_REVIEW,
+        )
+    )  # fmt: skip
+
+    summary = state_summary(state, None)
+
+    assert "pushed     aaaaaaaaaaaa by maint (webhook:g-1): failed; tests failed: 1 failed" in summary
+    assert "webhooks   1 delivered; last approval: approved b by rev" in summary
