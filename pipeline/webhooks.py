@@ -46,8 +46,9 @@ Contract:
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
   403 naming reviewer, permission and what is required. For every forge read (role, permission, bot login):
-  a forge that cannot answer now gives 503, one that refuses the read (bad token, repository or user not
-  visible) 502, a receiver without a forge token 500. In every one of these cases nothing is sent.
+  a forge that cannot answer now gives 503, a repository or user the forge does not know (named by the
+  payload) 422, a forge that refuses the read otherwise (a bad token) 502, a receiver without a forge token
+  500. In every one of these cases nothing is sent.
 - The HTTP side is bounded (``pipeline.webhook_server``, ``pipeline.receiver_protocol``,
   ``pipeline.receiver_app``): ``Content-Length`` missing (411), malformed or negative (400) or over
   ``MAX_BODY`` (413) is refused before the body is read; the request head and then the body must arrive
@@ -100,7 +101,7 @@ from pipeline.state import (
 from pipeline.temporal_connection import connect_options
 from pipeline.webhook_server import ReceiverLimits, ReceiverServer
 from reviews.adapter import GitHubForge
-from reviews.errors import ForgeError, ForgeTransientError
+from reviews.errors import ForgeError, ForgeNotFoundError, ForgeTransientError
 from reviews.markers import PULL, find_marker
 from reviews.permissions import permission_at_least, role_at_least
 
@@ -565,7 +566,8 @@ class WebhookReceiver:
     def _with_forge(self, repository: str, unchecked: str, read: Callable[[GitHubForge], T]) -> T:
         """``read`` (or an idempotent write) on a fresh adapter for ``repository``, or :class:`Refused` saying
         why ``unchecked``: 500 without a forge token, 503 when the forge does not answer now (redeliver later),
-        502 when it refuses (bad token, repository or user not visible)."""
+        422 when the repository or user the payload names is not found (a payload naming what the forge does not
+        show durafix: the sender's, not the receiver's failure), 502 when it refuses otherwise (a bad token)."""
         if not self.config.forge_token:
             raise Refused(500, {"message": f"no forge token configured: {unchecked}"})
         # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
@@ -575,6 +577,10 @@ class WebhookReceiver:
                 return read(forge)
         except ForgeTransientError as err:
             raise Refused(503, {"message": f"forge unavailable: {unchecked}: {err}"}) from err
+        except ForgeNotFoundError as err:
+            raise Refused(
+                422, {"message": f"the forge does not know what the payload names: {unchecked}: {err}"}
+            ) from err
         except ForgeError as err:
             raise Refused(502, {"message": f"forge refused the read: {unchecked}: {err}"}) from err
 
@@ -751,7 +757,8 @@ class WebhookReceiver:
         when it has allow-lists, one of its ``allowed_users`` or an active member of one of its
         ``allowed_teams``. Otherwise the answer to give instead of sending their decision: 403 naming the
         policy (too little permission, or not on its allow-lists), or the forge read's :class:`Refused` (503
-        the forge did not answer: redeliver later; 502 it refused the read; 500 no token)."""
+        the forge did not answer: redeliver later; 422 it does not know the reviewer; 502 it refused the read;
+        500 no token)."""
         policy = self.config.approval_policy_in_force()
         required = policy.min_permission
         unchecked = f"{reviewer}'s permission on {repository} could not be checked, nothing was sent to the run"

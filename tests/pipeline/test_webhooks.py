@@ -586,10 +586,10 @@ async def test_unavailable_forge_is_503_and_nothing_reaches_the_run(hook: Hook, 
     assert [r.reviewer for r in await rejections(hook.client, hook.run_id(23))] == [WRITER]
 
 
-async def test_reviewer_the_forge_does_not_know_is_502_and_nothing_reaches_the_run(hook: Hook) -> None:
+async def test_reviewer_the_forge_does_not_know_is_422_and_nothing_reaches_the_run(hook: Hook) -> None:
     body = await hook.started_run(24)
     answer = await hook.deliver("pull_request_review", hook.review_event("changes_requested", body, reviewer="ghost"))
-    assert answer.status == 502, answer
+    assert answer.status == 422, answer
     assert "HTTP 404" in answer.body["message"]
     assert await events_of(hook.client, hook.run_id(24), *DECISION_EVENTS) == []
 
