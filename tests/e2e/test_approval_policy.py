@@ -17,7 +17,7 @@ from pipeline.config import DurafixConfig
 from pipeline.demo import ensure_user
 from pipeline.forge_setup import ForgeApi, set_collaborator
 from pipeline.inputs import RepairInput
-from pipeline.state import Approval, Outcome, RunState
+from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from reviews.approval_policy import ApprovalPolicy
 from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
@@ -58,8 +58,14 @@ async def accepted_approvals(client: Client, workflow_id: str) -> list[Approval]
     for event in history.events:
         if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED:
             request = event.workflow_execution_update_accepted_event_attributes.accepted_request
-            assert request.input.name == "approve"
-            found += await client.data_converter.decode(request.input.args.payloads, [Approval])
+            # A webhook's approval arrives as its delivery (``deliver``), an operator's as ``approve``.
+            if request.input.name == "approve":
+                found += await client.data_converter.decode(request.input.args.payloads, [Approval])
+                continue
+            assert request.input.name == "deliver", request.input.name
+            (delivered,) = await client.data_converter.decode(request.input.args.payloads, [Delivered])
+            if delivered.kind == DeliveryKind.APPROVAL and delivered.approval is not None:
+                found.append(delivered.approval)
     return found
 
 
