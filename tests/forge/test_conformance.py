@@ -261,10 +261,36 @@ def test_webhook_payload_validates_against_githubs_model(world: World, event: st
         _model(WEBHOOK_MODELS[(event, action)]).model_validate(payload)
 
 
+# Examples in the corpus for the receiver's tests (every payload GitHub may send it) of actions the emulator
+# does not emulate (assignees, milestones, locks, pins, transfers, deletions), and the variant of ``opened``
+# that follows a transfer (its ``changes`` key): the emulator's payloads are compared with the rest.
+NOT_EMULATED = {
+    ("issues", "assigned"),
+    ("issues", "unassigned"),
+    ("issues", "deleted"),
+    ("issues", "milestoned"),
+    ("issues", "demilestoned"),
+    ("issues", "locked"),
+    ("issues", "unlocked"),
+    ("issues", "pinned"),
+    ("issues", "unpinned"),
+    ("issues", "transferred"),
+    ("pull_request", "assigned"),
+    ("pull_request", "unassigned"),
+    ("pull_request", "locked"),
+    ("pull_request", "unlocked"),
+    ("pull_request", "unlabeled"),
+    ("pull_request", "review_request_removed"),
+}
+NOT_EMULATED_FILES = {"opened.with-transfer.payload.json"}
+
+
 def _examples() -> list[tuple[str, str | None, Path]]:
     out = []
     for path in sorted(EXAMPLES.glob("*/*.json")):
         action = None if path.parent.name == "ping" else path.name.split(".")[0]
+        if (path.parent.name, action) in NOT_EMULATED or path.name in NOT_EMULATED_FILES:
+            continue
         out.append((path.parent.name, action, path))
     return out
 
