@@ -18,14 +18,15 @@ from typing import Any
 
 import pytest
 from temporalio.testing import ActivityEnvironment
+from temporalio.worker import Worker
 
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import MergeInput, MergeStatus
+from pipeline.steps import MergeInput, MergeStatus, TaskQueue
+from pipeline.workflow import RepairBugWorkflow
 from reviews.approval_policy import ApprovalPolicy
 from tests.security.harness import (
     BOT,
-    DECISION_EVENTS,
     MAINTAINER,
     OWNER,
     READER,
@@ -38,7 +39,7 @@ from tests.security.harness import (
     sign,
     site,
 )
-from tests.security.test_reviews import approve, bot_pr, started_run
+from tests.security.test_reviews import approve, bot_pr, decisions, started_run
 
 __all__ = ["config", "forge", "receiver", "site"]
 
@@ -70,23 +71,28 @@ def as_reviewer(payload: dict[str, Any], login: str) -> dict[str, Any]:
 async def test_a_reviewer_outside_the_allow_list_is_refused_naming_the_policy(site: Site) -> None:
     _, workflow_id = started_run(site)
     number, head = bot_pr(site, workflow_id)
-    payload = real_review_delivery(site, number, head)
-    sent_before = len(await site.events(workflow_id, *DECISION_EVENTS))
-
     policy = ApprovalPolicy(version=3, allowed_users=(OWNER,))
-    with serving(site.config.model_copy(update={"approval_policy": policy})) as strict:
-        status, answer = await deliver_to(site.config, strict.url, payload)
-        assert status == 403, answer
-        assert (answer["policy"], answer["policy_version"], answer["reviewer"]) == ("approval policy v3", 3, MAINTAINER)
-        assert answer["message"].startswith(
-            f"{MAINTAINER} is not among the approvers approval policy v3 allows (users {OWNER})"
-        )
-        assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before
+    # A workflow worker answers the deliveries' Updates; the forge calls run off its event loop.
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+        payload = await asyncio.to_thread(real_review_delivery, site, number, head)
+        sent_before = await decisions(site, workflow_id)
+        with serving(site.config.model_copy(update={"approval_policy": policy})) as strict:
+            status, answer = await deliver_to(site.config, strict.url, payload)
+            assert status == 403, answer
+            assert (answer["policy"], answer["policy_version"], answer["reviewer"]) == (
+                "approval policy v3",
+                3,
+                MAINTAINER,
+            )
+            assert answer["message"].startswith(
+                f"{MAINTAINER} is not among the approvers approval policy v3 allows (users {OWNER})"
+            )
+            assert await decisions(site, workflow_id) == sent_before
 
-        # The allowed user's decision is sent.
-        status, answer = await deliver_to(site.config, strict.url, as_reviewer(payload, OWNER))
+            # The allowed user's decision is sent.
+            status, answer = await deliver_to(site.config, strict.url, as_reviewer(payload, OWNER))
     assert status == 200, answer
-    assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+    assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
 
 async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site: Site) -> None:
@@ -100,28 +106,28 @@ async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site:
 
     _, workflow_id = started_run(site)
     number, head = bot_pr(site, workflow_id)
-    payload = real_review_delivery(site, number, head)
-    sent_before = len(await site.events(workflow_id, *DECISION_EVENTS))
-
     policy = ApprovalPolicy(version=7, allowed_teams=(f"{org}/approvers",))
-    with serving(site.config.model_copy(update={"approval_policy": policy})) as by_team:
-        # Invited, not yet a member: not admitted.
-        status, answer = await deliver_to(site.config, by_team.url, payload)
-        assert status == 403, answer
-        assert answer["policy"] == "approval policy v7" and f"members of {org}/approvers" in answer["message"]
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+        payload = await asyncio.to_thread(real_review_delivery, site, number, head)
+        sent_before = await decisions(site, workflow_id)
+        with serving(site.config.model_copy(update={"approval_policy": policy})) as by_team:
+            # Invited, not yet a member: not admitted.
+            status, answer = await deliver_to(site.config, by_team.url, payload)
+            assert status == 403, answer
+            assert answer["policy"] == "approval policy v7" and f"members of {org}/approvers" in answer["message"]
 
-        handle.add_org_member(org, MAINTAINER)
-        status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, MAINTAINER))
-        assert status == 200, answer
-        assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+            handle.add_org_member(org, MAINTAINER)
+            status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, MAINTAINER))
+            assert status == 200, answer
+            assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
-        # A member of the team without the permission is still refused, for the permission.
-        handle.add_org_member(org, READER)
-        handle.add_team_member(tokens[OWNER], org, "approvers", READER)
-        status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, READER))
+            # A member of the team without the permission is still refused, for the permission.
+            handle.add_org_member(org, READER)
+            handle.add_team_member(tokens[OWNER], org, "approvers", READER)
+            status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, READER))
     assert status == 403, answer
     assert (answer["permission"], answer["required"], answer["policy"]) == ("read", "write", "approval policy v7")
-    assert len(await site.events(workflow_id, *DECISION_EVENTS)) == sent_before + 1
+    assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
 
 def merge_under(site: Site, number: int, head: str, policy: ApprovalPolicy | None) -> Any:
