@@ -238,7 +238,7 @@ class RepairBugWorkflow:
         if self._approval is not None and self._approval.head_sha == approval.head_sha:
             return True, "approval already recorded for this head"
         pending = self._state.pending_approval
-        if self._gate and pending is not None and approval.head_sha != pending.head_sha:
+        if self._gate and pending is not None and approval.head_sha != pending.head_sha and approval.review_id:
             # The validator let through an approval of a head of this PR the run never verified: that head is
             # verified first (as if its push had been signalled), and the approval is not recorded.
             self._note_moved_head(
@@ -270,8 +270,11 @@ class RepairBugWorkflow:
         if approval.pr_number is not None and approval.pr_number != pending.pr_number:
             return f"approval is of PR #{approval.pr_number}, but this run's PR is #{pending.pr_number}"
         if approval.head_sha != pending.head_sha:
-            if self._gate and approval.pr_number == pending.pr_number and not self._is_own_head(approval.head_sha):
-                return None  # a head of this PR the run did not push: it is verified first (MOVED_HEAD_PATCH)
+            # A review on the forge (it has an ID) of a head of this PR the run did not push: that head is verified
+            # first (MOVED_HEAD_PATCH). An operator's approval of a head not under review is refused, as before.
+            reviewed = approval.review_id is not None and approval.pr_number == pending.pr_number
+            if self._gate and reviewed and not self._is_own_head(approval.head_sha):
+                return None
             return f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}"
         if approval.expires_at is not None and approval.expires_at <= workflow.now():
             return f"approval expired at {approval.expires_at.isoformat()}"
