@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, timedelta
+from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
@@ -112,28 +113,36 @@ async def start_run(
             return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
         raise RunAlreadyEnded(workflow_id, desc.status)
     policy = policy or run_policy(config)
+    inp = RepairInput(
+        repository=repository,
+        issue_number=issue_number,
+        base_branch=base_branch,
+        trigger=trigger,
+        policy=policy,
+        environment_provider=config.environment_provider,
+        report=report,
+    )
     # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
-    handle = await client.start_workflow(
+    handle = await _start_workflow(client, workflow_id, inp, WorkflowIDConflictPolicy.USE_EXISTING)
+    return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
+
+
+async def _start_workflow(
+    client: Client, workflow_id: str, inp: RepairInput, conflict: WorkflowIDConflictPolicy
+) -> WorkflowHandle[Any, Any]:
+    """Start ``repair_bug`` under ``workflow_id``. Each ID runs once, ever (``REJECT_DUPLICATE``): a run's
+    resources are fenced by its workflow ID after its cleanup, so a second run under the same ID could not
+    provision anything; a retry runs under the next ID. The trigger is kept in the memo."""
+    return await client.start_workflow(
         RepairBugWorkflow.run,
-        RepairInput(
-            repository=repository,
-            issue_number=issue_number,
-            base_branch=base_branch,
-            trigger=trigger,
-            policy=policy,
-            environment_provider=config.environment_provider,
-            report=report,
-        ),
+        inp,
         id=workflow_id,
         task_queue=TaskQueue.ORCHESTRATION.value,
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        # One run per report, ever: a run's resources are fenced by its workflow ID after its cleanup, so a
-        # second run under the same ID could not provision anything.
+        id_conflict_policy=conflict,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-        execution_timeout=timedelta(seconds=policy.run_deadline_s),
-        memo={TRIGGER_MEMO: trigger},
+        execution_timeout=timedelta(seconds=inp.policy.run_deadline_s),
+        memo={TRIGGER_MEMO: inp.trigger},
     )
-    return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
 
 
 TRIGGER_MEMO = "trigger"
@@ -215,24 +224,16 @@ async def retry_run(
         return Retry(newest.workflow_id, newest.run_id, running=True)
     policy = run_policy(config)
     workflow_id = workflow_id_for(repository, issue_number, newest.run + 1)
+    inp = RepairInput(
+        repository=repository,
+        issue_number=issue_number,
+        trigger=trigger,
+        policy=policy,
+        environment_provider=config.environment_provider,
+        report=report,
+    )
     try:
-        handle = await client.start_workflow(
-            RepairBugWorkflow.run,
-            RepairInput(
-                repository=repository,
-                issue_number=issue_number,
-                trigger=trigger,
-                policy=policy,
-                environment_provider=config.environment_provider,
-                report=report,
-            ),
-            id=workflow_id,
-            task_queue=TaskQueue.ORCHESTRATION.value,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
-            execution_timeout=timedelta(seconds=policy.run_deadline_s),
-            memo={TRIGGER_MEMO: trigger},
-        )
+        handle = await _start_workflow(client, workflow_id, inp, WorkflowIDConflictPolicy.FAIL)
     except WorkflowAlreadyStartedError:
         # Another retry won the race: its run is the live one (or already ended, which is its own outcome).
         return Retry(workflow_id, running=True)
