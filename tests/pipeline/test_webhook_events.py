@@ -462,8 +462,8 @@ def stack_faults(stack: E2EStack, repository: str, pr_number: int) -> None:
         method="POST",
         headers={"Authorization": f"token {stack.admin_token}", "Content-Type": "application/json"},
     )
-    with urllib.request.urlopen(req, timeout=10):
-        pass
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        assert resp.status == 201, resp.status  # the fault is in place before the run reaches it
 
 
 async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s: float = 300) -> RunState:
