@@ -5,6 +5,8 @@ SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
 APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap
 PYTEST_ARGS ?=
+# mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
+export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 
 .PHONY: setup apt venv demo test test-quick lint bench clean
 
