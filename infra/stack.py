@@ -90,8 +90,9 @@ class PortTaken(processes.ServiceError):
         )
 
 
-PORT_WAIT_S = 15.0
-"""How long ``up`` waits for a dead service's port to be released before :class:`PortTaken`."""
+PORT_WAIT_S = 5.0
+"""How long ``up`` waits for a dead service's port to be released before :class:`PortTaken`: a dead process's
+sockets are closed as it exits, so this only absorbs the kernel's reaping, never a live holder."""
 
 
 def _recorded_port(state_dir: Path, stack: StackState, name: str, port: int | None = None) -> int:

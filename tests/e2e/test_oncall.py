@@ -142,7 +142,7 @@ def test_dev_up_after_sigkill_restarts_the_stack_on_its_ports_and_an_old_receive
         env={"PYTHONPATH": str(REPO_ROOT)},
     )
     try:
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 90)
         before = _ports(state)
         assert set(before) == set(STACK_SERVICES)
         killed = _kill_all(state)
