@@ -51,8 +51,8 @@ async def test_status_without_a_worker_then_cleanup_of_the_terminated_run_update
     stack_ = e2e_stack
     worker = stack_.spawn_worker()
     cli = Cli(stack_.state_dir)
-    client, repository, issue, wf = await stack_.open_run(labelled=False)
-    assert cli.json("start", "--repo", repository, "--issue", str(issue))["attached"] is False
+    # Labelled: the receiver starts the run (its reconciler would cancel a run whose issue lacks the label).
+    client, repository, issue, wf = await stack_.open_run()
     state = await state_when(client, wf, provisioned)
     assert state.environment is not None, state.outcome_detail
     wait_for(lambda: owned_processes(wf), 30, f"the app process of {wf}")
