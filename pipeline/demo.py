@@ -152,7 +152,7 @@ def run_demo(
         )
         children.append(receiver)
         stack.record(state_dir, receiver)
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 30)
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 90)
         name = unused_repository_name(config, stack_state.admin_token)
         repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url, name=name)
         title, body = issue_text()
