@@ -34,6 +34,56 @@ class ServiceError(RuntimeError):
     """A service could not start or become ready; carries the tail of its log."""
 
 
+def port_free(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether a server could listen on ``port`` now. Bound as servers bind (``SO_REUSEADDR``), so the
+    ``TIME_WAIT`` connections a killed server leaves behind do not count as holding it."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def port_holders(port: int) -> list[int]:
+    """PIDs of the processes listening on TCP ``port`` (read from ``/proc``; the ones this user may see)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local_address is HEX_IP:HEX_PORT; state 0A is LISTEN.
+            if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(fields[9])
+    pids: list[int] = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            links = {os.readlink(fd) for fd in (proc / "fd").iterdir()}
+        except OSError:
+            continue
+        if any(f"socket:[{inode}]" in links for inode in inodes):
+            pids.append(int(proc.name))
+    return pids
+
+
+def wait_port_free(port: int, timeout_s: float, what: str) -> None:
+    """Wait until ``port`` can be listened on again (a killed server's socket is closed as the kernel reaps
+    it); :class:`ServiceError` naming the holders when it is still taken after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not port_free(port):
+        if time.monotonic() >= deadline:
+            holders = port_holders(port)
+            held = f"pid {', '.join(map(str, holders))}" if holders else "a process this user cannot see"
+            raise ServiceError(f"port {port}, recorded for {what}, is held by {held}")
+        time.sleep(0.2)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))

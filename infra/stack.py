@@ -13,6 +13,15 @@ stack's ``config.json``; switching the evidence store or the environment provide
 run's evidence across two stores or strand its environments, so the stack is stopped first (``down``) and
 started anew with the new options. ``down`` waits until each process is gone, since the Temporal dev server
 cannot be restarted on the same SQLite file while the old process lives.
+
+A stack whose processes died (SIGKILL, a crashed host) is started again by ``up`` on the ports recorded in
+``stack.json``: the workers, the receivers and ``config.json`` already point there, and a receiver started
+before the crash keeps reaching Temporal through the address it read then. ``up`` waits for a dead service's
+port to be released and refuses (:class:`PortTaken`, naming the holder) when another process holds it; it
+never moves a service to a new port behind its clients. New ports come only after ``down``.
+
+Processes started next to the stack (``demo --keep``'s worker and receiver) are recorded with :func:`record`,
+so ``status`` lists them and ``down`` stops them (first: they are the stack's clients).
 """
 
 from __future__ import annotations
@@ -67,6 +76,47 @@ class StackConflict(RuntimeError):
             "and start it again with the new ones, or leave the option out to keep what runs"
         )
         self.differences = differences
+
+
+class PortTaken(processes.ServiceError):
+    """A dead service's recorded port is held by another process; nothing was started on another port."""
+
+    def __init__(self, state_dir: Path, err: processes.ServiceError) -> None:
+        super().__init__(
+            f"{err}. The stack restarts each service on the port recorded in {state_dir / 'stack.json'}, which "
+            "its workers, receivers and config.json already use: stop that process and run `durafix dev up` "
+            "again, or `durafix dev down` then `durafix dev up` for new ports (and restart the workers and "
+            "receivers, which keep the old ones)"
+        )
+
+
+PORT_WAIT_S = 5.0
+"""How long ``up`` waits for a dead service's port to be released before :class:`PortTaken`: a dead process's
+sockets are closed as it exits, so this only absorbs the kernel's reaping, never a live holder."""
+
+
+def _recorded_port(state_dir: Path, stack: StackState, name: str, port: int | None = None) -> int:
+    """The port ``name`` had (``port``, else its record's), once free; a fresh one for a service never started."""
+    rec = stack.services.get(name)
+    if port is None:
+        port = rec.port if rec is not None else 0
+    if not port:
+        return processes.free_port()
+    try:
+        processes.wait_port_free(port, PORT_WAIT_S, f"the stack's {name}")
+    except processes.ServiceError as err:
+        raise PortTaken(state_dir, err) from err
+    return port
+
+
+def record(state_dir: Path, rec: ServiceRecord) -> None:
+    """Add a process started next to the stack (a worker, a receiver) to ``stack.json`` under ``rec.name``:
+    ``status`` lists it, ``down`` stops it before the services it uses. Replaces a record of that name."""
+    state_dir = state_dir.resolve()
+    stack = read_stack(state_dir)
+    stack.services.pop(rec.name, None)  # re-added last: stopped first
+    stack.services[rec.name] = rec
+    _write_stack(state_dir, stack)
 
 
 def _stack_file(state_dir: Path) -> Path:
@@ -146,7 +196,11 @@ def up(
         return rec if rec is not None and processes.is_alive(rec) else None
 
     if running("temporal") is None:
-        port, ui_port = processes.free_port(), processes.free_port()
+        old = stack.services.get("temporal")
+        port = _recorded_port(state_dir, stack, "temporal")
+        ui_port = _recorded_port(
+            state_dir, stack, "temporal UI", int(old.extra["ui"].rsplit(":", 1)[1]) if old and "ui" in old.extra else 0
+        )
         _say(quiet, f"starting Temporal dev server on 127.0.0.1:{port} (UI :{ui_port})")
         rec = processes.spawn(
             "temporal",
@@ -182,7 +236,7 @@ def up(
     config.temporal_address = stack.services["temporal"].url
 
     if running("forge") is None:
-        port = processes.free_port()
+        port = _recorded_port(state_dir, stack, "forge")
         stack.admin_token = stack.admin_token or secrets.token_hex(20)
         _say(quiet, f"starting GitHub emulator on http://127.0.0.1:{port}")
         rec = processes.spawn(
@@ -216,7 +270,7 @@ def up(
     config.webhook_secret = config.webhook_secret or secrets.token_hex(16)
 
     if running("model") is None:
-        port = processes.free_port()
+        port = _recorded_port(state_dir, stack, "model")
         script = Path(stack.options.model_script)
         _say(quiet, f"starting scripted model server on http://127.0.0.1:{port}/v1 ({script.name})")
         rec = processes.spawn(
@@ -263,7 +317,7 @@ def up(
     else:
         config.environment_provider = "local"
     if running("evidence") is None:
-        port = processes.free_port()
+        port = _recorded_port(state_dir, stack, "evidence")
         _say(quiet, f"starting evidence server on http://127.0.0.1:{port}")
         rec = processes.spawn(
             "evidence",

@@ -27,6 +27,7 @@ from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
+from pipeline.recorded_state import STATE_MEMO, RecordedState, parse_recorded
 from pipeline.state import (
     Approval,
     Delivered,
@@ -245,8 +246,18 @@ def handle_for(client: Client, workflow_id: str) -> RunHandle:
     return client.get_workflow_handle_for(RepairBugWorkflow.run, workflow_id)
 
 
-async def get_state(client: Client, workflow_id: str) -> RunState:
-    return await handle_for(client, workflow_id).query(RepairBugWorkflow.state)
+async def get_state(client: Client, workflow_id: str, rpc_timeout: timedelta | None = None) -> RunState:
+    """The run's live state (the ``state`` query): a worker polling ``durafix-orchestration`` answers it, for
+    a closed run too. Without one the server fails it (``no poller seen``) or, while it still remembers a
+    poller that died, holds it until ``rpc_timeout``. :func:`recorded_state_of` needs no worker."""
+    return await handle_for(client, workflow_id).query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
+
+
+async def recorded_state_of(description: WorkflowExecutionDescription) -> RecordedState | None:
+    """The compact state the run last upserted into its memo (:mod:`pipeline.recorded_state`), read from a
+    ``describe``: no worker needed. None for a run recorded before it kept one, or before its first phase change."""
+    memo = await description.memo()
+    return parse_recorded(memo.get(STATE_MEMO))
 
 
 async def approve(client: Client, workflow_id: str, approval: Approval) -> ApprovalAck:

@@ -4,6 +4,10 @@ Boots the stack, pushes the sample app (``examples/cart``) into the GitHub emula
 receiver, opens an issue with the trigger label (its webhook starts the run), waits for the draft PR,
 approves it as a reviewer through the emulator's review API (that webhook carries the approval), waits for
 the merge, and reads back from the forge what the run left there.
+
+The worker and the receiver it starts are recorded in the stack (``STATE/stack.json``, as ``demo-worker`` and
+``demo-receiver``): with ``--keep`` they go on running, ``durafix dev status`` lists them and ``durafix dev
+down`` stops them with the rest; without it they are stopped with the stack at the end.
 """
 
 from __future__ import annotations
@@ -36,6 +40,9 @@ SAMPLE = REPO_ROOT / "examples" / "cart"
 SAMPLE_FILES = ["app.py", "cart.py", "durafix.yaml", "README.md", "tests/__init__.py", "tests/test_cart.py"]
 OWNER = "maintainer"
 REPO_NAME = "cart"
+# The names ``demo`` records its worker and receiver under in STATE/stack.json (``durafix dev status | down``).
+DEMO_WORKER = "demo-worker"
+DEMO_RECEIVER = "demo-receiver"
 # The login `durafix dev up` gives the worker's token (infra.stack.BOT_LOGIN; infra is imported lazily here).
 BOT_LOGIN = "durafix-bot"
 
@@ -120,24 +127,32 @@ def run_demo(
     config.browser_video = video
     config.save()
     stack_state = stack.read_stack(state_dir)
+    # A kept earlier demo's worker and receiver run with that demo's configuration: replaced, not doubled.
+    for name in (DEMO_WORKER, DEMO_RECEIVER):
+        earlier = stack_state.services.get(name)
+        if earlier is not None:
+            processes.stop(earlier)
     receiver_port = processes.free_port()
     children: list[processes.ServiceRecord] = []
     try:
         py = sys.executable
         base = [py, "-m", "pipeline", "--state-dir", str(state_dir)]
         worker = processes.spawn(
-            "worker", [*base, "worker"], log=state_dir / "logs" / "demo-worker.log", port=0, url=""
+            DEMO_WORKER, [*base, "worker"], log=state_dir / "logs" / "demo-worker.log", port=0, url=""
         )
         children.append(worker)
+        # Recorded in the stack at once: whatever becomes of this process, `durafix dev down` stops them.
+        stack.record(state_dir, worker)
         receiver = processes.spawn(
-            "receiver",
+            DEMO_RECEIVER,
             [*base, "serve", "--port", str(receiver_port)],
             log=state_dir / "logs" / "demo-receiver.log",
             port=receiver_port,
             url=f"http://127.0.0.1:{receiver_port}/webhook",
         )
         children.append(receiver)
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 30)
+        stack.record(state_dir, receiver)
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 90)
         name = unused_repository_name(config, stack_state.admin_token)
         repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url, name=name)
         title, body = issue_text()
@@ -152,7 +167,10 @@ def run_demo(
     else:
         _print_summary(result)
         if keep:
-            print(f"\nthe stack is still running (state {state_dir}); stop it with `durafix dev down`")
+            print(
+                f"\nthe stack, its worker and its receiver ({receiver.url}) are still running (state {state_dir}); "
+                "`durafix dev status` lists them, `durafix dev down` stops them"
+            )
     return 0 if result["outcome"] == "merged" else 1
 
 

@@ -31,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
+    from pipeline.recorded_state import STATE_MEMO, STATE_MEMO_PATCH, recorded_state
     from pipeline.state import (
         Approval,
         ApprovalRequest,
@@ -1294,6 +1295,7 @@ class RepairBugWorkflow:
                 evidence_digest=publish.evidence_digest,
                 requested_at=workflow.now(),
             )
+            self._record_state()
             if workflow.patched(REVIEW_TICKET_PATCH):
                 await self._update_ticket(note=self._review_note)
             try:
@@ -1840,6 +1842,13 @@ class RepairBugWorkflow:
         if self._state.phase != phase:
             self._state.phase = phase
             self._state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
+            self._record_state()
+
+    def _record_state(self) -> None:
+        """Upsert the compact state into the memo (:mod:`pipeline.recorded_state`), which the server keeps
+        and ``describe`` returns: what ``durafix status`` shows while no worker can answer the query."""
+        if workflow.patched(STATE_MEMO_PATCH):
+            workflow.upsert_memo({STATE_MEMO: recorded_state(self._state, workflow.now())})
 
     def _count_tokens(self, err: BaseException) -> None:
         """Tokens spent by a failed model call still count against the budget (its transport failures are

@@ -6,6 +6,10 @@
   RUNNING in Temporal, or whose status cannot be read because Temporal is unreachable, is refused unless
   ``--force`` is given as well: removing a live run's resources breaks it, and the workflow cleans up after
   itself when it ends.
+  A run that ended ``terminated`` or ``timed_out`` never ran its own cleanup nor its final ticket update:
+  with ``--yes`` its ticket on the forge is then brought up to date as well (:mod:`pipeline.cli.ended_ticket`:
+  the ending, what was cleaned or what could not be, how to retry), also when it owns nothing here; under
+  ``ticket`` in ``--json``. A ticket that cannot be updated is exit 1, the cleanup itself stands.
 - ``cleanup --orphans [--yes] [--json]``: the resources of runs that are closed in Temporal (completed,
   failed, cancelled, terminated, timed out) or unknown to it (``NOT_FOUND``). The target set is computed
   once, before acting, and never widened: each target run is re-checked just before it is cleaned (a run
@@ -49,9 +53,10 @@ from environments.inventory import (
     unavailable_json,
 )
 from pipeline.cli.command import AddArguments
+from pipeline.cli.ended_ticket import SKIPPED_CLEANUP, ended_ticket_body, update_ended_ticket
 from pipeline.cli.output import Printer
 from pipeline.cli.run_ids import is_run_id, run_option
-from pipeline.client import connect
+from pipeline.client import connect, recorded_state_of
 from pipeline.config import DurafixConfig
 
 EXIT_OK, EXIT_REMAINS, EXIT_REFUSED, EXIT_NOT_FOUND = 0, 1, 2, 3
@@ -207,6 +212,8 @@ async def _cleanup_run(
             return EXIT_REMAINS
         out.warn(f"{run_id} owns no resources here (already cleaned up, or never provisioned on this host)")
         out.document["resources"] = []
+        if yes and not await _bring_ticket_up_to_date(config, run_id, status, None, out):
+            return EXIT_REMAINS
         return EXIT_NOT_FOUND
 
     live_reason = _live_reason(run_id, status, temporal_error)
@@ -217,6 +224,8 @@ async def _cleanup_run(
         out.line(render_resources(inventory.resources))
         out.line()
         out.line(f"to remove: durafix cleanup --run '{run_id}' --yes" + (" --force" if live_reason else ""))
+        if status in SKIPPED_CLEANUP:
+            out.line(f"(the run is {status}: with --yes its ticket on the forge is brought up to date too)")
         out.document["resources"] = [resource_json(r) for r in inventory.resources]
         return EXIT_OK if inventory.complete else EXIT_REMAINS
     if live_reason and not force:
@@ -229,7 +238,37 @@ async def _cleanup_run(
     outcome.report = await asyncio.to_thread(clean_run, holders, run_id, inventory.resources, unopened)
     out.document.update(outcome.to_json())
     _print_outcome(out, outcome)
-    return EXIT_OK if outcome.ok and inventory.complete else EXIT_REMAINS
+    ticket_ok = await _bring_ticket_up_to_date(config, run_id, status, outcome.report, out)
+    return EXIT_OK if outcome.ok and inventory.complete and ticket_ok else EXIT_REMAINS
+
+
+async def _bring_ticket_up_to_date(
+    config: DurafixConfig, run_id: str, status: str | None, report: CleanupReport | None, out: Printer
+) -> bool:
+    """For a run that skipped its own ending (:data:`SKIPPED_CLEANUP`), write the cleanup's outcome and how to
+    retry into its ticket; False when that failed (said on stderr and under ``ticket``). Other runs: True."""
+    if status not in SKIPPED_CLEANUP:
+        return True
+    closed_at, recorded = None, None
+    try:
+        statuses = await RunStatuses.connect(config)
+        desc = await statuses.client.get_workflow_handle(run_id).describe(rpc_timeout=RPC_TIMEOUT)
+        closed_at, recorded = desc.close_time, await recorded_state_of(desc)
+    except (TemporalUnreachableError, RPCError) as err:
+        out.warn(f"the ticket is written without the run's recorded state: {err}")
+    body = ended_ticket_body(run_id, status, closed_at, recorded, report, config.trigger_label)
+    update = await asyncio.to_thread(update_ended_ticket, config, run_id, body)
+    if update.error is not None:
+        out.warn(f"could not update the ticket of {run_id} on the forge: {update.error}; run the cleanup again")
+        out.document["ticket"] = {"updated": False, "error": update.error}
+        return False
+    if update.url is None:
+        out.line(f"{run_id} has no ticket on the forge to update")
+        out.document["ticket"] = {"updated": False, "error": None}
+        return True
+    out.line(f"ticket updated: {update.url} (says the run is {status}, what was cleaned and how to retry)")
+    out.document["ticket"] = {"updated": True, "url": update.url}
+    return True
 
 
 async def _status_once(config: DurafixConfig, run_id: str) -> tuple[str | None, str | None]:

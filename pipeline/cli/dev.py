@@ -43,10 +43,13 @@ def _source_checkout(command: str) -> Iterator[None]:
 
 
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """``dev up`` starts the stack under the state directory and prints its services; ``dev status`` exits 1
-    unless every recorded service is alive; ``dev down`` stops them (exit 1 naming any that would not stop);
-    ``dev onboard`` is :mod:`pipeline.cli.onboard`. ``dev up`` with options other than the running stack's
-    is refused (exit 2, nothing started or changed: :class:`infra.stack.StackConflict`)."""
+    """``dev up`` starts the stack's services that are not running, each on the port ``stack.json`` recorded
+    for it (its clients already use it), and prints its services; ``dev status`` exits 1 unless every
+    recorded service (``demo --keep``'s worker and receiver included) is alive; ``dev down`` stops them (exit
+    1 naming any that would not stop); ``dev onboard`` is :mod:`pipeline.cli.onboard`. ``dev up`` with
+    options other than the running stack's is refused (exit 2, nothing started or changed:
+    :class:`infra.stack.StackConflict`); a dead service's port held by another process is exit 1
+    (:class:`infra.stack.PortTaken`, naming the holder; nothing moved to another port)."""
     if args.action == "onboard":
         from pipeline.cli.onboard import run_onboard
 
@@ -64,6 +67,8 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
             )
         except stack.StackConflict as err:
             raise CliError(str(err), EXIT_USAGE) from err
+        except stack.PortTaken as err:
+            raise CliError(str(err)) from err
         info = stack.status(cfg.state_dir)
         if args.json:
             print_json(info)

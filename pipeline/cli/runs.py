@@ -26,7 +26,7 @@ from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
 from pipeline.cli.run_ids import run_ref
 from pipeline.cli.spending import cost_json
-from pipeline.cli.status import pending_activities, state_summary
+from pipeline.cli.status import NotLive, live_or_recorded, pending_activities, recorded_summary, state_summary
 from pipeline.config import DurafixConfig
 from pipeline.pricing import ModelPrice
 from pipeline.services import Services
@@ -124,9 +124,21 @@ def cmd_status(args: argparse.Namespace, config: DurafixConfig) -> int:
         if args.watch:
             return await _watch(client, workflow_id, args.json, prices=config.model_prices)
         description = await runs.handle_for(client, workflow_id).describe()
-        state = await runs.get_state(client, workflow_id)
+        state = await live_or_recorded(client, workflow_id, description)
         pending = await pending_activities(description)
         status = description.status
+        if isinstance(state, NotLive):  # no worker answered: what the server holds, said to be not live
+            if args.json:
+                print_json(
+                    {
+                        "status": status.name.lower() if status else None,
+                        **state.to_json(),
+                        "pending_activities": [activity.to_json() for activity in pending],
+                    }
+                )
+            else:
+                print(recorded_summary(workflow_id, description, state, pending, datetime.now(UTC)))
+            return EXIT_OK
         if args.json:
             print_json(
                 {

@@ -3,10 +3,16 @@
 The state is the workflow's ``state`` query, facts as the workflow recorded them. The pending activities
 come from describing the workflow: what is running right now (or scheduled, or waiting to retry), with the
 sub-state its last heartbeat carried (:mod:`pipeline.heartbeat`: the text, or ``{"detail": text, ...}``).
+
+The query needs a worker polling ``durafix-orchestration``. When none answers (every worker died, or none was
+started yet after a crash), :func:`live_or_recorded` falls back to what the server holds without one: the
+compact state the run upserted into its memo at its last phase change (:mod:`pipeline.recorded_state`) and
+the pending activities from ``describe``. :func:`recorded_summary` says plainly that this is not live.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,12 +22,21 @@ from typing import Any
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import WorkflowExecutionDescription, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus
 from temporalio.converter import DataConverter
+from temporalio.service import RPCError, RPCStatusCode
 
+from pipeline import client as runs
 from pipeline.cli.spending import budget_lines
 from pipeline.pricing import ModelPrice
+from pipeline.recorded_state import RecordedState
 from pipeline.state import RunState
+from pipeline.steps import TaskQueue
+
+QUERY_TIMEOUT = timedelta(seconds=5)
+"""How long the state query may wait for a worker before the recorded state is shown instead. The server
+fails the query at once when it has seen no poller lately; a poller that died moments ago is still
+remembered, and the query then waits for it: this bounds that wait."""
 
 _STATES = {
     PendingActivityState.PENDING_ACTIVITY_STATE_SCHEDULED: "scheduled",
@@ -224,5 +239,100 @@ def state_summary(
             "WARNING    the run was terminated: its own cleanup did not run and the state above is as of the\n"
             f"           termination. Check `durafix resources --run {state.workflow_id}` and clean up with\n"
             f"           `durafix cleanup --run {state.workflow_id}`; check the forge for a half-finished step."
+        )
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class NotLive:
+    """The state query went unanswered (``reason``); ``recorded`` is what the run last upserted into its memo
+    (None: it kept none, a run recorded before it did or one that has not changed phase yet)."""
+
+    reason: str
+    recorded: RecordedState | None
+
+    def notice(self) -> str:
+        if self.recorded is None:
+            return f"{self.reason}; the run recorded no state the server keeps, showing what Temporal holds"
+        return f"{self.reason}; showing the state recorded at {self.recorded.at.isoformat()}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "live": False,
+            "notice": self.notice(),
+            "recorded": self.recorded.model_dump(mode="json") if self.recorded else None,
+        }
+
+
+async def live_or_recorded(
+    client: Client, workflow_id: str, description: WorkflowExecutionDescription
+) -> RunState | NotLive:
+    """The live state, or (no worker answered within :data:`QUERY_TIMEOUT`) the recorded one. A run Temporal
+    does not know still raises ``RPCError(NOT_FOUND)``; a query the workflow failed still raises."""
+    queue = TaskQueue.ORCHESTRATION.value
+    try:
+        return await asyncio.wait_for(
+            runs.get_state(client, workflow_id, rpc_timeout=QUERY_TIMEOUT), QUERY_TIMEOUT.total_seconds() + 5
+        )
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            raise
+        if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+            reason = _silent(queue)
+        elif "poller" in err.message:
+            reason = f"no worker is polling {queue}"
+        else:
+            reason = f"the state query failed ({err.message})"
+    except TimeoutError:
+        reason = _silent(queue)
+    return NotLive(reason, await runs.recorded_state_of(description))
+
+
+def _silent(queue: str) -> str:
+    return f"no worker polling {queue} answered within {QUERY_TIMEOUT.total_seconds():.0f} s"
+
+
+def recorded_summary(
+    workflow_id: str,
+    description: WorkflowExecutionDescription,
+    not_live: NotLive,
+    pending: Sequence[PendingActivity] = (),
+    now: datetime | None = None,
+) -> str:
+    """The run for a human when no worker answers: the notice first, then the recorded state, the pending
+    activities the server holds and, for a terminated run, the same warning as :func:`state_summary`."""
+    status = description.status
+    rec = not_live.recorded
+    phase = f"; phase {rec.phase}" + (f"; outcome {rec.outcome}" if rec.outcome else "") if rec else ""
+    lines = [
+        f"NOTICE     {not_live.notice()}",
+        f"run        {workflow_id}  (run {description.run_id[:8]})",
+        f"status     {status.name.lower() if status else 'unknown'}{phase}",
+    ]
+    if rec is not None:
+        if rec.detail:
+            lines.append(f"detail     {rec.detail}")
+        if rec.ticket:
+            lines.append(f"ticket     {rec.ticket}")
+        if rec.attempts:
+            lines.append(f"attempts   {rec.attempts}")
+        if rec.branch:
+            lines.append(f"publish    {rec.branch} @ {(rec.commit or '-')[:12]}; PR {rec.pr or '-'}")
+        if rec.awaiting:
+            lines.append(f"awaiting   approval of {rec.awaiting}")
+        if rec.merged:
+            lines.append(f"merged     {rec.merged}")
+        if rec.cleanup:
+            lines.append(f"cleanup    {rec.cleanup}")
+    lines.extend(activity.line(now or datetime.now(UTC)) for activity in pending)
+    if status == WorkflowExecutionStatus.RUNNING:
+        lines.append(
+            "           start a worker (`durafix worker`) to resume the run and see its live state; see\n"
+            "           docs/runbooks/restart-after-a-crash.md"
+        )
+    elif status == WorkflowExecutionStatus.TERMINATED:
+        lines.append(
+            "WARNING    the run was terminated: its own cleanup did not run. Check `durafix resources --run "
+            f"{workflow_id}`\n           and clean up with `durafix cleanup --run {workflow_id}`."
         )
     return "\n".join(lines)
