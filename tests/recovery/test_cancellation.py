@@ -81,8 +81,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
         yield e2e
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def worker(stack: E2EStack) -> Iterator[ServiceRecord]:
+    """One ``durafix worker`` process for the module's runs (each run has its own repository and resources)."""
     rec = stack.spawn_worker()
     try:
         yield rec
@@ -181,9 +182,21 @@ async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tup
     return requested[0].event_time.ToDatetime(), ends[0][1].event_time.ToDatetime()
 
 
+def _is_page_renderer(argv: list[str]) -> bool:
+    # Chromium rewrites a renderer's command line as one space-joined string; the browser's own WebUI has a
+    # renderer of its own, which is not a page's.
+    words = " ".join(argv).split()
+    return (
+        bool(words)
+        and Path(words[0]).name == "chromium"
+        and "--type=renderer" in words
+        and ("--top-chrome-webui" not in words)
+    )
+
+
 def _renderers(worker: ServiceRecord) -> list[Proc]:
     """The page renderers of the worker's Chromium (a page's context closed, its renderer ends)."""
-    return descendants(worker.pid, lambda argv: Path(argv[0]).name == "chromium" and "--type=renderer" in argv)
+    return descendants(worker.pid, _is_page_renderer)
 
 
 def _marked_for(wf: str, argv: tuple[str, ...]) -> list[int]:
