@@ -7,7 +7,8 @@ loop and blocks its caller until the result is ready. Several runs share the bro
 its own fresh context (bounded by ``max_concurrent_runs``). ``on_step`` is always called on the CALLER's
 thread, before the step is performed, and the step waits for it to return: a heartbeat happens in the
 activity's own context, and an exception it raises (a cancelled activity) cancels the run before the next
-step, closes its context, and is re-raised from ``run``.
+step, closes its context, and is re-raised from ``run``; so does an exception raised in the caller's thread
+while it waits for the next step (a cancellation delivered into a synchronous activity's thread).
 
 Failure contract: a step the app cannot satisfy (a selector that never appears, a page that refuses the
 connection) is a finding about the app and ends that run as incomplete; the result is ``inconclusive``. A
@@ -157,19 +158,18 @@ class BrowserRunner:
                 events.put(None)
 
         future = asyncio.run_coroutine_threadsafe(guarded(), loop)
-        while (event := _next_event(events, thread)) is not None:
-            index, description, ack = event
-            assert on_step is not None
-            try:
+        try:
+            while (event := _next_event(events, thread)) is not None:
+                index, description, ack = event
+                assert on_step is not None
                 on_step(index, description)
-            except BaseException:
-                future.cancel()
-                # Wait for the run to close its context before handing the exception back.
-                event = _next_event(events, thread)
-                while event is not None:
-                    event = _next_event(events, thread)
-                raise
-            loop.call_soon_threadsafe(_release, ack)
+                loop.call_soon_threadsafe(_release, ack)
+        except BaseException:
+            # ``on_step`` raised, or an exception was raised in this thread while it waited for the next step
+            # (a cancelled activity's): the run is cancelled and its context closed before it is handed back.
+            future.cancel()
+            _drain(events, thread)
+            raise
         return future.result()
 
     def close(self) -> None:
@@ -376,6 +376,13 @@ def _next_event(events: queue.Queue[_Event], thread: threading.Thread) -> _Event
         except queue.Empty:
             if not thread.is_alive():
                 raise BrowserInfraError("the browser runner was closed before the run finished") from None
+
+
+def _drain(events: queue.Queue[_Event], thread: threading.Thread) -> None:
+    """Wait until a cancelled run has ended (its context closed); announcements it still makes are dropped."""
+    with contextlib.suppress(BrowserInfraError):
+        while _next_event(events, thread) is not None:
+            pass
 
 
 def _release(ack: asyncio.Future[None]) -> None:

@@ -216,8 +216,12 @@ def run_tests(
     command: str | None = None,
     sandbox: Sandbox | None = None,
     allowed_secrets: tuple[str, ...] = (),
+    marker: str | None = None,
 ) -> TestRunResult:
     """Run ``command`` (default ``recipe.test``) in ``ws_path``; passed means exit code 0 within ``timeout_s``.
+
+    ``marker``: the ownership marker its processes carry (default: one of their own, ``tests/<uuid>``); a
+    provider passes one under the run's key, so the run's cleanup and inventory see a test still running.
 
     In ``sandbox`` (when given) the tests may write ``ws_path`` only and have no network; whatever they leave
     running dies when the test command ends. The full output goes to ``log_path`` (default: a new temporary
@@ -229,7 +233,7 @@ def run_tests(
     code, duration = run_to_completion(
         command or recipe.test,
         cwd=ws_path,
-        env=command_env(recipe, marker=f"tests/{uuid.uuid4().hex}", allowed_secrets=allowed_secrets),
+        env=command_env(recipe, marker=marker or f"tests/{uuid.uuid4().hex}", allowed_secrets=allowed_secrets),
         log_path=log_path,
         timeout_s=timeout_s,
         sandbox=sandbox,

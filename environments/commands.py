@@ -112,7 +112,9 @@ def run_to_completion(
 ) -> tuple[int | None, float]:
     """Run ``command`` to its end; return (exit code, or ``None`` if it timed out and was killed; seconds).
 
-    On timeout the command's whole process group (and anything carrying its marker) is stopped. In a sandbox
+    On timeout, and when the wait is interrupted by an exception (a cancellation raised in the calling
+    thread), the command's whole process group (and anything carrying its marker) is stopped before this
+    returns or re-raises: a caller that gives up never leaves the command running. In a sandbox
     (see :func:`spawn`) nothing the command started outlives it: the sandbox's PID namespace ends with it.
     """
     started = time.monotonic()
@@ -131,6 +133,11 @@ def run_to_completion(
     except subprocess.TimeoutExpired:
         stop_owned(env[MARKER_VAR], pgid=proc.pid, grace_s=2.0)
         code = None
+    except BaseException:
+        # The caller gave up while the command ran (a cancelled activity's CancelledError is raised in this
+        # thread while it waits): the command is in its own session, so nothing else would ever stop it.
+        stop_owned(env[MARKER_VAR], pgid=proc.pid, grace_s=2.0)
+        raise
     return code, time.monotonic() - started
 
 

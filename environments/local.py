@@ -225,12 +225,15 @@ class LocalProcessProvider:
         ws = Path(workspace).absolute()
         recipe = spec.recipe
         # Its own marker per call: nothing of a check is a run's recorded resource, since nothing of it outlives
-        # the call (the sandbox's PID namespace ends with each command).
+        # the call (the sandbox's PID namespace ends with each command, and a call given up on stops its
+        # command). The marker is under the run's key all the same, so the run's cleanup sweep and anyone
+        # listing the run's processes see a check that is still running.
+        checks = f"{self._run_dir(run_id).name}/checks-{uuid.uuid4().hex}"
         if setup:
             run_setup(
                 ws,
                 recipe,
-                marker=f"setup/{uuid.uuid4().hex}",
+                marker=f"{checks}/setup",
                 log_path=log_path,
                 timeout_s=setup_timeout_s,
                 progress=progress,
@@ -250,6 +253,7 @@ class LocalProcessProvider:
             command=command,
             sandbox=self.sandbox,
             allowed_secrets=self.allowed_secrets,
+            marker=f"{checks}/tests",
         )
 
     def _start(

@@ -6,7 +6,7 @@ these objects findable are added by the forge adapter, not here.
 
 from __future__ import annotations
 
-from pipeline.state import CandidateFact, Outcome, Phase, RunState, VerificationStatus
+from pipeline.state import CandidateFact, CleanupFact, Outcome, Phase, RunState, VerificationStatus
 from pipeline.steps import EvidenceResult
 
 _OUTCOME_TEXT = {
@@ -70,6 +70,22 @@ def ticket_body(state: RunState, note: str = "") -> str:
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def cleanup_incomplete_note(workflow_id: str, cleanup: CleanupFact) -> str:
+    """What a run whose cleanup could not complete says on its ticket: the resources that remain (each as
+    ``kind:id``, or that they are unknown when cleanup itself failed) and the command that finishes the job.
+    The errors are not quoted (they name paths on the worker's host); ``durafix status`` shows them."""
+    if cleanup.remaining:
+        left = f"cleanup could not remove {len(cleanup.remaining)} resource(s): " + ", ".join(
+            f"`{r}`" for r in cleanup.remaining
+        )
+    else:
+        left = f"cleanup failed, so what remains is unknown (`durafix resources --run '{workflow_id}'` lists it)"
+    return (
+        f"{left}. To finish: fix the cause (`durafix status '{workflow_id}' --json` names the errors), then run "
+        f"`durafix cleanup --run '{workflow_id}' --yes`"
+    )
 
 
 SUBJECT_LIMIT = 72

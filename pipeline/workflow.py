@@ -157,6 +157,9 @@ MOVED_HEAD_PATCH = "moved-head-verified"
 # change is rebuilt on it and verified again (RunPolicy.base_moved says whether a same change merges as
 # approved or is pushed rebuilt). Runs recorded before merged without looking at the base.
 BASE_MOVED_PATCH = "moved-base-reverified"
+# A run whose cleanup could not complete names on its ticket what remains and how to finish the cleanup
+# (``durafix cleanup --run``); runs recorded before said only the outcome and its detail.
+CLEANUP_TICKET_PATCH = "cleanup-incomplete-on-ticket"
 
 
 class RunEnded(Exception):
@@ -1812,6 +1815,9 @@ class RepairBugWorkflow:
         if not self._state.cleanup.complete:
             detail = f"{outcome.value}: {detail}; cleanup left {self._state.cleanup.remaining or 'unknown resources'}"
             outcome = Outcome.CLEANUP_INCOMPLETE
+            if workflow.patched(CLEANUP_TICKET_PATCH):
+                left = messages.cleanup_incomplete_note(self._state.workflow_id, self._state.cleanup)
+                self._closing_note = f"{self._closing_note}. {left}" if self._closing_note else left
         self._state.outcome = outcome
         self._state.outcome_detail = detail
         self._enter(Phase.DONE)

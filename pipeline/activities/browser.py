@@ -5,8 +5,9 @@
 - ``browser.reproduce``: re-checks that the environment answers HTTP (the environments' own probe, which
   never goes through a proxy) before running, never trusting the recorded handle: an app killed behind our
   back is reported as ``EnvironmentGone`` so the workflow provisions anew. Runs the procedure in a fresh
-  browser context, heartbeats per step (so cancellation reaches it), and stores traces, screenshots (the
-  element crop of every check among them), videos (when the worker records them) and the log. Only
+  browser context, heartbeats per step and while a step waits (so cancellation reaches it within the
+  heartbeat interval; the run's context is closed before the activity ends cancelled), and stores traces,
+  screenshots (the element crop of every check among them), videos (when the worker records them) and the log. Only
   complete, hash-verified artifacts are referenced: a worker killed mid-run leaves nothing referenced, and
   the retry starts over. A browser crash is an ``Infrastructure`` failure, retried, never reported as "not
   reproduced". The page may reach the app's origin and the recipe's ``browser_origins`` (read from the
@@ -28,6 +29,7 @@ from environments.spec import spec_from_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
+from pipeline.activities.heartbeat import Heartbeat
 from pipeline.failures import FailureClass
 from pipeline.steps import PrepareProcedureInput, ProcedureResult, ReproduceInput, ReproduceResult
 
@@ -70,12 +72,15 @@ class BrowserActivities:
         if down is not None:
             raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} does not answer at {env.base_url}: {down}")
 
-        def on_step(index: int, description: str) -> None:
-            # Heartbeating is also how a sync activity learns it was cancelled.
-            activity.heartbeat(f"step {index}: {description}")
-
         with tempfile.TemporaryDirectory(prefix="durafix-repro-") as tmp:
-            with classified():
+            # Beats go on during a step too (a ``wait_for`` may take its whole timeout): heartbeating is how a
+            # sync activity learns it was cancelled, and the cancellation is raised in this thread, which the
+            # runner answers by closing the run's browser context before it re-raises.
+            with classified(), Heartbeat("opening the browser") as beat:
+
+                def on_step(index: int, description: str) -> None:
+                    beat.set(f"step {index}: {description}")
+
                 result = self.browser().run(
                     procedure, env.base_url, Path(tmp), on_step=on_step, allowed_origins=origins
                 )
