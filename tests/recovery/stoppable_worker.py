@@ -5,7 +5,9 @@ the activity body runs, i.e. before any check it makes), ``adapter:<GitHubForge 
 activity just before the forge write (after the activity's checks). The first call to stop at writes
 ``stopped.json`` (the attempt's activity ID, attempt number and task token, base64) to
 ``DURAFIX_TEST_STOP_DIR`` and stops the whole process: its pollers, heartbeats and the attempt. After a SIGCONT
-the call goes on as it would have, and ``resumed.json`` says how it ended: its result, or the error it raised.
+the call goes on as it would have (shielded from the worker's own cancellation of the timed-out attempt, see
+the wrapper), and ``resumed.json`` says how it ended: its result or the error it raised, and whether the
+worker cancelled the attempt meanwhile.
 Once ``stopped.json`` exists, later processes never stop, so a successor running this script runs normally.
 """
 
@@ -44,14 +46,24 @@ def _stopping(original: Callable[..., Any], marker_dir: Path) -> Callable[..., A
                 }
             )
         )
-        os.kill(os.getpid(), signal.SIGSTOP)
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as err:
-            (marker_dir / "resumed.json").write_text(json.dumps({"error": type(err).__name__, "detail": str(err)}))
-            raise
-        (marker_dir / "resumed.json").write_text(json.dumps({"result": repr(result)}))
-        return result
+        # Shielded from the SDK's in-thread cancellation: waking, the worker finds its attempt timed out and
+        # cancels it, but a write already on the wire (a thread blocked in a socket call) is not stopped by
+        # that. The shield makes the late call always run, so that what meets it is the forge's guards and the
+        # run's fence alone; the cancellation is raised when the block ends.
+        with activity.shield_thread_cancel_exception():
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+            def note(outcome: dict[str, Any]) -> None:
+                outcome["cancelled_meanwhile"] = activity.is_cancelled()
+                (marker_dir / "resumed.json").write_text(json.dumps(outcome))
+
+            try:
+                result = original(self, *args, **kwargs)
+            except Exception as err:
+                note({"error": type(err).__name__, "detail": str(err)})
+                raise
+            note({"result": repr(result)})
+            return result
 
     return wrapper
 

@@ -112,7 +112,7 @@ async def until_file(path: Path, timeout_s: float, what: str) -> dict[str, Any]:
 
 async def stopped_attempt(workers: Workers, rec: ServiceRecord) -> dict[str, Any]:
     """What the stopped worker noted of its attempt, once the whole process is stopped."""
-    stopped = await until_file(workers.stop_dir / "stopped.json", 240, "the forge worker to stop itself")
+    stopped = await until_file(workers.stop_dir / "stopped.json", 400, "the forge worker to stop itself")
     assert stopped["pid"] == rec.pid
     deadline = time.monotonic() + 10
     while process_state(rec.pid) != "T":
@@ -212,7 +212,7 @@ async def test_a_worker_stopped_inside_a_forge_write_wakes_after_the_run_and_its
 
     with_cont(stale)
     resumed = await until_file(workers.stop_dir / "resumed.json", 60, "the continued attempt to finish its write")
-    assert "created=False" in resumed.get("result", ""), resumed
+    assert "created=False" in resumed.get("result", ""), (resumed, processes.log_tail(Path(stale.log), 60))
     await assert_token_refused(client, stopped)
     await assert_done_once_by(client, wf, steps.ENSURE_TICKET.name, successor)
     after = [(c.id, c.body) for c in stack.github().get_repo(repository).get_issue(issue).get_comments()]
@@ -242,7 +242,8 @@ async def test_a_worker_stopped_as_a_forge_step_began_wakes_after_cleanup_and_is
 
     with_cont(stale)
     resumed = await until_file(workers.stop_dir / "resumed.json", 60, "the continued attempt to end")
-    assert resumed.get("error") == "ApplicationError" and "cleaned up" in resumed["detail"], resumed
+    fenced = resumed.get("error") == "ApplicationError" and "cleaned up" in resumed["detail"]
+    assert fenced, (resumed, processes.log_tail(Path(stale.log), 60))
     await assert_token_refused(client, stopped)
     await assert_done_once_by(client, wf, steps.ENSURE_DRAFT_PR.name, successor)
     assert_one_of_each(stack, repository, wf, issue, final)
