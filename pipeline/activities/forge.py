@@ -4,7 +4,8 @@ Every mutation here is an *ensure* or a conditional write of the adapter (see ``
 a retry first reads GitHub's state and only writes what is missing. That is what makes retrying after an
 ambiguous outcome a reconciliation rather than a blind re-send. Forge errors map to failure classes through
 the shared table: transient (honouring ``retry-after``), ambiguous, conflict (policy: a human decides),
-permanent.
+permanent. Every activity that writes first checks the run's tombstone (``pipeline.activities.forge_fence``):
+an attempt that wakes after the run's cleanup writes nothing and fails as ``Policy``; reads are not fenced.
 """
 
 from __future__ import annotations
