@@ -75,6 +75,8 @@ class UpdateTicketInput(BaseModel):
     comment_id: int | None
     op_id: str
     body: str
+    # The run's closing update, sent after its cleanup: the one ticket write the run's tombstone does not fence.
+    closing: bool = False
 
 
 class PublishBranchInput(BaseModel):

@@ -1822,11 +1822,11 @@ class RepairBugWorkflow:
         self._state.outcome_detail = detail
         self._enter(Phase.DONE)
         try:
-            await self._update_ticket(note=self._closing_note)
+            await self._update_ticket(note=self._closing_note, closing=True)
         except ActivityError as err:
             self._state.outcome_detail += f" (final ticket update failed: {failure_message(err)})"
 
-    async def _update_ticket(self, note: str = "") -> None:
+    async def _update_ticket(self, note: str = "", *, closing: bool = False) -> None:
         ticket = self._state.ticket
         if ticket is None:
             return
@@ -1839,6 +1839,7 @@ class RepairBugWorkflow:
                     comment_id=ticket.comment_id,
                     op_id=ticket.op_id,
                     body=messages.ticket_body(self._state, note),
+                    closing=closing,
                 ),
             )
 

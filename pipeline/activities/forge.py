@@ -4,7 +4,8 @@ Every mutation here is an *ensure* or a conditional write of the adapter (see ``
 a retry first reads GitHub's state and only writes what is missing. That is what makes retrying after an
 ambiguous outcome a reconciliation rather than a blind re-send. Forge errors map to failure classes through
 the shared table: transient (honouring ``retry-after``), ambiguous, conflict (policy: a human decides),
-permanent.
+permanent. Every activity that writes first checks the run's tombstone (``pipeline.activities.forge_fence``):
+an attempt that wakes after the run's cleanup writes nothing and fails as ``Policy``; reads are not fenced.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from environments.workspace import Workspace, WorkspaceManager
 from evidence.interface import ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.classify import classified
+from pipeline.activities.forge_fence import ensure_run_open
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.failures import FailureClass
 from pipeline.steps import (
@@ -109,14 +111,16 @@ class ForgeActivities:
 
     @activity.defn(name=steps.ENSURE_TICKET.name)
     def ensure_ticket(self, inp: EnsureTicketInput) -> TicketResult:
-        """One status comment per operation ID (claim ref + marker; see ``reviews.tickets``)."""
+        """One status comment per operation ID (claim ref + marker; see ``reviews.tickets``). Fenced."""
         with classified():
+            ensure_run_open(self.store, f"to ensure the ticket {inp.op_id}")
             ticket = self.forge_for(inp.repository).ensure_ticket(inp.op_id, inp.issue_number, inp.title, inp.body)
         return TicketResult(issue_number=ticket.issue_number, comment_id=ticket.comment_id, url=ticket.html_url)
 
     @activity.defn(name=steps.UPDATE_TICKET.name)
     def update_ticket(self, inp: UpdateTicketInput) -> None:
-        """Edit the status comment in place; idempotent."""
+        """Edit the status comment in place; idempotent. Fenced, except the run's closing update (``closing``),
+        which the run sends after its own cleanup (``pipeline.activities.forge_fence``)."""
         ticket = Ticket(
             op_id=inp.op_id,
             kind="comment" if inp.comment_id is not None else "issue",
@@ -125,12 +129,16 @@ class ForgeActivities:
             html_url="",
         )
         with classified():
+            if not inp.closing:
+                ensure_run_open(self.store, f"to update the ticket {inp.op_id}")
             self.forge_for(inp.repository).update_ticket(ticket, inp.body)
 
     @activity.defn(name=steps.PUBLISH_BRANCH.name)
     def publish_branch(self, inp: PublishBranchInput) -> PublishResult:
-        """Rebuild the candidate commit (deterministic: same SHA as verified) and push it conditionally."""
+        """Rebuild the candidate commit (deterministic: same SHA as verified) and push it conditionally. Fenced
+        before the rebuild and again before the push (the rebuild can take a while)."""
         with classified():
+            ensure_run_open(self.store, f"to rebuild the candidate of {inp.op_id}", inp.run_id)
             if inp.parent_commit is not None:
                 # A revision is stacked on the head under review, which is on the forge already.
                 self.workspaces.mirrors.ensure(inp.clone_url, inp.parent_commit, token=self.git_token)
@@ -141,6 +149,7 @@ class ForgeActivities:
                     raise FailureClass.PERMANENT.error(
                         f"rebuilt candidate {commit} differs from the verified commit {inp.expected_commit}"
                     )
+                ensure_run_open(self.store, f"to push {inp.branch} for {inp.op_id}", inp.run_id)
                 with Heartbeat(f"pushing {commit[:12]} to {inp.branch}"):
                     result = self.forge_for(inp.repository).publish_branch(
                         inp.branch, commit, inp.expected_old, ws.path
@@ -159,8 +168,10 @@ class ForgeActivities:
 
     @activity.defn(name=steps.ENSURE_DRAFT_PR.name)
     def ensure_draft_pr(self, inp: EnsureDraftPrInput) -> PullInfo:
-        """One open draft PR per head branch, carrying the run's marker (see ``reviews.pulls``)."""
+        """One open draft PR per head branch, carrying the run's marker (see ``reviews.pulls``). Fenced: the
+        adapter finds only an *open* PR, so after the run's PR was merged a late attempt would open another."""
         with classified():
+            ensure_run_open(self.store, f"to open the PR of {inp.op_id}", inp.run_id)
             pr = self.forge_for(inp.repository).ensure_draft_pr(inp.run_id, inp.branch, inp.base, inp.title, inp.body)
         return PullInfo(
             number=pr.number, url=pr.html_url, head_sha=pr.head_sha, state="open", draft=pr.draft, merged=False
@@ -168,8 +179,9 @@ class ForgeActivities:
 
     @activity.defn(name=steps.ENSURE_COMMENT.name)
     def ensure_comment(self, inp: EnsureCommentInput) -> CommentResult:
-        """One comment per key; the same content is never posted twice (see ``reviews.comments``)."""
+        """One comment per key; the same content is never posted twice (see ``reviews.comments``). Fenced."""
         with classified():
+            ensure_run_open(self.store, f"to comment {inp.key}")
             ref = self.forge_for(inp.repository).ensure_comment(inp.number, inp.key, inp.body)
         return CommentResult(comment_id=ref.comment_id, created=ref.action == "created")
 
@@ -210,8 +222,9 @@ class ForgeActivities:
 
     @activity.defn(name=steps.REQUEST_REVIEW.name)
     def request_review(self, inp: RequestReviewInput) -> None:
-        """Ask ``reviewers`` to review the PR (again); idempotent on the forge (``reviews.feedback``)."""
+        """Ask ``reviewers`` to review the PR (again); idempotent on the forge (``reviews.feedback``). Fenced."""
         with classified():
+            ensure_run_open(self.store, f"to request a review of PR #{inp.number}")
             self.forge_for(inp.repository).request_review(inp.number, inp.reviewers)
 
     @activity.defn(name=steps.MERGE.name)
@@ -223,8 +236,10 @@ class ForgeActivities:
         merged (``NOT_APPROVED``, its detail saying how many of how many approvals stand). A draft is first
         marked ready for review (GitHub refuses to merge drafts); both steps are idempotent, and an ambiguous
         merge is reconciled by reading the PR. A PR whose head is no longer the approved one is ``HEAD_MOVED``
-        at once (the forge's merge would say so too, but only after the draft was made ready)."""
+        at once (the forge's merge would say so too, but only after the draft was made ready). Fenced: a run
+        cleaned up merges nothing."""
         with classified():
+            ensure_run_open(self.store, f"to merge PR #{inp.number} for {inp.op_id}")
             forge = self.forge_for(inp.repository)
             state = forge.get_pr(inp.number)
             if not state.merged:
