@@ -149,6 +149,8 @@ class Supervisor:
                 child.ready.set()
                 if child.promote_when_ready:
                     self._go(child)
+                else:
+                    note(f"worker process {child.pid} ready (spare)")
                 break
         code = await child.proc.wait()
         await self.exits.put((child, code))
