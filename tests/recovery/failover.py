@@ -15,8 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -26,12 +26,11 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-with workflow.unsafe.imports_passed_through():
-    from pipeline import config as config_module
-    from pipeline.config import DurafixConfig
-    from pipeline.inflight import Attempt, InflightDir, inflight_root
-    from pipeline.policies import RunPolicy, StepTimeouts
-    from pipeline.steps import ENSURE_TICKET, EnsureTicketInput, TaskQueue, TicketResult
+from pipeline import config as config_module
+from pipeline.config import DurafixConfig
+from pipeline.inflight import Attempt, InflightDir, inflight_root
+from pipeline.policies import RunPolicy, StepTimeouts
+from pipeline.steps import ENSURE_TICKET, EnsureTicketInput, TaskQueue, TicketResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAILOVER_WORKER = Path(__file__).with_name("failover_worker.py")
@@ -69,7 +68,8 @@ def options(t: StepTimeouts) -> dict[str, object]:
     }
 
 
-@workflow.defn(name="failover-probe")
+# Not sandboxed: this module also holds the processes' helpers, which the sandbox would refuse at import.
+@workflow.defn(name="failover-probe", sandboxed=False)
 class ProbeWorkflow:
     """The holds at once (each with the default policy's browser timeouts), then the ticket (its forge ones)."""
 
@@ -122,14 +122,14 @@ class SupervisedWorker:
     def count(self, needle: str) -> int:
         return self.log_text().count(needle)
 
-    def wait_log(self, needle: str, at_least: int, timeout_s: float) -> None:
+    async def wait_log(self, needle: str, at_least: int, timeout_s: float) -> None:
         """Until the log holds ``needle`` ``at_least`` times (the supervisor's notes)."""
         deadline = time.monotonic() + timeout_s
         while self.count(needle) < at_least:
             assert self.proc.poll() is None, f"the worker exited ({self.proc.returncode}):\n{self.log_text()[-3000:]}"
             if time.monotonic() > deadline:
                 raise AssertionError(f"no {at_least}x {needle!r} in the worker's log after {timeout_s:.0f}s")
-            time.sleep(0.1)
+            await asyncio.sleep(0.1)
 
     def spares_ready(self) -> int:
         return self.count("ready (spare)")
@@ -144,7 +144,9 @@ class SupervisedWorker:
                     return where, attempt
         return None
 
-    async def wait_inflight(self, activity_type: str, workflow_id: str, timeout_s: float) -> tuple[InflightDir, Attempt]:
+    async def wait_inflight(
+        self, client: Client, activity_type: str, workflow_id: str, timeout_s: float
+    ) -> tuple[InflightDir, Attempt]:
         deadline = time.monotonic() + timeout_s
         while True:
             found = self.inflight(activity_type, workflow_id)
@@ -152,7 +154,15 @@ class SupervisedWorker:
                 return found
             assert self.proc.poll() is None, f"the worker exited:\n{self.log_text()[-3000:]}"
             if time.monotonic() > deadline:
-                raise AssertionError(f"{activity_type} of {workflow_id} never started:\n{self.log_text()[-3000:]}")
+                desc = await client.get_workflow_handle(workflow_id).describe()
+                pending = [
+                    (a.activity_type.name, a.attempt, a.state, a.last_failure.message)
+                    for a in desc.raw_description.pending_activities
+                ]
+                raise AssertionError(
+                    f"{activity_type} of {workflow_id} never started ({desc.status}, pending {pending}):\n"
+                    f"{self.log_text()[-3000:]}"
+                )
             await asyncio.sleep(0.05)
 
 
@@ -164,8 +174,8 @@ def kill_child(where: InflightDir) -> float:
     return killed_at
 
 
-@contextmanager
-def supervised_worker(state: Path, queues: str = "forge,model") -> Iterator[SupervisedWorker]:
+@asynccontextmanager
+async def supervised_worker(state: Path, queues: str = "forge,model") -> AsyncIterator[SupervisedWorker]:
     """A supervised worker on ``state`` (configured first, :func:`configure`); ready once its first child polls
     and its spare is warm. Stopped with SIGTERM to its group at the end (SIGKILL if it will not)."""
     log = state / "worker.log"
@@ -176,8 +186,8 @@ def supervised_worker(state: Path, queues: str = "forge,model") -> Iterator[Supe
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     worker = SupervisedWorker(state, proc, log)
     try:
-        worker.wait_log(" polls", 1, 180)
-        worker.wait_log("ready (spare)", 1, 180)
+        await worker.wait_log(" polls", 1, 180)
+        await worker.wait_log("ready (spare)", 1, 180)
         yield worker
     finally:
         stop(proc)
