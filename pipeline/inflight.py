@@ -54,6 +54,7 @@ WORKER_LOST = "WorkerLost"
 
 # Zero would mean "not set" to the server (the retry policy's backoff would apply): the smallest wait instead.
 RETRY_AT_ONCE = timedelta(milliseconds=1)
+CLOSED = (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION)
 
 
 def inflight_root(state_dir: Path) -> Path:
@@ -165,9 +166,8 @@ async def fail_attempt(client: Client, attempt: Attempt, why: str) -> bool:
     try:
         await client.get_async_activity_handle(task_token=attempt.token()).fail(error)
     except RPCError as err:
-        if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT, RPCStatusCode.FAILED_PRECONDITION):
-            return True
-        return False
+        # Refused: the attempt is closed (or the token is not one the server can use); nothing to hand over.
+        return err.status in CLOSED
     return True
 
 

@@ -32,8 +32,8 @@ from pipeline.config import DurafixConfig
 from pipeline.inflight import InflightDir, InflightInterceptor, note, sweep
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
-from pipeline.temporal_connection import connect_options
 from pipeline.supervisor import GO, READY, supervisor_pid
+from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
 
 ALL_QUEUES = [q for q in TaskQueue]
