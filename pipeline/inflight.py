@@ -68,7 +68,7 @@ class Attempt(BaseModel):
     activity_type: str
     activity_id: str
     attempt: int
-    workflow_id: str
+    workflow_id: str  # empty for an activity no workflow started
     workflow_run_id: str
     started_at: float  # wall clock, seconds
 
@@ -195,7 +195,7 @@ async def fail_dir(client: Client, found: InflightDir, why: str) -> list[Attempt
                 file.unlink()
         else:
             kept = True
-    for run in {(a.workflow_id, a.workflow_run_id): a for a in done}.values():
+    for run in {(a.workflow_id, a.workflow_run_id): a for a in done if a.workflow_id}.values():
         await unstick(client, run)
     if not kept:
         found.discard()
@@ -239,8 +239,8 @@ class _Recording(ActivityInboundInterceptor):
             activity_type=info.activity_type,
             activity_id=info.activity_id,
             attempt=info.attempt,
-            workflow_id=info.workflow_id,
-            workflow_run_id=info.workflow_run_id,
+            workflow_id=info.workflow_id or "",
+            workflow_run_id=info.workflow_run_id or "",
             started_at=time.time(),
         )
         # A record that cannot be written costs only the fast failover of this attempt, never the attempt.

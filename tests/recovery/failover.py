@@ -51,6 +51,8 @@ class Held(BaseModel):
 class ProbeInput(BaseModel):
     holds: list[Hold] = []
     ticket: EnsureTicketInput | None = None
+    # The ticket step waits for the ``proceed`` signal (the test's next kill must find a warm spare first).
+    ticket_on_signal: bool = False
 
 
 class ProbeOutput(BaseModel):
@@ -71,7 +73,15 @@ def options(t: StepTimeouts) -> dict[str, object]:
 # Not sandboxed: this module also holds the processes' helpers, which the sandbox would refuse at import.
 @workflow.defn(name="failover-probe", sandboxed=False)
 class ProbeWorkflow:
-    """The holds at once (each with the default policy's browser timeouts), then the ticket (its forge ones)."""
+    """The holds at once (each with the default policy's browser timeouts), then the ticket (its forge ones),
+    on the ``proceed`` signal if the input says so."""
+
+    def __init__(self) -> None:
+        self.proceeding = False
+
+    @workflow.signal
+    def proceed(self) -> None:
+        self.proceeding = True
 
     @workflow.run
     async def run(self, inp: ProbeInput) -> ProbeOutput:
@@ -86,6 +96,8 @@ class ProbeWorkflow:
         )
         ticket = None
         if inp.ticket is not None:
+            if inp.ticket_on_signal:
+                await workflow.wait_condition(lambda: self.proceeding)
             ticket = await workflow.execute_activity(
                 ENSURE_TICKET.name,
                 inp.ticket,

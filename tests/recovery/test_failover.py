@@ -55,11 +55,11 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
         issue = forge._call("POST", f"/repos/{repository}/issues", bot, {"title": "cart total", "body": "wrong"})
         state = tmp_path / "state"
         configure(state, client, forge_api_url=forge.api_url, forge_git_base=forge.base_url, forge_token=bot)
-        # The ticket's read of its issue, just before it posts the comment, hangs long enough to be killed in.
+        # The ticket's first read of its issue's comments hangs long enough to be killed in.
         forge.set_faults(
             {
                 "method": "GET",
-                "path_regex": rf"/repos/{repository}/issues/{issue['number']}$",
+                "path_regex": rf"/repos/{repository}/issues/{issue['number']}/comments",
                 "action": "delay",
                 "seconds": 60,
                 "count": 1,
@@ -73,7 +73,7 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
             async with Worker(client, task_queue=PROBE_QUEUE, workflows=[ProbeWorkflow]):
                 handle = await client.start_workflow(
                     ProbeWorkflow.run,
-                    ProbeInput(holds=[Hold(first_s=600, later_s=0.5)], ticket=ticket),
+                    ProbeInput(holds=[Hold(first_s=600, later_s=0.5)], ticket=ticket, ticket_on_signal=True),
                     id=wf,
                     task_queue=PROBE_QUEUE,
                     result_type=ProbeOutput,
@@ -81,7 +81,8 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
                 held_in, _ = await worker.wait_inflight(client, PROBE, wf, 120)
                 first_kill = kill_child(held_in)
                 # The held attempt's successor runs in the promoted spare; the ticket comes next, and hangs.
-                await worker.wait_log("ready (spare)", 2, 240)
+                await worker.wait_log("ready (spare)", 2, 300)
+                await handle.signal(ProbeWorkflow.proceed)
                 ticket_in, _ = await worker.wait_inflight(client, ENSURE_TICKET.name, wf, 120)
                 assert ticket_in.pid != held_in.pid
                 second_kill = kill_child(ticket_in)
