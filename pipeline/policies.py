@@ -4,7 +4,15 @@ Which failures are retried is the failure classes' own property (:class:`pipelin
 the retry policy's non-retryable list is derived from it.
 
 Timeouts say what stopped: schedule-to-start (no worker on the queue), start-to-close (one attempt hung),
-heartbeat (a long attempt's worker died), schedule-to-close (the step as a whole).
+heartbeat (an attempt's worker died or stalled where nothing saw it), schedule-to-close (the step as a whole).
+
+Heartbeat timeouts are long (a minute or two by default) because they are no longer how the death of a worker
+process is noticed on its own host: the ``durafix worker`` supervisor fails a dead child's attempts at once
+(``docs/recovery.md``, Failover). They are what notices a worker on a host that died or was cut off, and they
+must never fire for a live worker on a loaded host: activities beat every 2 s and beats reach the server at
+least every 5 s (``pipeline.worker.HEARTBEAT_THROTTLE``), a margin of a minute or more. Every step heartbeats,
+the forge's too (``pipeline.activities.heartbeat.heartbeating``), so no dead worker is waited out for a whole
+start-to-close timeout.
 """
 
 from __future__ import annotations
@@ -90,15 +98,15 @@ class RunPolicy(BaseModel):
     # from the run's start. None (runs started before policies were carried): the merging worker's own.
     approval_policy: ApprovalPolicy | None = None
     run_deadline_s: float = 14 * 24 * 3600.0
-    forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=60, schedule_to_close=1800)
+    forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=120, schedule_to_close=1800, heartbeat=60)
     environment: StepTimeouts = StepTimeouts(
-        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=30
+        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=90
     )
     browser: StepTimeouts = StepTimeouts(
-        schedule_to_start=600, start_to_close=300, schedule_to_close=1800, heartbeat=30, max_attempts=4
+        schedule_to_start=600, start_to_close=300, schedule_to_close=1800, heartbeat=90, max_attempts=4
     )
     model: StepTimeouts = StepTimeouts(
-        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=60, max_attempts=6
+        schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=120, max_attempts=6
     )
 
     def timeouts(self, kind: TimeoutClass) -> StepTimeouts:
@@ -107,12 +115,14 @@ class RunPolicy(BaseModel):
 
     @classmethod
     def fast(cls) -> RunPolicy:
-        """Short timeouts for tests: a killed worker's attempt times out in seconds, not minutes."""
+        """Short timeouts for tests: an attempt whose worker died where no supervisor saw it (a test's own worker
+        process, a stopped one) times out in seconds, not minutes. The heartbeat timeouts still leave a loaded
+        two-core host three beats' worth of margin (beats reach the server every 5 s at most)."""
         return cls(
-            forge=StepTimeouts(schedule_to_start=120, start_to_close=10, schedule_to_close=300),
-            environment=StepTimeouts(schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=10),
+            forge=StepTimeouts(schedule_to_start=120, start_to_close=30, schedule_to_close=300, heartbeat=15),
+            environment=StepTimeouts(schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=15),
             browser=StepTimeouts(
-                schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=10, max_attempts=4
+                schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=15, max_attempts=4
             ),
             model=StepTimeouts(
                 schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=15, max_attempts=6

@@ -4,28 +4,45 @@ Each queue can run on its own hosts: ``--queues forge,model`` on a small host, `
 Chromium is installed, ``--queues environments`` where the apps run. The workflow itself only needs the
 orchestration queue. On SIGTERM/SIGINT the worker stops polling and gives running activities a grace period
 (activities heartbeat, so cancellation reaches them).
+
+``durafix worker`` runs the pollers below in a child of :mod:`pipeline.supervisor` (``--no-supervise``: in
+the command's own process). Every activity attempt is recorded in the process's in-flight directory while it
+runs (:mod:`pipeline.inflight`), so that when the process dies its attempts are failed and retried at once;
+a worker process that starts also fails whatever dead worker processes left on its state directory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import os
 import signal
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 
+from pipeline.activities.heartbeat import heartbeating
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
+from pipeline.inflight import InflightDir, InflightInterceptor, note, sweep
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
+from pipeline.supervisor import GO, READY, supervisor_pid
 from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
 
 ALL_QUEUES = [q for q in TaskQueue]
+# A run's next workflow task waits this long on the sticky queue of the process that last ran it before the
+# server hands it to the normal queue: when that process died, the run resumes after this, not the SDK's 10 s.
+STICKY_SCHEDULE_TO_START = timedelta(seconds=2)
+# Heartbeats reach the server at least this often (the SDK's throttle is 80% of the timeout, up to 60 s): a
+# late beat on a loaded host never comes near a heartbeat timeout of RunPolicy (60 s and more by default).
+HEARTBEAT_THROTTLE = timedelta(seconds=5)
 
 
 def parse_queues(text: str) -> list[TaskQueue]:
@@ -44,7 +61,8 @@ def parse_queues(text: str) -> list[TaskQueue]:
 def activities_for(queue: TaskQueue, services: Services) -> Sequence[Callable[..., object]]:
     """The activity implementations served on ``queue`` (built lazily: a host needs only its own)."""
     if queue == TaskQueue.FORGE:
-        return services.forge_activities().all()
+        # Forge calls beat too, so their attempts have a heartbeat timeout shorter than start-to-close.
+        return [heartbeating(a) for a in services.forge_activities().all()]
     if queue == TaskQueue.ENVIRONMENTS:
         return [*services.environment_activities().all(), *services.agent_run_activities().all()]
     if queue == TaskQueue.BROWSER:
@@ -55,8 +73,15 @@ def activities_for(queue: TaskQueue, services: Services) -> Sequence[Callable[..
 
 
 def build_workers(
-    client: Client, config: DurafixConfig, queues: Sequence[TaskQueue], executor: concurrent.futures.Executor
+    client: Client,
+    config: DurafixConfig,
+    queues: Sequence[TaskQueue],
+    executor: concurrent.futures.Executor,
+    *,
+    interceptors: Sequence[Interceptor] = (),
+    identity: str | None = None,
 ) -> list[Worker]:
+    """One worker per queue; ``interceptors`` wrap every activity (the in-flight records)."""
     services = Services(config)
     if TaskQueue.BROWSER in queues and config.browser_video:
         # A host that cannot record the video asked for fails now, not on its first reproduction.
@@ -64,7 +89,15 @@ def build_workers(
     workers = []
     for queue in queues:
         if queue == TaskQueue.ORCHESTRATION:
-            workers.append(Worker(client, task_queue=queue.value, workflows=[RepairBugWorkflow]))
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=queue.value,
+                    workflows=[RepairBugWorkflow],
+                    identity=identity,
+                    sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+                )
+            )
             continue
         workers.append(
             Worker(
@@ -74,19 +107,78 @@ def build_workers(
                 activity_executor=executor,
                 max_concurrent_activities=8,
                 graceful_shutdown_timeout=timedelta(seconds=10),
+                max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+                interceptors=list(interceptors),
+                identity=identity,
             )
         )
     return workers
 
 
-async def run_worker(config: DurafixConfig, queues: Sequence[TaskQueue]) -> None:
-    client = await connect(config)
+def worker_identity() -> str:
+    """``PID@HOST`` as the SDK's default, where PID is the ``durafix worker`` command's own process: the
+    supervisor's for a supervised child (followed by ``/child-PID``), the one an operator sees and signals."""
+    host = socket.gethostname()
+    parent = supervisor_pid()
+    if parent is None:
+        return f"{os.getpid()}@{host}"
+    return f"{parent}@{host}/child-{os.getpid()}"
+
+
+async def _sweep_dead(client: Client, config: DurafixConfig) -> None:
+    try:
+        await sweep(client, config.state_dir)
+    except Exception as err:  # the heartbeat timeouts remain the backstop
+        note(f"in-flight sweep failed: {err!r}")
+
+
+async def _wait_for_go(stop: asyncio.Event) -> asyncio.StreamReader | None:
+    """A supervised child: say ``ready`` on stdout, then wait for ``go`` on stdin. None: stop instead (told
+    to, or the supervisor is gone: stdin closed). The reader is returned to watch for the supervisor's end."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    print(READY, flush=True)
+    # The SDK core logs to fd 1; the supervisor reads it only up to "ready", so from here on fd 1 is the log.
+    os.dup2(2, 1)
+    line = asyncio.create_task(reader.readline())
+    stopped = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([line, stopped], return_when=asyncio.FIRST_COMPLETED)
+    if line not in done:
+        line.cancel()
+        return None
+    stopped.cancel()
+    return reader if line.result().decode(errors="replace").strip() == GO else None
+
+
+async def _stop_when_closed(reader: asyncio.StreamReader, stop: asyncio.Event) -> None:
+    while await reader.readline():
+        pass
+    note(f"worker process {os.getpid()}: the supervisor is gone; stopping")
+    stop.set()
+
+
+async def run_worker(config: DurafixConfig, queues: Sequence[TaskQueue], *, standby: bool = False) -> None:
+    """Poll ``queues`` until SIGTERM/SIGINT. ``standby``: a supervised child, which builds everything, says
+    ``ready`` and polls only once its supervisor says ``go`` (see :mod:`pipeline.supervisor`)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    client = await connect(config)
+    inflight = InflightDir.for_process(config.state_dir)
     with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as executor:
-        workers = build_workers(client, config, queues, executor)
+        workers = build_workers(
+            client, config, queues, executor, interceptors=[InflightInterceptor(inflight)], identity=worker_identity()
+        )
+        if standby:
+            reader = await _wait_for_go(stop)
+            if reader is None:
+                return
+            background = asyncio.create_task(_stop_when_closed(reader, stop))
+        else:
+            # A supervisor sweeps for its children; an unsupervised worker sweeps once as it starts.
+            background = asyncio.create_task(_sweep_dead(client, config))
         names = ", ".join(q.value for q in queues)
         where = connect_options(config).describe()
         print(f"durafix worker polling {names} on {where}", file=sys.stderr, flush=True)
@@ -99,3 +191,7 @@ async def run_worker(config: DurafixConfig, queues: Sequence[TaskQueue]) -> None
         print("durafix worker shutting down", file=sys.stderr, flush=True)
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         waiter.cancel()
+        background.cancel()
+    # Empty once every attempt returned; what is left is failed by whoever sweeps after this process is gone.
+    with contextlib.suppress(OSError):
+        inflight.path.rmdir()

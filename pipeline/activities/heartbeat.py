@@ -9,17 +9,32 @@ its details, with the seconds spent in it: ``setup: npm ci (41 s)``. ``durafix s
 Details are the sub-state text, or ``{"detail": text, **carry}`` when the activity carries facts to its next
 attempt: Temporal hands the last heartbeat's details of a failed attempt to the retry
 (``activity.info().heartbeat_details``), also when that heartbeat was sent just before the failure.
+
+A :class:`Heartbeat` entered inside another (an activity wrapped by :func:`heartbeating` that beats a finer
+sub-state of its own) silences the outer one while it lasts: the details are always the innermost sub-state,
+and an inner block's carry is never overwritten by the outer text.
+
+How often beats reach the server is the worker's throttle (``max_heartbeat_throttle_interval`` in
+:mod:`pipeline.worker`), well inside every heartbeat timeout of :class:`pipeline.policies.RunPolicy`.
 """
 
 from __future__ import annotations
 
 import contextvars
+import functools
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
+from typing import Any, TypeVar
 
 from temporalio import activity
+from temporalio.activity import _Definition
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# The innermost Heartbeat entered in this activity's thread (helper threads run in copies of its context).
+_CURRENT: contextvars.ContextVar[Heartbeat | None] = contextvars.ContextVar("durafix_heartbeat", default=None)
 
 
 class Heartbeat:
@@ -32,6 +47,10 @@ class Heartbeat:
         self._since = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._outer: Heartbeat | None = None
+        self._token: contextvars.Token[Heartbeat | None] | None = None
+        # Set while a Heartbeat entered inside this one lasts: this one keeps quiet.
+        self._inner: Heartbeat | None = None
 
     def set(self, detail: str) -> None:
         """Enter a new sub-state (its clock starts now) and beat at once. Safe to call from any thread."""
@@ -43,11 +62,17 @@ class Heartbeat:
         return f"{self.detail} ({time.monotonic() - self._since:.0f} s)"
 
     def beat(self) -> None:
+        if self._inner is not None:
+            return
         text = self.text()
         activity.heartbeat({"detail": text, **self.carry} if self.carry else text)
 
     def __enter__(self) -> Heartbeat:
         self._since = time.monotonic()
+        self._outer = _CURRENT.get()
+        if self._outer is not None:
+            self._outer._inner = self
+        self._token = _CURRENT.set(self)
         self.beat()
         ctx = contextvars.copy_context()
         self._thread = threading.Thread(target=ctx.run, args=(self._beat,), daemon=True, name="heartbeat")
@@ -64,3 +89,40 @@ class Heartbeat:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self._token is not None:
+            _CURRENT.reset(self._token)
+            self._token = None
+        if self._outer is not None:
+            self._outer._inner = None
+            self._outer = None
+
+
+def heartbeating(fn: F, detail: str | None = None, every_s: float = 2.0) -> F:
+    """``fn``, a synchronous activity, as an activity of the same name that heartbeats while it runs.
+
+    For activities with no heartbeat of their own (the forge's): registered through this, an attempt's
+    heartbeat timeout applies to them, so a worker that dies is noticed after that timeout rather than the
+    whole start-to-close timeout. Cancellation is not raised into the activity's thread by these heartbeats
+    (``no_thread_cancel_exception``): a forge call runs to its end as it did before it beat, and its ensure
+    semantics make whatever it did reconcilable. An inner :class:`Heartbeat` of ``fn`` takes the details over
+    while it lasts.
+    """
+    defn = _definition_name(fn)
+    text = detail or defn
+
+    @functools.wraps(fn)
+    def beating(*args: Any, **kwargs: Any) -> Any:
+        with Heartbeat(text, every_s=every_s):
+            return fn(*args, **kwargs)
+
+    # functools.wraps copied fn's attributes, its activity definition among them; the wrapper gets its own.
+    beating.__dict__.pop("__temporal_activity_definition", None)
+    wrapped: F = activity.defn(name=defn, no_thread_cancel_exception=True)(beating)  # type: ignore[assignment]
+    return wrapped
+
+
+def _definition_name(fn: Callable[..., Any]) -> str:
+    found = _Definition.from_callable(fn)
+    if found is None or found.name is None:
+        raise TypeError(f"{fn!r} is not an activity (no @activity.defn)")
+    return found.name

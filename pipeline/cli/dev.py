@@ -95,16 +95,20 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     """Run a worker on ``--queues`` until interrupted; an unknown queue or a video setting the host cannot
-    honour is a usage error (exit 2)."""
+    honour is a usage error (exit 2). The pollers run in a child process under :mod:`pipeline.supervisor`
+    (exit 1 when its children keep dying); ``--no-supervise`` runs them in this process."""
     from browser.video import VideoUnavailable
+    from pipeline.supervisor import is_child, supervise
     from pipeline.worker import parse_queues, run_worker
 
     try:
         queues = parse_queues(args.queues)
     except ValueError as err:
         raise CliError(str(err), EXIT_USAGE) from err
+    if not (args.no_supervise or is_child()):
+        return EXIT_OK if asyncio.run(supervise(config)) == 0 else EXIT_FAIL
     try:
-        asyncio.run(run_worker(config, queues))
+        asyncio.run(run_worker(config, queues, standby=is_child()))
     except VideoUnavailable as err:
         raise CliError(f"browser_video is on but {err}", EXIT_USAGE) from err
     return EXIT_OK
@@ -252,6 +256,11 @@ def _dev_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _worker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--queues", default="all", help="comma list of orchestration,forge,environments,browser,model")
+    parser.add_argument(
+        "--no-supervise",
+        action="store_true",
+        help="poll in this process, with no supervisor to fail a dead worker's attempts at once (debugging)",
+    )
     parser.set_defaults(fn=cmd_worker)
 
 

@@ -1,0 +1,316 @@
+"""``durafix worker``'s supervisor: the pollers run in a child process, and a dead child costs seconds, not minutes.
+
+The supervisor is a small process that runs no activity itself. It starts the worker as a child (the same
+command line run again with :data:`CHILD_ENV` set, so whatever the command's script set up runs in the child
+too) and keeps a second child warm: imported, connected and its workers built, waiting on its stdin for
+``go`` before it polls. When the polling child dies (``waitpid`` reports it, SIGKILL included):
+
+1. the warm spare is told ``go`` at once, so a poller exists again within milliseconds (a cold start of the
+   worker takes seconds, more on a loaded host);
+2. every activity attempt the dead child recorded in its in-flight directory (:mod:`pipeline.inflight`) is
+   failed through its task token with a retryable ``WorkerLost`` error and an almost-zero retry delay: the
+   server starts the next attempt at once, on the promoted child, instead of waiting for the heartbeat or
+   start-to-close timeout. The runs those attempts belong to get their sticky queue reset, so the workflow
+   task that follows goes to the normal queue and not to the dead child's sticky queue (the orchestration
+   worker also keeps a short ``sticky_queue_schedule_to_start_timeout`` for the runs it had cached);
+3. a new spare is started. A child that dies within :data:`QUICK_S` of its start is a quick death;
+   consecutive quick deaths back off (1 s, 2 s, 4 s, ... up to 30 s) and after :data:`MAX_QUICK_DEATHS` the
+   supervisor stops, saying why (exit 1).
+
+Every :data:`SWEEP_EVERY_S`, and once at start, the supervisor also fails the attempts left by any dead
+worker process on the same state directory (a supervisor killed together with its child, an unsupervised
+worker): :func:`pipeline.inflight.sweep`.
+
+An attempt failed here can never record a result: the server refuses its task token from then on, so a
+child that were somehow still alive could not complete it (its result is dropped with ``NOT_FOUND``).
+
+SIGTERM/SIGINT stop the children gracefully (each stops polling and gives running activities the grace
+period, as an unsupervised worker does); the supervisor exits when they have. The children are in the
+supervisor's process group, so signalling the group (``kill -- -PID``) reaches them too; a child whose
+supervisor dies (its stdin closes) stops the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from temporalio.client import Client
+
+from pipeline.client import connect
+from pipeline.config import DurafixConfig
+from pipeline.inflight import InflightDir, fail_dir, note, sweep
+
+CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
+"""Set (to the supervisor's pid) in a child's environment: the process is a supervised worker child."""
+
+READY = "ready"
+GO = "go"
+QUICK_S = 10.0
+MAX_QUICK_DEATHS = 5
+MAX_BACKOFF_S = 30.0
+SWEEP_EVERY_S = 30.0
+STOP_GRACE_S = 30.0
+
+
+def child_argv() -> list[str]:
+    """This process's own command line (interpreter, its options, script or ``-m`` module, arguments)."""
+    return [sys.executable, *sys.orig_argv[1:]]
+
+
+def describe_exit(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit {code}"
+
+
+@dataclass
+class Child:
+    """A worker child: its process, when it started, whether it is ready and whether it polls."""
+
+    proc: asyncio.subprocess.Process
+    started: float
+    inflight: InflightDir
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    polling: bool = False
+    promote_when_ready: bool = False
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+
+@dataclass
+class Deaths:
+    """Consecutive quick deaths and the back-off they earn."""
+
+    quick: int = 0
+    last: str = ""
+
+    def died(self, child: Child, code: int | None) -> None:
+        self.last = describe_exit(code)
+        self.quick = self.quick + 1 if time.monotonic() - child.started < QUICK_S else 0
+
+    def backoff_s(self) -> float:
+        return 0.0 if self.quick <= 1 else min(2.0 ** (self.quick - 2), MAX_BACKOFF_S)
+
+    def given_up(self) -> bool:
+        return self.quick >= MAX_QUICK_DEATHS
+
+
+class Supervisor:
+    """Runs one polling child and one warm spare until stopped (see the module)."""
+
+    def __init__(self, config: DurafixConfig, argv: Sequence[str] | None = None, *, spare: bool = True) -> None:
+        self.config = config
+        self.argv = list(argv or child_argv())
+        self.spare_wanted = spare
+        self.active: Child | None = None
+        self.spare: Child | None = None
+        self.deaths = Deaths()
+        self.stopping = asyncio.Event()
+        self.exits: asyncio.Queue[tuple[Child, int]] = asyncio.Queue()
+        self._client: asyncio.Task[Client] | None = None
+        self.gave_up = False
+        self._tasks: set[asyncio.Task[object]] = set()
+
+    # --- children -------------------------------------------------------------------------------------------
+
+    async def _spawn(self) -> Child:
+        env = {**os.environ, CHILD_ENV: str(os.getpid())}
+        proc = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
+        )
+        child = Child(
+            proc=proc, started=time.monotonic(), inflight=InflightDir.for_process(self.config.state_dir, proc.pid)
+        )
+        self._spawned(self._watch(child))
+        return child
+
+    async def _watch(self, child: Child) -> None:
+        """Read the child's ``ready`` line, then wait for its exit and queue it."""
+        assert child.proc.stdout is not None
+        while True:
+            line = await child.proc.stdout.readline()
+            if not line:
+                break
+            if line.decode(errors="replace").strip() == READY:
+                child.ready.set()
+                if child.promote_when_ready:
+                    self._go(child)
+                else:
+                    note(f"worker process {child.pid} ready (spare)")
+                break
+        code = await child.proc.wait()
+        await self.exits.put((child, code))
+
+    def _go(self, child: Child) -> None:
+        """Tell a ready child to start polling (it does not before it is told)."""
+        if child.polling or child.proc.stdin is None:
+            return
+        child.polling = True
+        child.promote_when_ready = False
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            child.proc.stdin.write(f"{GO}\n".encode())
+        note(f"worker process {child.pid} polls")
+
+    async def _start_active(self) -> None:
+        """The spare becomes the polling child if there is one (at once if ready), else a new child does."""
+        child = self.spare
+        self.spare = None
+        if child is None:
+            child = await self._spawn()
+        self.active = child
+        if child.ready.is_set():
+            self._go(child)
+        else:
+            child.promote_when_ready = True
+
+    async def _start_spare(self, delay_s: float = 0.0) -> None:
+        if not self.spare_wanted or self.spare is not None:
+            return
+        # A spare starts once the polling child is up: two cold starts at once only slow the first.
+        while self.active is not None and not self.active.ready.is_set() and not self.stopping.is_set():
+            await asyncio.sleep(0.2)
+        if delay_s:
+            await asyncio.sleep(delay_s)
+        if self.stopping.is_set() or self.spare is not None:
+            return
+        self.spare = await self._spawn()
+
+    # --- deaths ---------------------------------------------------------------------------------------------
+
+    async def client(self) -> Client:
+        if self._client is None:
+            self._client = asyncio.create_task(self._connect())
+        return await self._client
+
+    async def _connect(self) -> Client:
+        delay = 0.5
+        while True:
+            try:
+                return await connect(self.config)
+            except Exception as err:  # the server may not be up yet; the children say so themselves
+                note(f"supervisor cannot reach Temporal yet ({err}); retrying")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+
+    async def _fail_left(self, child: Child, code: int | None) -> None:
+        """Fail the attempts the dead child left (see :mod:`pipeline.inflight`)."""
+        if not child.inflight.path.exists():
+            return
+        client = await self.client()
+        why = f"worker process {child.pid} died ({describe_exit(code)})"
+        for attempt in await fail_dir(client, child.inflight, why):
+            note(f"failed {attempt.activity_type} attempt {attempt.attempt} of {attempt.workflow_id}: {why}")
+
+    async def _sweeps(self) -> None:
+        client = await self.client()
+        while not self.stopping.is_set():
+            try:
+                await sweep(client, self.config.state_dir)
+            except Exception as err:  # a sweep that fails is tried again; the heartbeat timeout is the backstop
+                note(f"in-flight sweep failed: {err!r}")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), SWEEP_EVERY_S)
+
+    async def _on_exit(self, child: Child, code: int) -> None:
+        was_active = child is self.active
+        if was_active:
+            self.active = None
+        elif child is self.spare:
+            self.spare = None
+        if self.stopping.is_set():
+            await self._fail_left(child, code)
+            return
+        self.deaths.died(child, code)
+        role = "polling" if was_active else "spare"
+        note(f"{role} worker process {child.pid} died ({describe_exit(code)})")
+        if self.deaths.given_up():
+            note(
+                f"worker processes died {self.deaths.quick} times in a row within {QUICK_S:.0f} s of starting "
+                f"(last: {self.deaths.last}); giving up: see the log above for why"
+            )
+            self.stopping.set()
+            self.gave_up = True
+            await self._fail_left(child, code)
+            return
+        backoff = self.deaths.backoff_s()
+        if was_active:
+            if backoff and self.spare is None:
+                await asyncio.sleep(backoff)
+            await self._start_active()  # first: the retries about to be scheduled need a poller
+        await self._fail_left(child, code)
+        self._spawned(self._start_spare(backoff))
+
+    def _spawned(self, coro: object) -> None:
+        task: asyncio.Task[object] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # --- the loop -------------------------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Supervise until SIGTERM/SIGINT (exit 0) or a crash loop (exit 1)."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stopping.set)
+        note(f"supervisor {os.getpid()} starting the worker process")
+        await self._start_active()
+        self._spawned(self._sweeps())
+        self._spawned(self._start_spare())
+        stop = asyncio.create_task(self.stopping.wait())
+        while not self.stopping.is_set():
+            exited = asyncio.create_task(self.exits.get())
+            done, _ = await asyncio.wait([exited, stop], return_when=asyncio.FIRST_COMPLETED)
+            if exited in done:
+                await self._on_exit(*exited.result())
+            else:
+                exited.cancel()
+        await self._stop_children()
+        for task in list(self._tasks):
+            task.cancel()
+        note("supervisor stopped")
+        return 1 if self.gave_up else 0
+
+    async def _stop_children(self) -> None:
+        children = [c for c in (self.active, self.spare) if c is not None and c.proc.returncode is None]
+        for child in children:
+            with contextlib.suppress(ProcessLookupError):
+                child.proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_S
+        for child in children:
+            try:
+                await asyncio.wait_for(child.proc.wait(), max(0.1, deadline - time.monotonic()))
+            except TimeoutError:
+                note(f"worker process {child.pid} did not stop in {STOP_GRACE_S:.0f} s; killing it")
+                with contextlib.suppress(ProcessLookupError):
+                    child.proc.kill()
+                await child.proc.wait()
+        # Whatever a stopped child could not finish is handed back now, not after its timeouts.
+        for child in children:
+            await self._fail_left(child, child.proc.returncode)
+
+
+async def supervise(config: DurafixConfig) -> int:
+    return await Supervisor(config).run()
+
+
+def is_child() -> bool:
+    return CHILD_ENV in os.environ
+
+
+def supervisor_pid() -> int | None:
+    value = os.environ.get(CHILD_ENV, "")
+    return int(value) if value.isdigit() else None

@@ -1,0 +1,165 @@
+"""A SIGKILLed worker process is failed over at once: its attempts are retried as ``WorkerLost``, not timed out.
+
+Real processes: the Temporal dev server, the GitHub emulator over HTTP, and a supervised ``durafix worker``
+(:mod:`tests.recovery.failover_worker`: the real CLI, supervisor and activities, plus a heartbeating
+``probe.hold``). The probe workflow runs with the *default* run policy's timeouts (a 90 s heartbeat for the
+held attempt, 60 s for the forge step), so an attempt that was waited out instead of failed over would show
+a timeout as its predecessor's failure. The child killed is the one whose in-flight directory holds the
+attempt: the process running it.
+
+External truth checked: the workflow history (each killed attempt's successor started, its predecessor's
+failure ``WorkerLost``), the forge (exactly one ticket comment), the processes (the supervisor alive with a
+fresh polling child, the killed one gone) and the disk (no in-flight record left behind).
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from pathlib import Path
+
+import pytest
+from github import Auth, Github
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from infra.forge.testing import running_forge
+from pipeline.inflight import WORKER_LOST, Attempt, InflightDir, dead_dirs, inflight_root
+from pipeline.policies import RunPolicy
+from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
+from tests.recovery.failover import (
+    PROBE,
+    PROBE_QUEUE,
+    Hold,
+    ProbeInput,
+    ProbeOutput,
+    ProbeWorkflow,
+    attempt_starts,
+    configure,
+    kill_child,
+    seconds_after,
+    supervised_worker,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+@pytest.mark.timeout(600)
+async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_and_the_run_completes(
+    tmp_path: Path, temporal_client: Client
+) -> None:
+    client = temporal_client
+    with running_forge(tmp_path / "forge") as forge:
+        bot = forge.create_user("durafix-bot")
+        repository = forge.create_repo(bot, "shop")["full_name"]
+        issue = forge._call("POST", f"/repos/{repository}/issues", bot, {"title": "cart total", "body": "wrong"})
+        state = tmp_path / "state"
+        configure(state, client, forge_api_url=forge.api_url, forge_git_base=forge.base_url, forge_token=bot)
+        # The ticket's first read of its issue's comments hangs long enough to be killed in.
+        forge.set_faults(
+            {
+                "method": "GET",
+                "path_regex": rf"/repos/{repository}/issues/{issue['number']}/comments",
+                "action": "delay",
+                "seconds": 60,
+                "count": 1,
+            }
+        )
+        wf = f"failover-{uuid.uuid4().hex[:8]}"
+        ticket = EnsureTicketInput(
+            op_id=f"{wf}:ticket", repository=repository, issue_number=issue["number"], title="t", body="working on it"
+        )
+        async with supervised_worker(state) as worker:
+            async with Worker(client, task_queue=PROBE_QUEUE, workflows=[ProbeWorkflow]):
+                handle = await client.start_workflow(
+                    ProbeWorkflow.run,
+                    ProbeInput(holds=[Hold(first_s=600, later_s=0.5)], ticket=ticket, ticket_on_signal=True),
+                    id=wf,
+                    task_queue=PROBE_QUEUE,
+                    result_type=ProbeOutput,
+                )
+                held_in, _ = await worker.wait_inflight(client, PROBE, wf, 120)
+                first_kill = kill_child(held_in)
+                # The held attempt's successor runs in the promoted spare; the ticket comes next, and hangs.
+                await worker.wait_log("ready (spare)", 2, 300)
+                await handle.signal(ProbeWorkflow.proceed)
+                ticket_in, _ = await worker.wait_inflight(client, ENSURE_TICKET.name, wf, 120)
+                assert ticket_in.pid != held_in.pid
+                second_kill = kill_child(ticket_in)
+                result = await handle.result()
+
+            starts = {s.activity_type: s for s in await attempt_starts(client, wf)}
+            log = worker.log_text()
+            assert worker.proc.poll() is None, log[-3000:]
+            leftover = list(dead_dirs(state))
+
+        # The killed attempts were failed as WorkerLost and their successors started well inside the heartbeat
+        # timeout (the default policy's 90 s, the forge's 60 s): they were failed over, not waited out.
+        policy = RunPolicy()
+        held, tick = starts[PROBE], starts[ENSURE_TICKET.name]
+        assert (held.attempt, held.last_failure_type) == (2, WORKER_LOST), held
+        assert (tick.attempt, tick.last_failure_type) == (2, WORKER_LOST), tick
+        assert policy.browser.heartbeat is not None and policy.forge.heartbeat is not None
+        assert seconds_after(held, first_kill) < policy.browser.heartbeat / 3, (held, first_kill)
+        assert seconds_after(tick, second_kill) < policy.forge.heartbeat / 3, (tick, second_kill)
+        assert f"worker process {held_in.pid} died (killed by SIGKILL)" in log
+        assert f"failed {PROBE} attempt 1 of {wf}" in log
+        assert f"failed {ENSURE_TICKET.name} attempt 1 of {wf}" in log
+
+        # The run completed, its held step in another process than the killed one, and the forge holds one ticket.
+        assert [h.attempt for h in result.held] == [2]
+        assert result.held[0].pid not in (held_in.pid, ticket_in.pid)
+        assert result.ticket is not None and result.ticket.comment_id is not None
+        gh = Github(base_url=forge.api_url, auth=Auth.Token(bot), retry=None)
+        comments = list(gh.get_repo(repository).get_issue(issue["number"]).get_comments())
+        assert [c.id for c in comments if "durafix:ticket" in c.body] == [result.ticket.comment_id]
+        assert not held_in.owner_running() and not ticket_in.owner_running()
+        # Nothing a dead process recorded is left behind.
+        assert leftover == []
+
+
+def attempt(token: bytes, started_at: float, activity_type: str = "forge.ensure_ticket") -> Attempt:
+    return Attempt(
+        task_token=base64.b64encode(token).decode(),
+        activity_type=activity_type,
+        activity_id="1",
+        attempt=1,
+        workflow_id="wf",
+        workflow_run_id="run",
+        started_at=started_at,
+    )
+
+
+def test_records_are_written_whole_and_removed_by_token(tmp_path: Path) -> None:
+    here = InflightDir.for_process(tmp_path)
+    assert here.pid > 0 and here.owner_running()
+    first = here.record(attempt(b"\x00token-1", 2.0))
+    here.record(attempt(b"\x01token-2", 1.0, "probe.hold"))
+    assert first.parent == here.path and not list(here.path.glob("*.tmp"))
+    assert [a.activity_type for _, a in here.attempts()] == ["probe.hold", "forge.ensure_ticket"]  # oldest first
+    assert here.attempts()[1][1].token() == b"\x00token-1"
+    here.remove(b"\x01token-2")
+    here.remove(b"\x01token-2")  # removing twice is a no-op
+    assert [a.token() for _, a in here.attempts()] == [b"\x00token-1"]
+
+
+def test_only_directories_of_processes_not_running_are_dead(tmp_path: Path) -> None:
+    mine = InflightDir.for_process(tmp_path)
+    mine.record(attempt(b"live", 1.0))
+    # The same pid with another start time is another (gone) process: a recycled pid is never taken for it.
+    recycled = InflightDir(inflight_root(tmp_path) / f"{mine.pid}-{mine.start_time + 1}")
+    recycled.record(attempt(b"recycled", 1.0))
+    gone = InflightDir(inflight_root(tmp_path) / "999999999-1")
+    gone.record(attempt(b"gone", 1.0))
+    (inflight_root(tmp_path) / "not-a-record-dir").mkdir()
+    assert sorted(d.path.name for d in dead_dirs(tmp_path)) == sorted([recycled.path.name, gone.path.name])
+    gone.discard()
+    assert not gone.path.exists()
+    assert [d.path.name for d in dead_dirs(tmp_path)] == [recycled.path.name]
+
+
+def test_a_torn_record_is_skipped(tmp_path: Path) -> None:
+    here = InflightDir.for_process(tmp_path)
+    here.record(attempt(b"whole", 1.0))
+    (here.path / "torn.json").write_text('{"task_token": "')
+    assert [a.token() for _, a in here.attempts()] == [b"whole"]
