@@ -95,7 +95,7 @@ def test_overlapping_attempts_with_one_op_id_create_one_ticket(site: Site) -> No
 
 def test_live_claim_of_another_attempt_is_waited_for_then_reported_with_its_lease(site: Site) -> None:
     store = ClaimStore(Transport(site.config()), site.config())
-    held = store.create("ticket", ClaimRecord(name=OP, attempt="other", state="claimed", target=f"issue:{site.issue}"))
+    held = store.create("ticket", ClaimRecord(name=OP, attempt="other", state="creating", target=f"issue:{site.issue}"))
     assert held is not None
     impatient = site.new_adapter(claim_wait_s=0.3, claim_lease_s=60)
 
@@ -111,7 +111,7 @@ def test_stale_claimer_cannot_create_after_a_successor_took_over(site: Site) -> 
     short = {"request_timeout_s": 1, "claim_lease_s": 2.5}
     stale_store = ClaimStore(Transport(site.config(**short)), site.config(**short))
     stale = stale_store.create(
-        "ticket", ClaimRecord(name=OP, attempt="stale", state="claimed", target=f"issue:{site.issue}")
+        "ticket", ClaimRecord(name=OP, attempt="stale", state="creating", target=f"issue:{site.issue}")
     )
     assert stale is not None
     time.sleep(3.5)
