@@ -144,3 +144,27 @@ def test_failed_create_releases_the_claim_so_the_next_attempt_need_not_wait(site
 
     ticket = site.new_adapter(claim_wait_s=0.0).ensure_ticket(OP, site.issue, "t", "Status")
     assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
+
+
+def test_claim_push_applied_but_its_answer_dropped_is_read_back_and_held(site: Site) -> None:
+    site.fault("POST", r"/git-receive-pack$", "drop_after_apply")
+
+    ticket = site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
+
+    assert site.handle.faults() == []
+    assert ticket.created
+    assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
+    claim = site.adapter.claims.observe("ticket", OP)
+    assert claim is not None and (claim.record.state, claim.record.result) == ("done", f"comment:{ticket.comment_id}")
+
+
+def test_claim_push_refused_with_a_5xx_leaves_nothing_and_is_transient(site: Site) -> None:
+    site.fault("POST", r"/git-receive-pack$", "status", status=502)
+
+    with pytest.raises(ForgeTransientError):
+        site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
+    assert site.adapter.claims.observe("ticket", OP) is None
+    assert site.marked_comments(site.issue, MARKER) == []
+
+    ticket = site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
+    assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
