@@ -405,6 +405,9 @@ class ClaimStore:
             return state
         if seen != expected:
             return None
+        if "declined" in failure:
+            # A pre-receive hook or rule of the repository refuses the ref: retrying cannot change that.
+            raise ForgePermanentError(f"claim push to {ref} refused by the forge ({failure})")
         raise ForgeTransientError(f"claim push to {ref} failed ({failure}); the claim is unchanged")
 
     def _repo_dir(self) -> str:
@@ -431,7 +434,8 @@ class ClaimStore:
     def _commit(self, record: ClaimRecord, committed: datetime) -> str:
         date = f"@{int(committed.timestamp())} +0000"
         return self._git(
-            ["commit-tree", EMPTY_TREE, "-F", "-"],
+            # Never signed, whatever the host's git config asks: nobody verifies a claim's signature.
+            ["commit-tree", "--no-gpg-sign", EMPTY_TREE, "-F", "-"],
             cwd=self._repo_dir(),
             stdin=record.message(),
             GIT_AUTHOR_DATE=date,
