@@ -3,55 +3,90 @@
 GitHub cannot deduplicate issue or comment creation. Before creating such an object, an attempt claims
 the ref `refs/durafix/claims/<kind>/<name>`:
 
-- The ref points to a commit object (git data API) whose message records the claim: the logical name,
-  the holding attempt, a state (`claimed`, `creating`, `released`, `done`), the target and, once done,
-  the result (e.g. `comment:123`).
-- Acquiring is a conditional write: create-ref, which GitHub refuses with 422 "Reference already exists"
-  when another attempt got there first.
-- Every later change is a compare-and-swap: a new commit whose parent is the commit last observed, and
-  a non-force PATCH of the ref, which GitHub refuses ("Update is not a fast forward") if anyone moved the
-  ref since. A successor may take over a claim only when it is `released` or its holder has been silent
-  for the lease (measured on GitHub's clock: commit date vs. the `Date` of the answer reading it).
-- Right before creating, the holder fences: it swaps its claim to `creating`. A stale attempt that lost
-  its claim fails that swap and never creates. It also creates only within half a lease of fencing, and
-  the lease exceeds twice the request timeout, so a create in flight ends before anyone may take over.
+- The ref points to a commit whose message records the claim: the logical name, the holding attempt, a
+  state (`creating`, `released`, `done`), the target, the time the name was first claimed and, once done,
+  the result (e.g. `comment:123`). The commit has git's empty tree and no parent.
+- Every claim write is one `git push` over smart HTTP (one POST to `git-receive-pack`, the only write
+  request it sends) carrying the new commit and the ref update together, with
+  `--force-with-lease=<ref>:<expected>`: git sends the ref's old value in the update command and
+  receive-pack applies it as a compare-and-swap under the ref's lock, refusing ("stale info" from the
+  client, or a remote rejection) when the ref is not where the writer last saw it. An empty expected value
+  means "must not exist", so exactly one attempt acquires a never-claimed name.
+- A claim is born `creating`: acquiring is the fence. Nothing takes a claim over until it is `released`
+  or its holder has been silent for the lease, measured on GitHub's clock (the claim commit's date vs. the
+  `Date` of the answer reading it). The holder sends its create only within half a lease of acquiring (on
+  its own monotonic clock, from before the push), and the lease exceeds twice the request timeout, so a
+  create in flight is over before anyone may take over. A stale attempt that lost its claim therefore
+  never creates: its fence is too old, and it re-reads before acquiring again.
 - After the create, the holder records `done` with the result; after a definite failure, `released`.
-  After an ambiguous create it first reads GitHub (`find`); if the object is not visible the claim stays
+  After an ambiguous create it reads GitHub (`find`); if the object is not visible the claim stays
   `creating`, and a successor (after the lease) reads again before taking over.
 
-The claim's commits are unreachable from branches and invisible in the UI; they cost one tree, one
-commit per state change and one ref per claimed name.
+Happy path: three writes per object, each spaced by `seconds_between_writes` (`Transport.write_slot`):
+the claim push, the create, the record push. A crash after the claim leaves a `creating` claim that the
+next attempt waits out (one lease) before reading again and taking over; a crash after the create leaves
+the object, which the next attempt's `find` returns before any claim is touched; the record is best effort.
+
+What it relies on from GitHub: pushes to refs outside `refs/heads/` and `refs/tags/` are accepted over
+smart HTTP with the repository's token (`x-access-token`), like any ref update, and such refs are read
+through the git refs REST API (`GET /repos/{owner}/{repo}/git/ref/durafix/claims/...`) without showing in
+the UI; receive-pack's old-value check (git's own compare-and-swap, used by `--force-with-lease`); a commit
+with the empty tree (what `git commit --allow-empty` makes of a first commit) is an ordinary object. The
+commit's date is the writer's estimate of GitHub's time (the last `Date` header it read, rounded up, plus
+its own elapsed time), so the lease is measured on one clock. An empty repository (no commit pushed yet)
+is refused with `ForgeEmptyRepositoryError` before anything is pushed, as the git data API refuses it.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import re
 import socket
+import subprocess
+import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Literal, TypeVar
 
-from github import InputGitTreeElement
-from github.GitCommit import GitCommit
-from github.GitTree import GitTree
+from github import GithubException
 
+from reviews.branches import _git_env
 from reviews.config import ForgeConfig
-from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgeError, ForgeTransientError
+from reviews.errors import (
+    ForgeAmbiguousError,
+    ForgeConflictError,
+    ForgeEmptyRepositoryError,
+    ForgeError,
+    ForgeNotFoundError,
+    ForgePermanentError,
+    ForgeTransientError,
+)
 from reviews.markers import ref_component, ref_prefix
 from reviews.transport import Transport
 
 T = TypeVar("T")
+# `claimed` is what earlier versions wrote before fencing; it is read (as a live claim) but never written.
 ClaimStatus = Literal["claimed", "creating", "released", "done"]
 
 log = logging.getLogger(__name__)
 
 _HEADER = "durafix claim"
 _FIELDS = ("name", "attempt", "state", "target", "result", "since")
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_AUTH_FAILURE = re.compile(r"returned error: (401|403|404)|Authentication failed|could not read Username", re.I)
+_NOT_CONNECTED = re.compile(r"Failed to connect|Could not resolve host|Connection refused", re.I)
+_IDENTITY = {
+    "GIT_AUTHOR_NAME": "durafix",
+    "GIT_AUTHOR_EMAIL": "durafix@claims.invalid",
+    "GIT_COMMITTER_NAME": "durafix",
+    "GIT_COMMITTER_EMAIL": "durafix@claims.invalid",
+}
 
 
 class ClaimLostError(ForgeConflictError):
@@ -99,27 +134,25 @@ class ClaimRecord:
 class ClaimState:
     """A claim as last seen (or last written) by this process.
 
-    `age_s` is how long the claim had been in this state on GitHub's clock when observed;
-    `fenced_at` is this process's monotonic time of the swap it wrote, if it wrote this state.
+    `committed` is the claim commit's date (GitHub's clock, as its writer estimated it); `age_s` is how
+    long the claim had been in this state on GitHub's clock when observed; `fenced_at` is this process's
+    monotonic time from before the push that wrote this state, if it wrote it.
     """
 
     kind: str
     ref: str
-    commit: GitCommit
+    sha: str
     record: ClaimRecord
+    committed: datetime
     age_s: float
     fenced_at: float | None = None
-
-    @property
-    def sha(self) -> str:
-        return self.commit.sha
 
     @property
     def since(self) -> datetime:
         """When the claim was first taken (GitHub's clock): objects created under it are no older."""
         if self.record.since:
             return datetime.fromisoformat(self.record.since)
-        return _aware(self.commit.committer.date)
+        return self.committed
 
 
 def new_attempt_id() -> str:
@@ -130,11 +163,14 @@ def _aware(moment: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
-def _server_age_s(commit: GitCommit) -> float:
-    committed = _aware(commit.committer.date)
-    date_header = commit.raw_headers.get("date")
-    now = parsedate_to_datetime(str(date_header)) if date_header else datetime.now(UTC)
-    return max(0.0, (now - committed).total_seconds())
+def _date_header(headers: Mapping[str, object] | None) -> datetime | None:
+    value = (headers or {}).get("date")
+    if not value:
+        return None
+    try:
+        return _aware(parsedate_to_datetime(str(value)))
+    except (TypeError, ValueError):
+        return None
 
 
 class ClaimStore:
@@ -143,6 +179,9 @@ class ClaimStore:
     def __init__(self, transport: Transport, config: ForgeConfig) -> None:
         self._t = transport
         self._config = config
+        # GitHub's clock as last read: (Date header, this process's monotonic time when it arrived).
+        self._clock: tuple[datetime, float] | None = None
+        self._scratch: tempfile.TemporaryDirectory[str] | None = None
 
     @staticmethod
     def ref_path(kind: str, name: str) -> str:
@@ -150,71 +189,54 @@ class ClaimStore:
         return f"durafix/claims/{kind}/{ref_component(name)}"
 
     def observe(self, kind: str, name: str) -> ClaimState | None:
-        """The claim for `name` as GitHub has it now, or None if nobody ever claimed it."""
+        """The claim for `name` as GitHub has it now, or None if nobody ever claimed it (or the repository
+        is empty, where no ref exists)."""
+        try:
+            return self._observe(kind, name)
+        except ForgeEmptyRepositoryError:
+            return None
+
+    def _observe(self, kind: str, name: str) -> ClaimState | None:
+        """`observe`, raising `ForgeEmptyRepositoryError` for an empty repository."""
         path = self.ref_path(kind, name)
-        sha = self._t.read_if_found(f"read claim {path}", lambda: self._t.repo.get_git_ref(path).object.sha)
+
+        def read_ref() -> str | None:
+            try:
+                ref = self._t.repo.get_git_ref(path)
+                sha = ref.object.sha
+                self._saw(ref.raw_headers)
+                return sha
+            except GithubException as exc:
+                self._saw(exc.headers)
+                raise
+
+        try:
+            sha = self._t.read(f"read claim {path}", read_ref)
+        except ForgeNotFoundError:
+            return None
         if sha is None:
             return None
 
-        def read() -> tuple[GitCommit, ClaimRecord]:
+        def read() -> ClaimState:
             commit = self._t.repo.get_git_commit(sha)
             record = ClaimRecord.parse(commit.message)
             if record is None or record.name != name:
                 raise ForgeConflictError(f"refs/{path} at {sha} is not a claim for {name!r}")
-            return commit, record
+            committed = _aware(commit.committer.date)
+            answered = self._saw(commit.raw_headers) or datetime.now(UTC)
+            age = max(0.0, (answered - committed).total_seconds())
+            return ClaimState(kind, path, sha, record, committed, age)
 
-        commit, record = self._t.read(f"read claim {path}", read)
-        return ClaimState(kind, path, commit, record, _server_age_s(commit))
+        return self._t.read(f"read claim {path}", read)
 
     def create(self, kind: str, record: ClaimRecord) -> ClaimState | None:
-        """Take a never-claimed name. None if another attempt created the ref first."""
-        path = self.ref_path(kind, record.name)
-        tree = self._harmless_write(
-            "create claim tree",
-            lambda: self._t.repo.create_git_tree([InputGitTreeElement("claim", "100644", "blob", content=path)]),
-        )
-        commit = self._commit(tree, record, parents=[])
-        try:
-            self._t.mutate(f"create claim ref {path}", lambda: self._t.repo.create_git_ref(f"refs/{path}", commit.sha))
-        except ForgeConflictError:
-            return None
-        except ForgeAmbiguousError:
-            # create-ref is conditional: whatever landed is settled by reading who holds the ref now.
-            seen = self.observe(kind, record.name)
-            if seen is None or seen.sha != commit.sha:
-                return None
-        return ClaimState(kind, path, commit, record, 0.0, fenced_at=time.monotonic())
+        """Take a never-claimed name (one push). None if another attempt took it first."""
+        return self._push(kind, self.ref_path(kind, record.name), record, expected=None)
 
     def advance(self, current: ClaimState, record: ClaimRecord) -> ClaimState | None:
-        """Compare-and-swap the claim from `current` to `record`. None if the ref moved since `current`."""
+        """Compare-and-swap the claim from `current` to `record` (one push). None if the ref moved since."""
         record = replace(record, since=record.since or current.since.isoformat())
-        commit = self._commit(current.commit.tree, record, parents=[current.commit])
-        # PATCH goes to the `url` GitHub reports for the ref (`…/git/refs/…`); PyGithub's lazy ref built
-        # from `get_git_ref` points at the read-only `…/git/ref/…` spelling, so read it first.
-        ref = self._t.read(f"read claim {current.ref}", lambda: self._t.repo.get_git_ref(current.ref).complete())
-        try:
-            self._t.mutate(f"swap claim {current.ref}", lambda: ref.edit(commit.sha, force=False))
-        except ForgeConflictError:
-            return None
-        except ForgeAmbiguousError:
-            # A non-force PATCH to a child of what we saw either landed or was refused; read which.
-            seen = self.observe(current.kind, record.name)
-            if seen is None or seen.sha != commit.sha:
-                return None
-        return ClaimState(current.kind, current.ref, commit, record, 0.0, fenced_at=time.monotonic())
-
-    def _commit(self, tree: GitTree, record: ClaimRecord, parents: list[GitCommit]) -> GitCommit:
-        return self._harmless_write(
-            "create claim commit",
-            lambda: self._t.repo.create_git_commit(record.message(), tree, parents),
-        )
-
-    def _harmless_write(self, what: str, fn: Callable[[], T]) -> T:
-        """Creating an unreferenced git object twice is harmless, so an unknown outcome is simply re-sent."""
-        try:
-            return self._t.mutate(what, fn)
-        except ForgeAmbiguousError:
-            return self._t.mutate(what, fn)
+        return self._push(current.kind, current.ref, record, expected=current.sha)
 
     def create_once(
         self,
@@ -230,13 +252,14 @@ class ClaimStore:
         `find(claim)` reads GitHub's truth (it gets the current claim, for targets that need its record).
         Waits up to `claim_wait_s` for another live holder to finish; then raises `ForgeTransientError`
         with the time left on that holder's lease. A claim recorded `done` whose object `find` no longer
-        sees (deleted by a person) raises `ForgeConflictError` instead of creating a second one.
+        sees (deleted by a person) raises `ForgeConflictError` instead of creating a second one. An empty
+        repository raises `ForgeEmptyRepositoryError` without writing anything.
         """
         attempt = new_attempt_id()
         deadline = time.monotonic() + self._config.claim_wait_s
         pause = self._config.claim_poll_s
         while True:
-            seen = self.observe(kind, name)
+            seen = self._observe(kind, name)
             found = find(seen)
             if found is not None:
                 return found
@@ -244,6 +267,13 @@ class ClaimStore:
                 raise ForgeConflictError(f"claim {name!r} records {seen.record.result!r}, which no longer exists")
             held = self._acquire(kind, name, target, seen, attempt)
             if held is not None:
+                if seen is not None and seen.record.attempt != attempt:
+                    # Taken over from a released or silent holder: `find` above ran after its create (if
+                    # any) was over, and reading once more now costs no write.
+                    found = find(held)
+                    if found is not None:
+                        self._finish(held, "done", result_of(found))
+                        return found
                 try:
                     return self.create_under(held, find, create, result_of)
                 except ClaimLostError:
@@ -259,13 +289,15 @@ class ClaimStore:
             pause = min(pause * 2, 5.0)
 
     def _acquire(self, kind: str, name: str, target: str, seen: ClaimState | None, attempt: str) -> ClaimState | None:
+        """Acquire and fence in one write: the claim is written `creating` by this attempt."""
         if seen is None:
-            return self.create(kind, ClaimRecord(name=name, attempt=attempt, state="claimed", target=target))
+            return self.create(kind, ClaimRecord(name=name, attempt=attempt, state="creating", target=target))
         if seen.record.attempt == attempt:
-            return seen
+            # Our own claim whose fence got too old before we created: renew the fence (nothing was sent).
+            return self.advance(seen, replace(seen.record, state="creating"))
         if seen.record.state == "released" or seen.age_s >= self._config.claim_lease_s:
             # `find` has just read GitHub and seen nothing, and the holder's create (if any) is over.
-            record = replace(seen.record, attempt=attempt, state="claimed", result="")
+            record = replace(seen.record, attempt=attempt, state="creating", result="")
             return self.advance(seen, record)
         return None
 
@@ -276,38 +308,33 @@ class ClaimStore:
         create: Callable[[], T],
         result_of: Callable[[T], str],
     ) -> T:
-        """Create while holding `held`; raises `ClaimLostError` without creating if the claim was lost."""
-        fenced = self.advance(held, replace(held.record, state="creating"))
-        if fenced is None:
-            raise ClaimLostError(f"claim {held.record.name!r} was taken over")
-        found = find(fenced)
-        if found is not None:
-            self._finish(fenced, "done", result_of(found))
-            return found
-        assert fenced.fenced_at is not None
-        if time.monotonic() - fenced.fenced_at > self._config.claim_lease_s / 2:
+        """Create while holding `held` (a `creating` claim this process wrote); raises `ClaimLostError`
+        without creating if the fence is older than half a lease: from then on a successor may take over."""
+        if held.fenced_at is None or held.record.state not in ("creating", "claimed"):
+            raise ClaimLostError(f"claim {held.record.name!r} was not fenced by this process")
+        if time.monotonic() - held.fenced_at > self._config.claim_lease_s / 2:
             raise ClaimLostError(f"claim {held.record.name!r}: fence too old to create under")
         try:
             created = create()
         except ForgeAmbiguousError:
-            found = find(fenced)
+            found = find(held)
             if found is None:
                 raise
             created = found
         except ForgeError:
             # The create was answered (or never sent): nothing will land later, successors need not wait.
-            self._finish(fenced, "released", "")
+            self._finish(held, "released", "")
             raise
-        self._finish(fenced, "done", result_of(created))
+        self._finish(held, "done", result_of(created))
         return created
 
-    def _finish(self, fenced: ClaimState, state: ClaimStatus, result: str) -> None:
+    def _finish(self, held: ClaimState, state: ClaimStatus, result: str) -> None:
         """Record the outcome. Best effort: the created object itself is the truth `find` reads."""
         try:
-            if self.advance(fenced, replace(fenced.record, state=state, result=result)) is None:
-                log.warning("claim %s moved before recording %s", fenced.record.name, state)
+            if self.advance(held, replace(held.record, state=state, result=result)) is None:
+                log.warning("claim %s moved before recording %s", held.record.name, state)
         except ForgeError as exc:
-            log.warning("could not record claim %s as %s: %s", fenced.record.name, state, exc)
+            log.warning("could not record claim %s as %s: %s", held.record.name, state, exc)
 
     def list_claims(self, kind: str, name_prefix: str) -> list[ClaimState]:
         """Claims of `kind` whose recorded name starts with `name_prefix`."""
@@ -320,8 +347,143 @@ class ClaimStore:
                 record = ClaimRecord.parse(commit.message)
                 if record is not None and record.name.startswith(name_prefix):
                     path = ref.ref.removeprefix("refs/")
-                    states.append(ClaimState(kind, path, commit, record, _server_age_s(commit)))
+                    committed = _aware(commit.committer.date)
+                    answered = _date_header(commit.raw_headers) or datetime.now(UTC)
+                    age = max(0.0, (answered - committed).total_seconds())
+                    states.append(ClaimState(kind, path, commit.sha, record, committed, age))
             return states
 
         # An empty repository has no refs, so no claims.
         return self._t.read_if_found(f"list claims {prefix}", read) or []
+
+    # --- writing a claim: one push -----------------------------------------------------------------------
+
+    def _saw(self, headers: Mapping[str, object] | None) -> datetime | None:
+        """Keep GitHub's clock from an answer's `Date` header; returns it."""
+        answered = _date_header(headers)
+        if answered is not None:
+            self._clock = (answered, time.monotonic())
+        return answered
+
+    def _github_now(self) -> datetime:
+        """An upper bound of GitHub's time now: `Date` has whole seconds, so one is added to the last one
+        read, plus what elapsed here since. Erring late makes a claim look younger, never older."""
+        if self._clock is None:
+            # Only for a write without a read before it (`create_once` always reads the ref first).
+            path = f"/repos/{self._config.repository}"
+            headers, _ = self._t.read(
+                "read GitHub's clock", lambda: self._t.github.requester.requestJsonAndCheck("GET", path)
+            )
+            self._saw(headers)
+        assert self._clock is not None
+        answered, at = self._clock
+        return answered + timedelta(seconds=1 + time.monotonic() - at)
+
+    def _push(self, kind: str, path: str, record: ClaimRecord, expected: str | None) -> ClaimState | None:
+        """Write `record` as the claim at `refs/<path>` if the ref is at `expected` (absent for None).
+
+        Returns the new state when the ref holds it, None when another attempt holds the ref. A push whose
+        outcome is unclear is settled by reading the ref (our commit's sha is unique); if the ref is still
+        where it was, the push did not land: `ForgeTransientError`.
+        """
+        fenced_at = time.monotonic()
+        moment = self._github_now()
+        committed = datetime.fromtimestamp(math.ceil(moment.timestamp()), UTC)
+        record = replace(record, since=record.since or committed.isoformat())
+        sha = self._commit(record, committed)
+        ref = f"refs/{path}"
+        with self._t.write_slot():
+            failure = self._send(ref, sha, expected)
+        state = ClaimState(kind, path, sha, record, committed, 0.0, fenced_at=fenced_at)
+        if failure is None:
+            return state
+        try:
+            seen = self._t.read_if_found(f"read claim {path}", lambda: self._t.repo.get_git_ref(path).object.sha)
+        except ForgeError as exc:
+            raise ForgeAmbiguousError(f"claim push to {ref} failed ({failure}); reading it failed: {exc}") from exc
+        if seen == sha:
+            return state
+        if seen != expected:
+            return None
+        if "declined" in failure:
+            # A pre-receive hook or rule of the repository refuses the ref: retrying cannot change that.
+            raise ForgePermanentError(f"claim push to {ref} refused by the forge ({failure})")
+        raise ForgeTransientError(f"claim push to {ref} failed ({failure}); the claim is unchanged")
+
+    def _repo_dir(self) -> str:
+        """A bare repository to build claim commits in (they are pushed, never kept)."""
+        if self._scratch is None:
+            self._scratch = tempfile.TemporaryDirectory(prefix="durafix-claims-")
+            self._git(["init", "--bare", "-q", self._scratch.name], cwd=None)
+        return self._scratch.name
+
+    def _git(self, args: list[str], cwd: str | None, stdin: str | None = None, **env: str) -> str:
+        done = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            input=stdin,
+            env={**_git_env(self._config), **_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", **env},
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise ForgePermanentError(f"git {args[0]} for a claim failed: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def _commit(self, record: ClaimRecord, committed: datetime) -> str:
+        date = f"@{int(committed.timestamp())} +0000"
+        return self._git(
+            # Never signed, whatever the host's git config asks: nobody verifies a claim's signature.
+            ["commit-tree", "--no-gpg-sign", EMPTY_TREE, "-F", "-"],
+            cwd=self._repo_dir(),
+            stdin=record.message(),
+            GIT_AUTHOR_DATE=date,
+            GIT_COMMITTER_DATE=date,
+        )
+
+    def _send(self, ref: str, sha: str, expected: str | None) -> str | None:
+        """One conditional push. None on success; a description when the outcome needs a read of the ref.
+
+        A refused lease is a description too, since reading the ref tells who holds it; authentication
+        failures raise `ForgePermanentError`, no connection at all `ForgeTransientError`.
+        """
+        command = [
+            "git",
+            "push",
+            "--porcelain",
+            "--no-verify",
+            f"--force-with-lease={ref}:{expected or ''}",
+            self._config.git_url,
+            f"{sha}:{ref}",
+        ]
+        try:
+            done = subprocess.run(
+                command,
+                cwd=self._repo_dir(),
+                env={**_git_env(self._config), "GIT_CONFIG_NOSYSTEM": "1"},
+                capture_output=True,
+                text=True,
+                # A claim push is one small request: bounded like any other request, so the fence's
+                # half-lease budget is not spent waiting on it.
+                timeout=self._config.request_timeout_s,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return f"git push timed out after {self._config.request_timeout_s}s"
+        output = f"{done.stdout}\n{done.stderr}"
+        status_line = next((line for line in done.stdout.splitlines() if f":{ref}\t" in line), "")
+        if done.returncode == 0 and status_line[:1] in ("*", " ", "+", "="):
+            return None
+        if status_line.startswith("!"):
+            return f"push rejected: {status_line.rsplit(chr(9), 1)[-1]}"
+        if _AUTH_FAILURE.search(output):
+            raise ForgePermanentError(f"claim push to {ref} not authorised: {_last_line(done.stderr)}")
+        if _NOT_CONNECTED.search(output):
+            raise ForgeTransientError(f"claim push to {ref} could not connect: {_last_line(done.stderr)}")
+        return f"git push exited {done.returncode}: {_last_line(done.stderr)}"
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -7,7 +7,9 @@ evaluation, not just the first call, inside the wrapper.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TypeVar
 
 import requests
@@ -71,6 +73,7 @@ class Transport:
         )
         self.repo: Repository = self.github.get_repo(config.repository)
         self._login: str | None = config.bot_login
+        self._last_write = float("-inf")
 
     def read(self, what: str, fn: Callable[[], T]) -> T:
         """Run a read; every failure is transient, permanent or conflict, never ambiguous."""
@@ -86,7 +89,25 @@ class Transport:
 
     def mutate(self, what: str, fn: Callable[[], T]) -> T:
         """Run one mutation; a sent request without an answer raises `ForgeAmbiguousError`."""
-        return self._call(what, fn, mutation=True)
+        with self.write_slot():
+            return self._call(what, fn, mutation=True)
+
+    @contextmanager
+    def write_slot(self) -> Iterator[None]:
+        """Hold while sending one write: it starts `seconds_between_writes` after the end of the last one.
+
+        PyGithub spaces its own REST writes; this also spaces the adapter's git pushes of claims (which
+        PyGithub never sees) from REST writes and from each other, so every write this client sends keeps
+        GitHub's one-second spacing for integrations.
+        """
+        wait = self._last_write + self.config.seconds_between_writes - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+        try:
+            yield
+        finally:
+            # Measured from the end of the write, as PyGithub does.
+            self._last_write = time.monotonic()
 
     def _call(self, what: str, fn: Callable[[], T], *, mutation: bool) -> T:
         try:

@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
 ``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, depcache, browser, evidence, docker,
-agent, parked, failover).
+agent, parked, failover, forge_writes).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked", "failover"]
+BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked", "failover", "forge_writes"]
 
 
 def main(argv: list[str]) -> int:

@@ -205,3 +205,30 @@ def test_mirror_clone_and_fetch_of_a_long_tagged_history_send_gzip_bodies(team: 
     assert "Content-Encoding: gzip" in fetched.stderr
     assert _refs(mirror) == _refs(author) and len(_refs(mirror)) == 101
     git("fsck", "--connectivity-only", cwd=mirror)
+
+
+def test_a_push_with_a_lease_is_a_compare_and_swap_on_a_ref_outside_branches(team: Team, tmp_path: Path) -> None:
+    # What claim refs rely on: a parentless commit with git's empty tree, pushed to refs/durafix/... with
+    # --force-with-lease, lands only where the ref is what the lease says, and reads back over REST.
+    wc = _clone(team, tmp_path, team.bob)
+    empty_tree = git("hash-object", "-t", "tree", os.devnull, cwd=wc).stdout.strip()
+    first, second, third = (git("commit-tree", empty_tree, "-m", f"claim {n}", cwd=wc).stdout.strip() for n in range(3))
+    ref = "refs/durafix/claims/ticket/op-1"
+
+    def push(sha: str, expected: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["git", "push", "--porcelain", f"--force-with-lease={ref}:{expected}", "origin", f"{sha}:{ref}"],
+            cwd=wc,
+            env=GIT_ENV,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+
+    assert push(first, "").returncode == 0
+    assert push(second, "").returncode != 0  # must not exist: it does
+    assert push(third, second).returncode != 0  # a lease on a value the ref never had
+    assert team.shop.get_git_ref("durafix/claims/ticket/op-1").object.sha == first
+    assert push(second, first).returncode == 0
+    assert team.shop.get_git_ref("durafix/claims/ticket/op-1").object.sha == second
+    assert team.shop.get_git_commit(second).message.startswith("claim 1")

@@ -95,7 +95,7 @@ def test_overlapping_attempts_with_one_op_id_create_one_ticket(site: Site) -> No
 
 def test_live_claim_of_another_attempt_is_waited_for_then_reported_with_its_lease(site: Site) -> None:
     store = ClaimStore(Transport(site.config()), site.config())
-    held = store.create("ticket", ClaimRecord(name=OP, attempt="other", state="claimed", target=f"issue:{site.issue}"))
+    held = store.create("ticket", ClaimRecord(name=OP, attempt="other", state="creating", target=f"issue:{site.issue}"))
     assert held is not None
     impatient = site.new_adapter(claim_wait_s=0.3, claim_lease_s=60)
 
@@ -111,7 +111,7 @@ def test_stale_claimer_cannot_create_after_a_successor_took_over(site: Site) -> 
     short = {"request_timeout_s": 1, "claim_lease_s": 2.5}
     stale_store = ClaimStore(Transport(site.config(**short)), site.config(**short))
     stale = stale_store.create(
-        "ticket", ClaimRecord(name=OP, attempt="stale", state="claimed", target=f"issue:{site.issue}")
+        "ticket", ClaimRecord(name=OP, attempt="stale", state="creating", target=f"issue:{site.issue}")
     )
     assert stale is not None
     time.sleep(3.5)
@@ -143,4 +143,28 @@ def test_failed_create_releases_the_claim_so_the_next_attempt_need_not_wait(site
     assert claim is not None and claim.record.state == "released"
 
     ticket = site.new_adapter(claim_wait_s=0.0).ensure_ticket(OP, site.issue, "t", "Status")
+    assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
+
+
+def test_claim_push_applied_but_its_answer_dropped_is_read_back_and_held(site: Site) -> None:
+    site.fault("POST", r"/git-receive-pack$", "drop_after_apply")
+
+    ticket = site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
+
+    assert site.handle.faults() == []
+    assert ticket.created
+    assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
+    claim = site.adapter.claims.observe("ticket", OP)
+    assert claim is not None and (claim.record.state, claim.record.result) == ("done", f"comment:{ticket.comment_id}")
+
+
+def test_claim_push_refused_with_a_5xx_leaves_nothing_and_is_transient(site: Site) -> None:
+    site.fault("POST", r"/git-receive-pack$", "status", status=502)
+
+    with pytest.raises(ForgeTransientError):
+        site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
+    assert site.adapter.claims.observe("ticket", OP) is None
+    assert site.marked_comments(site.issue, MARKER) == []
+
+    ticket = site.adapter.ensure_ticket(OP, site.issue, "t", "Status: reproducing")
     assert site.marked_comments(site.issue, MARKER) == [ticket.comment_id]
