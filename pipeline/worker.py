@@ -64,7 +64,14 @@ def build_workers(
     workers = []
     for queue in queues:
         if queue == TaskQueue.ORCHESTRATION:
-            workers.append(Worker(client, task_queue=queue.value, workflows=[RepairBugWorkflow]))
+            workers.append(
+                Worker(
+                    client,
+                    task_queue=queue.value,
+                    workflows=[RepairBugWorkflow],
+                    max_cached_workflows=config.max_cached_workflows,
+                )
+            )
             continue
         workers.append(
             Worker(
