@@ -59,7 +59,11 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
     state = tmp_path_factory.mktemp("durafix-engine")
     with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
-        yield e2e
+        try:
+            yield e2e
+        finally:
+            # A receiver restarted by a test is not the one the stack's fixture started (and stops).
+            processes.stop(e2e.receiver)
 
 
 @pytest.fixture
@@ -91,9 +95,9 @@ def kill_temporal(e2e: E2EStack) -> list[str]:
     return argv
 
 
-def start_temporal(e2e: E2EStack, argv: list[str]) -> ServiceRecord:
-    """Start the server again with ``argv`` (same port, same database file), wait until it serves, and record
-    the new process in the stack's state so that ``stack.down`` stops it."""
+async def start_temporal(e2e: E2EStack, argv: list[str]) -> ServiceRecord:
+    """Start the server again with ``argv`` (same port, same database file), record the new process in the
+    stack's state (so that ``stack.down`` stops it) and return once it serves."""
     old = temporal_record(e2e)
     rec = processes.spawn("temporal", argv, log=Path(old.log), port=old.port, url=old.url, env={})
     rec.extra.update(old.extra)
@@ -104,20 +108,22 @@ def start_temporal(e2e: E2EStack, argv: list[str]) -> ServiceRecord:
     tmp.write_text(state.model_dump_json(indent=2))
     tmp.chmod(0o600)
     tmp.replace(path)
+    deadline = time.monotonic() + 60
+    while True:
+        assert processes.is_alive(rec), processes.log_tail(Path(rec.log))
+        try:
+            probe = await Client.connect(rec.url)
+            await probe.workflow_service.get_system_info(GetSystemInfoRequest())
+            return rec
+        except Exception as err:  # not serving yet
+            assert time.monotonic() < deadline, f"the restarted server does not serve: {err}"
+        await asyncio.sleep(0.3)
 
-    async def serving() -> bool:
-        client = await Client.connect(rec.url)
-        await client.workflow_service.get_system_info(GetSystemInfoRequest())
-        return True
 
-    processes.wait_ready(rec, lambda: asyncio.run(serving()), 60)
-    return rec
-
-
-def restart_temporal(e2e: E2EStack) -> ServiceRecord:
+async def restart_temporal(e2e: E2EStack) -> ServiceRecord:
     argv = kill_temporal(e2e)
-    time.sleep(OUTAGE_S)
-    return start_temporal(e2e, argv)
+    await asyncio.sleep(OUTAGE_S)
+    return await start_temporal(e2e, argv)
 
 
 def restart_receiver(e2e: E2EStack) -> ServiceRecord:
@@ -241,13 +247,13 @@ async def test_engine_killed_during_reproduction_and_at_review_wait_the_run_stil
     client, repository, issue, wf = await e2e.open_run()
 
     await reproduction_running(client, wf)
-    restart_temporal(e2e)
+    await restart_temporal(e2e)
     await workers_polling_again(client, [worker])
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
     assert state.reproduction is not None and state.reproduction.status == "reproduced"
 
-    restart_temporal(e2e)
+    await restart_temporal(e2e)
     await workers_polling_again(client, [worker])
     # The receiver was not restarted: its Temporal connection comes back on its own and the approval's webhook
     # is delivered through it.
@@ -283,7 +289,7 @@ async def test_every_process_restarted_at_review_wait_with_the_workflow_cache_of
     argv = kill_temporal(e2e)
     wait_for(lambda: not processes.is_alive(first) and not processes.is_alive(old_receiver), 30, "killed processes")
     e2e.workers.clear()
-    start_temporal(e2e, argv)
+    await start_temporal(e2e, argv)
     receiver = restart_receiver(e2e)
     second = e2e.spawn_worker()
     await workers_polling_again(client, [second])

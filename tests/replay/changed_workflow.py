@@ -42,9 +42,11 @@ NOTICE_TEXT = "durafix is merging"
 class ChangedRepairBug(RepairBugWorkflow):
     """``repair_bug`` with the merge notice (see the module's docstring for where its patch is decided)."""
 
+    # Whether the notice is still to be said; None until the run enters review (a handler's step may run first).
+    _merge_notice: bool | None = None
+
     @workflow.run
     async def run(self, inp: RepairInput) -> RunState:
-        self._merge_notice: bool | None = None
         return await super().run(inp)
 
     async def _review_and_merge(self) -> tuple[Outcome, str]:
