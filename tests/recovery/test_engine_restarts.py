@@ -51,6 +51,8 @@ CHANGED_CODE_HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "chang
 # How long the engine stays down after a kill: long enough that every poller, heartbeat and completion of the
 # workers fails at least once and has to be retried on a fresh connection.
 OUTAGE_S = 3.0
+# How long a (re)started receiver may take to listen: its imports alone take long on a busy machine.
+READY_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +60,8 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]
     require(shutil.which("git") is not None, "git is not installed")
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
     state = tmp_path_factory.mktemp("durafix-engine")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    script = combined_model_script(state / "model-script.yaml")
+    with running_e2e_stack(state, model_script=script, receiver_ready_s=READY_S) as e2e:
         try:
             yield e2e
         finally:
@@ -136,7 +139,7 @@ def restart_receiver(e2e: E2EStack) -> ServiceRecord:
     argv = [sys.executable, "-m", "pipeline", "--state-dir", str(e2e.state_dir), "serve", "--port", str(old.port)]
     rec = processes.spawn("receiver", argv, log=Path(old.log), port=old.port, url=old.url)
     e2e.receiver = rec
-    processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", old.port), 30)
+    processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", old.port), READY_S)
     return rec
 
 

@@ -45,4 +45,3 @@ async def test_current_codes_history_replays_on_the_changed_code(path: Path) -> 
 @pytest.mark.parametrize("path", CHANGED, ids=[p.stem for p in CHANGED])
 async def test_changed_codes_history_replays_on_the_changed_code(path: Path) -> None:
     await replay(path, ChangedRepairBug)
-
