@@ -61,12 +61,23 @@ def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
     state = tmp_path_factory.mktemp("durafix-engine")
     script = combined_model_script(state / "model-script.yaml")
-    with running_e2e_stack(state, model_script=script, receiver_ready_s=READY_S) as e2e:
-        try:
-            yield e2e
-        finally:
-            # A receiver restarted by a test is not the one the stack's fixture started (and stops).
-            processes.stop(e2e.receiver)
+    # The product's step timeouts, not the fast ones: Chromium's start on a busy machine outlasts the fast
+    # policy's 10 s browser heartbeat, and a run that fails its reproduction says nothing about the engine. The
+    # variable outranks the stack's config.json for every process started here (receiver and workers).
+    before = os.environ.get("DURAFIX_FAST_TIMEOUTS")
+    os.environ["DURAFIX_FAST_TIMEOUTS"] = "false"
+    try:
+        with running_e2e_stack(state, model_script=script, receiver_ready_s=READY_S) as e2e:
+            try:
+                yield e2e
+            finally:
+                # A receiver restarted by a test is not the one the stack's fixture started (and stops).
+                processes.stop(e2e.receiver)
+    finally:
+        if before is None:
+            del os.environ["DURAFIX_FAST_TIMEOUTS"]
+        else:
+            os.environ["DURAFIX_FAST_TIMEOUTS"] = before
 
 
 @pytest.fixture
