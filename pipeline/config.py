@@ -113,6 +113,10 @@ class DurafixConfig(BaseModel):
     # comma-separated in the variable) whose labelled issues it checks for a lost trigger besides those of open runs.
     reconcile_interval_s: float = Field(default=60.0, gt=0)
     reconcile_repositories: list[str] = Field(default_factory=list)
+    # How many runs the workflow worker keeps in memory between their tasks (the SDK's sticky cache; 1000 is the
+    # SDK's default). 0 makes every task of a run replay its whole history on whichever worker takes it: what a
+    # worker restarted for each task would do, so a run must finish the same way with it (tests/recovery).
+    max_cached_workflows: int = Field(default=1000, ge=0)
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -249,6 +253,7 @@ _ENV = {
     "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
     "DURAFIX_RECONCILE_INTERVAL_S": "reconcile_interval_s",
     "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
+    "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
 }
 
 

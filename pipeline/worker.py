@@ -96,6 +96,7 @@ def build_workers(
                     workflows=[RepairBugWorkflow],
                     identity=identity,
                     sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+                    max_cached_workflows=config.max_cached_workflows,
                 )
             )
             continue

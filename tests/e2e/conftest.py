@@ -177,7 +177,7 @@ class E2EStack:
 
 @contextmanager
 def running_e2e_stack(
-    state: Path, *, warm: Callable[[DurafixConfig], None] | None = None, **up: Any
+    state: Path, *, warm: Callable[[DurafixConfig], None] | None = None, receiver_ready_s: float = 120, **up: Any
 ) -> Iterator[E2EStack]:
     """The embedded stack (``infra.stack.up(state, **up)``) with fast timeouts and a webhook receiver.
 
@@ -213,7 +213,7 @@ def running_e2e_stack(
     e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
     try:
         # A loaded host imports the receiver slowly; the wait only bounds a receiver that never comes up.
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 120)
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), receiver_ready_s)
         yield e2e
     finally:
         e2e.stop_workers()
