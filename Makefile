@@ -1,12 +1,15 @@
 # durafix: `make demo` runs the whole pipeline offline; `make test` runs the tests.
-# Both install what they need first (Debian packages, uv, the venv), so they work on a fresh machine.
+# `make soak` runs 50 repair runs under worker and Temporal server kills (durafix chaos).
+# All of them install what they need first (Debian packages, uv, the venv), so they work on a fresh machine.
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
 APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap
 PYTEST_ARGS ?=
+# e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
+SOAK_ARGS ?=
 
-.PHONY: setup apt venv demo test test-quick lint bench clean
+.PHONY: setup apt venv demo test test-quick lint bench soak clean
 
 setup: apt venv
 
@@ -43,6 +46,9 @@ lint: venv
 
 bench: setup
 	$(UV) run python -m tests.benchmarks
+
+soak: setup
+	$(UV) run durafix chaos --runs 50 --workers 2 --kill-every 3-8 --server-kills 3 $(SOAK_ARGS)
 
 clean:
 	-$(UV) run durafix dev down

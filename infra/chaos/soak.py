@@ -3,8 +3,10 @@ are killed, then an audit of what the runs left (``durafix chaos``, ``make soak`
 
 One repository per run (``maintainer/cart-<i>``, the sample app pushed fresh), so every count on the forge
 belongs to exactly one run. Runs are started directly with :func:`soak_policy` (short heartbeats, many
-attempts), not through the trigger label, because a policy is the workflow input the receiver would otherwise
-choose; the report is opened on the forge without the label, so the receiver never starts a second run for it.
+attempts), because the policy is part of the workflow input and the receiver would start runs with the
+stack's. The reports are opened with the trigger label (a run whose issue does not carry it is cancelled),
+by the bot, and the soak's stack requires ``admin`` to trigger a run, so neither the receiver nor its
+reconciler starts another run for them.
 The receiver still carries every review: each run's PR is approved on the forge, as a reviewer would, at the
 head the run asks to have approved, once per head; an approval whose webhook found Temporal down reaches the
 run through the receiver's reconciler (every 5 s here).
@@ -178,6 +180,10 @@ class Soak:
         config = stack.up(state_dir, quiet=True)
         config.fast_timeouts = True
         config.reconcile_interval_s = RECONCILE_INTERVAL_S
+        # The reports carry the trigger label (a run whose issue loses it is cancelled, by the receiver and by the
+        # reconciler), but the soak starts each run itself, with its own policy: a label added by the bot, who
+        # holds write, must not start another. Approvals are judged by approver_permission, which stays.
+        config.trigger_permission = "admin"
         config.save()
         return config, stack.read_stack(state_dir)
 
@@ -191,7 +197,12 @@ class Soak:
             port=port,
             url=f"http://127.0.0.1:{port}/webhook",
         )
-        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        try:
+            # Generous: on a loaded two-core host the receiver's imports alone can take half a minute.
+            processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 120)
+        except BaseException:
+            processes.stop(rec)
+            raise
         return rec
 
     def _open_reports(self, config: DurafixConfig, st: stack.StackState, receiver: ServiceRecord) -> None:
@@ -201,8 +212,7 @@ class Soak:
         bot = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
         for i in range(1, self.plan.runs + 1):
             repository = seed_repository(config, st.admin_token, stack.REVIEWER_LOGIN, receiver.url, f"cart-{i}")
-            # Without the trigger label: the soak starts the run itself, with its policy.
-            issue = bot.get_repo(repository).create_issue(title=title, body=body)
+            issue = bot.get_repo(repository).create_issue(title=title, body=body, labels=[config.trigger_label])
             self.runs.append(Run(i, repository, issue.number, workflow_id_for(repository, issue.number)))
         self.say(f"seeded {self.plan.runs} repositories with the sample app and opened a report on each")
 
