@@ -99,6 +99,7 @@ class WorkerPool:
     live: list[ServiceRecord] = field(default_factory=list)
     killed: list[ServiceRecord] = field(default_factory=list)
     _spawned: int = 0
+    _polling_since: dict[str, float] = field(default_factory=dict)
 
     def start(self) -> None:
         while len(self.live) < self.size:
@@ -118,11 +119,17 @@ class WorkerPool:
         self.live.append(rec)
         return rec
 
-    def ready(self) -> list[ServiceRecord]:
-        """The live workers that have started polling (their log says so). A worker still importing and
-        connecting runs no activity: killing it would test nothing, and on a busy host a worker killed every
-        few seconds might never get to poll at all."""
-        return [rec for rec in self.live if READY_LINE in processes.log_tail(Path(rec.log), 200)]
+    def eligible(self, polled_for_s: float) -> list[ServiceRecord]:
+        """The live workers that have been polling (their log says so) for at least ``polled_for_s``. A worker
+        still importing and connecting runs no activity, so killing it would test nothing; and on a busy host,
+        where starting a worker takes longer than the time between kills, workers killed as soon as they poll
+        would never run an activity at all."""
+        now = time.monotonic()
+        for rec in self.live:
+            if rec.name not in self._polling_since and READY_LINE in processes.log_tail(Path(rec.log), 200):
+                self._polling_since[rec.name] = now
+        since = self._polling_since
+        return [rec for rec in self.live if rec.name in since and now - since[rec.name] >= polled_for_s]
 
     def kill(self, victim: ServiceRecord, elapsed_s: float) -> Fault | None:
         """SIGKILL ``victim``'s activity process; start a replacement at once unless a supervisor survives

@@ -12,9 +12,9 @@ head the run asks to have approved, once per head; an approval whose webhook fou
 run through the receiver's reconciler (every 5 s here).
 
 Faults come from a seeded :class:`random.Random` (the seed is printed): every ``kill_every`` seconds (uniform
-between its bounds) the activity process of a random worker that is polling is SIGKILLed and a replacement
-started at once (a tick when no worker polls yet, as right after a kill on a busy host, kills nothing and is
-counted as skipped); on
+between its bounds) the activity process of a random worker that has been polling for at least the lower
+bound is SIGKILLed and a replacement started at once (a tick with no such worker, as on a busy host where a
+worker takes longer to start than the time between kills, kills nothing and is counted as skipped); on
 ``server_kills`` of those ticks, drawn at the start among the early ones, the Temporal dev server is killed
 instead and restarted on its SQLite file and port. What each kill hits depends on the machine's timing, so a
 seed replays the fault plan (the intervals, the server's ticks), not the runs.
@@ -223,7 +223,7 @@ class Soak:
         k = self.plan.server_kills
         window = range(2, 2 + 3 * k + max(2, self.plan.runs // 3))
         server_ticks = set(self.rng.sample(list(window), k)) if k else set()
-        tick = 0
+        tick, quiet = 0, False
         while True:
             await asyncio.sleep(self.rng.uniform(lo, hi))
             tick += 1
@@ -233,12 +233,15 @@ class Soak:
                 self.faults.append(outage)
                 self.say(f"Temporal dev server back after {outage.down_s:.1f}s")
                 continue
-            ready = pool.ready()
-            if not ready:
+            eligible = pool.eligible(polled_for_s=lo)
+            if not eligible:
                 self.skipped_ticks += 1
-                self.say("no worker is polling yet: this tick kills nothing")
+                if not quiet:
+                    self.say(f"no worker has been polling for {lo:g}s: ticks kill nothing until one has")
+                quiet = True
                 continue
-            victim = self.rng.choice(ready)
+            quiet = False
+            victim = self.rng.choice(eligible)
             fault = pool.kill(victim, self.elapsed())
             if fault is None:
                 self.say(f"{victim.name} had died on its own; started a replacement")
@@ -354,8 +357,9 @@ class Soak:
             # The stack's readiness probes run event loops of their own: not on this one.
             config, st = await asyncio.to_thread(self._up)
             receiver = await asyncio.to_thread(self._receiver)
-            await asyncio.to_thread(self._open_reports, config, st, receiver)
+            # Workers first: they import and connect while the repositories are seeded.
             pool.start()
+            await asyncio.to_thread(self._open_reports, config, st, receiver)
             client = await runs.connect(config)
             reviewer = Github(base_url=config.forge_api_url, auth=Auth.Token(st.reviewer_token), retry=None)
             chaos = asyncio.create_task(self._chaos(pool))
