@@ -1,7 +1,8 @@
 """The soak's report: one table row per run, a summary, and the same as one JSON document.
 
 Columns: the run, its outcome, the counts on the forge (tickets, branches, PRs, merged PRs, evidence
-comments), the resume latencies of its activities after faults (how many, median and largest, in seconds),
+comments), the resume latencies of its activities after faults (how many, median and largest, in seconds:
+``p50-s``, ``max-s``),
 its workflow tasks that timed out, its leaked resources, and ``ok`` or the first of its problems.
 """
 

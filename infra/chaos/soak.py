@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from github import Auth, Github
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from github import Auth, Github, GithubException
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from infra import processes, stack
@@ -287,7 +287,11 @@ class Soak:
         pending = state.pending_approval
         if pending is None or pending.head_sha in run.approved_heads:
             return
-        await asyncio.to_thread(self._approve, reviewer, run, pending.pr_number, pending.head_sha)
+        try:
+            await asyncio.to_thread(self._approve, reviewer, run, pending.pr_number, pending.head_sha)
+        except GithubException as err:  # the forge refused or failed: approve at the next poll
+            self.say(f"run {run.index}: approving PR #{pending.pr_number} failed ({err.status}); will retry")
+            return
         run.approved_heads.add(pending.head_sha)
         self.say(f"run {run.index}: approved PR #{pending.pr_number} at {pending.head_sha[:12]} on the forge")
 
@@ -301,8 +305,7 @@ class Soak:
         run.status = status.name.lower() if status else "closed"
         self._in_flight.discard(run.index)
         if status == WorkflowExecutionStatus.COMPLETED:
-            with contextlib.suppress(WorkflowFailureError):
-                run.state = await runs.handle_for(client, run.workflow_id).result()
+            run.state = await _result(client, run.workflow_id)
         self.say(f"run {run.index} ended: {run.outcome} ({self._progress()})")
 
     def _progress(self) -> str:
@@ -391,6 +394,15 @@ class Soak:
                     processes.stop(receiver)
                 stack.down(plan.state_dir, quiet=True)
         return SoakResult(plan, self.runs, self.faults, strays, self.elapsed(), self.problems, self.skipped_ticks)
+
+
+async def _result(client: Client, workflow_id: str) -> RunState:
+    """The completed run's result, read again while the server is being restarted."""
+    while True:
+        try:
+            return await runs.handle_for(client, workflow_id).result(rpc_timeout=timedelta(seconds=10))
+        except RPCError:
+            await asyncio.sleep(POLL_S)
 
 
 async def _settled_strays(pool: WorkerPool, settle_s: float = 10.0) -> list[int]:
