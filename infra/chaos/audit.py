@@ -21,7 +21,8 @@ from datetime import UTC, datetime
 
 from github import Auth, Github
 from github.Repository import Repository
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TimeoutType
+from temporalio.api.failure.v1 import Failure
 from temporalio.client import Client
 
 from environments.files import path_key
@@ -98,12 +99,11 @@ def _fault_before(faults: Sequence[Fault], after: datetime, before: datetime) ->
     return max(inside, key=lambda f: f.at) if inside else None
 
 
-def _failure_text(failure: object) -> str:
-    message = str(getattr(failure, "message", ""))
-    info = getattr(failure, "timeout_failure_info", None)
-    if info is not None and getattr(failure, "HasField", lambda _: False)("timeout_failure_info"):
-        return f"timeout {info.timeout_type}: {message}".strip()
-    return message
+def _failure_text(failure: Failure) -> str:
+    if failure.HasField("timeout_failure_info"):
+        kind = TimeoutType.Name(failure.timeout_failure_info.timeout_type).removeprefix("TIMEOUT_TYPE_").lower()
+        return f"{kind} timeout: {failure.message}"
+    return failure.message
 
 
 async def read_history(client: Client, workflow_id: str, faults: Sequence[Fault]) -> HistoryFacts:
