@@ -1,5 +1,6 @@
 # durafix: `make demo` runs the whole pipeline offline; `make test` runs the tests.
-# Both install what they need first (Debian packages, uv, the venv), so they work on a fresh machine.
+# `make soak` runs 50 repair runs under worker and Temporal server kills (durafix chaos).
+# All of them install what they need first (Debian packages, uv, the venv), so they work on a fresh machine.
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
@@ -7,8 +8,10 @@ APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg
 PYTEST_ARGS ?=
 # mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
+# e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
+SOAK_ARGS ?=
 
-.PHONY: setup apt venv demo test test-quick lint bench clean
+.PHONY: setup apt venv demo test test-quick lint bench soak clean
 
 setup: apt venv
 
@@ -45,6 +48,9 @@ lint: venv
 
 bench: setup
 	$(UV) run python -m tests.benchmarks
+
+soak: setup
+	$(UV) run durafix chaos --runs 50 --workers 2 --kill-every 3-8 --server-kills 3 $(SOAK_ARGS)
 
 clean:
 	-$(UV) run durafix dev down

@@ -33,6 +33,7 @@ COMMANDS: dict[str, Spec] = {
     "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
     "reconcile": Spec("reconcile", "deliver to runs what lost webhook events would have told them (--once: one pass)"),
     "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
+    "chaos": Spec("chaos", "soak the embedded stack: runs under worker and Temporal server kills, then what they left"),
     "forge": Spec(
         "dev",
         "set repositories up (create-repo, add-collaborator, add-webhook, tokens); serve the GitHub emulator",

@@ -1,0 +1,96 @@
+"""The short soak: ``durafix chaos`` as a real subprocess (6 runs, 2 workers, a worker killed every 3-8 s, the
+Temporal dev server killed once), checked by its exit code, its printed table, its JSON report, and the state
+directory it leaves (the stack stopped, no process of the soak alive).
+
+The command counts on the forge itself (:mod:`infra.chaos.audit`); this test asserts that the table says one
+of each for every run, that the faults really happened, and that the table and the report agree.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from environments.processes import live_processes
+from tests.conftest import require
+from tests.e2e.conftest import REPO_ROOT
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+
+RUNS = 6
+SEED = 20261202
+HEADER = ("run", "outcome", "tickets", "branches", "PRs", "merged", "evidence", "resumes")
+
+
+def table_rows(stdout: str) -> list[dict[str, str]]:
+    """The per-run rows of the printed table, by column name (the verdict is the rest of the line)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[: len(HEADER)] == list(HEADER))
+    names = lines[start].split()
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        cells = line.split(maxsplit=len(names) - 1)
+        rows.append(dict(zip(names, cells, strict=True)))
+    return rows
+
+
+def processes_naming(state: Path) -> list[int]:
+    """Live processes whose command line names the soak's state directory (workers, receiver, stack)."""
+    found = []
+    for stat in live_processes():
+        try:
+            argv = Path(f"/proc/{stat.pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if str(state).encode() in argv:
+            found.append(stat.pid)
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_the_short_soak_leaves_one_of_each_per_run_and_nothing_behind(tmp_path: Path) -> None:
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state = tmp_path / "soak"
+    argv = [sys.executable, "-m", "pipeline", "chaos", "--runs", str(RUNS), "--workers", "2", "--kill-every", "3-8"]
+    argv += ["--server-kills", "1", "--state-dir", str(state), "--seed", str(SEED), "--deadline", "600"]
+    # Progress (runs started and ended, each fault) goes to the test's stderr as it happens.
+    done = subprocess.run(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, text=True, timeout=840)
+
+    assert done.returncode == 0, done.stdout
+    report: dict[str, Any] = json.loads((state / "chaos-report.json").read_text())
+    assert report["seed"] == SEED and report["ok"] is True
+    rows = table_rows(done.stdout)
+    assert [row["run"] for row in rows] == [str(i) for i in range(1, RUNS + 1)]
+    for row in rows:
+        assert row["outcome"] == "merged", row
+        counts = (row["tickets"], row["branches"], row["PRs"], row["merged"], row["evidence"], row["leaks"])
+        assert counts == ("1", "1", "1", "1", "1", "0"), row
+        assert row["verdict"] == "ok", row
+    # The table is the report's: the same outcome, forge counts and resumes per run.
+    for row, run in zip(rows, report["runs"], strict=True):
+        forge = run["forge"]
+        assert (row["outcome"], row["tickets"], row["PRs"], row["evidence"]) == (
+            run["outcome"],
+            str(forge["tickets"]),
+            str(forge["pull_requests"]),
+            str(forge["evidence_comments"]),
+        )
+        assert row["resumes"] == str(len(run["resumes"]))
+        assert run["merged_sha"] in forge["merged"] and forge["main_head"] == run["merged_sha"]
+    kinds = [f["kind"] for f in report["faults"]]
+    assert kinds.count("server") == 1
+    assert kinds.count("worker") >= 1
+    assert all(f["down_s"] > 0 for f in report["faults"] if f["kind"] == "server")
+    assert "verdict  PASS" in done.stdout
+    # The soak stopped what it started: no service recorded, no process naming its state directory.
+    assert json.loads((state / "stack.json").read_text())["services"] == {}
+    assert processes_naming(state) == []

@@ -1,0 +1,86 @@
+"""The soak's kill target and its stray-process check, on real process trees (no durafix worker needed: the
+rule reads command lines, so processes named like ``python -m pipeline worker`` stand in for workers)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from environments.processes import is_live
+from infra import processes
+from infra.chaos.faults import activity_process, strays_of
+
+SLEEP = "import time; time.sleep(60)"
+
+
+def _spawn(tmp_path: Path, code: str, *args: str) -> processes.ServiceRecord:
+    # `-c CODE pipeline worker`: the trailing words are the command line the rule looks for.
+    return processes.spawn("w", [sys.executable, "-c", code, *args], log=tmp_path / "w.log", port=0, url="")
+
+
+def _children_of(pid: int) -> list[int]:
+    found: list[int] = []
+    deadline = time.monotonic() + 10
+    while not found and time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[1]) == pid:
+                    found.append(int(entry.name))
+        time.sleep(0.05)
+    return found
+
+
+def test_a_worker_that_runs_its_own_activities_is_the_target(tmp_path: Path) -> None:
+    worker = _spawn(tmp_path, SLEEP, "pipeline", "worker")
+    try:
+        assert activity_process(worker) == worker.pid
+    finally:
+        processes.stop(worker)
+    assert activity_process(worker) is None
+
+
+def test_a_supervised_worker_child_is_the_target_not_the_supervisor_or_an_app(tmp_path: Path) -> None:
+    # The supervisor starts an app process (no worker command line) and then the worker child.
+    supervisor_code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {SLEEP!r}, 'app'])\n"
+        "time.sleep(0.3)\n"
+        f"subprocess.Popen([sys.executable, '-c', {SLEEP!r}, 'pipeline', 'worker'])\n"
+        "time.sleep(60)\n"
+    )
+    supervisor = _spawn(tmp_path, supervisor_code, "pipeline", "worker")
+    try:
+        deadline = time.monotonic() + 10
+        while len(_children_of(supervisor.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        target = activity_process(supervisor)
+        assert target != supervisor.pid
+        assert target is not None
+        argv = Path(f"/proc/{target}/cmdline").read_bytes().split(b"\0")
+        assert argv[-3:] == [b"pipeline", b"worker", b""]
+    finally:
+        os.killpg(supervisor.pid, signal.SIGKILL)
+
+
+def test_what_a_killed_worker_left_in_its_group_is_a_stray_until_it_ends(tmp_path: Path) -> None:
+    worker = _spawn(
+        tmp_path, f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', {SLEEP!r}])\ntime.sleep(60)\n"
+    )
+    children = _children_of(worker.pid)
+    assert len(children) == 1
+    os.kill(worker.pid, signal.SIGKILL)
+    try:
+        assert strays_of([worker]) == children
+    finally:
+        os.kill(children[0], signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while is_live(children[0]) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert strays_of([worker]) == []
