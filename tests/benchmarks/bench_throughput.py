@@ -30,8 +30,8 @@ import uuid
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity, workflow
