@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
 ``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, depcache, browser, evidence, docker,
-agent, parked).
+agent, parked, tax, throughput, webhook_pr).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import sys
 import time
 
 BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked"]
+BENCHMARKS += ["tax", "throughput", "webhook_pr"]  # orchestration: the durability tax, throughput, webhook to PR
 
 
 def main(argv: list[str]) -> int:

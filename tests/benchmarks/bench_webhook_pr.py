@@ -60,6 +60,7 @@ MILESTONES: list[tuple[str, str, int]] = [
 class Measured:
     """One run: seconds from the label to the draft PR seen on the forge, and its phases (seconds each)."""
 
+    workflow_id: str
     total_s: float
     phases: dict[str, float] = field(default_factory=dict)
     receiver_s: float = 0.0  # the receiver's answer to the forge's POST (the forge's record of the delivery)
@@ -142,7 +143,9 @@ class WebhookToPr:
         deadline = time.monotonic() + 120
         while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
             await asyncio.sleep(0.5)
-        return Measured(total_s=total, phases=phases, receiver_s=float(delivery["duration"]), draft=draft)
+        return Measured(
+            workflow_id=workflow_id, total_s=total, phases=phases, receiver_s=float(delivery["duration"]), draft=draft
+        )
 
 
 def bench(n: int, *, warm: bool = True) -> list[Measured]:
