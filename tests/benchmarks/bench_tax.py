@@ -33,7 +33,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -684,6 +685,21 @@ class Tax:
         repository = self.stack.new_repository()
         return repository, self.stack.open_report(repository, labelled=labelled)
 
+    @staticmethod
+    @asynccontextmanager
+    async def workers(client: Client, config: DurafixConfig) -> AsyncIterator[None]:
+        """The production workers (every queue) in this process for the whole benchmark: like the plain loop's
+        one :class:`Services`, their collaborators (the browser, the forge clients) outlive each run. They
+        poll idle while the plain loop runs."""
+        with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as pool:
+            built = build_workers(client, config, ALL_QUEUES, pool)
+            polling = [asyncio.create_task(w.run()) for w in built]
+            try:
+                yield
+            finally:
+                await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
+                await asyncio.gather(*polling, return_exceptions=True)
+
     async def plain(self) -> Timed:
         # Unlabelled, so that neither the receiver nor its reconciler starts a run for the report.
         repository, issue = self.report(labelled=False)
@@ -695,20 +711,14 @@ class Tax:
 
     async def temporal(self, client: Client) -> Timed:
         """The run the labelled report's webhook starts, as in the demo (the reconciler would cancel a run whose
-        report lost its label, and start one for a labelled report without a run). Timed by the server, from
-        the execution's start to its close: the webhook's own latency is ``bench_webhook_pr``'s to measure."""
-        with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as pool:
-            workers = build_workers(client, self.config, ALL_QUEUES, pool)
-            polling = [asyncio.create_task(w.run()) for w in workers]
-            try:
-                repository, issue = self.report(labelled=True)
-                workflow_id = workflow_id_for(repository, issue)
-                await self.approve_when_asked(client, workflow_id)
-                handle = client.get_workflow_handle(workflow_id, result_type=RunState)
-                final = await handle.result()
-            finally:
-                await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
-                await asyncio.gather(*polling, return_exceptions=True)
+        report lost its label, and start one for a labelled report without a run), on the workers of
+        :meth:`workers`. Timed by the server, from the execution's start to its close: the webhook's own
+        latency is ``bench_webhook_pr``'s to measure."""
+        repository, issue = self.report(labelled=True)
+        workflow_id = workflow_id_for(repository, issue)
+        await self.approve_when_asked(client, workflow_id)
+        handle = client.get_workflow_handle(workflow_id, result_type=RunState)
+        final = await handle.result()
         desc = await handle.describe()
         assert desc.close_time is not None
         seconds = (desc.close_time - desc.start_time).total_seconds()
@@ -766,6 +776,11 @@ def bench(rounds: int, *, warm: bool = True) -> list[Round]:
 async def on_stack(stack: E2EStack, rounds: int, *, warm: bool) -> list[Round]:
     tax = Tax(stack)
     client = await runs.connect(stack.config)
+    async with tax.workers(client, stack.config):
+        return await rounds_of(tax, client, rounds, warm=warm)
+
+
+async def rounds_of(tax: Tax, client: Client, rounds: int, *, warm: bool) -> list[Round]:
     if warm:
         print("warming up: one run each way (not measured)", file=sys.stderr, flush=True)
         await tax.plain()
