@@ -1,7 +1,7 @@
 """Benchmark: orchestration throughput of ``repair_bug`` when its activities cost nothing.
 
 Run: ``uv run python -m tests.benchmarks.bench_throughput [--runs N] [--concurrency M] [--reps R] [--quick]``
-(defaults N=40, M=8, R=3; ``--quick`` is N=10, M=4, R=2). On one Temporal dev server, with one worker in this
+(defaults N=24, M=8, R=3; ``--quick`` is N=10, M=4, R=2). On one Temporal dev server, with one worker in this
 process polling every durafix task queue (the real :class:`~pipeline.workflow.RepairBugWorkflow`, the
 workflow-logic tests' doubles registered under every step's name: each activity returns its scripted answer at
 once), each repetition runs:
@@ -59,7 +59,7 @@ from tests.benchmarks.parked_worker import AlwaysMerged, Forgetful
 from tests.conftest import temporal_binary
 from tests.pipeline.test_workflow_logic import CANDIDATE, Script, doubles
 
-DEFAULT_RUNS = 40
+DEFAULT_RUNS = 24
 DEFAULT_CONCURRENCY = 8
 DEFAULT_REPS = 3
 QUICK = (10, 4, 2)

@@ -79,7 +79,7 @@ class WebhookToPr:
         (hook,) = list(owner.get_repo(repository).get_hooks())
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            _, listed = requester.requestJsonAndCheck("GET", f"{hook.url}/deliveries")
+            _, listed = requester.requestJsonAndCheck("GET", f"{hook.url}/deliveries?per_page=100")
             for row in listed:
                 if row["event"] != "issues" or row["action"] != "labeled" or row["status"] == "pending":
                     continue
