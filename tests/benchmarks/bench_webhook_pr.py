@@ -37,7 +37,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from pipeline import client as runs
 from pipeline import steps
 from pipeline.ids import branch_for, workflow_id_for
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack
+from tests.benchmarks.bench_tax import e2e_stack
+from tests.e2e.conftest import E2EStack
 
 DEFAULT_RUNS = 3
 POLL_S = 0.1
@@ -151,12 +152,9 @@ class WebhookToPr:
 def bench(n: int, *, warm: bool = True) -> list[Measured]:
     """``n`` measured runs (see the module) on one fresh e2e stack with one worker process. Synchronous: the
     stack starts and stops outside any event loop."""
-    with tempfile.TemporaryDirectory(prefix="durafix-bench-webhook-") as tmp:
-        state = Path(tmp) / "state"
-        state.mkdir()
-        with running_e2e_stack(state, model_script=combined_model_script(Path(tmp) / "model-script.yaml")) as stack:
-            stack.spawn_worker()
-            return asyncio.run(on_stack(stack, n, warm=warm))
+    with tempfile.TemporaryDirectory(prefix="durafix-bench-webhook-") as tmp, e2e_stack(Path(tmp)) as stack:
+        stack.spawn_worker()
+        return asyncio.run(on_stack(stack, n, warm=warm))
 
 
 async def on_stack(stack: E2EStack, n: int, *, warm: bool) -> list[Measured]:

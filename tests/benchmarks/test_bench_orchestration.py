@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus
@@ -23,7 +22,7 @@ from temporalio.client import WorkflowExecutionStatus
 from pipeline import client as runs
 from tests.benchmarks import bench_tax, bench_throughput, bench_webhook_pr
 from tests.conftest import require, temporal_binary
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack
+from tests.e2e.conftest import E2EStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -45,8 +44,7 @@ async def test_quick_throughput_runs_all_merge_and_the_floor_matches_the_step_co
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     require(shutil.which("git") is not None, "git is not installed")
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state: Path = tmp_path_factory.mktemp("durafix-bench-e2e")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    with bench_tax.e2e_stack(tmp_path_factory.mktemp("durafix-bench-e2e")) as e2e:
         yield e2e
 
 
