@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
 ``python -m tests.benchmarks [NAME ...]`` runs a subset (names: workspace, depcache, browser, evidence, docker,
-agent, parked, failover, forge_writes).
+agent, parked, failover, forge_writes, tax, throughput, webhook_pr).
 """
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked", "failover", "forge_writes"]
+BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked"]
+BENCHMARKS += ["failover", "forge_writes"]  # recovery: resume after a kill, writes per effectively-once object
+BENCHMARKS += ["tax", "throughput", "webhook_pr"]  # orchestration: the durability tax, throughput, webhook to PR
 
 
 def main(argv: list[str]) -> int:
