@@ -45,6 +45,7 @@ def provisioned(state: RunState, status: WorkflowExecutionStatus | None) -> bool
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(600)  # a run up to provisioning, then the session stack's first start on a busy host
 async def test_status_without_a_worker_then_cleanup_of_the_terminated_run_updates_its_ticket(
     e2e_stack: E2EStack,
 ) -> None:
@@ -192,6 +193,7 @@ def test_dev_up_after_sigkill_restarts_the_stack_on_its_ports_and_an_old_receive
 
 
 @pytest.mark.browser
+@pytest.mark.timeout(600)  # one whole demo; minutes on a busy two-core host
 def test_demo_keep_records_its_worker_and_receiver_which_dev_down_stops(tmp_path: Path) -> None:
     state = tmp_path / "state"
     cli = Cli(state)
