@@ -85,7 +85,12 @@ def summary_lines(result: SoakResult) -> list[str]:
             if lat
             else ""
         ),
-        f"leaks    {sum(len(r.leaks) for r in result.runs)} run resources, {len(result.strays)} stray processes",
+        f"leaks    {sum(len(r.leaks) for r in result.runs)} run resources, {len(result.strays)} stray processes"
+        + (
+            f" ({sum(len(r.held) for r in result.runs)} resources held by lost runs, removed)"
+            if any(r.held for r in result.runs)
+            else ""
+        ),
         "verdict  " + ("PASS" if result.ok else f"FAIL ({len(problems)} problems)"),
     ]
     lines += [f"  - {p}" for p in problems]
@@ -161,5 +166,6 @@ def _run_json(run: Run) -> dict[str, Any]:
         "retries_without_fault": run.history.retries_without_fault if run.history else None,
         "workflow_task_timeouts": run.history.workflow_task_timeouts if run.history else None,
         "leaks": run.leaks,
+        "held": run.held,
         "problems": run.problems,
     }

@@ -41,6 +41,7 @@ from github import Auth, Github, GithubException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from environments.inventory import clean_run, open_holders, take_inventory
 from infra import processes, stack
 from infra.chaos.audit import ForgeCount, HistoryFacts, count_on_forge, leaked_resources, read_history
 from infra.chaos.faults import Fault, WorkerPool, restart_server, strays_of
@@ -90,6 +91,8 @@ class Run:
     status: str = "not started"
     state: RunState | None = None
     approved_heads: set[str] = field(default_factory=set)
+    history_seen: int = 0
+    held: list[str] = field(default_factory=list)
     forge: ForgeCount | None = None
     history: HistoryFacts | None = None
     leaks: list[str] = field(default_factory=list)
@@ -119,7 +122,8 @@ class SoakResult:
 
 def soak_policy(config: DurafixConfig) -> RunPolicy:
     """The run policy of soak runs: the stack's fast policy with heartbeats of seconds (a killed attempt is
-    noticed after them), backoff capped at 2 s, and attempts enough for an activity to be killed many times.
+    noticed after them; 30 s for the browser's), backoff capped at 2 s, and attempts enough for an activity to
+    be killed many times.
     Schedule-to-start is long: under N runs on two cores, a step may wait its turn for minutes."""
     policy = runs.run_policy(config)
 
@@ -138,8 +142,9 @@ def soak_policy(config: DurafixConfig) -> RunPolicy:
     # Forge steps do not heartbeat: their start-to-close (10 s) is how a killed one is noticed.
     policy.forge = short(policy.forge, None)
     policy.environment = short(policy.environment, 6.0)
-    # A browser step heartbeats per procedure step only (a page load on a busy host may take several seconds).
-    policy.browser = short(policy.browser, 10.0)
+    # A browser step heartbeats per procedure step only: on a loaded two-core host, launching Chromium and loading
+    # a page took longer than 10 s, and every attempt timed out with no kill at all. The default policy's 30 s.
+    policy.browser = short(policy.browser, 30.0)
     policy.model = short(policy.model, 6.0)
     return policy
 
@@ -157,6 +162,7 @@ class Soak:
         self._t0 = time.monotonic()
         self._in_flight: set[int] = set()
         self.skipped_ticks = 0
+        self._config: DurafixConfig | None = None
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -185,6 +191,7 @@ class Soak:
         # holds write, must not start another. Approvals are judged by approver_permission, which stays.
         config.trigger_permission = "admin"
         config.save()
+        self._config = config
         return config, stack.read_stack(state_dir)
 
     def _receiver(self) -> ServiceRecord:
@@ -280,10 +287,16 @@ class Soak:
         if desc.status != WorkflowExecutionStatus.RUNNING:
             await self._ended(client, run, desc.status)
             return
+        # The state changes only with the history: a query of an unchanged run would only queue up behind the
+        # others on a workflow whose worker was just killed (the server's query buffer is small).
+        length = desc.raw_info.history_length
+        if length == run.history_seen:
+            return
         try:
             state = await handle.query(RepairBugWorkflow.state, rpc_timeout=timedelta(seconds=5))
         except Exception:  # no workflow worker answered in time (one was just killed): look again next poll
             return
+        run.history_seen = length
         pending = state.pending_approval
         if pending is None or pending.head_sha in run.approved_heads:
             return
@@ -346,7 +359,12 @@ class Soak:
             run.forge = await asyncio.to_thread(count_on_forge, config, run.repository, run.issue, run.workflow_id)
             with contextlib.suppress(RPCError):
                 run.history = await read_history(client, run.workflow_id, self.faults)
-            run.leaks = leaked_resources(config, run.workflow_id)
+            owned = leaked_resources(config, run.workflow_id)
+            # A lost run still holds what it works with: not a leak (the run is a problem already).
+            if run.ended_s is None:
+                run.held = owned
+            else:
+                run.leaks = owned
             run.problems += judge(run)
 
     async def run(self) -> SoakResult:
@@ -390,10 +408,29 @@ class Soak:
         finally:
             if not plan.keep:
                 pool.stop()
+                if self._config is not None:
+                    self._clean_lost(self._config)
                 if receiver is not None:
                     processes.stop(receiver)
                 stack.down(plan.state_dir, quiet=True)
         return SoakResult(plan, self.runs, self.faults, strays, self.elapsed(), self.problems, self.skipped_ticks)
+
+    def _clean_lost(self, config: DurafixConfig) -> None:
+        """Remove what lost runs hold (their own cleanup never ran), as ``durafix cleanup --run`` does: each
+        holder tombstones the run first, so nothing is recreated for it. What remains is said, not hidden."""
+        holders, unopened = open_holders(
+            config.state_dir, environment_provider=config.environment_provider, docker_host=config.docker_host
+        )
+        for run in self.runs:
+            if run.ended_s is not None or run.started_s is None:
+                continue
+            planned = take_inventory(holders, unopened, run.workflow_id).resources
+            report = clean_run(holders, run.workflow_id, planned, unopened)
+            left = [*(r.resource_id for r in report.remaining), *report.errors]
+            self.say(
+                f"run {run.index} lost: removed {len(report.removed)} of its resources"
+                + (f"; remaining: {', '.join(left)}" if left else "")
+            )
 
 
 async def _result(client: Client, workflow_id: str) -> RunState:
