@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
 from infra.forge.testing import ForgeHandle, running_forge
 from reviews.adapter import GitHubForge
 from reviews.comments import Comments
@@ -66,7 +68,7 @@ class Stand:
     def config(self) -> ForgeConfig:
         return ForgeConfig(
             api_url=self.handle.api_url,
-            token=self.token,
+            token=SecretStr(self.token),
             repository=self.full_name,
             git_url=self.git_url,
             seconds_between_writes=self.spacing,
@@ -154,7 +156,11 @@ def bench(runs: int, spacing: float, old: bool) -> tuple[dict[str, Sample], dict
         workdir = clone(git_url, token, Path(tmp) / "work" / "shop")
         setup = GitHubForge(
             ForgeConfig(
-                api_url=handle.api_url, token=token, repository=full_name, git_url=git_url, seconds_between_writes=0
+                api_url=handle.api_url,
+                token=SecretStr(token),
+                repository=full_name,
+                git_url=git_url,
+                seconds_between_writes=0,
             )
         )
         issue = setup.create_issue("Cart total is wrong", "Adding two items shows the price of one.")
