@@ -212,7 +212,8 @@ def running_e2e_stack(
     )
     e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
     try:
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        # Importing the receiver takes tens of seconds on a loaded two-core host.
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), 120)
         yield e2e
     finally:
         e2e.stop_workers()
