@@ -168,7 +168,7 @@ async def pollers(client: Client, queue: TaskQueue, kind: TaskQueueType.ValueTyp
 async def workers_polling_again(client: Client, workers: list[ServiceRecord]) -> None:
     """Each worker process (still the same process) polls the orchestration and the forge queues again."""
     pids = {f"{w.pid}@" for w in workers}
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while True:
         try:
             wf = await pollers(client, TaskQueue.ORCHESTRATION, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
@@ -248,7 +248,7 @@ async def replays_on(history: WorkflowHistory, workflow: type) -> None:
 # ---- the tests -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 async def test_engine_killed_during_reproduction_and_at_review_wait_the_run_still_merges_once(
     fresh_stack: E2EStack,
 ) -> None:
@@ -282,7 +282,7 @@ async def test_engine_killed_during_reproduction_and_at_review_wait_the_run_stil
     assert not processes.is_alive(worker)
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(900)
 async def test_every_process_restarted_at_review_wait_with_the_workflow_cache_off_the_run_merges(
     fresh_stack: E2EStack, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,7 +328,7 @@ async def test_every_process_restarted_at_review_wait_with_the_workflow_cache_of
     record_history(history, "all-restarted-at-review-cache-off")
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(900)
 async def test_a_compatible_change_deployed_while_a_run_waits_finishes_it_on_the_old_path(
     fresh_stack: E2EStack, tmp_path: Path
 ) -> None:
