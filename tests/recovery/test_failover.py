@@ -32,7 +32,6 @@ from tests.recovery.failover import (
     PROBE_QUEUE,
     Hold,
     ProbeInput,
-    ProbeOutput,
     ProbeWorkflow,
     attempt_starts,
     configure,
@@ -76,7 +75,6 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
                     ProbeInput(holds=[Hold(first_s=600, later_s=0.5)], ticket=ticket, ticket_on_signal=True),
                     id=wf,
                     task_queue=PROBE_QUEUE,
-                    result_type=ProbeOutput,
                 )
                 held_in, _ = await worker.wait_inflight(client, PROBE, wf, 120)
                 first_kill = kill_child(held_in)
