@@ -38,8 +38,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from temporalio.client import Client
 
@@ -254,8 +255,8 @@ class Supervisor:
         await self._fail_left(child, code)
         self._spawned(self._start_spare(backoff))
 
-    def _spawned(self, coro: object) -> None:
-        task: asyncio.Task[object] = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def _spawned(self, coro: Coroutine[Any, Any, object]) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

@@ -39,7 +39,6 @@ from tests.recovery.failover import (
     PROBE_QUEUE,
     Hold,
     ProbeInput,
-    ProbeOutput,
     ProbeWorkflow,
     SupervisedWorker,
     attempt_starts,
@@ -79,7 +78,6 @@ async def one_kill(client: Client, worker: SupervisedWorker, index: int) -> Resu
         ProbeInput(holds=[Hold(first_s=600, later_s=0)]),
         id=wf,
         task_queue=PROBE_QUEUE,
-        result_type=ProbeOutput,
     )
     where, _ = await worker.wait_inflight(client, PROBE, wf, 300)
     killed_at = kill_child(where)
@@ -99,7 +97,6 @@ async def under_load(client: Client, holds: int, hold_s: float) -> tuple[int, in
             ProbeInput(holds=[Hold(first_s=hold_s, later_s=hold_s)] * holds),
             id=wf,
             task_queue=PROBE_QUEUE,
-            result_type=ProbeOutput,
         )
     finally:
         for proc in busy:

@@ -20,6 +20,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel
 from temporalio import workflow
@@ -36,6 +37,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 FAILOVER_WORKER = Path(__file__).with_name("failover_worker.py")
 PROBE = "probe.hold"
 PROBE_QUEUE = "durafix-failover-probe"
+
+M = TypeVar("M", bound=BaseModel)
 
 
 class Hold(BaseModel):
@@ -60,14 +63,20 @@ class ProbeOutput(BaseModel):
     ticket: TicketResult | None
 
 
-def options(t: StepTimeouts) -> dict[str, object]:
-    return {
-        "schedule_to_start_timeout": timedelta(seconds=t.schedule_to_start),
-        "start_to_close_timeout": timedelta(seconds=t.start_to_close),
-        "schedule_to_close_timeout": timedelta(seconds=t.schedule_to_close),
-        "heartbeat_timeout": timedelta(seconds=t.heartbeat) if t.heartbeat else None,
-        "retry_policy": t.retry_policy(),
-    }
+async def step(name: str, arg: BaseModel, queue: TaskQueue, t: StepTimeouts, result_type: type[M]) -> M:
+    """One activity with the timeouts and retry policy of ``t``, as the repair workflow schedules its steps."""
+    result: M = await workflow.execute_activity(
+        name,
+        arg,
+        task_queue=queue.value,
+        result_type=result_type,
+        schedule_to_start_timeout=timedelta(seconds=t.schedule_to_start),
+        start_to_close_timeout=timedelta(seconds=t.start_to_close),
+        schedule_to_close_timeout=timedelta(seconds=t.schedule_to_close),
+        heartbeat_timeout=timedelta(seconds=t.heartbeat) if t.heartbeat else None,
+        retry_policy=t.retry_policy(),
+    )
+    return result
 
 
 # Not sandboxed: this module also holds the processes' helpers, which the sandbox would refuse at import.
@@ -86,25 +95,12 @@ class ProbeWorkflow:
     @workflow.run
     async def run(self, inp: ProbeInput) -> ProbeOutput:
         policy = RunPolicy()
-        held = await asyncio.gather(
-            *(
-                workflow.execute_activity(
-                    PROBE, h, task_queue=TaskQueue.MODEL.value, result_type=Held, **options(policy.browser)
-                )
-                for h in inp.holds
-            )
-        )
+        held = await asyncio.gather(*(step(PROBE, h, TaskQueue.MODEL, policy.browser, Held) for h in inp.holds))
         ticket = None
         if inp.ticket is not None:
             if inp.ticket_on_signal:
                 await workflow.wait_condition(lambda: self.proceeding)
-            ticket = await workflow.execute_activity(
-                ENSURE_TICKET.name,
-                inp.ticket,
-                task_queue=TaskQueue.FORGE.value,
-                result_type=TicketResult,
-                **options(policy.forge),
-            )
+            ticket = await step(ENSURE_TICKET.name, inp.ticket, TaskQueue.FORGE, policy.forge, TicketResult)
         return ProbeOutput(held=list(held), ticket=ticket)
 
 

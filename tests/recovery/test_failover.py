@@ -15,15 +15,19 @@ fresh polling child, the killed one gone) and the disk (no in-flight record left
 from __future__ import annotations
 
 import base64
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 from github import Auth, Github
+from temporalio import activity
 from temporalio.client import Client
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
 from infra.forge.testing import running_forge
+from pipeline.activities.heartbeat import Heartbeat, heartbeating
 from pipeline.inflight import WORKER_LOST, Attempt, InflightDir, dead_dirs, inflight_root
 from pipeline.policies import RunPolicy
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
@@ -32,7 +36,6 @@ from tests.recovery.failover import (
     PROBE_QUEUE,
     Hold,
     ProbeInput,
-    ProbeOutput,
     ProbeWorkflow,
     attempt_starts,
     configure,
@@ -76,7 +79,6 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
                     ProbeInput(holds=[Hold(first_s=600, later_s=0.5)], ticket=ticket, ticket_on_signal=True),
                     id=wf,
                     task_queue=PROBE_QUEUE,
-                    result_type=ProbeOutput,
                 )
                 held_in, _ = await worker.wait_inflight(client, PROBE, wf, 120)
                 first_kill = kill_child(held_in)
@@ -106,9 +108,10 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
         assert f"failed {PROBE} attempt 1 of {wf}" in log
         assert f"failed {ENSURE_TICKET.name} attempt 1 of {wf}" in log
 
-        # The run completed, its held step in another process than the killed one, and the forge holds one ticket.
+        # The run completed, its held step retried in the promoted spare (the process killed second), and the
+        # forge holds one ticket.
         assert [h.attempt for h in result.held] == [2]
-        assert result.held[0].pid not in (held_in.pid, ticket_in.pid)
+        assert result.held[0].pid == ticket_in.pid != held_in.pid
         assert result.ticket is not None and result.ticket.comment_id is not None
         gh = Github(base_url=forge.api_url, auth=Auth.Token(bot), retry=None)
         comments = list(gh.get_repo(repository).get_issue(issue["number"]).get_comments())
@@ -163,3 +166,25 @@ def test_a_torn_record_is_skipped(tmp_path: Path) -> None:
     here.record(attempt(b"whole", 1.0))
     (here.path / "torn.json").write_text('{"task_token": "')
     assert [a.token() for _, a in here.attempts()] == [b"whole"]
+
+
+def test_a_wrapped_activity_beats_under_its_name_and_an_inner_heartbeat_takes_over_while_it_lasts() -> None:
+    @activity.defn(name="forge.sample")
+    def sample(inp: EnsureTicketInput) -> str:
+        with Heartbeat("pushing", every_s=0.05, carry={"spent": 1}):
+            time.sleep(0.3)
+        time.sleep(0.3)
+        return inp.op_id
+
+    wrapped = heartbeating(sample, every_s=0.05)
+    beats: list[object] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details[0])
+    inp = EnsureTicketInput(op_id="op", repository="o/r", issue_number=1, title="t", body="b")
+    assert env.run(wrapped, inp) == "op"
+    kinds = ["inner" if isinstance(b, dict) else str(b).split(" (")[0] for b in beats]
+    # Outer first, then only the inner one (with its carry) while it lasts, then the outer again.
+    assert kinds[0] == "forge.sample" and kinds[-1] == "forge.sample"
+    first_inner, last_inner = kinds.index("inner"), len(kinds) - 1 - kinds[::-1].index("inner")
+    assert set(kinds[first_inner : last_inner + 1]) == {"inner"}
+    assert all(b == {"detail": b["detail"], "spent": 1} for b in beats if isinstance(b, dict))
