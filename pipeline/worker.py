@@ -80,9 +80,11 @@ def build_workers(
     *,
     interceptors: Sequence[Interceptor] = (),
     identity: str | None = None,
+    services: Services | None = None,
 ) -> list[Worker]:
-    """One worker per queue; ``interceptors`` wrap every activity (the in-flight records)."""
-    services = Services(config)
+    """One worker per queue; ``interceptors`` wrap every activity (the in-flight records). ``services``: the
+    collaborators to serve with (built from ``config`` when not given); whoever passes them closes them."""
+    services = services or Services(config)
     if TaskQueue.BROWSER in queues and config.browser_video:
         # A host that cannot record the video asked for fails now, not on its first reproduction.
         services.browser  # noqa: B018

@@ -644,9 +644,10 @@ class PlainRun:
             raise PlainRunFailed(f"cleanup left {cleanup.remaining}")
         self.state.outcome = outcome
         self.enter(Phase.DONE)
-        self.update_ticket()
+        # After cleanup, as the run's own: the one write the run's tombstone lets through.
+        self.update_ticket(closing=True)
 
-    def update_ticket(self) -> None:
+    def update_ticket(self, *, closing: bool = False) -> None:
         ticket = self.state.ticket
         assert ticket is not None
         self.step(
@@ -657,6 +658,7 @@ class PlainRun:
                 comment_id=ticket.comment_id,
                 op_id=ticket.op_id,
                 body=messages.ticket_body(self.state),
+                closing=closing,
             ),
         )
 
@@ -689,26 +691,31 @@ class Tax:
     def __init__(self, stack: E2EStack) -> None:
         self.stack = stack
         self.config = stack.config
-        self.activities = registry(Services(self.config))
+        self.services = Services(self.config)
+        self.activities = registry(self.services)
 
     def report(self, *, labelled: bool) -> tuple[str, int]:
         repository = self.stack.new_repository()
         return repository, self.stack.open_report(repository, labelled=labelled)
 
-    @staticmethod
     @asynccontextmanager
-    async def workers(client: Client, config: DurafixConfig) -> AsyncIterator[None]:
+    async def workers(self, client: Client, config: DurafixConfig) -> AsyncIterator[None]:
         """The production workers (every queue) in this process for the whole benchmark: like the plain loop's
         one :class:`Services`, their collaborators (the browser, the forge clients) outlive each run. They
-        poll idle while the plain loop runs."""
+        poll idle while the plain loop runs. At the end both ways' browsers are closed: nothing the benchmark
+        launched outlives it."""
+        served = Services(config)
         with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as pool:
-            built = build_workers(client, config, ALL_QUEUES, pool)
+            built = build_workers(client, config, ALL_QUEUES, pool, services=served)
             polling = [asyncio.create_task(w.run()) for w in built]
             try:
                 yield
             finally:
                 await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
                 await asyncio.gather(*polling, return_exceptions=True)
+                for services in (served, self.services):
+                    if "browser" in services.__dict__:  # launched (a cached property): close it
+                        await asyncio.to_thread(services.browser.close)
 
     async def plain(self) -> Timed:
         # Unlabelled, so that neither the receiver nor its reconciler starts a run for the report.
