@@ -177,12 +177,18 @@ class E2EStack:
 
 @contextmanager
 def running_e2e_stack(
-    state: Path, *, warm: Callable[[DurafixConfig], None] | None = None, receiver_ready_s: float = 120, **up: Any
+    state: Path,
+    *,
+    warm: Callable[[DurafixConfig], None] | None = None,
+    configure: Callable[[DurafixConfig], None] | None = None,
+    receiver_ready_s: float = 120,
+    **up: Any,
 ) -> Iterator[E2EStack]:
     """The embedded stack (``infra.stack.up(state, **up)``) with fast timeouts and a webhook receiver.
 
-    ``warm`` runs once the stack is up (e.g. importing a cached base image). A stack that cannot start
-    fails the test under CI with the reason (skips elsewhere); everything started is stopped at the end.
+    ``warm`` runs once the stack is up (e.g. importing a cached base image); ``configure`` changes the saved
+    config before the receiver starts. A stack that cannot start fails the test under CI with the reason
+    (skips elsewhere); everything started is stopped at the end.
     """
     try:
         config = stack.up(state, quiet=True, **up)
@@ -200,6 +206,8 @@ def running_e2e_stack(
     # The CLI and evidence-digest tests approve as operators (`durafix approve`); every other approval is a
     # review on the forge, which the merge checks whatever this says (tests/security/test_reviews.py).
     config.operator_approval = True
+    if configure is not None:
+        configure(config)
     config.save()
     st = stack.read_stack(state)
     port = processes.free_port()

@@ -14,6 +14,7 @@ Update for the GUID) and state (one delivery record), and the forge (the PR merg
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -24,8 +25,10 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
-from tests.e2e.conftest import E2EStack, wait_for
+from tests.conftest import require
+from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
 from tests.forge.helpers import Received, running_receiver
 
@@ -39,6 +42,24 @@ FORWARDED = (
     "X-Hub-Signature",
     "X-Hub-Signature-256",
 )
+
+
+def _no_reconciler_pass_meanwhile(config: DurafixConfig) -> None:
+    # The approval stays on the forge while its captured delivery waits to be posted: a reconciler pass in
+    # between would deliver it first (as it should for a lost webhook), and the copies would then race an
+    # ended run instead of each other. Passes here are an hour apart: only the receiver's first, at start.
+    config.reconcile_interval_s = 3600.0
+
+
+@pytest.fixture(scope="module")
+def stack_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state = tmp_path_factory.mktemp("durafix-duplicates")
+    script = combined_model_script(state / "model-script.yaml")
+    with running_e2e_stack(state, configure=_no_reconciler_pass_meanwhile, model_script=script) as stack:
+        stack.spawn_worker()
+        yield stack
 
 
 def header(received: Received, name: str) -> str:
@@ -156,7 +177,8 @@ async def test_one_approval_delivered_twice_at_once_and_redelivered_later_merges
     again = redelivered_answer(stack, repository, guid)
     assert again["duplicate"] is True and again["first_handled"] == repeat["first_handled"], again
 
-    assert (await accepted_update_ids(client, wf)).count(guid) == 1
+    # The receiver's Update ID is the delivery's GUID (``pipeline.client``): accepted once.
+    assert (await accepted_update_ids(client, wf)).count(f"delivery:{guid}") == 1
     after = await state_when(client, wf, finished)
     assert [d.delivery for d in after.deliveries].count(guid) == 1
     pr = owner.get_pull(number)
