@@ -277,7 +277,9 @@ async def live_or_recorded(
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:
             raise
-        if err.status == RPCStatusCode.DEADLINE_EXCEEDED:
+        # The query's own deadline ran out: the server answers DEADLINE_EXCEEDED, or the client gives up first
+        # ("Timeout expired", CANCELLED). Either way no worker answered in time.
+        if err.status in (RPCStatusCode.DEADLINE_EXCEEDED, RPCStatusCode.CANCELLED) or "Timeout expired" in err.message:
             reason = _silent(queue)
         elif "poller" in err.message:
             reason = f"no worker is polling {queue}"
