@@ -65,7 +65,9 @@ class Workers:
             argv = [sys.executable, str(STOPPABLE)]
         rec = processes.spawn(
             f"stale-worker-{n}",
-            [*argv, "--state-dir", str(self.stack.state_dir), "worker", "--queues", queues],
+            # Unsupervised: the process that stops itself is the one recorded (a stopped worker is alive, so a
+            # supervisor would not fail it over anyway; the heartbeat timeout is what moves its step).
+            [*argv, "--state-dir", str(self.stack.state_dir), "worker", "--queues", queues, "--no-supervise"],
             log=self.stack.state_dir / "logs" / f"stale-worker-{n}.log",
             port=0,
             url="",
