@@ -13,7 +13,7 @@ from pipeline.inflight import WORKER_LOST
 from tests.benchmarks import bench_failover
 from tests.conftest import require, temporal_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.bench]
 
 
 @pytest.mark.timeout(900)  # minutes on a busy two-core host; it asserts no timing

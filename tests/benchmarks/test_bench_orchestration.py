@@ -24,7 +24,7 @@ from tests.benchmarks import bench_tax, bench_throughput, bench_webhook_pr
 from tests.conftest import require, temporal_binary
 from tests.e2e.conftest import E2EStack
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.bench]
 
 
 @pytest.mark.timeout(600)  # minutes on a busy two-core host; it asserts no timing

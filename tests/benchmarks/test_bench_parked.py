@@ -13,7 +13,7 @@ import pytest
 from tests.benchmarks import bench_parked
 from tests.conftest import require, temporal_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow, pytest.mark.e2e, pytest.mark.bench]
 
 SMOKE_N = 20
 
