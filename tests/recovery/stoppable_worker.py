@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import signal
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -52,9 +53,11 @@ def _stopping(original: Callable[..., Any], marker_dir: Path) -> Callable[..., A
         # run's fence alone; the cancellation is raised when the block ends.
         with activity.shield_thread_cancel_exception():
             os.kill(os.getpid(), signal.SIGSTOP)
+            woke_at = time.time()
 
             def note(outcome: dict[str, Any]) -> None:
                 outcome["cancelled_meanwhile"] = activity.is_cancelled()
+                outcome["woke_at"] = woke_at
                 (marker_dir / "resumed.json").write_text(json.dumps(outcome))
 
             try:

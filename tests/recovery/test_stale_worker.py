@@ -32,10 +32,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
+from environments.run_fence import tombstone_ref
 from infra import processes
 from infra.processes import ServiceRecord
 from pipeline import steps
 from pipeline.ids import branch_for
+from pipeline.services import Services
 from pipeline.state import Outcome, RunState
 from tests.e2e.conftest import REPO_ROOT, E2EStack, e2e_stack, owned_processes
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
@@ -241,11 +243,15 @@ async def test_a_worker_stopped_as_a_forge_step_began_wakes_after_cleanup_and_is
 
     final = await merged_run(stack, client, repository, wf)
     assert final.cleanup is not None and final.cleanup.complete, final.cleanup
+    # What the stale attempt is about to meet: still stopped, and the run's tombstone already in the store.
+    assert process_state(stale.pid) == "T", "the stale worker woke before it was continued"
+    assert Services(stack.config).store.exists(tombstone_ref(wf)), "the run ended without its tombstone"
 
     with_cont(stale)
     resumed = await until_file(workers.stop_dir / "resumed.json", 60, "the continued attempt to end")
     fenced = resumed.get("error") == "ApplicationError" and "cleaned up" in resumed["detail"]
-    assert fenced, (resumed, processes.log_tail(Path(stale.log), 60))
+    closed = (await client.get_workflow_handle(wf).describe()).close_time
+    assert fenced, (resumed, closed, processes.log_tail(Path(stale.log), 60))
     await assert_token_refused(client, stopped)
     await assert_done_once_by(client, wf, steps.ENSURE_DRAFT_PR.name, successor)
     assert_one_of_each(stack, repository, wf, issue, final)
