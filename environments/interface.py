@@ -202,6 +202,11 @@ class EnvironmentHandle(BaseModel):
         description="what isolated the environment's commands: 'bubblewrap', 'container', or 'unsandboxed' "
         "(say so wherever the run is reported); empty in handles recorded before sandboxes existed",
     )
+    host: str = Field(
+        default="",
+        description="the worker host that holds the environment, where every step that reaches it must run (its "
+        "app answers on that host's loopback only); empty: any host may (one host, or handles recorded before)",
+    )
 
     @property
     def unsandboxed(self) -> bool:

@@ -26,7 +26,7 @@ import socket
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -75,9 +75,20 @@ class SeaweedS3:
     """
 
     def __init__(
-        self, data_dir: Path, *, access_key: str | None = None, secret_key: str | None = None, ready_s: float = 90
+        self,
+        data_dir: Path,
+        *,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        ready_s: float = 90,
+        host: str = HOST,
+        wrap: Callable[[list[str]], list[str]] | None = None,
     ) -> None:
+        """``host``: the address to listen on (loopback by default); ``wrap``: how to run its command line (e.g.
+        on another network namespace, :mod:`infra.netns`)."""
         self.data_dir = data_dir.resolve()
+        self.host = host
+        self.wrap = wrap
         self.access_key = access_key or f"DFX{secrets.token_hex(8).upper()}"
         self.secret_key = secret_key or secrets.token_urlsafe(30)
         self.ready_s = ready_s
@@ -142,8 +153,8 @@ class SeaweedS3:
             "-logtostderr",
             "mini",
             f"-dir={self.data_dir}",
-            f"-ip={HOST}",
-            f"-ip.bind={HOST}",
+            f"-ip={self.host}",
+            f"-ip.bind={self.host}",
             f"-master.port={master}",
             f"-master.port.grpc={master_grpc}",
             "-master.telemetry=false",
@@ -163,7 +174,9 @@ class SeaweedS3:
             "-admin.ui=false",
             "-webdav=false",
         ]
-        url = f"http://{HOST}:{s3}"
+        url = f"http://{self.host}:{s3}"
+        if self.wrap is not None:
+            argv = self.wrap(argv)
         try:
             self._record = processes.spawn("seaweedfs-s3", argv, log=self.log_path, port=s3, url=url)
             processes.wait_ready(self._record, self._answers_signed_requests, self.ready_s)

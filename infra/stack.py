@@ -138,7 +138,7 @@ def _write_stack(state_dir: Path, stack: StackState) -> None:
     tmp.replace(path)
 
 
-def _temporal_binary() -> str:
+def temporal_binary() -> str:
     candidate = Path(sys.executable).parent / "temporal"
     if candidate.exists():
         return str(candidate)
@@ -205,7 +205,7 @@ def up(
         rec = processes.spawn(
             "temporal",
             [
-                _temporal_binary(),
+                temporal_binary(),
                 "server",
                 "start-dev",
                 "--ip",
@@ -265,8 +265,8 @@ def up(
     config.forge_api_url = f"{forge.url}/api/v3"
     config.forge_git_base = forge.url
     if not config.forge_token or not _token_works(config.forge_api_url, config.forge_token):
-        config.forge_token = _ensure_user(config.forge_api_url, stack.admin_token, BOT_LOGIN)
-        stack.reviewer_token = _ensure_user(config.forge_api_url, stack.admin_token, REVIEWER_LOGIN)
+        config.forge_token = ensure_user(config.forge_api_url, stack.admin_token, BOT_LOGIN)
+        stack.reviewer_token = ensure_user(config.forge_api_url, stack.admin_token, REVIEWER_LOGIN)
     config.webhook_secret = config.webhook_secret or secrets.token_hex(16)
 
     if running("model") is None:
@@ -439,7 +439,7 @@ def _token_works(api_url: str, token: str) -> bool:
         return False
 
 
-def _ensure_user(api_url: str, admin_token: str, login: str) -> str:
+def ensure_user(api_url: str, admin_token: str, login: str) -> str:
     """Create ``login`` on the emulator if needed and mint a token for it."""
     try:
         _post_json(f"{api_url}/admin/users", admin_token, {"login": login, "email": f"{login}@localhost"})

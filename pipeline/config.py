@@ -117,6 +117,9 @@ class DurafixConfig(BaseModel):
     # SDK's default). 0 makes every task of a run replay its whole history on whichever worker takes it: what a
     # worker restarted for each task would do, so a run must finish the same way with it (tests/recovery).
     max_cached_workflows: int = Field(default=1000, ge=0)
+    # This worker host's identity (pipeline/hosts.py): the environments it provisions are reached through its own
+    # task queue. Empty: the host name. Worker processes on one host share it; separate hosts must not.
+    host_id: str = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -254,6 +257,7 @@ _ENV = {
     "DURAFIX_RECONCILE_INTERVAL_S": "reconcile_interval_s",
     "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
+    "DURAFIX_HOST_ID": "host_id",
 }
 
 

@@ -98,6 +98,9 @@ class RunPolicy(BaseModel):
     # from the run's start. None (runs started before policies were carried): the merging worker's own.
     approval_policy: ApprovalPolicy | None = None
     run_deadline_s: float = 14 * 24 * 3600.0
+    # How long a step bound to the host holding its environment (pipeline/hosts.py) waits for that host to take it;
+    # longer, and the host is taken for gone: the environment is provisioned anew elsewhere.
+    host_start_s: float = 60.0
     forge: StepTimeouts = StepTimeouts(schedule_to_start=600, start_to_close=120, schedule_to_close=1800, heartbeat=60)
     environment: StepTimeouts = StepTimeouts(
         schedule_to_start=600, start_to_close=600, schedule_to_close=3600, heartbeat=90
@@ -119,6 +122,7 @@ class RunPolicy(BaseModel):
         process, a stopped one) times out in seconds, not minutes. The heartbeat timeouts still leave a loaded
         two-core host three beats' worth of margin (beats reach the server every 5 s at most)."""
         return cls(
+            host_start_s=20.0,
             forge=StepTimeouts(schedule_to_start=120, start_to_close=30, schedule_to_close=300, heartbeat=15),
             environment=StepTimeouts(schedule_to_start=120, start_to_close=120, schedule_to_close=600, heartbeat=15),
             browser=StepTimeouts(

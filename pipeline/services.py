@@ -178,13 +178,14 @@ class Services:
             operator_approval=self.config.operator_approval,
         )
 
-    def environment_activities(self) -> EnvironmentActivities:
+    def environment_activities(self, host: str = "") -> EnvironmentActivities:
+        """``host``: the host whose queue this worker also polls, stamped on its environments (pipeline/hosts.py)."""
         from pipeline.activities.environments import EnvironmentActivities
 
         # The local provider always: a run's processes may have been started before Docker was configured.
         providers = ["local", self.config.environment_provider]
         return EnvironmentActivities(
-            self.store, self.workspaces, self.provider, providers, self.git_token, setup=self.setup
+            self.store, self.workspaces, self.provider, providers, self.git_token, setup=self.setup, host=host
         )
 
     def agent_run_activities(self) -> AgentRunActivities:

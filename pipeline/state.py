@@ -104,6 +104,8 @@ class EnvironmentFact(BaseModel):
     last_status: EnvironmentState
     # What isolated the environment's commands (EnvironmentHandle.sandbox); "unsandboxed" is said on the ticket.
     sandbox: str = ""
+    # The worker host holding it (EnvironmentHandle.host, pipeline/hosts.py); empty: any host reaches it.
+    host: str = ""
 
 
 class ReproductionFact(BaseModel):

@@ -29,6 +29,7 @@ from temporalio.worker import Interceptor, Worker
 from pipeline.activities.heartbeat import heartbeating
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
+from pipeline.hosts import host_id, host_queue, serves_host_queue
 from pipeline.inflight import InflightDir, InflightInterceptor, note, sweep
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
@@ -58,13 +59,14 @@ def parse_queues(text: str) -> list[TaskQueue]:
     return out
 
 
-def activities_for(queue: TaskQueue, services: Services) -> Sequence[Callable[..., object]]:
-    """The activity implementations served on ``queue`` (built lazily: a host needs only its own)."""
+def activities_for(queue: TaskQueue, services: Services, host: str = "") -> Sequence[Callable[..., object]]:
+    """The activity implementations served on ``queue`` (built lazily: a host needs only its own). ``host``: the
+    host queue the worker also polls (its environments are stamped with it)."""
     if queue == TaskQueue.FORGE:
         # Forge calls beat too, so their attempts have a heartbeat timeout shorter than start-to-close.
         return [heartbeating(a) for a in services.forge_activities().all()]
     if queue == TaskQueue.ENVIRONMENTS:
-        return [*services.environment_activities().all(), *services.agent_run_activities().all()]
+        return [*services.environment_activities(host).all(), *services.agent_run_activities().all()]
     if queue == TaskQueue.BROWSER:
         return services.browser_activities().all()
     if queue == TaskQueue.MODEL:
@@ -89,6 +91,23 @@ def build_workers(
         # A host that cannot record the video asked for fails now, not on its first reproduction.
         services.browser  # noqa: B018
     workers = []
+    # A worker that holds environments its own browser reaches serves its host's queue too (pipeline/hosts.py).
+    host = host_id(config.host_id) if serves_host_queue(queues) else ""
+    if host:
+        env = services.environment_activities(host)
+        workers.append(
+            Worker(
+                client,
+                task_queue=host_queue(host),
+                activities=[services.browser_activities().reproduce, env.teardown, env.cleanup_run],
+                activity_executor=executor,
+                max_concurrent_activities=8,
+                graceful_shutdown_timeout=timedelta(seconds=10),
+                max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
+                interceptors=list(interceptors),
+                identity=identity,
+            )
+        )
     for queue in queues:
         if queue == TaskQueue.ORCHESTRATION:
             workers.append(
@@ -106,7 +125,7 @@ def build_workers(
             Worker(
                 client,
                 task_queue=queue.value,
-                activities=activities_for(queue, services),
+                activities=activities_for(queue, services, host),
                 activity_executor=executor,
                 max_concurrent_activities=8,
                 graceful_shutdown_timeout=timedelta(seconds=10),

@@ -18,17 +18,19 @@ from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.exceptions import ActivityError, CancelledError, TimeoutType
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
-    from environments.interface import EnvironmentHandle
+    from environments.interface import CleanupReport, EnvironmentHandle
     from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
     from pipeline import accounting, head_gate, messages, revisions, steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
+    from pipeline.hosts import host_queue
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
     from pipeline.recorded_state import STATE_MEMO, STATE_MEMO_PATCH, recorded_state
@@ -160,6 +162,10 @@ BASE_MOVED_PATCH = "moved-base-reverified"
 # A run whose cleanup could not complete names on its ticket what remains and how to finish the cleanup
 # (``durafix cleanup --run``); runs recorded before said only the outcome and its detail.
 CLEANUP_TICKET_PATCH = "cleanup-incomplete-on-ticket"
+# An environment stamped with the host holding it is reproduced, torn down and cleaned up on that host's queue
+# (pipeline/hosts.py); a host that does not take such a step in time is taken for gone. Runs recorded before sent
+# every step to its capability's queue.
+HOST_AFFINITY_PATCH = "host-affinity"
 
 
 class RunEnded(Exception):
@@ -209,6 +215,8 @@ class RepairBugWorkflow:
         self._spec_ref: ArtifactRef | None = None
         self._procedure_ref: ArtifactRef | None = None
         self._live_envs: dict[str, EnvironmentHandle] = {}
+        # The hosts that held the run's environments, in order of first use: each cleans up its share at the end.
+        self._hosts: list[str] = []
         self._cancellation_v2 = True
         self._ending = False
         # Said on the ticket until the end: the final update rewrites the same comment.
@@ -1113,9 +1121,11 @@ class RepairBugWorkflow:
                 base_url=handle.base_url,
                 last_status=EnvironmentState.READY,
                 sandbox=handle.sandbox,
+                host=handle.host,
             )
             repro_op = op_id(wf, f"reproduce-{label}", env_attempt)
             self._enter(reproducing)
+            host = self._host_of(handle)
             try:
                 result = await self._step(
                     steps.REPRODUCE,
@@ -1127,11 +1137,15 @@ class RepairBugWorkflow:
                         environment=handle,
                         spec_ref=self._spec_ref,
                     ),
+                    host=host,
                 )
             except ActivityError as err:
-                if failure_class(err) != FailureClass.ENVIRONMENT_GONE:
+                if host and _host_unreachable(err):
+                    last_detail = f"host {host} holding the environment did not take the reproduction"
+                elif failure_class(err) == FailureClass.ENVIRONMENT_GONE:
+                    last_detail = failure_message(err)
+                else:
                     raise
-                last_detail = failure_message(err)
                 self._state.environment.last_status = EnvironmentState.GONE
                 await self._teardown(handle)
                 continue
@@ -1153,10 +1167,43 @@ class RepairBugWorkflow:
         raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"environment for {label} kept dying: {last_detail}")
 
     async def _teardown(self, handle: EnvironmentHandle) -> None:
-        await self._step(steps.TEARDOWN, handle)
+        host = self._host_of(handle)
+        try:
+            await self._step(steps.TEARDOWN, handle, host=host)
+        except ActivityError as err:
+            if not (host and _host_unreachable(err)):
+                raise
+            # The host is gone or cut off: what it holds is its share of the run's cleanup (on its queue) at the end.
+            workflow.logger.warning("host %s did not take the teardown of %s", host, handle.env_id)
+            return
         self._live_envs.pop(handle.env_id, None)
         if self._state.environment is not None and self._state.environment.env_id == handle.env_id:
             self._state.environment.last_status = EnvironmentState.TORN_DOWN
+
+    def _host_of(self, handle: EnvironmentHandle) -> str:
+        """The host the steps reaching ``handle`` must run on (``""``: any; see :mod:`pipeline.hosts`)."""
+        if not handle.host or not workflow.patched(HOST_AFFINITY_PATCH):
+            return ""
+        if handle.host not in self._hosts:
+            self._hosts.append(handle.host)
+        return handle.host
+
+    async def _cleanup_hosts(self, report: CleanupReport) -> list[str]:
+        """Each host that held an environment of the run removes what it holds (added to ``report``); returns
+        the hosts that did not take their cleanup in time, whose share remains."""
+        unreachable = []
+        for host in self._hosts:
+            try:
+                part = await self._step(steps.CLEANUP_RUN, CleanupRunInput(run_id=self._state.workflow_id), host=host)
+            except ActivityError as err:
+                if not _host_unreachable(err):
+                    raise
+                unreachable.append(host)
+                continue
+            report.removed.extend(part.removed)
+            report.remaining.extend(part.remaining)
+            report.errors.extend(part.errors)
+        return unreachable
 
     # ---- publish, review, merge ---------------------------------------------------------------------
 
@@ -1804,11 +1851,14 @@ class RepairBugWorkflow:
         self._state.pending_approval = None
         try:
             report = await self._step(steps.CLEANUP_RUN, CleanupRunInput(run_id=self._state.workflow_id))
+            unreachable = await self._cleanup_hosts(report)
+            wait = self._input.policy.host_start_s
             self._state.cleanup = CleanupFact(
-                status=CleanupStatus.COMPLETE if report.complete else CleanupStatus.INCOMPLETE,
+                status=CleanupStatus.COMPLETE if report.complete and not unreachable else CleanupStatus.INCOMPLETE,
                 removed=len(report.removed),
-                remaining=[f"{r.kind}:{r.resource_id}" for r in report.remaining],
-                errors=report.errors,
+                remaining=[f"{r.kind}:{r.resource_id}" for r in report.remaining] + [f"host:{h}" for h in unreachable],
+                errors=report.errors
+                + [f"host {h} did not take its share of the cleanup within {wait:g} s" for h in unreachable],
             )
         except ActivityError as err:
             self._state.cleanup = CleanupFact(status=CleanupStatus.FAILED, errors=[failure_message(err)])
@@ -1903,15 +1953,17 @@ class RepairBugWorkflow:
                 budgets.outage_wait_s += wait
                 await workflow.sleep(timedelta(seconds=wait))
 
-    async def _step(self, step: Step[In, Out], arg: In) -> Out:
-        """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`)."""
+    async def _step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
+        """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`); on the
+        queue of ``host`` instead when given, which must take it within ``RunPolicy.host_start_s``."""
         timeouts = self._input.policy.timeouts(step.timeouts)
+        to_start = self._input.policy.host_start_s if host else timeouts.schedule_to_start
         result: Out = await workflow.execute_activity(
             step.name,
             arg,
-            task_queue=step.queue.value,
+            task_queue=host_queue(host) if host else step.queue.value,
             result_type=step.output,
-            schedule_to_start_timeout=timedelta(seconds=timeouts.schedule_to_start),
+            schedule_to_start_timeout=timedelta(seconds=to_start),
             start_to_close_timeout=timedelta(seconds=timeouts.start_to_close),
             schedule_to_close_timeout=timedelta(seconds=timeouts.schedule_to_close),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat) if timeouts.heartbeat else None,
@@ -1925,6 +1977,14 @@ class RepairBugWorkflow:
         if self._cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def _host_unreachable(err: ActivityError) -> bool:
+    """A step bound to a host ended timed out: it waited on the host's queue longer than allowed (no worker of
+    the host polls), or its last attempt stopped beating (the host died or was cut off with the attempt, or its
+    poll was still open on the server when the link went down and the retry went to it)."""
+    cause = err.cause
+    return isinstance(cause, ActivityTimeout) and cause.type in (TimeoutType.SCHEDULE_TO_START, TimeoutType.HEARTBEAT)
 
 
 def _detail_ref(err: BaseException, key: str) -> ArtifactRef | None:

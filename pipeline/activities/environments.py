@@ -108,10 +108,14 @@ class EnvironmentActivities:
         cleanup_providers: Sequence[str],
         git_token: str | None,
         setup: SetupSettings | None = None,
+        host: str = "",
     ) -> None:
         """``cleanup_providers``: every provider a run's resources may live in on this host; cleanup asks
         each of them. ``setup``: this host's setup settings (the local provider's own, which it uses when it runs
-        a verification's or the baseline's setup and tests: ``EnvironmentProvider.run_checks``)."""
+        a verification's or the baseline's setup and tests: ``EnvironmentProvider.run_checks``). ``host``: the
+        host queue this worker also polls (:mod:`pipeline.hosts`), stamped on every environment it provisions so
+        that the steps reaching the environment run here; empty: none (any host reaches it)."""
+        self.host = host
         self.setup = setup or SetupSettings()
         self.store = store
         self.workspaces = workspaces
@@ -184,9 +188,10 @@ class EnvironmentActivities:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 beat.set(f"starting app with {provider.name}")
                 try:
-                    return provider.provision(
+                    handle = provider.provision(
                         run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
                     )
+                    return handle.model_copy(update={"host": self.host}) if self.host else handle
                 except (SetupError, NotReadyError) as err:
                     raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
 

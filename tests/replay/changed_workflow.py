@@ -54,7 +54,7 @@ class ChangedRepairBug(RepairBugWorkflow):
         self._merge_notice = workflow.patched(MERGE_NOTICE_PATCH)
         return await super()._review_and_merge()
 
-    async def _step(self, step: Step[In, Out], arg: In) -> Out:
+    async def _step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
         if step is steps.MERGE and self._merge_notice:
             # Said once, before the first merge attempt: a renewed review's merge says nothing more.
             self._merge_notice = False
@@ -62,4 +62,4 @@ class ChangedRepairBug(RepairBugWorkflow):
             assert approval is not None
             key = f"{self._state.workflow_id}:{NOTICE_KEY}"
             await self._say_on_pr(key, f"{NOTICE_TEXT} `{approval.head_sha}` approved by {approval.reviewer}.")
-        return await super()._step(step, arg)
+        return await super()._step(step, arg, host=host)
