@@ -40,8 +40,8 @@ def hold(inp: Hold) -> Held:
 def install() -> None:
     real = worker.activities_for
 
-    def with_probe(queue: TaskQueue, services: Services) -> Sequence[Callable[..., object]]:
-        found = real(queue, services)
+    def with_probe(queue: TaskQueue, services: Services, host: str = "") -> Sequence[Callable[..., object]]:
+        found = real(queue, services, host)
         return [*found, hold] if queue == TaskQueue.MODEL else found
 
     worker.activities_for = with_probe
