@@ -4,8 +4,9 @@ Each document is validated against the Kubernetes schemas of :data:`KUBERNETES_V
 an unknown or misspelt field fails), offline, from the schemas kubernetes-validate ships. Then what no schema
 can see: every Secret or ConfigMap key a pod refers to is one the ConfigMap or the example Secrets define,
 every ``DURAFIX_*``/``OPENAI_*`` variable is a real setting, every worker polls real queues, every autoscaler
-scales an existing Deployment on the backlog of a queue that Deployment polls, and kustomization.yaml applies
-every manifest but the examples. The same checks run on broken copies, so each can be seen to fail.
+scales an existing Deployment on the backlog of a queue that Deployment polls, every file a setting names is
+mounted from a Secret in each container that reads it, and kustomization.yaml applies every manifest but the
+examples. The same checks run on broken copies, so each can be seen to fail.
 """
 
 from __future__ import annotations
@@ -192,6 +193,61 @@ def reference_errors(manifests: list[Manifest]) -> list[str]:
     return errors
 
 
+FORGE_QUEUES = {TaskQueue.FORGE, TaskQueue.MODEL, TaskQueue.ENVIRONMENTS}
+"""The queues whose activities call GitHub or clone from it (the workspaces come from the forge's git)."""
+
+
+def _reads_forge(args: list[str]) -> bool:
+    if args[:1] == ["worker"]:
+        try:
+            return bool(set(parse_queues(_flag(args, "--queues") or "")) & FORGE_QUEUES)
+        except ValueError:  # reference_errors reports the queue
+            return False
+    return args[:1] in (["serve"], ["reconcile"])
+
+
+FILE_READERS: dict[str, Callable[[list[str]], bool]] = {
+    "DURAFIX_TEMPORAL_": lambda args: True,
+    "DURAFIX_GITHUB_APP_": _reads_forge,
+}
+"""Which processes (by their arguments) read the files that settings with these prefixes name."""
+
+
+def file_errors(manifests: list[Manifest]) -> list[str]:
+    """Every ``*_FILE`` setting of the ConfigMap names a file that each container reading it mounts: the
+    setting's directory is the mount path of a Secret volume that holds a key of the file's name."""
+    errors: list[str] = []
+    secrets = {
+        m.doc["metadata"]["name"]: {*m.doc.get("data", {}), *m.doc.get("stringData", {})}
+        for m in _of_kind(manifests, "Secret")
+    }
+    for config_map in _of_kind(manifests, "ConfigMap"):
+        files = {k: Path(v) for k, v in config_map.doc.get("data", {}).items() if k.endswith("_FILE") and v}
+        for setting, path in files.items():
+            readers = [reads for prefix, reads in FILE_READERS.items() if setting.startswith(prefix)]
+            if not readers:
+                errors.append(f"{config_map.ident}: {setting}: no process is known to read it (FILE_READERS)")
+                continue
+            for m in _of_kind(manifests, "Deployment"):
+                pod = m.doc["spec"]["template"]["spec"]
+                volumes = {v["name"]: v for v in pod.get("volumes", [])}
+                for container in _containers(pod):
+                    args = [*container.get("command", []), *container.get("args", [])]
+                    sources = [s.get("configMapRef", {}).get("name") for s in container.get("envFrom", [])]
+                    if config_map.doc["metadata"]["name"] not in sources or not readers[0](args):
+                        continue
+                    held: set[str] = set()
+                    for mount in container.get("volumeMounts", []):
+                        secret = volumes.get(mount["name"], {}).get("secret")
+                        if secret is None or Path(mount["mountPath"]) != path.parent:
+                            continue
+                        items = secret.get("items")
+                        held |= {i["path"] for i in items} if items else secrets.get(secret.get("secretName"), set())
+                    if path.name not in held:
+                        errors.append(f"{m.ident}: container {container['name']} does not mount {path} ({setting})")
+    return errors
+
+
 def kustomization_errors(kustomization: Doc, manifests: list[Manifest]) -> list[str]:
     """kustomization.yaml must apply every manifest file, and never an example (Secrets are the operator's)."""
     listed = set(kustomization.get("resources", []))
@@ -225,6 +281,10 @@ def test_every_manifest_is_valid_for_the_pinned_kubernetes(manifests: list[Manif
 
 def test_references_settings_and_queues_hold(manifests: list[Manifest]) -> None:
     assert reference_errors(manifests) == []
+
+
+def test_every_file_a_setting_names_is_mounted(manifests: list[Manifest]) -> None:
+    assert file_errors(manifests) == []
 
 
 def test_every_queue_has_a_worker(manifests: list[Manifest]) -> None:
@@ -311,6 +371,16 @@ def _autoscaler_on_another_queue(ms: list[Manifest]) -> None:
     metric["external"]["metric"]["selector"]["matchLabels"]["task_queue"] = TaskQueue.FORGE.value
 
 
+def _temporal_key_not_mounted(ms: list[Manifest]) -> None:
+    mounts = _container(ms, "durafix-reconciler")["volumeMounts"]
+    mounts[:] = [mount for mount in mounts if mount["name"] != "temporal"]
+
+
+def _app_key_elsewhere(ms: list[Manifest]) -> None:
+    data = _first(ms, "ConfigMap", "durafix-config")["data"]
+    data["DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE"] = "/etc/durafix/app/app-private-key.pem"
+
+
 BREAKAGES: dict[str, tuple[Callable[[list[Manifest]], None], str]] = {
     "misspelt field": (_misspelt_field, "Additional properties are not allowed ('resource' was unexpected)"),
     "unknown secret key": (_unknown_secret_key, "Secret 'durafix-model' defines no key 'apikey'"),
@@ -319,6 +389,8 @@ BREAKAGES: dict[str, tuple[Callable[[list[Manifest]], None], str]] = {
     "unknown queue": (_unknown_queue, "--queues forges: unknown queue 'forges'"),
     "autoscaler of nothing": (_autoscaler_of_nothing, "scales Deployment/durafix-model, which is not defined"),
     "autoscaler on another queue": (_autoscaler_on_another_queue, "which durafix-worker-model does not poll"),
+    "temporal key not mounted": (_temporal_key_not_mounted, "reconciler does not mount /etc/durafix/temporal/api-key"),
+    "app key elsewhere": (_app_key_elsewhere, "forge: container worker does not mount /etc/durafix/app/"),
 }
 
 
@@ -327,7 +399,7 @@ def test_a_broken_manifest_fails(manifests: list[Manifest], breakage: str) -> No
     broken = [Manifest(m.file, copy.deepcopy(m.doc)) for m in manifests]
     mutate, expected = BREAKAGES[breakage]
     mutate(broken)
-    errors = [e for m in broken for e in schema_errors(m)] + reference_errors(broken)
+    errors = [e for m in broken for e in schema_errors(m)] + reference_errors(broken) + file_errors(broken)
     assert errors and any(expected in error for error in errors), errors
 
 
