@@ -117,6 +117,13 @@ class DurafixConfig(BaseModel):
     # SDK's default). 0 makes every task of a run replay its whole history on whichever worker takes it: what a
     # worker restarted for each task would do, so a run must finish the same way with it (tests/recovery).
     max_cached_workflows: int = Field(default=1000, ge=0)
+    # Per-queue worker limits (pipeline/queue_settings.py): JSON text or a mapping, kept as given and validated
+    # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
+    queue_settings: str | dict[str, object] = ""
+    # A GitHub App instead of a token: its ID, the PEM private key's file and (optional) the installation.
+    github_app_id: str = ""
+    github_app_private_key_file: str = ""
+    github_app_installation_id: str = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -254,6 +261,10 @@ _ENV = {
     "DURAFIX_RECONCILE_INTERVAL_S": "reconcile_interval_s",
     "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
+    "DURAFIX_QUEUE_SETTINGS": "queue_settings",
+    "DURAFIX_GITHUB_APP_ID": "github_app_id",
+    "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
+    "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",
 }
 
 
