@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -104,12 +105,23 @@ class ProbeWorkflow:
         return ProbeOutput(held=list(held), ticket=ticket)
 
 
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
 def configure(state: Path, client: Client, **forge: str) -> DurafixConfig:
     """The state directory's configuration: the client's server and namespace, and ``forge_*`` settings."""
     config = DurafixConfig(
         state_dir=state,
         temporal_address=client.service_client.config.target_host,
         temporal_namespace=client.namespace,
+        # The model queue's activities here never call a model, but the worker serves the queue only with an
+        # endpoint configured: one on this host that does not answer (the worker starts, and warns).
+        model_base_url=f"http://127.0.0.1:{closed_port()}/v1",
         **forge,  # type: ignore[arg-type]
     )
     config.save()
