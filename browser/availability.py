@@ -15,7 +15,6 @@ import shutil
 import subprocess
 
 from browser.sandbox import DEFAULT_SANDBOX_USER, BrowserHome, SandboxUnavailable
-from browser.video import VideoUnavailable, system_ffmpeg
 
 INSTALL_HINT = "install Chromium (Debian: apt-get install chromium) or run the browser queue on a host that has it"
 VERSION_TIMEOUT_S = 20.0
@@ -60,6 +59,9 @@ def chromium_version(
         detail = (result.stderr.strip() or said)[-300:]
         raise ChromiumUnavailable(f"chromium ({found}) did not run (exit {result.returncode}): {detail}")
     if video:
+        # Imported only here: it loads Playwright, which a check without video does not need.
+        from browser.video import VideoUnavailable, system_ffmpeg
+
         try:
             system_ffmpeg()
         except VideoUnavailable as err:

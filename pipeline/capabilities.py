@@ -194,11 +194,11 @@ def bubblewrap(config: DurafixConfig) -> str:
     from environments.sandbox import BWRAP, Sandbox, SandboxUnavailableError, bwrap_problem, bwrap_version
 
     try:
-        sandbox = Sandbox.detect(unsandboxed=config.unsandboxed)
+        sandbox = Sandbox.detect(unsandboxed=config.unsandboxed, bwrap=BWRAP)
     except SandboxUnavailableError as err:
         raise Missing(str(err)) from err
     if not sandbox.sandboxed:
-        return f"unsandboxed (DURAFIX_UNSANDBOXED=1; bubblewrap: {bwrap_problem()})"
+        return f"unsandboxed (DURAFIX_UNSANDBOXED=1; {bwrap_problem(BWRAP)})"
     return bwrap_version(BWRAP)
 
 
