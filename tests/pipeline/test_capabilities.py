@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -18,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from environments.sandbox import bwrap_problem
+from infra.processes import free_port
 from pipeline import capabilities
 from pipeline.capabilities import Missing, QueueCheck, probe, refusal
 from pipeline.config import DurafixConfig
@@ -40,13 +40,6 @@ def no_chromium_path(tmp_path: Path) -> str:
     assert git is not None
     (bin_dir / "git").symlink_to(git)
     return str(bin_dir)
-
-
-def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture
@@ -101,7 +94,7 @@ def test_refuses_the_browser_queue_on_a_path_without_chromium(
 
 
 def test_a_docker_host_pointing_nowhere_is_refused_with_the_reason(tmp_path: Path) -> None:
-    host = f"tcp://127.0.0.1:{closed_port()}"
+    host = f"tcp://127.0.0.1:{free_port()}"
     (check,) = probe(config(tmp_path, environment_provider="docker", docker_host=host), [TaskQueue.ENVIRONMENTS])
     assert check.status == "missing"
     assert f"the Docker engine at {host} does not answer" in (check.problem or "")
@@ -157,7 +150,7 @@ def test_a_refused_model_key_is_missing_and_an_endpoint_not_listening_is_unreach
     (refused,) = probe(config(tmp_path, model_base_url=url, model_api_key="bad"), [TaskQueue.MODEL])
     assert refused.status == "missing" and "refuses the key (HTTP 401)" in (refused.problem or "")
     assert seen == ["Bearer bad"]
-    silent = f"http://127.0.0.1:{closed_port()}/v1"
+    silent = f"http://127.0.0.1:{free_port()}/v1"
     (down,) = probe(config(tmp_path, model_base_url=silent), [TaskQueue.MODEL])
     assert down.status == "unreachable" and f"the model endpoint {silent} does not answer" in (down.problem or "")
     # It does not answer now: the worker starts and says so, it does not refuse.

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from infra.processes import free_port
 from pipeline import config as config_module
 from pipeline.config import DurafixConfig
 from pipeline.inflight import Attempt, InflightDir, inflight_root
@@ -105,14 +105,6 @@ class ProbeWorkflow:
         return ProbeOutput(held=list(held), ticket=ticket)
 
 
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 def configure(state: Path, client: Client, **forge: str) -> DurafixConfig:
     """The state directory's configuration: the client's server and namespace, and ``forge_*`` settings."""
     config = DurafixConfig(
@@ -121,7 +113,7 @@ def configure(state: Path, client: Client, **forge: str) -> DurafixConfig:
         temporal_namespace=client.namespace,
         # The model queue's activities here never call a model, but the worker serves the queue only with an
         # endpoint configured: one on this host that does not answer (the worker starts, and warns).
-        model_base_url=f"http://127.0.0.1:{closed_port()}/v1",
+        model_base_url=f"http://127.0.0.1:{free_port()}/v1",
         **forge,  # type: ignore[arg-type]
     )
     config.save()
