@@ -205,6 +205,8 @@ def test_the_table_has_a_row_per_queue_asked_with_its_status() -> None:
     assert lines[1].split()[:3] == ["orchestration", "Temporal", "found"]
     assert lines[2].split()[:3] == ["browser", "Chromium", "missing"] and lines[2].endswith("chromium is not installed")
     assert "unreachable" in lines[3]
+    served = [checks[0], QueueCheck(TaskQueue.BROWSER, "Chromium", ["chromium 156.0.8078.114"])]
+    assert capabilities.advertisement(served) == "serves orchestration; browser (chromium 156.0.8078.114)"
 
 
 def test_a_probe_shared_by_queues_runs_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
