@@ -147,6 +147,15 @@ class Sandbox:
         return args
 
 
+def bwrap_version(bwrap: str = BWRAP) -> str:
+    """``bubblewrap 0.8.0`` (what ``bwrap --version`` says), or ``bubblewrap`` when it says nothing usable."""
+    try:
+        said = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "bubblewrap"
+    return said.strip().splitlines()[0] if said.strip() else "bubblewrap"
+
+
 def bwrap_problem(bwrap: str = BWRAP) -> str | None:
     """Why ``bwrap`` cannot sandbox commands here (not installed, or namespaces refused), or ``None``."""
     if shutil.which(bwrap) is None:

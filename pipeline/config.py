@@ -120,6 +120,13 @@ class DurafixConfig(BaseModel):
     # This worker host's identity (pipeline/hosts.py): the environments it provisions are reached through its own
     # task queue. Empty: the host name. Worker processes on one host share it; separate hosts must not.
     host_id: str = ""
+    # Per-queue worker limits (pipeline/queue_settings.py): JSON text or a mapping, kept as given and validated
+    # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
+    queue_settings: str | dict[str, object] = ""
+    # A GitHub App instead of a token: its ID, the PEM private key's file and (optional) the installation.
+    github_app_id: str = ""
+    github_app_private_key_file: str = ""
+    github_app_installation_id: str = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -258,6 +265,10 @@ _ENV = {
     "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
     "DURAFIX_HOST_ID": "host_id",
+    "DURAFIX_QUEUE_SETTINGS": "queue_settings",
+    "DURAFIX_GITHUB_APP_ID": "github_app_id",
+    "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
+    "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",
 }
 
 

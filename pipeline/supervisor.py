@@ -3,7 +3,9 @@
 The supervisor is a small process that runs no activity itself. It starts the worker as a child (the same
 command line run again with :data:`CHILD_ENV` set, so whatever the command's script set up runs in the child
 too) and keeps a second child warm: imported, connected and its workers built, waiting on its stdin for
-``go`` before it polls. When the polling child dies (``waitpid`` reports it, SIGKILL included):
+``go`` before it polls. Whether this host can serve the queues asked for is checked once, by ``durafix worker``
+in the supervisor's process before any child starts (:mod:`pipeline.capabilities`): a host that cannot is
+refused there, not by children dying in a loop. When the polling child dies (``waitpid`` reports it, SIGKILL included):
 
 1. the warm spare is told ``go`` at once, so a poller exists again within milliseconds (a cold start of the
    worker takes seconds, more on a loaded host);

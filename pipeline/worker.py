@@ -9,6 +9,10 @@ orchestration queue. On SIGTERM/SIGINT the worker stops polling and gives runnin
 the command's own process). Every activity attempt is recorded in the process's in-flight directory while it
 runs (:mod:`pipeline.inflight`), so that when the process dies its attempts are failed and retried at once;
 a worker process that starts also fails whatever dead worker processes left on its state directory.
+
+Each queue's worker takes its limits from ``queue_settings`` (:mod:`pipeline.queue_settings`): tasks at
+once, activities started per second, the orchestration worker's sticky cache. Before any of this, the
+command checks that this host can serve the queues asked for (:mod:`pipeline.capabilities`).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.hosts import host_id, host_queue, serves_host_queue
 from pipeline.inflight import InflightDir, InflightInterceptor, note, sweep
+from pipeline.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.supervisor import GO, READY, supervisor_pid
@@ -49,13 +54,12 @@ HEARTBEAT_THROTTLE = timedelta(seconds=5)
 def parse_queues(text: str) -> list[TaskQueue]:
     if text in ("", "all"):
         return ALL_QUEUES
-    by_short = {q.value.removeprefix("durafix-"): q for q in TaskQueue}
     out: list[TaskQueue] = []
     for part in text.split(","):
         part = part.strip()
-        if part not in by_short:
-            raise ValueError(f"unknown queue {part!r}; choose from {', '.join(by_short)} or 'all'")
-        out.append(by_short[part])
+        if part not in BY_SHORT_NAME:
+            raise ValueError(f"unknown queue {part!r}; choose from {', '.join(BY_SHORT_NAME)} or 'all'")
+        out.append(BY_SHORT_NAME[part])
     return out
 
 
@@ -83,9 +87,13 @@ def build_workers(
     interceptors: Sequence[Interceptor] = (),
     identity: str | None = None,
     services: Services | None = None,
+    overrides: Overrides = NO_OVERRIDES,
 ) -> list[Worker]:
-    """One worker per queue; ``interceptors`` wrap every activity (the in-flight records). ``services``: the
-    collaborators to serve with (built from ``config`` when not given); whoever passes them closes them."""
+    """One worker per queue, limited as :func:`pipeline.queue_settings.worker_limits` says (``overrides``: the
+    command's flags); ``interceptors`` wrap every activity (the in-flight records). ``services``: the
+    collaborators to serve with (built from ``config`` when not given); whoever passes them closes them.
+    Invalid queue settings: :class:`~pipeline.config.SettingsError`, before anything is built."""
+    limits = {queue: worker_limits(config, queue, overrides) for queue in queues}
     services = services or Services(config)
     if TaskQueue.BROWSER in queues and config.browser_video:
         # A host that cannot record the video asked for fails now, not on its first reproduction.
@@ -101,7 +109,8 @@ def build_workers(
                 task_queue=host_queue(host),
                 activities=[services.browser_activities().reproduce, env.teardown, env.cleanup_run],
                 activity_executor=executor,
-                max_concurrent_activities=8,
+                # Its reproductions are the browser queue's work moved here: the browser's limit holds for them.
+                max_concurrent_activities=limits[TaskQueue.BROWSER].max_concurrent,
                 graceful_shutdown_timeout=timedelta(seconds=10),
                 max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
                 interceptors=list(interceptors),
@@ -117,7 +126,8 @@ def build_workers(
                     workflows=[RepairBugWorkflow],
                     identity=identity,
                     sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
-                    max_cached_workflows=config.max_cached_workflows,
+                    max_cached_workflows=limits[queue].sticky_cache or 0,
+                    max_concurrent_workflow_tasks=limits[queue].max_concurrent,
                 )
             )
             continue
@@ -127,7 +137,8 @@ def build_workers(
                 task_queue=queue.value,
                 activities=activities_for(queue, services, host),
                 activity_executor=executor,
-                max_concurrent_activities=8,
+                max_concurrent_activities=limits[queue].max_concurrent,
+                max_activities_per_second=limits[queue].rate_per_s,
                 graceful_shutdown_timeout=timedelta(seconds=10),
                 max_heartbeat_throttle_interval=HEARTBEAT_THROTTLE,
                 interceptors=list(interceptors),
@@ -180,18 +191,37 @@ async def _stop_when_closed(reader: asyncio.StreamReader, stop: asyncio.Event) -
     stop.set()
 
 
-async def run_worker(config: DurafixConfig, queues: Sequence[TaskQueue], *, standby: bool = False) -> None:
+def activity_threads(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: Overrides = NO_OVERRIDES) -> int:
+    """Threads for the activity executor: enough for every activity queue's limit at once (16 at least), so a
+    task the SDK hands over never waits for a thread."""
+    wanted = sum(
+        worker_limits(config, q, overrides).max_concurrent or 0 for q in queues if q != TaskQueue.ORCHESTRATION
+    )
+    return max(16, wanted)
+
+
+async def run_worker(
+    config: DurafixConfig, queues: Sequence[TaskQueue], *, standby: bool = False, overrides: Overrides = NO_OVERRIDES
+) -> None:
     """Poll ``queues`` until SIGTERM/SIGINT. ``standby``: a supervised child, which builds everything, says
-    ``ready`` and polls only once its supervisor says ``go`` (see :mod:`pipeline.supervisor`)."""
+    ``ready`` and polls only once its supervisor says ``go`` (see :mod:`pipeline.supervisor`). ``overrides``:
+    the command's limits for every queue of this process."""
+    threads = activity_threads(config, queues, overrides)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     client = await connect(config)
     inflight = InflightDir.for_process(config.state_dir)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as executor:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durafix-activity") as executor:
         workers = build_workers(
-            client, config, queues, executor, interceptors=[InflightInterceptor(inflight)], identity=worker_identity()
+            client,
+            config,
+            queues,
+            executor,
+            interceptors=[InflightInterceptor(inflight)],
+            identity=worker_identity(),
+            overrides=overrides,
         )
         if standby:
             reader = await _wait_for_go(stop)

@@ -27,6 +27,7 @@ from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from infra.processes import free_port
 from pipeline import config as config_module
 from pipeline.config import DurafixConfig
 from pipeline.inflight import Attempt, InflightDir, inflight_root
@@ -110,6 +111,9 @@ def configure(state: Path, client: Client, **forge: str) -> DurafixConfig:
         state_dir=state,
         temporal_address=client.service_client.config.target_host,
         temporal_namespace=client.namespace,
+        # The model queue's activities here never call a model, but the worker serves the queue only with an
+        # endpoint configured: one on this host that does not answer (the worker starts, and warns).
+        model_base_url=f"http://127.0.0.1:{free_port()}/v1",
         **forge,  # type: ignore[arg-type]
     )
     config.save()
