@@ -137,7 +137,7 @@ def test_invalid_and_hostile_jwts_are_refused_with_githubs_messages(forge: Forge
         "not a token": ("eyJhbGciOiJSUzI1NiJ9.e30.bad", "A JSON web token could not be decoded"),
         "another key": (_signed(other_private, iss=APP_ID, iat=now - 60, exp=now + 300), "A JSON web token"),
         "alg none": (
-            jwt.encode({"iss": str(APP_ID), "iat": now, "exp": now + 60}, None, algorithm="none"),
+            jwt.encode({"iss": str(APP_ID), "iat": now, "exp": now + 60}, "", algorithm="none"),
             "A JSON web",
         ),
         # The classic confusion: the public key used as an HMAC secret.
@@ -168,7 +168,7 @@ def test_invalid_and_hostile_jwts_are_refused_with_githubs_messages(forge: Forge
     with pytest.raises(GithubException) as no_user:
         Github(
             base_url=forge.api_url, auth=Auth.Token(_installation_token(forge, valid, app)), retry=None
-        ).get_user().login
+        ).get_user().update()
     assert no_user.value.status == 403
 
 
