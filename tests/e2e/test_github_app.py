@@ -24,7 +24,7 @@ from temporalio.api.enums.v1 import EventType
 from infra import stack as local_stack
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import OWNER, issue_text
+from pipeline.demo import OWNER, ensure_user, issue_text
 from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome
@@ -67,6 +67,7 @@ def _as_app(state: Path) -> Any:
         admin = local_stack.read_stack(state).admin_token
         app = {"id": APP_ID, "slug": SLUG, "name": "durafix fixer", "public_key": public.decode()}
         _admin(config, admin, "POST", "/admin/apps", {**app, "token_lifetime_s": TOKEN_LIFETIME_S})
+        ensure_user(config, admin, OWNER)  # the owner of every test repository, before any of them exists
         _admin(
             config, admin, "POST", f"/admin/apps/{SLUG}/installations", {"account": OWNER, "permissions": PERMISSIONS}
         )
