@@ -147,13 +147,9 @@ class EnvironmentActivities:
         )
 
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
+        token = self.git_token.token_for(clone_url)
         return self.workspaces.rebuild(
-            run_id=run_id,
-            op_id=op_id,
-            clone_url=clone_url,
-            base_revision=base,
-            patch=patch,
-            token=self.git_token.token_for(clone_url),
+            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
         )
 
     @activity.defn(name=steps.PREPARE_SPEC.name)

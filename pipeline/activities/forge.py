@@ -165,13 +165,9 @@ class ForgeActivities:
         self, run_id: str, op_id: str, clone_url: str, base: str, patch_ref: ArtifactRef
     ) -> Workspace:
         patch = self.store.read_bytes(patch_ref).decode()
+        token = self.git_token.token_for(clone_url)
         return self.workspaces.rebuild(
-            run_id=run_id,
-            op_id=op_id,
-            clone_url=clone_url,
-            base_revision=base,
-            patch=patch,
-            token=self.git_token.token_for(clone_url),
+            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
         )
 
     @activity.defn(name=steps.ENSURE_DRAFT_PR.name)

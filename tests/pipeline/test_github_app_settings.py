@@ -48,7 +48,7 @@ def test_no_app_means_the_token_is_used(tmp_path: Path) -> None:
 )
 def test_half_or_unusable_settings_name_the_setting(tmp_path: Path, settings: dict[str, object], expected: str) -> None:
     with pytest.raises(GitHubAppSettingsError, match=expected.replace("(", r"\(").replace(")", r"\)")):
-        installation_tokens(DurafixConfig(state_dir=tmp_path, **settings))
+        installation_tokens(DurafixConfig.model_validate({"state_dir": tmp_path, **settings}))
 
 
 def test_a_file_without_a_private_key_is_refused_without_quoting_it(tmp_path: Path) -> None:
