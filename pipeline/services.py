@@ -42,13 +42,15 @@ if TYPE_CHECKING:
 
 
 class Services:
-    def __init__(self, config: DurafixConfig) -> None:
+    def __init__(self, config: DurafixConfig, *, github_app: InstallationTokens | None = None) -> None:
+        """``github_app``: a GitHub App token source to share (the receiver's, across its requests) instead of
+        one made from ``config`` on first use."""
         self.config = config
         self._lock = threading.Lock()
         self._local = threading.local()
         self._providers: dict[str, EnvironmentProvider] = {}
-        self._github_app: InstallationTokens | None = None
-        self._github_app_read = False
+        self._github_app: InstallationTokens | None = github_app
+        self._github_app_read = github_app is not None
 
     @property
     def state_dir(self) -> Path:

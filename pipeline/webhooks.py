@@ -143,8 +143,11 @@ class WebhookReceiver:
     ) -> None:
         self.config = config
         self.limits = limits or ReceiverLimits()
-        # Settings that cannot work (e.g. an API key without TLS) fail here, not on the first delivery.
+        # Settings that cannot work (e.g. an API key without TLS, a GitHub App key that cannot be read) fail
+        # here, not on the first delivery.
         connect_options(config)
+        # One GitHub App token source for every request: each gets a fresh adapter but shares the tokens.
+        self._github_app = Services(config).github_app
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="webhook-loop", daemon=True)
         self._loop_thread.start()
@@ -261,10 +264,10 @@ class WebhookReceiver:
         await anyio.to_thread.run_sync(self._forge_login)
 
     def _forge_login(self) -> None:
-        app = Services(self.config).github_app
-        if app is not None:
+        fresh = Services(self.config).github_app
+        if fresh is not None:
             # An App has no repository-free identity read but its own: the installation differs per repository.
-            app.bot_login()
+            fresh.bot_login()
             return
         # login() reads the token's user and never the repository: any name does for the adapter.
         with Services(self.config).forge(READINESS_REPOSITORY) as forge:
@@ -578,7 +581,7 @@ class WebhookReceiver:
         # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
         # thread-safe; closing it releases its connections.
         try:
-            with Services(self.config).forge(repository) as forge:
+            with Services(self.config, github_app=self._github_app).forge(repository) as forge:
                 return read(forge)
         except ForgeTransientError as err:
             raise Refused(503, {"message": f"forge unavailable: {unchecked}: {err}"}) from err
