@@ -44,6 +44,12 @@ class DurafixConfig(BaseModel):
     forge_api_url: str = "https://api.github.com"
     forge_git_base: str = "https://github.com"
     forge_token: str = ""
+    # Authenticating as a GitHub App instead of with forge_token (pipeline/github_app.py): its App ID, the
+    # absolute path of its private key (PEM), and optionally the installation to use (unset: the installation on
+    # each repository, looked up with the App's JWT).
+    github_app_id: int | None = None
+    github_app_private_key_file: str = ""
+    github_app_installation_id: int | None = None
     webhook_secret: str = ""
     trigger_label: str = "durafix"
     # The least repository role whose trigger (the label added, or an issue opened with it) starts a run.
@@ -123,10 +129,6 @@ class DurafixConfig(BaseModel):
     # Per-queue worker limits (pipeline/queue_settings.py): JSON text or a mapping, kept as given and validated
     # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
     queue_settings: str | dict[str, object] = ""
-    # A GitHub App instead of a token: its ID, the PEM private key's file and (optional) the installation.
-    github_app_id: str = ""
-    github_app_private_key_file: str = ""
-    github_app_installation_id: str = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
     @field_validator("patch_policies", mode="before")
@@ -201,6 +203,10 @@ class DurafixConfig(BaseModel):
     def config_file(self) -> Path:
         return self.state_dir / "config.json"
 
+    def forge_credentials_configured(self) -> bool:
+        """Whether the worker can authenticate to the forge at all: a token, or a GitHub App."""
+        return bool(self.forge_token) or self.github_app_id is not None
+
     def clone_url(self, repository: str) -> str:
         return f"{self.forge_git_base.rstrip('/')}/{repository}.git"
 
@@ -229,6 +235,9 @@ _ENV = {
     "DURAFIX_FORGE_API_URL": "forge_api_url",
     "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
     "DURAFIX_FORGE_TOKEN": "forge_token",
+    "DURAFIX_GITHUB_APP_ID": "github_app_id",
+    "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
+    "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",
     "DURAFIX_WEBHOOK_SECRET": "webhook_secret",
     "DURAFIX_TRIGGER_LABEL": "trigger_label",
     "DURAFIX_TRIGGER_PERMISSION": "trigger_permission",
@@ -266,9 +275,6 @@ _ENV = {
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
     "DURAFIX_HOST_ID": "host_id",
     "DURAFIX_QUEUE_SETTINGS": "queue_settings",
-    "DURAFIX_GITHUB_APP_ID": "github_app_id",
-    "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
-    "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",
 }
 
 

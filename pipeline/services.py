@@ -37,14 +37,20 @@ if TYPE_CHECKING:
     from repair.openai_calls import ChatEndpoint
     from repair.procedure_draft import ProcedureDrafter
     from reviews.adapter import GitHubForge
+    from reviews.app_tokens import InstallationTokens
+    from reviews.git_credentials import GitCredentials
 
 
 class Services:
-    def __init__(self, config: DurafixConfig) -> None:
+    def __init__(self, config: DurafixConfig, *, github_app: InstallationTokens | None = None) -> None:
+        """``github_app``: a GitHub App token source to share (the receiver's, across its requests) instead of
+        one made from ``config`` on first use."""
         self.config = config
         self._lock = threading.Lock()
         self._local = threading.local()
         self._providers: dict[str, EnvironmentProvider] = {}
+        self._github_app: InstallationTokens | None = github_app
+        self._github_app_read = github_app is not None
 
     @property
     def state_dir(self) -> Path:
@@ -129,7 +135,8 @@ class Services:
                     token=SecretStr(self.config.forge_token),
                     repository=repository,
                     git_url=self.config.clone_url(repository),
-                )
+                ),
+                app=self.github_app,
             )
         return cache[repository]
 
@@ -160,8 +167,26 @@ class Services:
         return ProcedureDrafter(c.model_base_url, c.model_api_key, c.model_name, timeout_s=120.0)
 
     @property
-    def git_token(self) -> str | None:
-        return self.config.forge_token or None
+    def github_app(self) -> InstallationTokens | None:
+        """The GitHub App the worker authenticates as, or None: ``forge_token`` is used. One for all threads
+        (made under the lock), so they share its cached installation tokens."""
+        from pipeline.github_app import installation_tokens
+
+        with self._lock:
+            if not self._github_app_read:
+                self._github_app = installation_tokens(self.config)
+                self._github_app_read = True
+            return self._github_app
+
+    @cached_property
+    def git_token(self) -> GitCredentials:
+        """What git over HTTPS authenticates with: fresh App installation tokens, else ``forge_token``."""
+        from reviews.git_credentials import StaticGitToken
+
+        app = self.github_app
+        if app is not None:
+            return app.git_credentials(self.config.forge_git_base)
+        return StaticGitToken(self.config.forge_token)
 
     # ---- the adapters of each queue ------------------------------------------------------------------
 

@@ -143,8 +143,11 @@ class WebhookReceiver:
     ) -> None:
         self.config = config
         self.limits = limits or ReceiverLimits()
-        # Settings that cannot work (e.g. an API key without TLS) fail here, not on the first delivery.
+        # Settings that cannot work (e.g. an API key without TLS, a GitHub App key that cannot be read) fail
+        # here, not on the first delivery.
         connect_options(config)
+        # One GitHub App token source for every request: each gets a fresh adapter but shares the tokens.
+        self._github_app = Services(config).github_app
         self._loop = asyncio.new_event_loop()
         self._loop_thread = threading.Thread(target=self._loop.run_forever, name="webhook-loop", daemon=True)
         self._loop_thread.start()
@@ -254,13 +257,18 @@ class WebhookReceiver:
             raise EngineUnreachable("Temporal answers but its workflow service is not serving")
 
     async def _forge_ready(self) -> None:
-        """The forge answers with the receiver's token: who the token is (``GitHubForge.login``, a real read
-        on a fresh adapter, so not a cached answer)."""
-        if not self.config.forge_token:
-            raise ForgeError("no forge token configured")
+        """The forge answers with the receiver's credentials: who the token is (``GitHubForge.login``, a real
+        read on a fresh adapter, so not a cached answer), or for a GitHub App, the App itself (``GET /app``)."""
+        if not self.config.forge_credentials_configured():
+            raise ForgeError("no forge token or GitHub App configured")
         await anyio.to_thread.run_sync(self._forge_login)
 
     def _forge_login(self) -> None:
+        fresh = Services(self.config).github_app
+        if fresh is not None:
+            # An App has no repository-free identity read but its own: the installation differs per repository.
+            fresh.bot_login()
+            return
         # login() reads the token's user and never the repository: any name does for the adapter.
         with Services(self.config).forge(READINESS_REPOSITORY) as forge:
             forge.login()
@@ -568,12 +576,12 @@ class WebhookReceiver:
         why ``unchecked``: 500 without a forge token, 503 when the forge does not answer now (redeliver later),
         422 when the repository or user the payload names is not found (a payload naming what the forge does not
         show durafix: the sender's, not the receiver's failure), 502 when it refuses otherwise (a bad token)."""
-        if not self.config.forge_token:
-            raise Refused(500, {"message": f"no forge token configured: {unchecked}"})
+        if not self.config.forge_credentials_configured():
+            raise Refused(500, {"message": f"no forge token or GitHub App configured: {unchecked}"})
         # A fresh adapter per request: requests run on their own threads and a PyGithub client is not
         # thread-safe; closing it releases its connections.
         try:
-            with Services(self.config).forge(repository) as forge:
+            with Services(self.config, github_app=self._github_app).forge(repository) as forge:
                 return read(forge)
         except ForgeTransientError as err:
             raise Refused(503, {"message": f"forge unavailable: {unchecked}: {err}"}) from err

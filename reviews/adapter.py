@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+from reviews.app_tokens import InstallationTokens
 from reviews.branches import Branches
 from reviews.claims import ClaimStore
 from reviews.comments import KIND as COMMENT_CLAIMS
@@ -50,9 +51,11 @@ __all__ = ["REPO_PERMISSIONS", "REPO_ROLES", "GitHubForge", "RepoPermission", "R
 class GitHubForge:
     """One repository on GitHub or GitHub Enterprise. Thread-compatible: use one instance per thread."""
 
-    def __init__(self, config: ForgeConfig) -> None:
+    def __init__(self, config: ForgeConfig, app: InstallationTokens | None = None) -> None:
+        """`app`: authenticate as that GitHub App's installation on the repository instead of with
+        `config.token` (then the bot is the App's ``SLUG[bot]`` unless `config.bot_login` says otherwise)."""
         self.config = config
-        self._t = Transport(config)
+        self._t = Transport(config, app)
         self._claims = ClaimStore(self._t, config)
         self._tickets = Tickets(self._t, self._claims)
         self._comments = Comments(self._t, self._claims)

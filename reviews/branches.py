@@ -31,8 +31,9 @@ _AUTH_FAILURE = re.compile(r"returned error: (401|403|404)|Authentication failed
 _NOT_CONNECTED = re.compile(r"Failed to connect|Could not resolve host|Connection refused", re.I)
 
 
-def _git_env(config: ForgeConfig) -> dict[str, str]:
-    credentials = base64.b64encode(f"x-access-token:{config.token.get_secret_value()}".encode()).decode()
+def _git_env(config: ForgeConfig, token: str) -> dict[str, str]:
+    """The environment of a git command talking to the forge with ``token`` (asked for right before it runs)."""
+    credentials = base64.b64encode(f"x-access-token:{token}".encode()).decode()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_CONFIG_")}
     env.update(
         {
@@ -113,7 +114,7 @@ class Branches:
             done = subprocess.run(
                 command,
                 cwd=local_repo,
-                env=_git_env(self._config),
+                env=_git_env(self._config, self._t.git_token()),
                 capture_output=True,
                 text=True,
                 timeout=self._config.push_timeout_s,

@@ -422,7 +422,7 @@ class ClaimStore:
             ["git", *args],
             cwd=cwd,
             input=stdin,
-            env={**_git_env(self._config), **_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", **env},
+            env={**_git_env(self._config, self._t.git_token()), **_IDENTITY, "GIT_CONFIG_NOSYSTEM": "1", **env},
             capture_output=True,
             text=True,
             check=False,
@@ -461,7 +461,7 @@ class ClaimStore:
             done = subprocess.run(
                 command,
                 cwd=self._repo_dir(),
-                env={**_git_env(self._config), "GIT_CONFIG_NOSYSTEM": "1"},
+                env={**_git_env(self._config, self._t.git_token()), "GIT_CONFIG_NOSYSTEM": "1"},
                 capture_output=True,
                 text=True,
                 # A claim push is one small request: bounded like any other request, so the fence's

@@ -18,6 +18,7 @@ from github.IssueComment import IssueComment
 from github.Repository import Repository
 from urllib3.util.retry import Retry
 
+from reviews.app_tokens import InstallationTokens
 from reviews.config import ForgeConfig
 from reviews.errors import (
     ForgeEmptyRepositoryError,
@@ -55,13 +56,18 @@ def client_retry(config: ForgeConfig) -> Retry:
 
 
 class Transport:
-    """One PyGithub client bound to one repository."""
+    """One PyGithub client bound to one repository, authenticated with the configured token, or as a GitHub App
+    installation when `app` is given (REST through PyGithub's installation auth, git with `git_token`)."""
 
-    def __init__(self, config: ForgeConfig) -> None:
+    def __init__(self, config: ForgeConfig, app: InstallationTokens | None = None) -> None:
         self.config = config
+        self._app = app
+        auth: Auth.Auth = (
+            app.api_auth(config.repository) if app is not None else Auth.Token(config.token.get_secret_value())
+        )
         self.github = Github(
             base_url=config.api_url.rstrip("/"),
-            auth=Auth.Token(config.token.get_secret_value()),
+            auth=auth,
             timeout=config.request_timeout_s,
             retry=client_retry(config),
             per_page=100,
@@ -72,8 +78,14 @@ class Transport:
             lazy=True,
         )
         self.repo: Repository = self.github.get_repo(config.repository)
-        self._login: str | None = config.bot_login
+        self._login: str | None = config.bot_login or (app.bot_login() if app is not None else None)
         self._last_write = float("-inf")
+
+    def git_token(self) -> str:
+        """The token git sends for the repository: the configured one, or a fresh installation token."""
+        return (
+            self._app.token(self.config.repository) if self._app is not None else self.config.token.get_secret_value()
+        )
 
     def read(self, what: str, fn: Callable[[], T]) -> T:
         """Run a read; every failure is transient, permanent or conflict, never ambiguous."""

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import (
     routes_admin,
+    routes_apps,
     routes_git,
     routes_graphql,
     routes_hooks,
@@ -31,7 +32,8 @@ from . import (
     routes_teams,
     routes_users,
 )
-from .auth import authenticate, bearer_token
+from .apps import verify_jwt
+from .auth import authenticate, bearer_token, looks_like_jwt
 from .faults import FaultRegistry, error_before_apply
 from .ratelimit import RateCounter
 from .router import Ctx, match
@@ -45,6 +47,7 @@ GRAPHQL_PATH = "/api/graphql"
 FAULTS_PATH = API_PREFIX + "/admin/faults"
 TABLES = [
     routes_admin.routes,
+    routes_apps.routes,
     routes_users.routes,
     routes_repos.routes,
     routes_git.routes,
@@ -128,6 +131,11 @@ class Forge:
         route, params = match(TABLES, req.method, path)
         try:
             with self.store.tx() as db:
+                token = bearer_token(req.headers)
+                if token and looks_like_jwt(token) and route not in routes_apps.routes.routes:
+                    # An App acting as itself reaches only the App endpoints; elsewhere it needs a token.
+                    verify_jwt(db, token)
+                    raise ApiError(403, "Resource not accessible by integration")
                 ctx = Ctx(
                     db, self.base_url, self.repos_root, viewer, req=req, params=params, app=self, is_admin=is_admin
                 )

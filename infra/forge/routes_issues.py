@@ -13,7 +13,7 @@ from typing import Any
 
 from . import events, payloads
 from . import shapes_core as core
-from .auth import require_role, role_at_least
+from .auth import no_access, require_role, role_at_least
 from .listing import order_by, state_filter
 from .names import now_iso
 from .paging import paginate
@@ -206,7 +206,7 @@ def edit_issue(ctx: Ctx) -> Response:
     row = load_issue(ctx, repo)
     role = require_role(ctx.db, repo, viewer, "read")
     if row["user_id"] != viewer["id"] and not role_at_least(role, "triage"):
-        raise ApiError(403, "Resource not accessible by personal access token")
+        raise no_access(viewer)
     data = ctx.request.json_object()
     _check_text(data, "title")
     _check_text(data, "body")
@@ -386,7 +386,7 @@ def _may_modify_comment(ctx: Ctx, repo: sqlite3.Row, comment: sqlite3.Row) -> No
     viewer = ctx.require_viewer()
     role = require_role(ctx.db, repo, viewer, "read")
     if comment["user_id"] != viewer["id"] and not role_at_least(role, "write"):
-        raise ApiError(403, "Resource not accessible by personal access token")
+        raise no_access(viewer)
 
 
 @routes.add("PATCH", "/repos/{owner}/{repo}/issues/comments/{comment_id}")

@@ -17,7 +17,7 @@ import sqlite3
 from typing import Any
 
 from . import events, payloads, shapes_git, shapes_pulls
-from .auth import require_role, role_at_least
+from .auth import no_access, require_role, role_at_least
 from .gitrepo import GitRepo
 from .listing import order_by, state_filter
 from .names import now_iso, valid_branch
@@ -170,7 +170,7 @@ def edit_pull(ctx: Ctx) -> Response:
     issue, pull = load_pull(ctx, repo)
     role = require_role(ctx.db, repo, viewer, "read")
     if issue["user_id"] != viewer["id"] and not role_at_least(role, "write"):
-        raise ApiError(403, "Resource not accessible by personal access token")
+        raise no_access(viewer)
     data = ctx.request.json_object()
     changes: dict[str, Any] = {}
     for name in ("title", "body"):

@@ -185,6 +185,36 @@ CREATE TABLE IF NOT EXISTS teams (
     updated_at TEXT NOT NULL,
     UNIQUE (org_id, slug)
 );
+CREATE TABLE IF NOT EXISTS apps (
+    id INTEGER PRIMARY KEY,
+    slug TEXT NOT NULL UNIQUE COLLATE NOCASE,
+    name TEXT NOT NULL,
+    public_key TEXT NOT NULL,
+    owner_id INTEGER REFERENCES users(id),
+    bot_user_id INTEGER NOT NULL REFERENCES users(id),
+    token_lifetime_s INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS installations (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    app_id INTEGER NOT NULL REFERENCES apps(id),
+    account_id INTEGER NOT NULL REFERENCES users(id),
+    repository_selection TEXT NOT NULL,
+    permissions TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (app_id, account_id)
+);
+CREATE TABLE IF NOT EXISTS installation_repos (
+    installation_id INTEGER NOT NULL REFERENCES installations(id),
+    repo_id INTEGER NOT NULL REFERENCES repos(id),
+    PRIMARY KEY (installation_id, repo_id)
+);
+CREATE TABLE IF NOT EXISTS installation_tokens (
+    token TEXT PRIMARY KEY,
+    installation_id INTEGER NOT NULL REFERENCES installations(id),
+    created_at TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS team_members (
     team_id INTEGER NOT NULL REFERENCES teams(id),
     user_id INTEGER NOT NULL REFERENCES users(id),

@@ -81,6 +81,31 @@ class ForgeHandle:
         result: dict[str, Any] = self._call("PUT", path, token=token, body={"role": role})
         return result
 
+    def register_app(
+        self, app_id: int, slug: str, public_key_pem: str, *, token_lifetime_s: int | None = None
+    ) -> dict[str, Any]:
+        """Register a GitHub App (its bot user is ``SLUG[bot]``); tokens last ``token_lifetime_s`` (default 1 h)."""
+        body: dict[str, Any] = {"id": app_id, "slug": slug, "name": slug, "public_key": public_key_pem}
+        if token_lifetime_s is not None:
+            body["token_lifetime_s"] = token_lifetime_s
+        result: dict[str, Any] = self._call("POST", "/admin/apps", body=body)
+        return result
+
+    def install_app(
+        self, slug: str, account: str, permissions: dict[str, str], repositories: list[str] | None = None
+    ) -> dict[str, Any]:
+        """Install the App on ``account``: on all its repositories, or only on ``repositories`` (names)."""
+        body: dict[str, Any] = {"account": account, "permissions": permissions}
+        if repositories is not None:
+            body.update(repository_selection="selected", repositories=repositories)
+        result: dict[str, Any] = self._call("POST", f"/admin/apps/{slug}/installations", body=body)
+        return result
+
+    def app_tokens(self, slug: str) -> list[dict[str, Any]]:
+        """The installation tokens issued to the App so far, oldest first (without their values)."""
+        result: list[dict[str, Any]] = self._call("GET", f"/admin/apps/{slug}/tokens")
+        return result
+
     def set_faults(self, *faults: dict[str, Any]) -> list[dict[str, Any]]:
         """Install fault rules (see :mod:`infra.forge.faults` for the fields); returns them with ids."""
         return [self._call("POST", "/admin/faults", body=f) for f in faults]

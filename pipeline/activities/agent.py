@@ -66,6 +66,7 @@ from repair.stepping import (
     tool_message,
 )
 from repair.workspace_tools import WorkspaceTools
+from reviews.git_credentials import GitCredentials
 
 
 class AgentActivities:
@@ -74,7 +75,7 @@ class AgentActivities:
         store: ArtifactStore,
         workspaces: WorkspaceManager,
         endpoint: Callable[[], ChatEndpoint],
-        git_token: str | None,
+        git_token: GitCredentials,
         patch_policies: Mapping[str, PatchPolicy] | None = None,
     ) -> None:
         """``endpoint`` is made on first use, so a host only builds the client when a turn runs."""
@@ -162,7 +163,7 @@ class AgentActivities:
                 clone_url=spec.clone_url,
                 base_revision=spec.base_revision,
                 patch=patch,
-                token=self.git_token,
+                token=self.git_token.token_for(spec.clone_url),
             )
             try:
                 batch = tool_batch(
@@ -219,7 +220,12 @@ class AgentActivities:
             err = NoPatchError(f"{what}: {inp.summary}")
             raise failing(err, Spend(), beat, {NO_PATCH_KIND: NO_OP if edited else REFUSED}) from err
         patch = self.store.read_bytes(inp.patch_ref).decode()
-        with beat, self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
+        with (
+            beat,
+            self.workspaces.mirrors.borrowed(
+                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
+            ) as mirror,
+        ):
             policy = policy_for(self.patch_policies, spec.repository)
             check = validate_patch(mirror, patch, base=spec.base_revision, policy=policy)
         patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)

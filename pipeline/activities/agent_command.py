@@ -59,6 +59,7 @@ from repair.interface import RepairRequest
 from repair.model_proxy import ModelProxy
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
+from reviews.git_credentials import GitCredentials
 
 # The port the CLI finds the model proxy on inside its sandbox (its own network namespace: nothing else there).
 INNER_PORT = 8480
@@ -92,7 +93,7 @@ class CommandActivities:
         agent: Callable[[], AgentCommand],
         endpoint: ModelEndpoint,
         sandbox: Callable[[], Sandbox],
-        git_token: str | None,
+        git_token: GitCredentials,
         *,
         deadline_s: float = 1200.0,
         patch_policies: Mapping[str, PatchPolicy] | None = None,
@@ -132,7 +133,7 @@ class CommandActivities:
                 op_id=inp.op_id,
                 clone_url=spec.clone_url,
                 base_revision=spec.base_revision,
-                token=self.git_token,
+                token=self.git_token.token_for(spec.clone_url),
             )
         agent_dir = ws.path.parent / f"{ws.path.name}.agent"
         try:
@@ -173,7 +174,7 @@ class CommandActivities:
                     raise failing(unchanged, ran.spent, beat, named)
                 # Judged against the mirror, never the workspace: the CLI may have rewritten the workspace's .git.
                 with self.workspaces.mirrors.borrowed(
-                    spec.clone_url, spec.base_revision, token=self.git_token
+                    spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
                 ) as mirror:
                     check = validate_patch(
                         mirror, patch, base=spec.base_revision, policy=policy_for(self.patch_policies, spec.repository)
@@ -200,7 +201,7 @@ class CommandActivities:
         redactor = redactor_for(
             spec.recipe.secrets,
             [
-                ("DURAFIX_FORGE_TOKEN", self.git_token or ""),
+                *[("DURAFIX_FORGE_TOKEN", token) for token in self.git_token.known_tokens()],
                 ("OPENAI_API_KEY", self.endpoint.api_key),
                 ("DURAFIX_AGENT_KEY", ran.key),
             ],

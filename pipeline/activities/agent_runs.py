@@ -44,6 +44,7 @@ from repair.run_requests import MAX_OUTPUT_CHARS, RunRefused, RunRules, command_
 from repair.stepping import decode_transcript, encode_transcript, tool_message
 from repair.tools import INTERRUPTED, parse_arguments
 from repair.workspace_tools import ToolRefused
+from reviews.git_credentials import GitCredentials
 
 # A run tool answers within this, however long the recipe lets its tests take in a verification: the model
 # waits for it, and a run that hangs should come back as a finding, not stall the attempt.
@@ -61,7 +62,7 @@ def run_rules(recipe: AppRecipe) -> RunRules:
 
 class AgentRunActivities:
     def __init__(
-        self, store: ArtifactStore, workspaces: WorkspaceManager, provider_for: ProviderFor, git_token: str | None
+        self, store: ArtifactStore, workspaces: WorkspaceManager, provider_for: ProviderFor, git_token: GitCredentials
     ) -> None:
         self.store = store
         self.workspaces = workspaces
@@ -117,7 +118,7 @@ class AgentRunActivities:
                 clone_url=spec.clone_url,
                 base_revision=spec.base_revision,
                 patch=patch,
-                token=self.git_token,
+                token=self.git_token.token_for(spec.clone_url),
             )
             try:
                 with tempfile.TemporaryDirectory(prefix="durafix-agent-run-") as tmp:

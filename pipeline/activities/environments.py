@@ -76,6 +76,7 @@ from pipeline.steps import (
     VerifyInput,
     VerifyResult,
 )
+from reviews.git_credentials import GitCredentials
 
 TEST_TIMEOUT_S = 600.0
 SETUP_TIMEOUT_S = 600.0
@@ -84,10 +85,10 @@ ProviderFor = Callable[[str | None], EnvironmentProvider]
 """The provider by name; ``None`` is the worker's configured one."""
 
 
-def output_redactor(recipe_secrets: Mapping[str, str], git_token: str | None) -> Redactor:
+def output_redactor(recipe_secrets: Mapping[str, str], git_token: GitCredentials) -> Redactor:
     """Every secret value known on this worker (:mod:`environments.redaction`): the recipe's, the worker's
-    credentials, the forge token."""
-    return redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", git_token or "")])
+    credentials, the forge token (every installation token handed out, for a GitHub App)."""
+    return redactor_for(recipe_secrets, [("DURAFIX_FORGE_TOKEN", token) for token in git_token.known_tokens()])
 
 
 def put_redacted_output(
@@ -106,7 +107,7 @@ class EnvironmentActivities:
         workspaces: WorkspaceManager,
         provider_for: ProviderFor,
         cleanup_providers: Sequence[str],
-        git_token: str | None,
+        git_token: GitCredentials,
         setup: SetupSettings | None = None,
         host: str = "",
     ) -> None:
@@ -150,8 +151,9 @@ class EnvironmentActivities:
         )
 
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
+        token = self.git_token.token_for(clone_url)
         return self.workspaces.rebuild(
-            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=self.git_token
+            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
         )
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
@@ -241,7 +243,9 @@ class EnvironmentActivities:
             with Heartbeat("rebuilding workspace from base + patch") as beat:
                 if inp.parent_commit is not None:
                     # A revision is stacked on the head under review, which is on the forge already.
-                    self.workspaces.mirrors.ensure(spec.clone_url, inp.parent_commit, token=self.git_token)
+                    self.workspaces.mirrors.ensure(
+                        spec.clone_url, inp.parent_commit, token=self.git_token.token_for(spec.clone_url)
+                    )
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
@@ -296,7 +300,9 @@ class EnvironmentActivities:
         a patch artifact. Read-only on the forge; idempotent (the artifact is stored by content)."""
         spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
         with classified(), Heartbeat(f"fetching {inp.head_sha[:12]}"):
-            mirror = self.workspaces.mirrors.ensure(spec.clone_url, inp.head_sha, token=self.git_token)
+            mirror = self.workspaces.mirrors.ensure(
+                spec.clone_url, inp.head_sha, token=self.git_token.token_for(spec.clone_url)
+            )
             captured = capture_head(mirror, inp.base_revision, inp.head_sha)
         patch_ref = self.store.put_bytes(
             captured.patch.encode(),
@@ -325,8 +331,10 @@ class EnvironmentActivities:
         spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
         with classified(), Heartbeat(f"rebuilding {inp.head_sha[:12]} on {inp.new_base[:12]}"):
             for revision in (inp.old_base, inp.head_sha):
-                self.workspaces.mirrors.ensure(spec.clone_url, revision, token=self.git_token)
-            mirror = self.workspaces.mirrors.ensure(spec.clone_url, inp.new_base, token=self.git_token)
+                self.workspaces.mirrors.ensure(spec.clone_url, revision, token=self.git_token.token_for(spec.clone_url))
+            mirror = self.workspaces.mirrors.ensure(
+                spec.clone_url, inp.new_base, token=self.git_token.token_for(spec.clone_url)
+            )
             rebuilt = rebuild_on_base(mirror, inp.old_base, inp.head_sha, inp.new_base)
         if rebuilt.conflict:
             return RebuiltOnBase(conflict=True, detail=rebuilt.detail)

@@ -47,6 +47,7 @@ from pipeline.steps import (
 )
 from reviews.approval_policy import ApprovalPolicy
 from reviews.approvals import forge_approval, reviewer_refusal
+from reviews.git_credentials import GitCredentials
 from reviews.interface import ForgePort
 from reviews.models import PullState, Ticket
 
@@ -61,7 +62,7 @@ class ForgeActivities:
         clone_url: Callable[[str], str],
         store: ArtifactStore,
         workspaces: WorkspaceManager,
-        git_token: str | None,
+        git_token: GitCredentials,
         *,
         approval_policy: ApprovalPolicy | None = None,
         operator_approval: bool = False,
@@ -141,7 +142,9 @@ class ForgeActivities:
             ensure_run_open(self.store, f"to rebuild the candidate of {inp.op_id}", inp.run_id)
             if inp.parent_commit is not None:
                 # A revision is stacked on the head under review, which is on the forge already.
-                self.workspaces.mirrors.ensure(inp.clone_url, inp.parent_commit, token=self.git_token)
+                self.workspaces.mirrors.ensure(
+                    inp.clone_url, inp.parent_commit, token=self.git_token.token_for(inp.clone_url)
+                )
             ws = self._rebuild_candidate(inp.run_id, inp.op_id, inp.clone_url, inp.base_revision, inp.patch_ref)
             try:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
@@ -162,8 +165,9 @@ class ForgeActivities:
         self, run_id: str, op_id: str, clone_url: str, base: str, patch_ref: ArtifactRef
     ) -> Workspace:
         patch = self.store.read_bytes(patch_ref).decode()
+        token = self.git_token.token_for(clone_url)
         return self.workspaces.rebuild(
-            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=self.git_token
+            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
         )
 
     @activity.defn(name=steps.ENSURE_DRAFT_PR.name)

@@ -40,6 +40,7 @@ from repair.openai_engine import OpenAIToolEngine
 from repair.patch import validate_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.procedure_draft import ProcedureDrafter
+from reviews.git_credentials import GitCredentials
 
 
 class ModelActivities:
@@ -49,7 +50,7 @@ class ModelActivities:
         workspaces: WorkspaceManager,
         engine: Callable[[], RepairEngine],
         drafter: Callable[[], ProcedureDrafter],
-        git_token: str | None,
+        git_token: GitCredentials,
         patch_policies: Mapping[str, PatchPolicy] | None = None,
         endpoint: Callable[[], ChatEndpoint] | None = None,
         command: CommandActivities | None = None,
@@ -133,7 +134,7 @@ class ModelActivities:
             op_id=inp.op_id,
             clone_url=spec.clone_url,
             base_revision=spec.base_revision,
-            token=self.git_token,
+            token=self.git_token.token_for(spec.clone_url),
         )
         try:
             with beat:
@@ -151,7 +152,9 @@ class ModelActivities:
                 )
             # Judged against the mirror, never the workspace: the model's commands may have rewritten the
             # workspace's .git (its config, objects, refs), the mirror is only ever written by durafix.
-            with self.workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=self.git_token) as mirror:
+            with self.workspaces.mirrors.borrowed(
+                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
+            ) as mirror:
                 policy = policy_for(self.patch_policies, spec.repository)
                 check = validate_patch(mirror, proposal.patch, base=spec.base_revision, policy=policy)
         except RepairError as err:

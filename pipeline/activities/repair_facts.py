@@ -27,13 +27,14 @@ from repair.context import (
     earlier_attempt,
     reproduction_context,
 )
+from reviews.git_credentials import GitCredentials
 
 # A stored procedure is at most 64,000 characters (browser.procedure.MAX_PROCEDURE_CHARS) as YAML; its JSON
 # with every default filled in is larger, but never this large.
 MAX_PROCEDURE_BYTES = 1024 * 1024
 
 
-def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: str | None) -> RepairContext | None:
+def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: GitCredentials) -> RepairContext | None:
     """The context of ``inp``'s attempt, or None when the workflow passed no facts (a run recorded before
     it did: its first message is what it was)."""
     if inp.spec_ref is None and inp.reproduction is None and not inp.earlier_attempts:

@@ -23,6 +23,7 @@ from evidence.local import LocalArtifactStore
 from pipeline.activities.agent_command import CommandActivities, ModelEndpoint
 from pipeline.steps import TaskQueue
 from repair.mini_swe_agent import MiniSweAgent
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 
 MODEL = "durafix-scripted"
 API_KEY = "test-key"
@@ -37,7 +38,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, base_u
         lambda: agent,
         ModelEndpoint(base_url, API_KEY, MODEL),
         Sandbox.detect,
-        git_token=None,
+        git_token=NO_GIT_CREDENTIALS,
     )
     with ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(client, task_queue=TaskQueue.MODEL.value, activities=acts.all(), activity_executor=executor)

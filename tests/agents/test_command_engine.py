@@ -31,6 +31,7 @@ from pipeline.demo import issue_text
 from pipeline.steps import AgentCommandInput
 from repair.agent_command import AgentCommand, ShellAgent
 from repair.mini_swe_agent import MiniSweAgent
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.agents.support import mini_swe_agent
 from tests.conftest import require
 from tests.environments.gitrepo import Repo, make_repo
@@ -59,7 +60,7 @@ def engine(tmp_path: Path, server: ScriptedModelServer, agent: AgentCommand) -> 
         lambda: agent,
         ModelEndpoint(server.base_url, WORKER_KEY, MODEL),
         Sandbox.detect,
-        git_token=None,
+        git_token=NO_GIT_CREDENTIALS,
     )
 
 

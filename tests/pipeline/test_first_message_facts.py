@@ -44,6 +44,7 @@ from pipeline.steps import (
 )
 from pipeline.workflow import RepairBugWorkflow
 from repair.procedure_draft import ProcedureDrafter
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.environments.gitrepo import make_repo
 from tests.modelserver.support import Serve, recorded, serve
 from tests.pipeline.test_workflow_logic import BASE, Harness, Script, doubles
@@ -172,7 +173,7 @@ async def pipeline(
         WorkspaceManager(cache_dir=state / "cache", root=state / "workspaces"),
         lambda: engine,
         lambda: ProcedureDrafter(model_url, "test-key", "durafix-scripted", timeout_s=60.0),
-        git_token=None,
+        git_token=NO_GIT_CREDENTIALS,
     )
     with ThreadPoolExecutor(max_workers=2) as executor:
         workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]

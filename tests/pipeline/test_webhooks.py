@@ -600,7 +600,7 @@ async def test_receiver_without_a_forge_token_refuses_decisions_with_500(hook: H
         target = Hook(url=tokenless.url, secret=hook.secret, client=hook.client, repository=hook.repository)
         answer = await target.deliver("pull_request_review", target.review_event("changes_requested", body))
     assert answer.status == 500, answer
-    assert answer.body["message"].startswith("no forge token configured: ")
+    assert answer.body["message"].startswith("no forge token or GitHub App configured: ")
     assert await events_of(hook.client, hook.run_id(25), *DECISION_EVENTS) == []
 
 

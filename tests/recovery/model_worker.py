@@ -31,6 +31,7 @@ from repair import stepping
 from repair.openai_engine import OpenAIToolEngine
 from repair.procedure_draft import ProcedureDrafter
 from repair.workspace_tools import WorkspaceTools
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 
 MODEL = "durafix-scripted"
 API_KEY = "test-key"
@@ -44,7 +45,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, base_u
         WorkspaceManager(cache_dir=state / "cache", root=state / "workspaces"),
         lambda: engine,
         lambda: ProcedureDrafter(base_url, API_KEY, MODEL, timeout_s=120.0),
-        git_token=None,
+        git_token=NO_GIT_CREDENTIALS,
     )
     with ThreadPoolExecutor(max_workers=4) as executor:
         worker = Worker(client, task_queue=TaskQueue.MODEL.value, activities=model.all(), activity_executor=executor)

@@ -29,6 +29,7 @@ from pipeline.steps import (
 from repair.compaction import COMPACTED_MARKER
 from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
 from repair.workspace_tools import WorkspaceTools
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.environments.gitrepo import Repo, make_repo
 from tests.modelserver.support import Serve, recorded
 from tests.repair.support import CART_SCRIPTS, engine_for, request_for
@@ -47,7 +48,7 @@ def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArt
     store = LocalArtifactStore(tmp_path / "evidence")
     workspaces = WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "workspaces")
     endpoint = engine_for(base_url).endpoint
-    return AgentActivities(store, workspaces, lambda: endpoint, git_token=None), store
+    return AgentActivities(store, workspaces, lambda: endpoint, git_token=NO_GIT_CREDENTIALS), store
 
 
 def drive(

@@ -35,6 +35,7 @@ from pipeline.workflow import RepairBugWorkflow
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.environments.gitrepo import Repo, fixed_cart_source, git, make_repo
 from tests.modelserver.support import Serve, recorded, serve, tool_turn
 from tests.pipeline.test_workflow_logic import Harness, Script, doubles
@@ -389,7 +390,7 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
         WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "root"),
         lambda: engine_for(server.base_url),
         lambda: pytest.fail("no procedure is drafted in this run"),
-        git_token=None,
+        git_token=NO_GIT_CREDENTIALS,
     )
     script = Script(fixes_on_attempt=2)
     acts = doubles(script)

@@ -50,6 +50,7 @@ from pipeline.steps import (
     VerifyInput,
 )
 from repair.stepping import decode_transcript, encode_transcript
+from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.conftest import require, unavailable
 from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
@@ -358,7 +359,7 @@ def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_contain
     # The worker's environments queue with the Docker provider configured: verification and baseline must run
     # the repository's setup and tests inside the provider's containers, not on this host.
     env = EnvironmentActivities(
-        worker.services.store, worker.services.workspaces, lambda name: docker_provider, ["docker"], None
+        worker.services.store, worker.services.workspaces, lambda name: docker_provider, ["docker"], NO_GIT_CREDENTIALS
     )
     spec_ref = worker.run(
         env.prepare_spec,
