@@ -4,7 +4,7 @@
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
-APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap
+APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux
 PYTEST_ARGS ?=
 # mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
