@@ -1200,9 +1200,11 @@ class RepairBugWorkflow:
                     raise
                 unreachable.append(host)
                 continue
+            # The general cleanup may have run on this very host: what both report is said once.
+            seen = {(r.kind, r.resource_id) for r in report.remaining}
             report.removed.extend(part.removed)
-            report.remaining.extend(part.remaining)
-            report.errors.extend(part.errors)
+            report.remaining.extend(r for r in part.remaining if (r.kind, r.resource_id) not in seen)
+            report.errors.extend(e for e in part.errors if e not in report.errors)
         return unreachable
 
     # ---- publish, review, merge ---------------------------------------------------------------------
