@@ -25,6 +25,7 @@ from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import steps
 from pipeline.failures import NO_PATCH_KIND, FailureClass
+from pipeline.hosts import host_queue
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, HeadPush, Outcome, Phase, RegressionFact, Rejection, RunState
@@ -150,6 +151,8 @@ class Script:
     rebuild: RebuiltOnBase = field(default_factory=lambda: RebuiltOnBase(conflict=False, same_change=True))
     # The tools the first turn of an attempt calls, in order (the second turn finishes).
     turn_one_calls: list[str] = field(default_factory=lambda: ["write_file"])
+    # The host stamped on each successive environment provisioned (then none: any host reaches it).
+    provision_hosts: list[str] = field(default_factory=list)
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -213,7 +216,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     async def provision(i: ProvisionInput) -> EnvironmentHandle:
         s.calls.append(("provision", i))
         s.live_envs.add(i.op_id)
-        return EnvironmentHandle(env_id=i.op_id, provider="fake", run_id=i.run_id, op_id=i.op_id, base_url="http://x")
+        host = s.provision_hosts.pop(0) if s.provision_hosts else ""
+        return EnvironmentHandle(
+            env_id=i.op_id, provider="fake", run_id=i.run_id, op_id=i.op_id, base_url="http://x", host=host
+        )
 
     @activity.defn(name=steps.TEARDOWN.name)
     async def teardown(h: EnvironmentHandle) -> CleanupReport:
@@ -1146,3 +1152,64 @@ async def test_a_turns_calls_run_in_order_each_where_it_runs_and_each_run_sees_t
     assert second.transcript_ref.name == "transcript-1-1-run"
     state = await harness.state(wf)
     assert any(r.name == f"run-{wf}:repair:1:run-1-3" for r in state.evidence)  # the run's output is recorded
+
+
+def host_calls(h: Harness, name: str) -> list[Any]:
+    return [c for n, c in h.script.calls if n == name]
+
+
+async def test_an_environment_on_a_host_is_reproduced_torn_down_and_cleaned_up_on_that_hosts_queue(
+    harness: Harness,
+) -> None:
+    """The steps reaching an environment stamped with a host run on that host's queue (a worker polling it), and
+    the run's cleanup asks that host too."""
+    acts = {
+        fn.__name__: fn
+        for fn in doubles(harness.script)[TaskQueue.BROWSER] + doubles(harness.script)[TaskQueue.ENVIRONMENTS]
+    }
+    on_host = Worker(
+        harness.client,
+        task_queue=host_queue("here"),
+        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
+    )
+    harness.script.provision_hosts = ["here"]
+    async with on_host:
+        wf = await harness.start()
+        st = await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+        await approve(harness, wf)
+        final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.cleanup is not None and final.cleanup.complete
+    assert st.environment is not None
+    history = [e async for e in harness.client.get_workflow_handle(wf).fetch_history_events()]
+    queues = [
+        (
+            e.activity_task_scheduled_event_attributes.activity_type.name,
+            e.activity_task_scheduled_event_attributes.task_queue.name,
+        )
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+    assert (steps.REPRODUCE.name, host_queue("here")) in queues
+    assert (steps.TEARDOWN.name, host_queue("here")) in queues
+    assert (steps.CLEANUP_RUN.name, host_queue("here")) in queues
+    assert (steps.CLEANUP_RUN.name, TaskQueue.ENVIRONMENTS.value) in queues
+    assert len(host_calls(harness, "cleanup_run")) == 2
+
+
+async def test_an_environment_on_a_host_that_never_answers_is_provisioned_again_and_the_cleanup_names_the_host(
+    harness: Harness,
+) -> None:
+    """No worker polls the first environment's host: its reproduction times out waiting, the environment is
+    provisioned again (anywhere), the run goes on, and its cleanup ends incomplete naming the host."""
+    harness.script.provision_hosts = ["gone"]
+    wf = await harness.start(host_start_s=1.0)
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.CLEANUP_INCOMPLETE, final.outcome_detail
+    assert final.merged_sha == "m" * 40
+    assert final.cleanup is not None and "host:gone" in final.cleanup.remaining, final.cleanup
+    assert any("host gone did not take" in e for e in final.cleanup.errors), final.cleanup
+    provisions = [c.op_id for c in host_calls(harness, "provision")]
+    assert provisions[:2] == [f"{wf}:env-base:1", f"{wf}:env-base:2"], provisions
