@@ -194,7 +194,8 @@ def state_summary(
         lines.append(f"ticket     {state.ticket.url}  (op {state.ticket.op_id})")
     if state.environment:
         env = state.environment
-        lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url} [{env.last_status}]")
+        where = f" on host {env.host}" if env.host else ""
+        lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url}{where} [{env.last_status}]")
     if state.reproduction:
         lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
     if state.baseline:
