@@ -42,6 +42,9 @@ from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.workflow import RepairBugWorkflow
 
+# The trigger of a run an operator started (``durafix start``); the receiver's are ``webhook:<delivery>``.
+CLI_TRIGGER = "cli"
+
 RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 
 
@@ -96,7 +99,7 @@ async def start_run(
     issue_number: int,
     *,
     base_branch: str = "main",
-    trigger: str = "cli",
+    trigger: str = CLI_TRIGGER,
     policy: RunPolicy | None = None,
     report: PinnedReport | None = None,
     run: int = 1,
@@ -177,6 +180,14 @@ async def newest_run(client: Client, repository: str, issue_number: int) -> RunO
             return newest
         newest = RunOfIssue(k, workflow_id, desc.run_id, desc.status, await _trigger_of(desc))
     return newest
+
+
+async def trigger_of(client: Client, workflow_id: str) -> str:
+    """What started the run (its memo's ``trigger``); ``""`` when the run cannot be described or predates it."""
+    try:
+        return await _trigger_of(await client.get_workflow_handle(workflow_id).describe())
+    except RPCError:
+        return ""
 
 
 async def _trigger_of(desc: WorkflowExecutionDescription) -> str:

@@ -99,17 +99,24 @@ def own_commits(state: RunState) -> set[str]:
 
 
 def decide_run(
-    state: RunState, truth: RunTruth, *, trigger_label: str, approver_permission: RepoPermission
+    state: RunState,
+    truth: RunTruth,
+    *,
+    trigger_label: str,
+    approver_permission: RepoPermission,
+    started_by_label: bool = True,
 ) -> list[Decision | Skip]:
     """What to deliver to the running ``state`` given ``truth``; at most one decision (a cancel, or one
-    review-side delivery), and a :class:`Skip` for every review looked at and left alone."""
+    review-side delivery), and a :class:`Skip` for every review looked at and left alone. ``started_by_label``:
+    the run was started by its issue's trigger label (a webhook or a lost trigger); a run an operator started
+    (``durafix start``, on an issue that may never have carried the label) is not cancelled for lacking it."""
     wf = state.workflow_id
     issue = truth.issue
     if state.outcome is not None or state.phase in ENDING:
         return [Skip(workflow_id=wf, reason=f"run is {state.phase.value}: nothing to reconcile")]
     if issue.state != "open":
         return [Decision(workflow_id=wf, kind="cancel", reason=f"issue #{issue.number} is {issue.state}")]
-    if trigger_label not in issue.labels:
+    if started_by_label and trigger_label not in issue.labels:
         return [
             Decision(workflow_id=wf, kind="cancel", reason=f"issue #{issue.number} no longer carries {trigger_label!r}")
         ]

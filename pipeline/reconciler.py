@@ -176,8 +176,13 @@ async def _reconcile_run(ctx: _Context, workflow_id: str) -> None:
             )
         )
         return
+    trigger = await runs.trigger_of(ctx.client, workflow_id)
     outcome = decide_run(
-        state, truth, trigger_label=ctx.config.trigger_label, approver_permission=ctx.config.approver_permission
+        state,
+        truth,
+        trigger_label=ctx.config.trigger_label,
+        approver_permission=ctx.config.approver_permission,
+        started_by_label=trigger != runs.CLI_TRIGGER,
     )
     for item in outcome:
         if isinstance(item, Skip):

@@ -128,6 +128,22 @@ def test_a_closed_issue_does_not_cancel_a_run_that_is_merging() -> None:
     ]
 
 
+def test_a_run_an_operator_started_on_an_unlabelled_issue_is_not_cancelled_for_the_label() -> None:
+    truth = RunTruth(issue=issue(labels=()), bot=BOT)
+    by_label = decide_run(state(Phase.REPAIR), truth, trigger_label="durafix", approver_permission="write")
+    assert kinds(by_label) == ["cancel"]
+    by_operator = decide_run(
+        state(Phase.REPAIR), truth, trigger_label="durafix", approver_permission="write", started_by_label=False
+    )
+    assert kinds(by_operator) == []
+    closed = RunTruth(issue=issue("closed", labels=()), bot=BOT)
+    assert kinds(
+        decide_run(
+            state(Phase.REPAIR), closed, trigger_label="durafix", approver_permission="write", started_by_label=False
+        )
+    ) == ["cancel"]
+
+
 def test_a_pr_not_authored_by_the_bot_decides_nothing() -> None:
     p = pr(rev(1, "w1", "APPROVED")).model_copy(update={"author": "mallory"})
     out = decide(state(), p, w1="write")
