@@ -70,9 +70,10 @@ def entries_of(cache: DependencyCache, repository: str) -> list[tuple[Path, Buil
 
 
 def model_requests(stack: E2EStack) -> int:
-    """How many requests the scripted model server has answered so far."""
+    """How many chat completions the scripted model server has answered so far (a worker's start probes
+    ``GET /v1/models``, which is not a request to the model)."""
     answer = httpx.get(f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests", timeout=10)
-    return len(answer.json())
+    return sum(r["path"] == "/v1/chat/completions" for r in answer.json())
 
 
 def ticket_of(stack: E2EStack, repository: str, issue: int, state: RunState) -> str:
