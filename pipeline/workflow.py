@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from datetime import timedelta
 from typing import TypeVar
 
 from temporalio import workflow
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError, TimeoutType
 from temporalio.exceptions import TimeoutError as ActivityTimeout
 from temporalio.workflow import ActivityCancellationType
@@ -1141,11 +1143,14 @@ class RepairBugWorkflow:
                 )
             except ActivityError as err:
                 if host and _host_unreachable(err):
+                    # The host is gone or cut off: a teardown there would only wait for it too. What it holds is
+                    # its share of the run's cleanup at the end.
                     last_detail = f"host {host} holding the environment did not take the reproduction"
-                elif failure_class(err) == FailureClass.ENVIRONMENT_GONE:
-                    last_detail = failure_message(err)
-                else:
+                    self._state.environment.last_status = EnvironmentState.GONE
+                    continue
+                if failure_class(err) != FailureClass.ENVIRONMENT_GONE:
                     raise
+                last_detail = failure_message(err)
                 self._state.environment.last_status = EnvironmentState.GONE
                 await self._teardown(handle)
                 continue
@@ -1969,7 +1974,7 @@ class RepairBugWorkflow:
             start_to_close_timeout=timedelta(seconds=timeouts.start_to_close),
             schedule_to_close_timeout=timedelta(seconds=timeouts.schedule_to_close),
             heartbeat_timeout=timedelta(seconds=timeouts.heartbeat) if timeouts.heartbeat else None,
-            retry_policy=timeouts.retry_policy(),
+            retry_policy=_host_retries(timeouts.retry_policy()) if host else timeouts.retry_policy(),
             cancellation_type=(
                 ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
                 if self._cancellation_v2 and step.waits_for_cancellation
@@ -1979,6 +1984,13 @@ class RepairBugWorkflow:
         if self._cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def _host_retries(policy: RetryPolicy) -> RetryPolicy:
+    """A step bound to a host is tried there twice at most: an attempt that stopped beating says the host is in
+    trouble, and the run does better provisioning elsewhere than waiting out every attempt on it."""
+    attempts = policy.maximum_attempts
+    return dataclasses.replace(policy, maximum_attempts=2 if attempts == 0 else min(attempts, 2))
 
 
 def _host_unreachable(err: ActivityError) -> bool:
