@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import signal
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,10 @@ def _stopping(original: Callable[..., Any], marker_dir: Path) -> Callable[..., A
         # that. The shield makes the late call always run, so that what meets it is the forge's guards and the
         # run's fence alone; the cancellation is raised when the block ends.
         with activity.shield_thread_cancel_exception():
-            os.kill(os.getpid(), signal.SIGSTOP)
+            # Directed at this thread, not the process: a process-directed SIGSTOP may be taken by another
+            # thread, and this one would run on (past the activity's checks, into its write) until that
+            # thread's group stop reached it. Sent to itself, the calling thread stops as the call returns.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
             woke_at = time.time()
 
             def note(outcome: dict[str, Any]) -> None:

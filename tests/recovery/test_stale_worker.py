@@ -251,7 +251,7 @@ async def test_a_worker_stopped_as_a_forge_step_began_wakes_after_cleanup_and_is
     resumed = await until_file(workers.stop_dir / "resumed.json", 60, "the continued attempt to end")
     fenced = resumed.get("error") == "ApplicationError" and "cleaned up" in resumed["detail"]
     closed = (await client.get_workflow_handle(wf).describe()).close_time
-    assert fenced, (resumed, closed, processes.log_tail(Path(stale.log), 60))
+    assert fenced, (resumed, closed, wf, processes.log_tail(Path(stale.log), 60))
     await assert_token_refused(client, stopped)
     await assert_done_once_by(client, wf, steps.ENSURE_DRAFT_PR.name, successor)
     assert_one_of_each(stack, repository, wf, issue, final)
