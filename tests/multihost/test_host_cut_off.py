@@ -12,12 +12,16 @@ shared S3 store: none stranded on the host that was cut off.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from infra import processes
@@ -72,6 +76,25 @@ async def activity_runs(client: Client, workflow_id: str, name: str) -> list[tup
     return ended
 
 
+async def polling_again(client: Client, queue: str, since: datetime, timeout_s: float) -> float:
+    """Seconds until a worker polls activity queue ``queue`` after ``since`` (the server's record of its pollers).
+
+    A worker whose link was down reconnects on its own schedule (its gRPC channel's keep-alive notices the dead
+    connection, then reconnects with backoff); until it polls, the steps bound to its host have no taker."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+    )
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
+        if any(p.last_access_time.ToDatetime(tzinfo=UTC) > since for p in pollers):
+            return time.monotonic() - started
+        await asyncio.sleep(1)
+    raise AssertionError(f"no worker polled {queue} within {timeout_s:g} s of its host coming back")
+
+
 @pytest.mark.timeout(1500)
 async def test_a_worker_host_cut_off_mid_reproduction_moves_to_its_peer_and_is_refused_when_back(
     cluster: Cluster,
@@ -99,8 +122,12 @@ async def test_a_worker_host_cut_off_mid_reproduction_moves_to_its_peer_and_is_r
     review = await state_when(client, wf, awaiting_review)
     assert review.pending_approval is not None, review.outcome_detail
     # Back on the network while the run waits: whatever the host still had to say arrives late.
+    restored_at = datetime.now(UTC)
     cluster.net.restore(cut)
     assert processes.is_alive(cluster.workers[cut]), "the cut-off host's worker did not outlive the cut"
+    # Its share of the cleanup waits at most the host start timeout for it (twice): approve once it polls again,
+    # as an operator would after bringing a host back, so that the run's end finds it.
+    rejoined_after_s = await polling_again(client, host_queue(cut), restored_at, timeout_s=300)
 
     stack.approve_on_forge(repository, review.pending_approval.pr_number, review.pending_approval.head_sha)
     final = await state_when(client, wf, finished)
@@ -128,4 +155,7 @@ async def test_a_worker_host_cut_off_mid_reproduction_moves_to_its_peer_and_is_r
     for name in ENV_HOSTS:
         workspaces = Path(cluster.root / name / "workspaces")
         assert not any(p.name.startswith(wf.replace("/", "-")) for p in workspaces.glob("*")), name
-    print(f"reproduction moved from {cut} to {peer} {moved_after_s:.1f} s after the cut")
+    print(
+        f"reproduction moved from {cut} to {peer} {moved_after_s:.1f} s after the cut; "
+        f"{cut} polled again {rejoined_after_s:.1f} s after it came back"
+    )
