@@ -6,6 +6,9 @@ SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
 APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux
 PYTEST_ARGS ?=
+# Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay.
+# Whole modules go to one process (module fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
+PYTEST_WORKERS ?= 4
 # mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 # e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
@@ -35,10 +38,10 @@ test: setup
 	$(UV) run ruff format --check .
 	$(UV) run lint-imports
 	$(UV) run mypy
-	$(UV) run pytest -m "not bench" $(PYTEST_ARGS)
+	$(UV) run pytest -m "not bench" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-quick: setup
-	$(UV) run pytest -m "not slow" -x -q $(PYTEST_ARGS)
+	$(UV) run pytest -m "not slow" -x -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 lint: venv
 	$(UV) run ruff check .

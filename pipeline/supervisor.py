@@ -16,8 +16,11 @@ refused there, not by children dying in a loop. When the polling child dies (``w
    task that follows goes to the normal queue and not to the dead child's sticky queue (the orchestration
    worker also keeps a short ``sticky_queue_schedule_to_start_timeout`` for the runs it had cached);
 3. a new spare is started. A child that dies within :data:`QUICK_S` of its start is a quick death;
-   consecutive quick deaths back off (1 s, 2 s, 4 s, ... up to 30 s) and after :data:`MAX_QUICK_DEATHS` the
-   supervisor stops, saying why (exit 1).
+   consecutive quick deaths back off (1 s, 2 s, 4 s, ... up to 30 s) and after :data:`MAX_QUICK_DEATHS` with
+   no child polling the supervisor stops, saying why (exit 1). Spares that die while a child polls never stop
+   it: a host cut off from Temporal starts no spare (the new one cannot connect), yet its polling child
+   reconnects by itself once the link is back, so stopping would turn a network outage into a dead host.
+   Such spares are started again every 30 s at most until one comes up.
 
 Every :data:`SWEEP_EVERY_S`, and once at start, the supervisor also fails the attempts left by any dead
 worker process on the same state directory (a supervisor killed together with its child, an unsupervised
@@ -109,6 +112,7 @@ class Deaths:
         return 0.0 if self.quick <= 1 else min(2.0 ** (self.quick - 2), MAX_BACKOFF_S)
 
     def given_up(self) -> bool:
+        """Enough quick deaths in a row to call it a crash loop (the supervisor stops only if no child polls)."""
         return self.quick >= MAX_QUICK_DEATHS
 
 
@@ -240,7 +244,8 @@ class Supervisor:
         self.deaths.died(child, code)
         role = "polling" if was_active else "spare"
         note(f"{role} worker process {child.pid} died ({describe_exit(code)})")
-        if self.deaths.given_up():
+        serving = self.active is not None and self.active.polling and self.active.proc.returncode is None
+        if self.deaths.given_up() and not serving:
             note(
                 f"worker processes died {self.deaths.quick} times in a row within {QUICK_S:.0f} s of starting "
                 f"(last: {self.deaths.last}); giving up: see the log above for why"

@@ -17,6 +17,7 @@ it). Idempotent: a finished environment is marked and reused; a half-built one i
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
@@ -44,10 +45,23 @@ def venv_dir(tools_dir: Path) -> Path:
 
 
 def install(tools_dir: Path, uv: str | None = None) -> Path:
-    """The virtual environment holding ``mini-swe-agent==VERSION`` under ``tools_dir``, built on first use."""
+    """The virtual environment holding ``mini-swe-agent==VERSION`` under ``tools_dir``, built on first use.
+
+    Idempotent and safe across processes: builds are serialised by a lock file beside the environment, so two
+    workers (or test sessions) on one host build it once and the second finds it ready."""
     venv = venv_dir(tools_dir)
     if (venv / _READY).exists():
         return venv
+    tools_dir.mkdir(parents=True, exist_ok=True)
+    with (tools_dir / f"{venv.name}.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when a killed holder's process ends
+        if (venv / _READY).exists():
+            return venv
+        _build(venv, tools_dir, uv)
+    return venv
+
+
+def _build(venv: Path, tools_dir: Path, uv: str | None) -> None:
     # ``UV`` is set by ``uv run`` to its own binary; otherwise the one on PATH, or where pip --user puts it.
     uv = uv or os.environ.get("UV") or shutil.which("uv") or os.path.expanduser("~/.local/bin/uv")
     if not Path(uv).exists():
@@ -65,7 +79,6 @@ def install(tools_dir: Path, uv: str | None = None) -> Path:
         if done.returncode != 0:
             raise InstallError(f"{' '.join(argv[:3])} failed: {done.stderr.strip()[-600:]}")
     (venv / _READY).write_text(VERSION + "\n")
-    return venv
 
 
 @dataclass(frozen=True)

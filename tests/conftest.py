@@ -59,3 +59,12 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
 @pytest.fixture(scope="session")
 async def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules with slow tests first, each module's tests in their own order.
+
+    ``make test`` spreads modules over processes (pytest-xdist, ``--dist loadfile``) in this order: the modules
+    that take minutes start at once, so the run does not end with one of them running alone."""
+    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_modules)
