@@ -12,11 +12,13 @@ with the same fix, as attempt 1, and nothing of the dead try is left running.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -36,6 +38,7 @@ from pipeline.workflow import RepairBugWorkflow
 from tests.agents.support import mini_swe_agent
 from tests.environments.gitrepo import make_repo
 from tests.modelserver.support import Serve, inject_fault, serve
+from tests.proctree import descendants
 from tests.recovery.stepped import pipeline_without_model, request_log, wait_until_held
 from tests.repair.context_samples import cart_procedure_json
 from tests.repair.support import CART_SCRIPTS
@@ -126,11 +129,16 @@ async def test_a_worker_killed_while_the_agent_runs_reruns_the_agent_from_the_ba
         inject_fault(server, delay_s=25, after=HELD_REQUEST - 1)
         with command_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url, mini_swe_agent) as doomed:
             await wait_until_held(server, timeout=120)
-            assert agent_processes(mini_swe_agent), "the agent is not running while its request is held"
+            # Only the doomed worker's own agent: other tests may run agents from the same shared venv at once.
+            running = [p for p in descendants(doomed.pid) if p.pid in agent_processes(mini_swe_agent)]
+            assert running, "the agent is not running while its request is held"
             doomed.send_signal(signal.SIGKILL)
             assert doomed.wait(timeout=10) == -signal.SIGKILL
         # The dead worker's forwarder and sandbox went with it: nothing of the agent is left running.
-        assert agent_processes(mini_swe_agent) == []
+        deadline = time.monotonic() + 10
+        while any(p.alive() for p in running) and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert [p.pid for p in running if p.alive()] == []
         with command_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url, mini_swe_agent):
             state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=240)
         await temporal_client.get_workflow_handle(wf).terminate("the test has the proposal")
