@@ -312,3 +312,11 @@ async def cancel(client: Client, workflow_id: str) -> None:
 async def status_of(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
     desc = await handle_for(client, workflow_id).describe()
     return desc.status
+
+
+async def status_and_state(client: Client, workflow_id: str) -> tuple[WorkflowExecutionStatus | None, RunState]:
+    """The run's status, then its live state, in that order: a state read after a closed status is the run's
+    final one, whereas a state read first could be from just before the run's last steps (its closing ticket
+    update) and pair with a closed status read after them."""
+    status = await status_of(client, workflow_id)
+    return status, await get_state(client, workflow_id)

@@ -55,8 +55,7 @@ class DemoRun:
         deadline = started + timeout_s
         while time.monotonic() < deadline:
             try:
-                state = await runs.get_state(client, workflow_id)
-                status = await runs.status_of(client, workflow_id)
+                status, state = await runs.status_and_state(client, workflow_id)
             except Exception:  # the webhook may not have started the run yet
                 await asyncio.sleep(0.5)
                 continue

@@ -99,8 +99,7 @@ async def _watch(
     last = ""
     started = time.monotonic()
     while True:
-        status = await runs.status_of(client, workflow_id)
-        state = await runs.get_state(client, workflow_id)
+        status, state = await runs.status_and_state(client, workflow_id)
         line = state.phase.value + (f" -> {state.outcome.value}" if state.outcome else "")
         if line != last:
             print(f"[{time.monotonic() - started:6.1f}s] {workflow_id}: {line}", file=sys.stderr, flush=True)

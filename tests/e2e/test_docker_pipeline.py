@@ -223,8 +223,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
                 worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
             most_per_op = max(most_per_op, *containers_per_op(engine, wf).values(), 0)
             try:
-                status = await runs.status_of(client, wf)  # first: a state read after it is never older
-                state = await runs.get_state(client, wf)
+                status, state = await runs.status_and_state(client, wf)
             except Exception:  # no worker answers the query yet, or the webhook has not started the run
                 await asyncio.sleep(0.3)
                 continue

@@ -122,21 +122,8 @@ def _kill_all(state: Path) -> dict[str, processes.ServiceRecord]:
         wait_for(lambda rec=rec: not processes.is_alive(rec), 15, f"{rec.name} to die")
         # A killed multi-threaded process shows as a zombie once its main thread is gone, while its other
         # threads may still hold its sockets for a moment: a crashed host has had that moment.
-        wait_for(lambda rec=rec: _port_released(rec.port), 15, f"{rec.name}'s port {rec.port} to be released")
+        processes.wait_port_free(rec.port, 15, f"the stack's {rec.name}")
     return recorded
-
-
-def _port_released(port: int) -> bool:
-    """Whether nothing listens on ``port`` any more (it can be bound again, as a restart would)."""
-    if not port:
-        return True
-    with socket.socket() as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def _ports(state: Path) -> dict[str, tuple[int, str]]:

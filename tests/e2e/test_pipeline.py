@@ -43,8 +43,7 @@ async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s
     last: RunState | None = None
     while time.monotonic() < deadline:
         try:
-            status = await runs.status_of(client, workflow_id)  # first: a state read after it is never older
-            last = await runs.get_state(client, workflow_id)
+            status, last = await runs.status_and_state(client, workflow_id)
         except Exception:  # the webhook may not have started the run yet
             await asyncio.sleep(0.5)
             continue

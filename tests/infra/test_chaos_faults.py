@@ -12,6 +12,7 @@ from pathlib import Path
 from environments.processes import is_live
 from infra import processes
 from infra.chaos.faults import activity_process, strays_of
+from tests.proctree import wait_dead
 
 SLEEP = "import time; time.sleep(60)"
 
@@ -76,10 +77,7 @@ def test_what_a_killed_worker_left_in_its_group_is_a_stray_until_it_ends(tmp_pat
     children = _children_of(worker.pid)
     assert len(children) == 1
     os.kill(worker.pid, signal.SIGKILL)
-    # SIGKILL is delivered, not done: on a busy host the worker itself is live a moment longer.
-    deadline = time.monotonic() + 10
-    while is_live(worker.pid) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_dead(worker.pid)  # SIGKILL is delivered, not done: on a busy host the worker is live a moment longer
     try:
         assert strays_of([worker]) == children
     finally:

@@ -20,8 +20,6 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, TaskQueueType
-from temporalio.api.taskqueue.v1 import TaskQueue
-from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from infra import processes
@@ -35,6 +33,7 @@ from tests.conftest import require
 from tests.e2e.conftest import owned_processes
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
 from tests.multihost.cluster import Cluster, running_cluster
+from tests.recovery.test_engine_restarts import pollers
 
 pytestmark = [pytest.mark.slow, pytest.mark.e2e]
 
@@ -81,15 +80,10 @@ async def polling_again(client: Client, queue: str, since: datetime, timeout_s: 
 
     A worker whose link was down reconnects on its own schedule (its gRPC channel's keep-alive notices the dead
     connection, then reconnects with backoff); until it polls, the steps bound to its host have no taker."""
-    request = DescribeTaskQueueRequest(
-        namespace=client.namespace,
-        task_queue=TaskQueue(name=queue),
-        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
-    )
     started = time.monotonic()
     while time.monotonic() - started < timeout_s:
-        pollers = (await client.workflow_service.describe_task_queue(request)).pollers
-        if any(p.last_access_time.ToDatetime(tzinfo=UTC) > since for p in pollers):
+        seen = await pollers(client, queue, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+        if any(p.last_access_time.ToDatetime(tzinfo=UTC) > since for p in seen):
             return time.monotonic() - started
         await asyncio.sleep(1)
     raise AssertionError(f"no worker polled {queue} within {timeout_s:g} s of its host coming back")

@@ -471,8 +471,7 @@ async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s
 
     async def check() -> RunState | None:
         try:
-            status = await runs.status_of(client, workflow_id)  # first: a state read after it is never older
-            state = await runs.get_state(client, workflow_id)
+            status, state = await runs.status_and_state(client, workflow_id)
         except Exception:  # not started yet
             return None
         return state if predicate(state, status) else None

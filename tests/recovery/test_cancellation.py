@@ -97,10 +97,7 @@ async def _state_when(client: Client, wf: str, predicate: Any, what: str) -> Run
     last: RunState | None = None
     while time.monotonic() < deadline:
         try:
-            # Status first: a state read after the run closed is its final one, whereas a state read just
-            # before it closed (its last ticket update in flight) would pass with a closed status read after.
-            status = await runs.status_of(client, wf)
-            last = await runs.get_state(client, wf)
+            status, last = await runs.status_and_state(client, wf)
         except Exception:
             await asyncio.sleep(0.5)
             continue

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TaskQueueKind, TaskQueueType
+from temporalio.api.taskqueue.v1 import PollerInfo
 from temporalio.api.taskqueue.v1 import TaskQueue as TaskQueueRef
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest, GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHistory
@@ -154,15 +155,13 @@ def restart_receiver(e2e: E2EStack) -> ServiceRecord:
     return rec
 
 
-async def pollers(client: Client, queue: TaskQueue, kind: TaskQueueType.ValueType) -> list[str]:
-    """The identities polling ``queue`` for ``kind`` tasks, as the engine knows them (a restarted server
-    knows only the pollers that polled it since)."""
+async def pollers(client: Client, queue: str, kind: TaskQueueType.ValueType) -> list[PollerInfo]:
+    """The pollers of ``queue`` for ``kind`` tasks (identity, last access), as the engine knows them (a
+    restarted server knows only the pollers that polled it since)."""
     answer = await client.workflow_service.describe_task_queue(
-        DescribeTaskQueueRequest(
-            namespace=client.namespace, task_queue=TaskQueueRef(name=queue.value), task_queue_type=kind
-        )
+        DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueueRef(name=queue), task_queue_type=kind)
     )
-    return [p.identity for p in answer.pollers]
+    return list(answer.pollers)
 
 
 async def workers_polling_again(client: Client, workers: list[ServiceRecord]) -> None:
@@ -171,8 +170,13 @@ async def workers_polling_again(client: Client, workers: list[ServiceRecord]) ->
     deadline = time.monotonic() + 180
     while True:
         try:
-            wf = await pollers(client, TaskQueue.ORCHESTRATION, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
-            act = await pollers(client, TaskQueue.FORGE, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+            wf = [
+                p.identity
+                for p in await pollers(client, TaskQueue.ORCHESTRATION.value, TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+            ]
+            act = [
+                p.identity for p in await pollers(client, TaskQueue.FORGE.value, TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY)
+            ]
         except Exception:  # the client's channel reconnects on its own; until then the call fails
             wf = act = []
         if all(any(p.startswith(pid) for p in wf) and any(p.startswith(pid) for p in act) for pid in pids):
