@@ -64,6 +64,10 @@ NO_PATCH_KIND = "no_patch"
 NO_OP = "no-op"
 REFUSED = "refused"
 
+WORKER_LOST = "WorkerLost"
+"""The ``ApplicationError`` type of an attempt failed because its worker process died (retryable): the failure
+is said by the dead worker's supervisor (``pipeline.supervisor``), so the host it ran on was alive to say it."""
+
 _RETRYABLE = frozenset({FailureClass.TRANSIENT, FailureClass.AMBIGUOUS, FailureClass.INFRASTRUCTURE})
 
 NON_RETRYABLE: list[str] = [c.value for c in FailureClass if not c.retryable]
@@ -116,3 +120,8 @@ def failure_details(err: BaseException) -> tuple[object, ...]:
         if isinstance(cause, ApplicationError) and cause.details:
             return tuple(cause.details)
     return ()
+
+
+def worker_lost(err: BaseException) -> bool:
+    """The last attempt behind ``err`` failed because its worker process died (:data:`WORKER_LOST`)."""
+    return any(isinstance(c, ApplicationError) and c.type == WORKER_LOST for c in _causes(err))

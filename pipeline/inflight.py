@@ -48,9 +48,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from environments.processes import is_running, start_time
-
-WORKER_LOST = "WorkerLost"
-"""The ``ApplicationError`` type of an attempt failed because its worker process died (retryable)."""
+from pipeline.failures import WORKER_LOST
 
 # Zero would mean "not set" to the server (the retry policy's backoff would apply): the smallest wait instead.
 RETRY_AT_ONCE = timedelta(milliseconds=1)

@@ -31,7 +31,14 @@ with workflow.unsafe.imports_passed_through():
     from environments.regression import ProofStatus
     from evidence.interface import ArtifactRef
     from pipeline import accounting, head_gate, messages, revisions, steps
-    from pipeline.failures import FailureClass, failure_class, failure_details, failure_kind, failure_message
+    from pipeline.failures import (
+        FailureClass,
+        failure_class,
+        failure_details,
+        failure_kind,
+        failure_message,
+        worker_lost,
+    )
     from pipeline.hosts import host_queue
     from pipeline.ids import branch_for, op_id
     from pipeline.inputs import ApprovalAck, RepairInput
@@ -168,6 +175,9 @@ CLEANUP_TICKET_PATCH = "cleanup-incomplete-on-ticket"
 # (pipeline/hosts.py); a host that does not take such a step in time is taken for gone. Runs recorded before sent
 # every step to its capability's queue.
 HOST_AFFINITY_PATCH = "host-affinity"
+# A step bound to a host whose last try there was lost with its worker process (the host's supervisor said so, so
+# the host is alive) is sent to the host again, up to the step's own attempts; runs recorded before ended there.
+HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 
 
 class RunEnded(Exception):
@@ -1962,7 +1972,30 @@ class RepairBugWorkflow:
 
     async def _step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
         """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`); on the
-        queue of ``host`` instead when given, which must take it within ``RunPolicy.host_start_s``."""
+        queue of ``host`` instead when given, which must take it within ``RunPolicy.host_start_s``.
+
+        A host-bound step has two tries per send (:func:`_host_retries`), so that a host gone silent is given up
+        on quickly. A send whose last try was lost with its worker process (:func:`pipeline.failures.worker_lost`:
+        the host's supervisor failed it, so the host is alive and a fresh child polls there) is sent again, until
+        the step's own ``max_attempts`` are spent: a worker killed twice on a live host is not a dead host. Sending
+        again is as safe as Temporal's retry: every step is idempotent by the operation ID in its input."""
+        if not host:
+            return await self._send(step, arg, host="")
+        tries = self._input.policy.timeouts(step.timeouts).max_attempts
+        sent = 0
+        while True:
+            try:
+                return await self._send(step, arg, host=host)
+            except ActivityError as err:
+                sent += _HOST_TRIES
+                if _is_cancellation(err) or not worker_lost(err) or (tries and sent >= tries):
+                    raise
+                if not workflow.patched(HOST_WORKER_LOST_PATCH):
+                    raise
+                workflow.logger.warning("%s lost its worker on host %s; sending it to the host again", step.name, host)
+
+    async def _send(self, step: Step[In, Out], arg: In, *, host: str) -> Out:
+        """One ``execute_activity`` of ``step`` (see :meth:`_step`)."""
         timeouts = self._input.policy.timeouts(step.timeouts)
         to_start = self._input.policy.host_start_s if host else timeouts.schedule_to_start
         result: Out = await workflow.execute_activity(
@@ -1986,11 +2019,14 @@ class RepairBugWorkflow:
         return result
 
 
+_HOST_TRIES = 2
+
+
 def _host_retries(policy: RetryPolicy) -> RetryPolicy:
-    """A step bound to a host is tried there twice at most: an attempt that stopped beating says the host is in
-    trouble, and the run does better provisioning elsewhere than waiting out every attempt on it."""
+    """A step bound to a host is tried there twice at most per send: an attempt that stopped beating says the host
+    is in trouble, and the run does better provisioning elsewhere than waiting out every attempt on it."""
     attempts = policy.maximum_attempts
-    return dataclasses.replace(policy, maximum_attempts=2 if attempts == 0 else min(attempts, 2))
+    return dataclasses.replace(policy, maximum_attempts=_HOST_TRIES if attempts == 0 else min(attempts, _HOST_TRIES))
 
 
 def _host_unreachable(err: ActivityError) -> bool:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.inflight import WORKER_LOST
+from pipeline.failures import WORKER_LOST
 from tests.benchmarks import bench_failover
 from tests.conftest import require, temporal_binary
 

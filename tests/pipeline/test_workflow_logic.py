@@ -17,6 +17,7 @@ import pytest
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from browser.results import ReproductionStatus
@@ -24,7 +25,7 @@ from environments.interface import CleanupReport, EnvironmentHandle, OwnedResour
 from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import steps
-from pipeline.failures import NO_PATCH_KIND, FailureClass
+from pipeline.failures import NO_PATCH_KIND, WORKER_LOST, FailureClass
 from pipeline.hosts import host_queue
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
@@ -91,6 +92,9 @@ CANDIDATE = "c" * 40
 # A head someone else pushed to the run's branch (its evidence digest is "f" * 64).
 MOVED = "d" * 40
 
+# A lost try is retried at once (the supervisor's failures carry the same almost-zero delay).
+QUICK = timedelta(milliseconds=1)
+
 
 def revised(n: int) -> str:
     """The commit the doubles' verification gives revision ``n``."""
@@ -153,6 +157,8 @@ class Script:
     turn_one_calls: list[str] = field(default_factory=lambda: ["write_file"])
     # The host stamped on each successive environment provisioned (then none: any host reaches it).
     provision_hosts: list[str] = field(default_factory=list)
+    # How many tries of the base reproduction fail as their worker process lost (the supervisor's WorkerLost).
+    reproduce_lost: int = 0
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -349,6 +355,9 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     async def reproduce(i: ReproduceInput) -> ReproduceResult:
         s.calls.append(("reproduce", i))
         on_base = i.revision == BASE
+        if on_base and s.reproduce_lost:
+            s.reproduce_lost -= 1
+            raise ApplicationError("browser.reproduce: worker process died", type=WORKER_LOST, next_retry_delay=QUICK)
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
         attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
@@ -1213,3 +1222,57 @@ async def test_an_environment_on_a_host_that_never_answers_is_provisioned_again_
     assert any("host gone did not take" in e for e in final.cleanup.errors), final.cleanup
     provisions = [c.op_id for c in host_calls(harness, "provision")]
     assert provisions[:2] == [f"{wf}:env-base:1", f"{wf}:env-base:2"], provisions
+
+
+def host_worker(harness: Harness, host: str) -> Worker:
+    """A worker polling ``host``'s queue with the environment steps a host holds."""
+    acts = {
+        fn.__name__: fn
+        for fn in doubles(harness.script)[TaskQueue.BROWSER] + doubles(harness.script)[TaskQueue.ENVIRONMENTS]
+    }
+    return Worker(
+        harness.client,
+        task_queue=host_queue(host),
+        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
+    )
+
+
+async def test_a_host_bound_step_whose_worker_dies_more_than_twice_is_sent_to_the_live_host_again(
+    harness: Harness,
+) -> None:
+    """Three tries of the base reproduction on a live host are lost with their worker process (WorkerLost, as the
+    host's supervisor fails them): more than the two tries a host-bound send has. The reproduction is sent to the
+    host again, within the step's own attempts (4), and the run goes on with the same environment; a worker
+    killed twice on a live host is no reason to end the run or to provision elsewhere."""
+    harness.script.provision_hosts = ["here"]
+    harness.script.reproduce_lost = 3
+    async with host_worker(harness, "here"):
+        wf = await harness.start()
+        await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+        await approve(harness, wf)
+        final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    base = [c for c in host_calls(harness, "reproduce") if c.revision == BASE]
+    assert len(base) == 4 and {c.op_id for c in base} == {f"{wf}:reproduce-base:1"}, base
+    assert [c.op_id for c in host_calls(harness, "provision")][:1] == [f"{wf}:env-base:1"]
+    assert f"{wf}:env-base:2" not in [c.op_id for c in host_calls(harness, "provision")]
+    history = [e async for e in harness.client.get_workflow_handle(wf).fetch_history_events()]
+    sends = [
+        e.activity_task_scheduled_event_attributes
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == steps.REPRODUCE.name
+    ]
+    assert [a.task_queue.name for a in sends[:2]] == [host_queue("here")] * 2, sends
+
+
+async def test_a_host_bound_step_lost_more_often_than_its_attempts_ends_the_run_saying_so(harness: Harness) -> None:
+    """The step's own attempts bound the sends: four lost tries of a four-attempt step end the run in triage."""
+    harness.script.provision_hosts = ["here"]
+    harness.script.reproduce_lost = 4
+    async with host_worker(harness, "here"):
+        wf = await harness.start()
+        final = await harness.result(wf)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "worker process died" in (final.outcome_detail or ""), final.outcome_detail
+    assert len([c for c in host_calls(harness, "reproduce") if c.revision == BASE]) == 4

@@ -28,7 +28,8 @@ from temporalio.worker import Worker
 
 from infra.forge.testing import running_forge
 from pipeline.activities.heartbeat import Heartbeat, heartbeating
-from pipeline.inflight import WORKER_LOST, Attempt, InflightDir, dead_dirs, inflight_root
+from pipeline.failures import WORKER_LOST
+from pipeline.inflight import Attempt, InflightDir, dead_dirs, inflight_root
 from pipeline.policies import RunPolicy
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
 from tests.recovery.failover import (
