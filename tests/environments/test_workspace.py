@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from environments.files import path_key
+from environments.git import GitInterrupted
 from environments.interface import ResourceKind, RunFencedError
 from environments.mirror import RevisionNotFoundError
 from environments.workspace import PatchError, TreeMismatchError, WorkspaceManager
@@ -86,6 +87,31 @@ def test_a_patch_that_does_not_apply_is_refused(tmp_path: Path, repo: Repo) -> N
         manager(tmp_path).rebuild(
             run_id=RUN, op_id=f"{RUN}:repair:2", clone_url=repo.url, base_revision=repo.base, patch=patch
         )
+
+
+def test_a_git_killed_by_a_signal_is_no_verdict_on_the_patch(
+    tmp_path: Path, repo: Repo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A git child SIGKILLed while the patch is staged (the OOM killer, a process-tree kill) fails the build as
+    :class:`GitInterrupted`, which the activities retry (``tests/pipeline/test_classify.py``), never as a patch
+    that does not apply (a verdict that ends the run); the same build succeeds once git is left alone."""
+    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    shims = tmp_path / "shims"
+    shims.mkdir()
+    shim = shims / "git"
+    shim.write_text(f'#!/bin/sh\ncase " $* " in *" read-tree "*) kill -KILL $$ ;; esac\nexec {real} "$@"\n')
+    shim.chmod(0o755)
+    patch = repo.make_patch({"cart.py": fixed_cart_source(repo)})
+    mgr = manager(tmp_path)
+    op = f"{RUN}:publish"
+    with monkeypatch.context() as m:
+        m.setenv("PATH", f"{shims}:{os.environ['PATH']}")
+        with pytest.raises(GitInterrupted) as caught:
+            mgr.rebuild(run_id=RUN, op_id=op, clone_url=repo.url, base_revision=repo.base, patch=patch)
+    assert caught.value.returncode == -signal.SIGKILL
+    assert not isinstance(caught.value, PatchError)
+    ws = mgr.rebuild(run_id=RUN, op_id=op, clone_url=repo.url, base_revision=repo.base, patch=patch)
+    assert "line_total(item) for item in items" in (ws.path / "cart.py").read_text()
 
 
 def test_a_revision_newer_than_the_mirror_is_fetched(tmp_path: Path, repo: Repo) -> None:

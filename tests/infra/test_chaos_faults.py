@@ -22,10 +22,12 @@ def _spawn(tmp_path: Path, code: str, *args: str) -> processes.ServiceRecord:
     return processes.spawn("w", [sys.executable, "-c", code, *args], log=tmp_path / "w.log", port=0, url="")
 
 
-def _children_of(pid: int) -> list[int]:
+def _children_of(pid: int, count: int = 1) -> list[int]:
+    """The children of ``pid``, once there are ``count`` of them (or after 10 s)."""
     found: list[int] = []
     deadline = time.monotonic() + 10
-    while not found and time.monotonic() < deadline:
+    while len(found) < count and time.monotonic() < deadline:
+        found = []
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
@@ -58,14 +60,50 @@ def test_a_supervised_worker_child_is_the_target_not_the_supervisor_or_an_app(tm
     )
     supervisor = _spawn(tmp_path, supervisor_code, "pipeline", "worker")
     try:
-        deadline = time.monotonic() + 10
-        while len(_children_of(supervisor.pid)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        _children_of(supervisor.pid, 2)
         target = activity_process(supervisor)
         assert target != supervisor.pid
         assert target is not None
         argv = Path(f"/proc/{target}/cmdline").read_bytes().split(b"\0")
         assert argv[-3:] == [b"pipeline", b"worker", b""]
+    finally:
+        os.killpg(supervisor.pid, signal.SIGKILL)
+
+
+def test_the_polling_child_the_supervisor_named_is_the_target_not_its_spare_or_a_forked_subprocess(
+    tmp_path: Path,
+) -> None:
+    """A supervisor with two worker children (the polling one and a warm spare, started after it) names the
+    polling one in its log. The polling child has a subprocess still carrying the worker's command line (as
+    between a fork and its exec): the target is the named child, never the spare nor that subprocess. Once the
+    log names the spare (promoted), it is the target."""
+    child_code = (
+        "import subprocess, sys, time\n"
+        f"subprocess.Popen([sys.executable, '-c', {SLEEP!r}, 'pipeline', 'worker'])\n"
+        "time.sleep(60)\n"
+    )
+    supervisor_code = (
+        "import subprocess, sys, time\n"
+        f"polling = subprocess.Popen([sys.executable, '-c', {child_code!r}, 'pipeline', 'worker'])\n"
+        "time.sleep(0.3)\n"
+        f"spare = subprocess.Popen([sys.executable, '-c', {SLEEP!r}, 'pipeline', 'worker'])\n"
+        "print(f'durafix worker: worker process {polling.pid} polls', file=sys.stderr, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    supervisor = _spawn(tmp_path, supervisor_code, "pipeline", "worker")
+    try:
+        polling, spare = sorted(_children_of(supervisor.pid, 2))
+        forked = _children_of(polling)
+        assert len(forked) == 1
+        deadline = time.monotonic() + 10
+        while "polls" not in Path(supervisor.log).read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+        assert activity_process(supervisor) == polling
+        with Path(supervisor.log).open("a") as log:
+            log.write(f"durafix worker: polling worker process {polling} died (killed by SIGKILL)\n")
+            log.write(f"durafix worker: worker process {spare} polls\n")
+        assert activity_process(supervisor) == spare
     finally:
         os.killpg(supervisor.pid, signal.SIGKILL)
 

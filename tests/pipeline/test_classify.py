@@ -10,7 +10,7 @@ from temporalio.exceptions import ApplicationError
 
 from browser.results import BrowserInfraError
 from environments.checks import SetupError
-from environments.git import GitError, GitProtocolError, GitTransportError
+from environments.git import GitError, GitInterrupted, GitProtocolError, GitTransportError
 from environments.interface import FixtureError, RunFencedError
 from pipeline.activities.classify import RULES, as_failure, classified
 from pipeline.failures import NON_RETRYABLE, FailureClass
@@ -26,6 +26,7 @@ from reviews.errors import ForgeNotFoundError, ForgeTransientError
         (GitProtocolError(["fetch"], 128, "fatal: Repository not found", 404), FailureClass.PERMANENT, "git: "),
         (GitTransportError(["fetch"], 128, "Connection refused"), FailureClass.TRANSIENT, "git: "),
         (GitError(["fetch"], 1, "something"), FailureClass.TRANSIENT, "git: "),
+        (GitInterrupted(["read-tree", "b" * 40], -9, ""), FailureClass.TRANSIENT, "git: "),
         (FixtureError("seed failed"), FailureClass.NOT_READY, "seed failed"),
         (SetupError("npm ci exited 1"), FailureClass.NOT_READY, "setup failed: "),
         (RunFencedError("tombstoned"), FailureClass.POLICY, "run fenced: "),
