@@ -17,7 +17,9 @@ import subprocess
 from browser.sandbox import DEFAULT_SANDBOX_USER, BrowserHome, SandboxUnavailable
 
 INSTALL_HINT = "install Chromium (Debian: apt-get install chromium) or run the browser queue on a host that has it"
-VERSION_TIMEOUT_S = 20.0
+# A cold ``chromium --version`` on two cores busy with test processes and builds has taken over 20 s; the check
+# runs once, when a worker starts, so a generous bound costs nothing on a healthy host.
+VERSION_TIMEOUT_S = 60.0
 
 
 class ChromiumUnavailable(RuntimeError):

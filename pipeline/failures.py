@@ -123,5 +123,8 @@ def failure_details(err: BaseException) -> tuple[object, ...]:
 
 
 def worker_lost(err: BaseException) -> bool:
-    """The last attempt behind ``err`` failed because its worker process died (:data:`WORKER_LOST`)."""
-    return any(isinstance(c, ApplicationError) and c.type == WORKER_LOST for c in _causes(err))
+    """The last attempt behind ``err`` (an activity's failure) failed because its worker process died
+    (:data:`WORKER_LOST`). Only the direct cause counts: a timeout's own cause names the attempt before it, so
+    a step whose last attempt timed out after an earlier one was lost is a timeout, not a loss."""
+    cause = err.__cause__
+    return isinstance(cause, ApplicationError) and cause.type == WORKER_LOST

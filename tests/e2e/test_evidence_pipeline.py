@@ -198,11 +198,12 @@ async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_arti
     candidate = state.candidate
     assert candidate is not None and candidate.replay is not None and state.publish is not None
 
-    # The killed attempt really was running, and the reproduction that counted was a later attempt on
-    # another worker.
+    # The killed attempt really was running and never completed: the reproduction that counted is another
+    # attempt (a retry of the same activity, or the step sent again or provisioned anew: each is a new
+    # activity) on another worker.
     history = await run.client.get_workflow_handle(run.workflow_id).fetch_history()
     scheduled = {
-        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        e.event_id: e.activity_task_scheduled_event_attributes
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     }
@@ -210,10 +211,11 @@ async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_arti
         e.activity_task_started_event_attributes
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id] == REPRODUCE
+        and scheduled[e.activity_task_started_event_attributes.scheduled_event_id].activity_type.name == REPRODUCE
     ]
     base_start = reproduce_starts[0]
-    assert base_start.attempt > run.killed_attempt.attempt
+    counted = (scheduled[base_start.scheduled_event_id].activity_id, base_start.attempt)
+    assert counted != (run.killed_attempt.activity_id, run.killed_attempt.attempt), counted
     assert base_start.identity != run.killed_attempt.last_worker_identity
     assert not base_start.identity.startswith(f"{run.killed_worker_pid}@")
 
