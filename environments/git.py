@@ -83,12 +83,22 @@ class GitTransportError(GitError):
     """
 
 
-class GitInterrupted(GitError):
+class GitInterrupted(EnvironmentError):
     """git was killed by a signal (a negative ``returncode``): the OOM killer, an operator, a process-tree kill.
 
     It says nothing about the repository, the patch or the remote, and the same command may succeed when run
-    again; callers that turn a git failure into a verdict (a patch that does not apply) must let this through.
+    again. It is deliberately not a :class:`GitError`: every handler that turns a git failure into a verdict (a
+    patch that does not apply, no common history) or a fallback catches ``GitError``, and a killed git is neither;
+    it reaches the step, whose failure class retries it.
     """
+
+    def __init__(self, args: Sequence[str], returncode: int) -> None:
+        self.args_run = list(args)
+        self.returncode = returncode
+        super().__init__(f"git {' '.join(self.args_run)} was killed by signal {-returncode}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.args_run, self.returncode))
 
 
 # "The requested URL returned error: 403" (curl 22) and "RPC failed; HTTP 403" both carry the status.
@@ -135,11 +145,11 @@ def classify_failure(stderr: str) -> tuple[type[GitError], int | None]:
     return GitError, status
 
 
-def git_error(args: Sequence[str], returncode: int, stderr: str) -> GitError:
+def git_error(args: Sequence[str], returncode: int, stderr: str) -> GitError | GitInterrupted:
     """The :class:`GitError` (or subclass, see :func:`classify_failure`) for a failed ``git *args``;
     :class:`GitInterrupted` when a signal ended it."""
     if returncode < 0:
-        return GitInterrupted(args, returncode, stderr)
+        return GitInterrupted(args, returncode)
     cls, status = classify_failure(stderr)
     return cls(args, returncode, stderr, status)
 

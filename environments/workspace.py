@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from environments.files import locked, path_key, read_json, remove_tree, write_json_atomic
-from environments.git import GitError, GitInterrupted, git_env, run_git
+from environments.git import GitError, git_env, run_git
 from environments.interface import (
     CleanupReport,
     EnvironmentError,
@@ -295,8 +295,6 @@ def _build_tree(tmp: Path, mirror: Path, revision: str, patch: str | None) -> st
         with staged_patch(mirror / "objects", revision, patch.encode("utf-8")) as staged:
             unsafe = unsafe_changes(staged.changes)
             expected = staged.tree
-    except GitInterrupted:
-        raise  # killed by a signal: not a verdict on the patch, and the same build may succeed when retried
     except GitError as exc:
         raise PatchError(f"patch does not apply to {revision}: {exc}") from exc
     if unsafe:

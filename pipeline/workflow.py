@@ -1988,9 +1988,9 @@ class RepairBugWorkflow:
                 return await self._send(step, arg, host=host)
             except ActivityError as err:
                 sent += _HOST_TRIES
-                if _is_cancellation(err) or not worker_lost(err) or (tries and sent >= tries):
-                    raise
-                if not workflow.patched(HOST_WORKER_LOST_PATCH):
+                again = not _is_cancellation(err) and worker_lost(err) and not (tries and sent >= tries)
+                # The patch is asked last, so its marker is recorded only where a run is really sent again.
+                if not (again and workflow.patched(HOST_WORKER_LOST_PATCH)):
                     raise
                 workflow.logger.warning("%s lost its worker on host %s; sending it to the host again", step.name, host)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from browser.results import BrowserInfraError
 from environments.checks import SetupError
-from environments.git import GitError, GitProtocolError
+from environments.git import GitError, GitInterrupted, GitProtocolError
 from environments.interface import NotReadyError, ResourceConflictError, RunFencedError
 from environments.mirror import RevisionNotFoundError
 from environments.spec import RecipeError
@@ -60,6 +60,8 @@ RULES: tuple[Rule, ...] = (
     # transport failure (connection, timeout, 5xx) is.
     Rule((GitProtocolError,), F.PERMANENT, "git: {err}"),
     Rule((GitError,), F.TRANSIENT, "git: {err}"),
+    # A git killed by a signal says nothing about the repository: tried again.
+    Rule((GitInterrupted,), F.TRANSIENT, "git: {err}"),
     # browser
     Rule((BrowserInfraError,), F.INFRASTRUCTURE, "browser failed: {err}"),
     # model (repair)

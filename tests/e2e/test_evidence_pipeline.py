@@ -258,11 +258,11 @@ async def test_worker_killed_mid_reproduction_leaves_only_complete_verified_arti
 
     # The killed worker's Chromium and driver did not outlive it.
     assert run.killed_descendants, "the killed worker had no browser processes below it"
-    deadline = time.monotonic() + 60
-    while any(p.alive() for p in run.killed_descendants) and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
-    survivors = [" ".join(p.argv)[:200] for p in run.killed_descendants if p.alive()]
-    assert not survivors, f"processes of the killed worker still alive after 60 s: {survivors}"
+    try:
+        wait_for(lambda: not any(p.alive() for p in run.killed_descendants), 60, "the killed worker's browser to exit")
+    except AssertionError as err:
+        survivors = [" ".join(p.argv)[:200] for p in run.killed_descendants if p.alive()]
+        raise AssertionError(f"{err}; still alive: {survivors}") from None
 
 
 def report_link_and_digest(body: str) -> tuple[str, str]:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -95,7 +96,8 @@ def test_a_git_killed_by_a_signal_is_no_verdict_on_the_patch(
     """A git child SIGKILLed while the patch is staged (the OOM killer, a process-tree kill) fails the build as
     :class:`GitInterrupted`, which the activities retry (``tests/pipeline/test_classify.py``), never as a patch
     that does not apply (a verdict that ends the run); the same build succeeds once git is left alone."""
-    real = subprocess.run(["sh", "-c", "command -v git"], capture_output=True, text=True, check=True).stdout.strip()
+    real = shutil.which("git")
+    assert real is not None
     shims = tmp_path / "shims"
     shims.mkdir()
     shim = shims / "git"
@@ -109,7 +111,6 @@ def test_a_git_killed_by_a_signal_is_no_verdict_on_the_patch(
         with pytest.raises(GitInterrupted) as caught:
             mgr.rebuild(run_id=RUN, op_id=op, clone_url=repo.url, base_revision=repo.base, patch=patch)
     assert caught.value.returncode == -signal.SIGKILL
-    assert not isinstance(caught.value, PatchError)
     ws = mgr.rebuild(run_id=RUN, op_id=op, clone_url=repo.url, base_revision=repo.base, patch=patch)
     assert "line_total(item) for item in items" in (ws.path / "cart.py").read_text()
 

@@ -26,7 +26,7 @@ from reviews.errors import ForgeNotFoundError, ForgeTransientError
         (GitProtocolError(["fetch"], 128, "fatal: Repository not found", 404), FailureClass.PERMANENT, "git: "),
         (GitTransportError(["fetch"], 128, "Connection refused"), FailureClass.TRANSIENT, "git: "),
         (GitError(["fetch"], 1, "something"), FailureClass.TRANSIENT, "git: "),
-        (GitInterrupted(["read-tree", "b" * 40], -9, ""), FailureClass.TRANSIENT, "git: "),
+        (GitInterrupted(["read-tree", "b" * 40], -9), FailureClass.TRANSIENT, "git: "),
         (FixtureError("seed failed"), FailureClass.NOT_READY, "seed failed"),
         (SetupError("npm ci exited 1"), FailureClass.NOT_READY, "setup failed: "),
         (RunFencedError("tombstoned"), FailureClass.POLICY, "run fenced: "),

@@ -159,6 +159,8 @@ class Script:
     provision_hosts: list[str] = field(default_factory=list)
     # How many tries of the base reproduction fail as their worker process lost (the supervisor's WorkerLost).
     reproduce_lost: int = 0
+    # The try after those lost ones on a host hangs without beating (the host went silent with it).
+    reproduce_silent_after_lost: bool = False
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -358,6 +360,9 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         if on_base and s.reproduce_lost:
             s.reproduce_lost -= 1
             raise ApplicationError("browser.reproduce: worker process died", type=WORKER_LOST, next_retry_delay=QUICK)
+        if on_base and s.reproduce_silent_after_lost:
+            s.reproduce_silent_after_lost = False
+            await asyncio.sleep(3600)  # no heartbeat: the attempt times out on its heartbeat
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
         attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
@@ -1167,22 +1172,26 @@ def host_calls(h: Harness, name: str) -> list[Any]:
     return [c for n, c in h.script.calls if n == name]
 
 
+def host_worker(harness: Harness, host: str) -> Worker:
+    """A worker polling ``host``'s queue with the environment steps a host holds."""
+    acts = {
+        fn.__name__: fn
+        for fn in doubles(harness.script)[TaskQueue.BROWSER] + doubles(harness.script)[TaskQueue.ENVIRONMENTS]
+    }
+    return Worker(
+        harness.client,
+        task_queue=host_queue(host),
+        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
+    )
+
+
 async def test_an_environment_on_a_host_is_reproduced_torn_down_and_cleaned_up_on_that_hosts_queue(
     harness: Harness,
 ) -> None:
     """The steps reaching an environment stamped with a host run on that host's queue (a worker polling it), and
     the run's cleanup asks that host too."""
-    acts = {
-        fn.__name__: fn
-        for fn in doubles(harness.script)[TaskQueue.BROWSER] + doubles(harness.script)[TaskQueue.ENVIRONMENTS]
-    }
-    on_host = Worker(
-        harness.client,
-        task_queue=host_queue("here"),
-        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
-    )
     harness.script.provision_hosts = ["here"]
-    async with on_host:
+    async with host_worker(harness, "here"):
         wf = await harness.start()
         st = await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
         await approve(harness, wf)
@@ -1224,19 +1233,6 @@ async def test_an_environment_on_a_host_that_never_answers_is_provisioned_again_
     assert provisions[:2] == [f"{wf}:env-base:1", f"{wf}:env-base:2"], provisions
 
 
-def host_worker(harness: Harness, host: str) -> Worker:
-    """A worker polling ``host``'s queue with the environment steps a host holds."""
-    acts = {
-        fn.__name__: fn
-        for fn in doubles(harness.script)[TaskQueue.BROWSER] + doubles(harness.script)[TaskQueue.ENVIRONMENTS]
-    }
-    return Worker(
-        harness.client,
-        task_queue=host_queue(host),
-        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
-    )
-
-
 async def test_a_host_bound_step_whose_worker_dies_more_than_twice_is_sent_to_the_live_host_again(
     harness: Harness,
 ) -> None:
@@ -1276,3 +1272,19 @@ async def test_a_host_bound_step_lost_more_often_than_its_attempts_ends_the_run_
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
     assert "worker process died" in (final.outcome_detail or ""), final.outcome_detail
     assert len([c for c in host_calls(harness, "reproduce") if c.revision == BASE]) == 4
+
+
+async def test_a_host_bound_step_that_times_out_after_a_lost_try_takes_the_host_for_gone(harness: Harness) -> None:
+    """One try lost with its worker, then the next one on the same host stops beating: the send's failure is a
+    heartbeat timeout (whose own cause names the lost try before it). That is a silent host, not a lost worker:
+    the environment is provisioned anew, not sent to the host again."""
+    harness.script.provision_hosts = ["here"]
+    harness.script.reproduce_lost = 1
+    harness.script.reproduce_silent_after_lost = True
+    async with host_worker(harness, "here"):
+        wf = await harness.start()
+        await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=90)
+    provisions = [c.op_id for c in host_calls(harness, "provision")]
+    assert provisions[:2] == [f"{wf}:env-base:1", f"{wf}:env-base:2"], provisions
+    base = [c.op_id for c in host_calls(harness, "reproduce") if c.revision == BASE]
+    assert base == [f"{wf}:reproduce-base:1"] * 2 + [f"{wf}:reproduce-base:2"], base
