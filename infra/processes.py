@@ -17,7 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from environments.processes import is_running, read_stat
+from environments.processes import is_running, live_processes, read_stat
 
 
 class ServiceRecord(BaseModel):
@@ -147,8 +147,23 @@ def tcp_open(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def _group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes in the process group ``pgid``."""
+    return [stat.pid for stat in live_processes() if stat.pgid == pgid]
+
+
 def stop(record: ServiceRecord, grace_s: float = 10.0) -> bool:
-    """SIGTERM the service's process group, SIGKILL after ``grace_s``; True when it is gone."""
+    """SIGTERM the service's process group, SIGKILL after ``grace_s``; True when the whole group is gone.
+
+    The group, not only its leader: a supervisor that exits on SIGTERM may leave children still shutting down
+    (they share its group), and a caller told "stopped" then finds them running. Members left after the leader
+    are still the service's: the kernel never hands out a pid that is some live group's id, so ``record.pid``
+    names no one else's group while any member lives. A leader already gone (or its pid recycled) is taken for
+    a stopped service: nothing then says whose a group of that id is, so nothing is signalled."""
+
+    def running() -> bool:
+        return is_alive(record) or bool(_group_members(record.pid))
+
     if not is_alive(record):
         return True
     try:
@@ -157,7 +172,7 @@ def stop(record: ServiceRecord, grace_s: float = 10.0) -> bool:
         return True
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
-        if not is_alive(record):
+        if not running():
             return True
         time.sleep(0.1)
     try:
@@ -166,7 +181,7 @@ def stop(record: ServiceRecord, grace_s: float = 10.0) -> bool:
         return True
     deadline = time.monotonic() + 5
     while time.monotonic() < deadline:
-        if not is_alive(record):
+        if not running():
             return True
         time.sleep(0.05)
-    return not is_alive(record)
+    return not running()

@@ -73,7 +73,9 @@ def summary_lines(result: SoakResult) -> list[str]:
     problems = result.problems + [f"run {r.index}: {p}" for r in result.runs for p in r.problems]
     lines = [
         f"seed {plan.seed}: {plan.runs} runs, {plan.workers} workers, kills every {plan.kill_every[0]:g}-"
-        f"{plan.kill_every[1]:g}s, {result.wall_s:.0f}s",
+        f"{plan.kill_every[1]:g}s"
+        + (f" for the first {plan.faults_for_s:g}s" if plan.faults_for_s is not None else "")
+        + f", {result.wall_s:.0f}s",
         "outcomes " + ", ".join(f"{n} {o}" for o, n in sorted(outcomes.items())),
         f"faults   {worker_kills} worker kills, {len(server)} server kills"
         + (f" (down {', '.join(f'{f.down_s:.1f}s' for f in server)})" if server else "")
@@ -107,6 +109,7 @@ def as_json(result: SoakResult) -> dict[str, Any]:
             "workers": plan.workers,
             "kill_every": list(plan.kill_every),
             "server_kills": plan.server_kills,
+            "faults_for_s": plan.faults_for_s,
             "deadline_s": plan.deadline_s,
             "concurrency": plan.concurrency,
         },
@@ -115,6 +118,7 @@ def as_json(result: SoakResult) -> dict[str, Any]:
         "problems": result.problems,
         "strays": result.strays,
         "skipped_ticks": result.skipped_ticks,
+        "faults_stopped_s": None if result.faults_stopped_s is None else round(result.faults_stopped_s, 2),
         "faults": [
             {
                 "kind": f.kind,

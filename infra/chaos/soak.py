@@ -76,6 +76,10 @@ class SoakPlan:
     deadline_s: float
     concurrency: int
     keep: bool = False
+    faults_for_s: float | None = None
+    """Faults stop this long after the chaos starts (``None``: until the runs end); the runs then have until the
+    deadline to end on a healed stack. A window keeps the soak's liveness check about durafix, not the host:
+    under continuous kills, whether a long step ever outlives its worker depends on how loaded the host is."""
 
 
 @dataclass
@@ -114,6 +118,8 @@ class SoakResult:
     wall_s: float
     problems: list[str]
     skipped_ticks: int = 0
+    faults_stopped_s: float | None = None
+    """When ``faults_for_s`` closed the fault window (seconds since the soak started); None: it never did."""
 
     @property
     def ok(self) -> bool:
@@ -162,6 +168,7 @@ class Soak:
         self._t0 = time.monotonic()
         self._in_flight: set[int] = set()
         self.skipped_ticks = 0
+        self.faults_stopped_s: float | None = None
         self._config: DurafixConfig | None = None
 
     def elapsed(self) -> float:
@@ -231,8 +238,13 @@ class Soak:
         window = range(2, 2 + 3 * k + max(2, self.plan.runs // 3))
         server_ticks = set(self.rng.sample(list(window), k)) if k else set()
         tick, quiet = 0, False
+        stop_at = None if self.plan.faults_for_s is None else self.elapsed() + self.plan.faults_for_s
         while True:
             await asyncio.sleep(self.rng.uniform(lo, hi))
+            if stop_at is not None and self.elapsed() >= stop_at:
+                self.faults_stopped_s = self.elapsed()
+                self.say(f"faults stop after {self.plan.faults_for_s:g}s (--faults-for): the runs now end on their own")
+                return
             tick += 1
             if tick in server_ticks:
                 self.say("SIGKILL the Temporal dev server; restarting it on its SQLite file")
@@ -413,7 +425,16 @@ class Soak:
                 if receiver is not None:
                     processes.stop(receiver)
                 stack.down(plan.state_dir, quiet=True)
-        return SoakResult(plan, self.runs, self.faults, strays, self.elapsed(), self.problems, self.skipped_ticks)
+        return SoakResult(
+            plan,
+            self.runs,
+            self.faults,
+            strays,
+            self.elapsed(),
+            self.problems,
+            self.skipped_ticks,
+            self.faults_stopped_s,
+        )
 
     def _clean_lost(self, config: DurafixConfig) -> None:
         """Remove what lost runs hold (their own cleanup never ran), as ``durafix cleanup --run`` does: each

@@ -63,6 +63,13 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
         "--state-dir", dest="chaos_state_dir", metavar="DIR", help="the soak's state directory (default: a new one)"
     )
     parser.add_argument("--seed", type=int, default=None, help="seed of the fault plan (default: random, printed)")
+    parser.add_argument(
+        "--faults-for",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="stop the faults after this long, then let the runs end on their own (default: faults until they end)",
+    )
     parser.add_argument("--deadline", type=float, default=None, help="seconds until unfinished runs count as lost")
     parser.add_argument("--concurrency", type=int, default=None, help="runs in flight at once (default 3 per worker)")
     parser.add_argument("--keep", action="store_true", help="leave the stack and the workers running afterwards")
@@ -73,6 +80,8 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
                 parser.error(f"--{name} must be at least 1")
         if args.server_kills < 0:
             parser.error("--server-kills must not be negative")
+        if args.faults_for is not None and args.faults_for <= 0:
+            parser.error("--faults-for must be positive")
         if args.concurrency is not None and args.concurrency < 1:
             parser.error("--concurrency must be at least 1")
 
@@ -96,6 +105,7 @@ def cmd_chaos(args: argparse.Namespace, config: DurafixConfig) -> int:
         deadline_s=args.deadline or default_deadline(args.runs, concurrency),
         concurrency=concurrency,
         keep=args.keep,
+        faults_for_s=args.faults_for,
     )
     soak = Soak(plan, lambda msg: print(f"chaos: {msg}", file=sys.stderr, flush=True))
     try:

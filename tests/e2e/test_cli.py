@@ -28,6 +28,9 @@ from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, ru
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
+# A setup command that outlasts the test that shows it in `durafix status`.
+SLOW_SETUP = "sleep 600"
+
 EXIT_FAIL, EXIT_NOT_FOUND = 1, 3
 
 
@@ -186,7 +189,9 @@ async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(st
     cli = Cli(stack.state_dir)
     repository = stack.new_repository()
     recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
-    slow = recipe.replace("setup: []", 'setup: ["echo preparing", "sleep 25"]')
+    # Far longer than the test looks: the run is cancelled while it sleeps, so a loaded host never sees the
+    # setup end (and the phase move on) between two `durafix status` calls.
+    slow = recipe.replace("setup: []", f'setup: ["echo preparing", "{SLOW_SETUP}"]')
     assert slow != recipe
     stack.push_files(repository, {"durafix.yaml": slow}, "Setup takes a while")
     issue = stack.open_report(repository, labelled=False)
@@ -196,7 +201,7 @@ async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(st
 
     def provisioning_shown() -> str | None:
         text = cli.ok("status", wf).stdout
-        shown = "phase provision" in text and re.search(r"env\.provision .*setup: sleep 25 \((\d+) s\)", text)
+        shown = "phase provision" in text and re.search(rf"env\.provision .*setup: {SLOW_SETUP} \((\d+) s\)", text)
         return text if shown else None
 
     text = wait_for(provisioning_shown, 90, f"`durafix status {wf}` to show the base provisioning's setup", 1)
@@ -211,7 +216,8 @@ async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(st
     shown = cli.json("status", wf)
     assert shown["phase"] == "provision"
     assert any(
-        a["activity_type"] == "env.provision" and "setup: sleep 25" in a["detail"] for a in shown["pending_activities"]
+        a["activity_type"] == "env.provision" and f"setup: {SLOW_SETUP}" in a["detail"]
+        for a in shown["pending_activities"]
     ), shown["pending_activities"]
 
     cli.ok("cancel", wf, "--wait", timeout_s=RUN_TIMEOUT_S - 90)
@@ -221,6 +227,6 @@ async def test_cli_status_shows_the_base_provisioning_and_its_setup_sub_state(st
 
 
 def _setup_seconds(status_text: str) -> int:
-    found = re.search(r"setup: sleep 25 \((\d+) s\)", status_text)
+    found = re.search(rf"setup: {SLOW_SETUP} \((\d+) s\)", status_text)
     assert found, status_text
     return int(found[1])

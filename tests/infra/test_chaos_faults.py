@@ -3,15 +3,19 @@ rule reads command lines, so processes named like ``python -m pipeline worker`` 
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from environments.processes import is_live
 from infra import processes
-from infra.chaos.faults import activity_process, strays_of
+from infra.chaos.faults import Fault, WorkerPool, activity_process, strays_of
+from infra.chaos.report import summary_lines
+from infra.chaos.soak import Soak, SoakPlan, SoakResult
 from tests.proctree import wait_dead
 
 SLEEP = "import time; time.sleep(60)"
@@ -124,3 +128,35 @@ def test_what_a_killed_worker_left_in_its_group_is_a_stray_until_it_ends(tmp_pat
     while is_live(children[0]) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert strays_of([worker]) == []
+
+
+class _CountingPool(WorkerPool):
+    """A pool whose one worker is always polling and whose kills are only recorded (the window is under test)."""
+
+    def eligible(self, polled_for_s: float) -> list[processes.ServiceRecord]:
+        return [processes.ServiceRecord(name="worker-0", pid=os.getpid(), start_ticks=0, port=0, url="", log="")]
+
+    def kill(self, victim: processes.ServiceRecord, elapsed_s: float) -> Fault | None:
+        return Fault("worker", datetime.now(UTC), elapsed_s, victim.pid, victim.name)
+
+
+async def test_faults_stop_when_the_window_closes_and_the_stop_is_recorded(tmp_path: Path) -> None:
+    plan = SoakPlan(
+        runs=1,
+        workers=1,
+        kill_every=(0.02, 0.05),
+        server_kills=0,
+        seed=7,
+        state_dir=tmp_path,
+        deadline_s=60,
+        concurrency=1,
+        faults_for_s=0.5,
+    )
+    soak = Soak(plan, lambda _msg: None)
+    # The fault loop returns on its own once the window has closed: a loop that never stops fails here.
+    await asyncio.wait_for(soak._chaos(_CountingPool(tmp_path, 1)), 10)
+    stopped = soak.faults_stopped_s
+    assert stopped is not None and stopped >= 0.5
+    assert len(soak.faults) >= 5, soak.faults
+    assert all(f.elapsed_s <= stopped for f in soak.faults)
+    assert "for the first 0.5s" in summary_lines(SoakResult(plan, [], soak.faults, [], stopped, [], 0, stopped))[0]

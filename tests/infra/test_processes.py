@@ -57,3 +57,51 @@ def test_a_recycled_pid_is_not_the_recorded_service(tmp_path: Path) -> None:
         assert processes.is_alive(record)
     finally:
         processes.stop(record, grace_s=2.0)
+
+
+# A leader that exits at once on SIGTERM, with a child in its group that takes its time (or ignores SIGTERM):
+# the child writes its pid once its handler is in place.
+_LEADER_WITH_SLOW_CHILD = """
+import subprocess, sys, time
+child = '''
+import os, signal, sys, time
+signal.signal(signal.SIGTERM, {handler})
+open(sys.argv[1], "w").write(str(os.getpid()))
+time.sleep(60)
+'''
+subprocess.Popen([sys.executable, "-c", child, sys.argv[1]])
+time.sleep(60)
+"""
+
+
+def _spawn_leader_with_child(tmp_path: Path, handler: str) -> tuple[processes.ServiceRecord, int]:
+    pid_file = tmp_path / "child.pid"
+    code = _LEADER_WITH_SLOW_CHILD.replace("{handler}", handler)
+    record = processes.spawn(
+        "leader", [sys.executable, "-c", code, str(pid_file)], log=tmp_path / "l.log", port=0, url=""
+    )
+    _wait_for(lambda: pid_file.exists() and pid_file.read_text() != "")
+    child = int(pid_file.read_text())
+    stat = read_stat(child)
+    assert stat is not None and stat.pgid == record.pid
+    return record, child
+
+
+def _live(pid: int) -> bool:
+    stat = read_stat(pid)
+    return stat is not None and stat.live
+
+
+def test_stop_returns_once_the_whole_group_is_gone_not_only_its_leader(tmp_path: Path) -> None:
+    record, child = _spawn_leader_with_child(tmp_path, "lambda *_: (time.sleep(1.5), sys.exit(0))")
+    assert processes.stop(record, grace_s=10.0)
+    assert not processes.is_alive(record)
+    assert not _live(child), "stop() said the service was gone while a process of its group still ran"
+
+
+def test_a_group_member_that_ignores_sigterm_is_killed_after_the_grace(tmp_path: Path) -> None:
+    record, child = _spawn_leader_with_child(tmp_path, "signal.SIG_IGN")
+    started = time.monotonic()
+    assert processes.stop(record, grace_s=1.0)
+    assert not _live(child)
+    assert time.monotonic() - started >= 1.0
