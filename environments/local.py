@@ -41,7 +41,6 @@ Secrets are resolved from the worker's environment when a command starts, only a
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 import uuid
@@ -71,6 +70,7 @@ from environments.interface import (
     RunFencedError,
     TestRunResult,
 )
+from environments.ports import free_port
 from environments.processes import StopOutcome, is_running, live_processes, stop_owned
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
@@ -430,10 +430,7 @@ def _marker(run_dir: Path, key: str) -> str:
 def _free_port() -> int:
     # The port is released before the application binds it; a race with another binder shows up as a
     # readiness failure, never as a wrong environment (the probe goes to the recorded port).
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+    return free_port("127.0.0.1")
 
 
 def _resource(record: dict[str, Any]) -> OwnedResource:

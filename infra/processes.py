@@ -17,6 +17,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from environments import ports
 from environments.processes import is_running, live_processes, read_stat
 
 
@@ -85,10 +86,8 @@ def wait_port_free(port: int, timeout_s: float, what: str) -> None:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
+    """A port for a service to bind, drawn below the ephemeral range (:mod:`environments.ports`)."""
+    return ports.free_port(host)
 
 
 def is_alive(record: ServiceRecord) -> bool:

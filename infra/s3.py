@@ -36,7 +36,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 from infra import processes
-from infra.processes import ServiceError, ServiceRecord
+from infra.processes import ServiceError, ServiceRecord, free_port
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -250,15 +250,17 @@ def _reap(pid: int, timeout_s: float = 5.0) -> None:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct free loopback ports; the last one also has a free port at +10000 (admin gRPC)."""
+    """``count`` distinct free loopback ports (below the ephemeral range, :mod:`environments.ports`); the last one
+    also has a free port at +10000 (admin gRPC). Each is held bound until all are chosen, so none repeats."""
     held: list[socket.socket] = []
     try:
         ports: list[int] = []
         while len(ports) < count:
-            s = socket.socket()
-            s.bind((HOST, 0))
+            port = free_port(HOST)
+            s = _try_bind(port)
+            if s is None:  # taken since it was drawn
+                continue
             held.append(s)
-            port: int = s.getsockname()[1]
             if len(ports) == count - 1:
                 partner = _try_bind(port + _GRPC_OFFSET)
                 if partner is None:
