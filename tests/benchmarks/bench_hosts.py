@@ -46,7 +46,7 @@ from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from tests.benchmarks.bench_parked import REPOSITORY, bounded
 from tests.benchmarks.bench_throughput import PR_NUMBER
 from tests.conftest import temporal_binary
-from tests.e2e.conftest import REPO_ROOT
+from tests.e2e.conftest import REPO_ROOT, E2EStack
 from tests.pipeline.test_workflow_logic import CANDIDATE
 
 DEFAULT = (24, 12, 3)
@@ -152,24 +152,30 @@ async def fast_activities(net: Network, root: Path, n: int, concurrency: int, re
     return rates
 
 
-async def sample_run(workers: dict[str, str]) -> float:
-    """Seconds from the report to merged for one cart run on the cluster with ``workers`` (host -> queues)."""
-    from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+def sample_run(workers: dict[str, str]) -> float:
+    """Seconds from the report to merged for one cart run on the cluster with ``workers`` (host -> queues).
+
+    The cluster is stood up outside any event loop: its readiness probes run event loops of their own."""
     from tests.multihost.cluster import running_cluster
 
     with (
         tempfile.TemporaryDirectory(prefix="durafix-bench-hosts-") as tmp,
         running_cluster(Path(tmp), workers=workers) as cluster,
     ):
-        stack = cluster.stack
-        started = time.monotonic()
-        client, repository, _, wf = await stack.open_run()
-        review = await state_when(client, wf, awaiting_review)
-        assert review.pending_approval is not None, review.outcome_detail
-        stack.approve_on_forge(repository, review.pending_approval.pr_number, review.pending_approval.head_sha)
-        final = await state_when(client, wf, finished)
-        assert final.outcome == Outcome.MERGED, final.outcome_detail
-        return time.monotonic() - started
+        return asyncio.run(_report_to_merged(cluster.stack))
+
+
+async def _report_to_merged(stack: E2EStack) -> float:
+    from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+
+    started = time.monotonic()
+    client, repository, _, wf = await stack.open_run()
+    review = await state_when(client, wf, awaiting_review)
+    assert review.pending_approval is not None, review.outcome_detail
+    stack.approve_on_forge(repository, review.pending_approval.pr_number, review.pending_approval.head_sha)
+    final = await state_when(client, wf, finished)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    return time.monotonic() - started
 
 
 def main() -> None:
@@ -194,8 +200,8 @@ def main() -> None:
     print(f"  3 worker hosts  {three:7.0f} runs/min   ({three / one:.2f}x)")
     if args.no_sample:
         return
-    split = asyncio.run(sample_run({"w1": "orchestration,forge,model", "w2": "environments,browser"}))
-    together = asyncio.run(sample_run({"w1": "all"}))
+    split = sample_run({"w1": "orchestration,forge,model", "w2": "environments,browser"})
+    together = sample_run({"w1": "all"})
     print("the cart sample, report to merged (one run each, approved as soon as it waits):")
     print(f"  queues on separate hosts (w1: orchestration, forge, model; w2: environments, browser)  {split:6.1f} s")
     print(f"  every queue on one host                                                           {together:6.1f} s")
