@@ -19,10 +19,10 @@ worker takes longer to start than the time between kills, kills nothing and is c
 instead and restarted on its SQLite file and port. What each kill hits depends on the machine's timing, so a
 seed replays the fault plan (the intervals, the server's ticks), not the runs.
 
-A run is *lost* when it has not ended by the deadline, and has *no outcome* when its workflow ended without a
-result (failed, terminated, timed out). The soak fails (exit 1) on any lost run, run without an outcome,
-duplicate on the forge, dishonest outcome (merged with no merged PR holding its merge commit, or a merged PR
-under any other outcome) or leaked resource; see :mod:`infra.chaos.audit` for how each is read.
+A run is *lost* when it has not ended within the deadline of its own start, and has *no outcome* when its
+workflow ended without a result (failed, terminated, timed out). The soak fails (exit 1) on any lost run, run
+without an outcome, duplicate on the forge, dishonest outcome (merged with no merged PR holding its merge
+commit, or a merged PR under any other outcome) or leaked resource; see :mod:`infra.chaos.audit` for how each is read.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ class StateDirInUse(RuntimeError):
 @dataclass(frozen=True)
 class SoakPlan:
     """What ``durafix chaos`` was asked for. ``concurrency`` bounds the runs in flight at once (the others wait
-    their turn); ``deadline_s`` counts from the first start."""
+    their turn); ``deadline_s`` is how long each run may take from its own start before it is lost."""
 
     runs: int
     workers: int
@@ -344,10 +344,11 @@ class Soak:
         )
 
     async def _drive(self, client: Client, config: DurafixConfig, reviewer: Github) -> None:
+        """Start runs as slots free up, approve what they ask, and record each end. A run not ended
+        ``deadline_s`` after its own start is lost: it gives up its slot and is no longer watched."""
         policy = soak_policy(config)
         waiting = list(self.runs)
-        deadline = time.monotonic() + self.plan.deadline_s
-        while time.monotonic() < deadline:
+        while True:
             while waiting and len(self._in_flight) < self.plan.concurrency:
                 run = waiting.pop(0)
                 await self._start(client, config, run, policy)
@@ -356,11 +357,17 @@ class Soak:
                 return
             flying = [r for r in self.runs if r.index in self._in_flight]
             await asyncio.gather(*(self._poll(client, reviewer, r) for r in flying))
+            for run in flying:
+                started = run.started_s
+                if run.ended_s is None and started is not None and self.elapsed() - started > self.plan.deadline_s:
+                    self._lost(run)
             await asyncio.sleep(POLL_S)
-        for run in self.runs:
-            if run.ended_s is None:
-                run.status = "lost" if run.started_s is not None else "never started"
-                run.problems.append(f"not ended within the deadline of {self.plan.deadline_s:.0f}s")
+
+    def _lost(self, run: Run) -> None:
+        run.status = "lost"
+        run.problems.append(f"not ended within {self.plan.deadline_s:.0f}s of its start")
+        self._in_flight.discard(run.index)
+        self.say(f"run {run.index} lost: not ended {self.plan.deadline_s:.0f}s after its start ({self._progress()})")
 
     # -- the audit -----------------------------------------------------------------------------------------
 
