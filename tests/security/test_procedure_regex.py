@@ -118,7 +118,7 @@ def test_finding_the_block_in_a_hostile_report_is_linear() -> None:
 
 
 @pytest.mark.browser
-def test_a_catastrophic_pattern_on_a_long_page_is_answered_in_under_a_second_more_than_a_trivial_one(
+def test_a_catastrophic_pattern_on_a_long_page_is_answered_about_as_fast_as_a_trivial_one(
     runner: BrowserRunner,
     tmp_path: Path,
 ) -> None:
@@ -127,14 +127,16 @@ def test_a_catastrophic_pattern_on_a_long_page_is_answered_in_under_a_second_mor
         trivial = runner.run(procedure_with("x+y"), app, tmp_path / "trivial")
         catastrophic = runner.run(procedure_with(CATASTROPHIC), app, tmp_path / "catastrophic")
 
-    # Evaluated (held: False), not timed out, on every check; and no slower than the trivial pattern's run
-    # plus a second.
+    # Evaluated (held: False), not timed out, on every check; and about as fast as the trivial pattern's run.
+    # The margin is wide because the two runs are timed on a host that may be busy (a second flaked under the
+    # test suite's load), and it can be: a backtracking engine (Python's re) takes about a second for this
+    # pattern on 24 x's, four times longer with every two more, and would never finish on 20,000.
     for result in (trivial, catastrophic):
         assert result.status == ReproductionStatus.NOT_REPRODUCED, result.detail
         assert [a.holds for a in result.runs[0].assertions] == [False, False]
     assert catastrophic.runs[0].assertions[0].actual == "x" * LONG_TEXT_CHARS
     assert catastrophic.runs[0].assertions[1].actual == LONG_PATH
-    assert catastrophic.duration_s < trivial.duration_s + 1.0, (catastrophic.duration_s, trivial.duration_s)
+    assert catastrophic.duration_s < trivial.duration_s + 10.0, (catastrophic.duration_s, trivial.duration_s)
 
 
 @pytest.mark.browser
