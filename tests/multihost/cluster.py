@@ -83,7 +83,11 @@ class Cluster:
 
 def _spawn(host: Host, root: Path, name: str, argv: list[str], port: int, url: str, **env: str) -> ServiceRecord:
     rec = processes.spawn(name, host.argv(argv), log=root / "logs" / f"{name}.log", port=port, url=url, env=env)
-    processes.wait_ready(rec, lambda: processes.tcp_open(host.address, port), 90)
+    try:
+        processes.wait_ready(rec, lambda: processes.tcp_open(host.address, port), 90)
+    except BaseException:
+        processes.stop(rec, grace_s=5)
+        raise
     return rec
 
 
@@ -101,11 +105,13 @@ def running_cluster(root: Path, *, workers: dict[str, str] | None = None) -> Ite
     root.mkdir(parents=True, exist_ok=True)
     net = Network().__enter__()
     cluster: Cluster | None = None
+    # What started before the cluster exists is stopped here when a later step fails.
+    services: list[ServiceRecord] = []
+    s3: SeaweedS3 | None = None
     try:
         server, forge = net.add_host("server"), net.add_host("forge")
         for name in ("w1", "w2", "w3"):
             net.add_host(name)
-        services: list[ServiceRecord] = []
         temporal = _spawn(
             server,
             root,
@@ -228,4 +234,11 @@ def running_cluster(root: Path, *, workers: dict[str, str] | None = None) -> Ite
     finally:
         if cluster is not None:
             cluster.close()
+        else:
+            for rec in reversed(services):
+                with contextlib.suppress(Exception):
+                    processes.stop(rec, grace_s=10)
+            if s3 is not None:
+                with contextlib.suppress(Exception):
+                    s3.stop()
         net.close()
