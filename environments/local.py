@@ -276,7 +276,9 @@ class LocalProcessProvider:
             sandbox=self.sandbox,
             allowed_secrets=self.allowed_secrets,
         )
-        port = _free_port()
+        # The port is released before the application binds it; a race with another binder shows up as a
+        # readiness failure, never as a wrong environment (the probe goes to the recorded port).
+        port = free_port()
         progress(f"starting app: {command_text(recipe.start)}")
         env = command_env(recipe, marker=marker, extra={"PORT": str(port)}, allowed_secrets=self.allowed_secrets)
         if self.sandbox.sandboxed:
@@ -425,12 +427,6 @@ def _probe(record: dict[str, Any]) -> ReadinessProbe:
 
 def _marker(run_dir: Path, key: str) -> str:
     return f"{run_dir.name}/{key}"
-
-
-def _free_port() -> int:
-    # The port is released before the application binds it; a race with another binder shows up as a
-    # readiness failure, never as a wrong environment (the probe goes to the recorded port).
-    return free_port("127.0.0.1")
 
 
 def _resource(record: dict[str, Any]) -> OwnedResource:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from environments import ports
+# Services' ports are drawn below the ephemeral range (see environments.ports); re-exported for the stack.
+from environments.ports import free_port as free_port
 from environments.processes import is_running, live_processes, read_stat
 
 
@@ -83,11 +84,6 @@ def wait_port_free(port: int, timeout_s: float, what: str) -> None:
             held = f"pid {', '.join(map(str, holders))}" if holders else "a process this user cannot see"
             raise ServiceError(f"port {port}, recorded for {what}, is held by {held}")
         time.sleep(0.2)
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port for a service to bind, drawn below the ephemeral range (:mod:`environments.ports`)."""
-    return ports.free_port(host)
 
 
 def is_alive(record: ServiceRecord) -> bool:

@@ -59,9 +59,8 @@ RULES: tuple[Rule, ...] = (
     # A refusal the remote will give again (401/403/404, "not our ref", a protocol error) is not retried; a
     # transport failure (connection, timeout, 5xx) is.
     Rule((GitProtocolError,), F.PERMANENT, "git: {err}"),
-    Rule((GitError,), F.TRANSIENT, "git: {err}"),
-    # A git killed by a signal says nothing about the repository: tried again.
-    Rule((GitInterrupted,), F.TRANSIENT, "git: {err}"),
+    # A git killed by a signal says nothing about the repository either: tried again.
+    Rule((GitError, GitInterrupted), F.TRANSIENT, "git: {err}"),
     # browser
     Rule((BrowserInfraError,), F.INFRASTRUCTURE, "browser failed: {err}"),
     # model (repair)

@@ -72,13 +72,18 @@ class Cluster:
         return processes.log_tail(Path(self.workers[name].log), lines)
 
     def close(self) -> None:
-        for rec in [*self.workers.values(), self.stack.receiver, *reversed(self.services)]:
-            with contextlib.suppress(Exception):
-                processes.stop(rec, grace_s=10)
-        if self.s3 is not None:
-            with contextlib.suppress(Exception):
-                self.s3.stop()
+        _stop_all([*self.workers.values(), self.stack.receiver], self.services, self.s3)
         self.net.close()
+
+
+def _stop_all(first: list[ServiceRecord], services: list[ServiceRecord], s3: SeaweedS3 | None) -> None:
+    """Stop ``first``, then ``services`` newest first, then the S3 server; a failure stops nothing else."""
+    for rec in [*first, *reversed(services)]:
+        with contextlib.suppress(Exception):
+            processes.stop(rec, grace_s=10)
+    if s3 is not None:
+        with contextlib.suppress(Exception):
+            s3.stop()
 
 
 def _spawn(host: Host, root: Path, name: str, argv: list[str], port: int, url: str, **env: str) -> ServiceRecord:
@@ -235,10 +240,5 @@ def running_cluster(root: Path, *, workers: dict[str, str] | None = None) -> Ite
         if cluster is not None:
             cluster.close()
         else:
-            for rec in reversed(services):
-                with contextlib.suppress(Exception):
-                    processes.stop(rec, grace_s=10)
-            if s3 is not None:
-                with contextlib.suppress(Exception):
-                    s3.stop()
+            _stop_all([], services, s3)
         net.close()
