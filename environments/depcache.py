@@ -69,7 +69,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from environments.files import locked, locked_within, path_key, read_json, remove_tree, try_locked, write_json_atomic
-from environments.git import GitError, run_git
+from environments.git import GitError, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress
 from environments.spec import cached_paths, dependency_lock_hash, lock_file_digests
 
@@ -288,11 +288,16 @@ class DependencyCache:
 
     def checkout_state(self, ws: Path) -> frozenset[tuple[str, str]] | None:
         """What ``git status`` says of ``ws`` now, as (status, path) pairs (``None``: not a git checkout), to
-        compare with after setup. Ignored and untracked directories count as one path each."""
+        compare with after setup. Ignored and untracked directories count as one path each.
+
+        Setup (untrusted) runs between the two calls, so git runs through a git directory of the worker's own
+        (:func:`environments.git.isolated_git`): the workspace's configuration, attributes file and hooks are
+        never read, its HEAD and index only as data."""
         try:
-            out = run_git(
-                ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--ignored=traditional", "-unormal"], cwd=ws
-            )
+            with isolated_git(ws) as git:
+                out = git.run(
+                    ["--no-optional-locks", "status", "--porcelain=v1", "-z", "--ignored=traditional", "-unormal"]
+                )
         except GitError:
             return None
         return frozenset(_status_items(out))
@@ -577,6 +582,9 @@ def _relocate(staging: Path, record: BuildRecord, ws: Path) -> None:
         tmp.write_bytes(data)
         shutil.copystat(path, tmp)
         os.replace(tmp, path)
+
+
+_STATUS_ARGS = ("--porcelain=v1", "-z", "--ignored=traditional", "-unormal")
 
 
 def _status_items(out: str) -> Iterator[tuple[str, str]]:

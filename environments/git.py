@@ -10,24 +10,35 @@ configuration git reads here defines one, so none runs. A token is
 handed to git as an ``http.<url>.extraHeader`` through ``GIT_CONFIG_COUNT``/``GIT_CONFIG_KEY_n``/
 ``GIT_CONFIG_VALUE_n`` environment variables: it lives only in the git child's environment, is scoped to the
 clone URL, and is never written into any repository's configuration.
+
+A workspace is different: untrusted code ran in it, and a repository's own ``.git/config`` (``[filter]``,
+``[include]``, ``core.fsmonitor``, ``core.sshCommand``, ``diff.external``...), ``.git/info/attributes`` and
+``.git/hooks`` are read by git *before* anything ``GIT_CONFIG_COUNT`` can switch off. So every host-side git
+command on a workspace after untrusted code may have run goes through :func:`isolated_git`: a git directory of
+the worker's own making, in a temporary directory outside the workspace, that borrows the workspace's objects
+and names its commit explicitly. git then reads no configuration, attributes file, hook, ref or index of the
+workspace's (the sandbox also sees the workspace's ``.git`` read-only, so those stay as the worker wrote them;
+this is the second wall, for the unsandboxed mode and for what the first might miss).
 """
 
 from __future__ import annotations
 
 import atexit
 import base64
+import contextlib
 import functools
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from environments.interface import EnvironmentError
+from environments.untrusted_files import UntrustedFileError, copy_beneath, read_beneath
 
 _PASSED_THROUGH = ("PATH", "LANG", "LC_ALL", "TMPDIR")
 
@@ -42,6 +53,19 @@ CLEAN_CONFIG: tuple[tuple[str, str], ...] = (
     # workspace may still stand on, even after a force-push made it unreachable in the mirror.
     ("gc.pruneExpire", "never"),
 )
+
+# On top of CLEAN_CONFIG for commands on a workspace: no pager, no transport of any kind (a workspace command
+# never talks to a remote), no ssh program, no untracked cache or split index read from anywhere.
+WORKSPACE_CONFIG: tuple[tuple[str, str], ...] = (
+    ("core.pager", "cat"),
+    ("core.sshCommand", "false"),
+    ("protocol.allow", "never"),
+    ("core.untrackedCache", "false"),
+    ("core.splitIndex", "false"),
+    ("core.symlinks", "true"),
+    ("diff.noprefix", "false"),
+)
+_FULL_SHA = re.compile(r"^(?:[0-9a-f]{40}|[0-9a-f]{64})$")
 
 
 class GitError(EnvironmentError):
@@ -178,13 +202,15 @@ def git_env(
     clone_url: str | None = None,
     token: str | None = None,
     extra: Mapping[str, str] | None = None,
+    config: Sequence[tuple[str, str]] = (),
 ) -> dict[str, str]:
     """The clean environment for one git child, with an optional scoped auth header.
 
     Only ``PATH``, ``LANG``, ``LC_ALL`` and ``TMPDIR`` are taken from the worker (no ``GIT_*`` variable of
     its own reaches git); no system or global configuration; ``HOME`` and ``XDG_CONFIG_HOME`` an empty
     directory; no system attributes file; :data:`CLEAN_CONFIG` on top of any repository configuration.
-    ``extra`` is added last (commit identities, ``GIT_INDEX_FILE``, ``GIT_DIR``, ...).
+    ``config`` adds more such settings (:data:`WORKSPACE_CONFIG`). ``extra`` is added last (commit identities,
+    ``GIT_INDEX_FILE``, ``GIT_DIR``, ...).
     """
     env = {name: os.environ[name] for name in _PASSED_THROUGH if name in os.environ}
     home = empty_home()
@@ -196,7 +222,7 @@ def git_env(
         HOME=home,
         XDG_CONFIG_HOME=home,
     )
-    config = list(CLEAN_CONFIG)
+    config = [*CLEAN_CONFIG, *config]
     if token is not None:
         if clone_url is None:
             raise ValueError("a token needs the clone URL it is scoped to")
@@ -209,6 +235,85 @@ def git_env(
     if extra:
         env.update(extra)
     return env
+
+
+class IsolatedGit:
+    """git on a workspace's working tree through a git directory of the worker's own making (:func:`isolated_git`).
+
+    ``env`` is the environment to pass to :func:`run_git` / :func:`run_git_bytes` (``GIT_DIR``,
+    ``GIT_WORK_TREE`` and ``GIT_INDEX_FILE`` all point into the worker's directory, except the work tree);
+    :meth:`run` does that with the working tree as ``cwd`` (git never discovers a repository when ``GIT_DIR`` is
+    set, so the workspace's own ``.git`` is never opened as a repository)."""
+
+    def __init__(self, work_tree: Path, git_dir: Path, index: Path, head: str) -> None:
+        self.work_tree = work_tree
+        self.git_dir = git_dir
+        self.head = head
+        self.env = git_env(
+            extra={"GIT_DIR": str(git_dir), "GIT_WORK_TREE": str(work_tree), "GIT_INDEX_FILE": str(index)},
+            config=WORKSPACE_CONFIG,
+        )
+
+    def run(self, args: Sequence[str], *, stdin: str | None = None, timeout_s: float | None = 600.0) -> str:
+        return run_git(args, cwd=self.work_tree, env=self.env, stdin=stdin, timeout_s=timeout_s)
+
+
+@contextlib.contextmanager
+def isolated_git(
+    work_tree: Path, *, head: str | None = None, index_tree: str | None = None, objects: Sequence[Path] = ()
+) -> Iterator[IsolatedGit]:
+    """A git directory of the worker's own, for commands on ``work_tree`` (a workspace), for the block.
+
+    The directory is a fresh bare repository under the worker's temporary directory: its configuration is
+    git's defaults plus :data:`CLEAN_CONFIG` and :data:`WORKSPACE_CONFIG` (no filter, driver, include, hook,
+    monitor, pager or transport is defined or reachable), no attributes or exclude file of its own, and
+    ``objects/info/alternates`` naming the workspace's object directory (and ``objects``, e.g. a mirror's).
+    ``head`` is the commit HEAD names (detached): the caller's own record, e.g. the commit the worker made;
+    without it, the workspace's ``.git/HEAD`` is read as data (a full commit ID, nothing else is accepted).
+    The index is ``index_tree`` read fresh when given; else a copy of the workspace's index file (a regular
+    file, read with no link followed), else ``head``'s tree. Only the working tree itself (including any
+    ``.gitattributes`` files in it, which name filters and drivers that no configuration here defines) is the
+    workspace's. Nothing is left behind; the workspace's ``.git`` is never written.
+    """
+    work_tree = work_tree.absolute()
+    if work_tree.is_symlink() or not work_tree.is_dir():
+        raise GitError(["isolated"], 1, f"{work_tree} is not a directory")
+    dot_git = work_tree / ".git"
+    own_objects = dot_git / "objects"
+    if dot_git.is_symlink() or own_objects.is_symlink() or not own_objects.is_dir():
+        raise GitError(["isolated"], 1, f"{work_tree}: its .git is not a directory of objects (a link, or missing)")
+    if head is None:
+        try:
+            said = read_beneath(work_tree, ".git/HEAD", max_bytes=200).decode("ascii", errors="replace").strip()
+        except UntrustedFileError as exc:
+            raise GitError(["isolated"], 1, f"{work_tree}: HEAD not read: {exc}") from None
+        head = said
+    if not _FULL_SHA.match(head):
+        raise GitError(["isolated"], 1, f"{work_tree}: HEAD is not a full commit ID ({head[:60]!r})")
+    tmp = Path(tempfile.mkdtemp(prefix="durafix-isolated-git-"))
+    try:
+        git_dir = tmp / "git"
+        index = tmp / "index"
+        run_git(["init", "--quiet", "--bare", "--template=", str(git_dir)], cwd=tmp)
+        info = git_dir / "objects" / "info"
+        info.mkdir(parents=True, exist_ok=True)
+        borrowed = [own_objects.resolve(), *(Path(o).resolve() for o in objects)]
+        (info / "alternates").write_text("".join(f"{o}\n" for o in borrowed), encoding="utf-8")
+        bare = git_env(extra={"GIT_DIR": str(git_dir)}, config=WORKSPACE_CONFIG)
+        run_git(["update-ref", "--no-deref", "HEAD", head], cwd=tmp, env=bare)
+        iso = IsolatedGit(work_tree, git_dir, index, head)
+        copied = False
+        if index_tree is None:
+            try:
+                copy_beneath(work_tree, ".git/index", index, max_bytes=256 * 1024 * 1024)
+                copied = True
+            except UntrustedFileError:
+                copied = False
+        if not copied:
+            run_git(["read-tree", index_tree or head], cwd=tmp, env=iso.env)
+        yield iso
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def run_git(

@@ -10,8 +10,13 @@ that fail on the base and pass on the candidate; without one it compares exit co
 run whose base already fails tests without a per-test report never gets this far.
 
 Setup is run again first only when a reverted file is a lock file (the dependencies differ); otherwise the
-installed dependencies are the base's already. The proof changes only the workspace's working tree and index,
-never its commits: call it after the candidate is committed and snapshotted.
+installed dependencies are the base's already. The proof changes only the workspace's working tree, never its
+git metadata or commits: call it after the candidate is committed and snapshotted.
+
+The verification's tests have run in the workspace by then, so its ``.git`` is not consulted: every git command
+here goes through a git directory of the worker's own (:func:`environments.git.isolated_git`) whose HEAD and
+index are the candidate commit the caller names, and the test report is read and removed with no link followed
+(:mod:`environments.untrusted_files`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,12 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from environments.checks import SetupError
-from environments.git import run_git
+from environments.git import IsolatedGit, isolated_git
 from environments.interface import AppRecipe, TestRunResult
 from environments.spec import lock_files
 from environments.test_files import pick_test_files
 from environments.test_results import ReportError, TestCases, fixed, read_workspace_report
+from environments.untrusted_files import unlink_beneath
 
 # How many fixed test cases a proof names; the report links the full logs for the rest.
 MAX_NAMED_CASES = 50
@@ -81,13 +87,31 @@ def prove_regression(
     run: TestRunner,
     log_dir: Path,
     candidate_cases: TestCases | None,
+    candidate: str,
 ) -> RegressionProof:
     """Run the patch's test files against the base revision's code in ``ws`` (see the module docstring).
+
+    ``candidate`` is the commit the worker made in ``ws`` (whose tree the workspace was built to), so nothing the
+    tests left in the workspace's git metadata decides which files are the patch's.
 
     ``candidate_cases``: the verification run's test cases (with a ``test_report``), used when the proof runs
     the full ``test``. ``run`` is asked to set up again only for the base run after a lock file was reverted.
     """
-    changed = _changed(ws, base_revision)
+    with isolated_git(ws, head=candidate, index_tree=candidate) as git:
+        return _prove(ws, git, base_revision, recipe, run=run, log_dir=log_dir, candidate_cases=candidate_cases)
+
+
+def _prove(
+    ws: Path,
+    git: IsolatedGit,
+    base_revision: str,
+    recipe: AppRecipe,
+    *,
+    run: TestRunner,
+    log_dir: Path,
+    candidate_cases: TestCases | None,
+) -> RegressionProof:
+    changed = _changed(git, base_revision)
     tests = pick_test_files([path for path, status in changed.items() if status != "D"], recipe.test_files)
     if not tests:
         return RegressionProof(status=ProofStatus.NO_TESTS)
@@ -110,7 +134,7 @@ def prove_regression(
     else:
         command, candidate_log = recipe.test, None
         candidate_passed, candidate_summary = True, "passed (the verification's run)"
-    reverted = _revert_all_but(ws, base_revision, changed, keep=set(tests))
+    reverted = _revert_all_but(git, base_revision, changed, keep=set(tests))
     base_log = log_dir / "regression-base.log"
     forget_report(ws, recipe)
     try:
@@ -145,21 +169,22 @@ def prove_regression(
     return proof
 
 
-def _changed(ws: Path, base_revision: str) -> dict[str, str]:
-    """Path -> git's status letter (A, M, D, T) of every file HEAD changes relative to ``base_revision``."""
-    out = run_git(["diff", "--no-renames", "--name-status", "-z", base_revision, "HEAD"], cwd=ws)
+def _changed(git: IsolatedGit, base_revision: str) -> dict[str, str]:
+    """Path -> git's status letter (A, M, D, T) of every file the candidate changes relative to ``base_revision``."""
+    out = git.run(["diff", "--no-renames", "--no-ext-diff", "--name-status", "-z", base_revision, git.head])
     fields = [f for f in out.split("\0") if f]
     return {fields[i + 1]: fields[i][0] for i in range(0, len(fields) - 1, 2)}
 
 
-def _revert_all_but(ws: Path, base_revision: str, changed: dict[str, str], keep: set[str]) -> list[str]:
-    """Put every changed path not in ``keep`` back as on the base (index and working tree); return them."""
+def _revert_all_but(git: IsolatedGit, base_revision: str, changed: dict[str, str], keep: set[str]) -> list[str]:
+    """Put every changed path not in ``keep`` back as on the base (working tree, and the isolated index); return
+    them. git replaces a link on the way to a path instead of writing through it."""
     added = sorted(p for p, status in changed.items() if p not in keep and status == "A")
     existing = sorted(p for p, status in changed.items() if p not in keep and status != "A")
     if added:
-        run_git(["rm", "-q", "-f", "--", *added], cwd=ws)
+        git.run(["rm", "-q", "-f", "--ignore-unmatch", "--", *added])
     if existing:
-        run_git(["checkout", base_revision, "--", *existing], cwd=ws)
+        git.run(["checkout", base_revision, "--", *existing])
     return added + existing
 
 
@@ -167,9 +192,7 @@ def forget_report(ws: Path, recipe: AppRecipe) -> None:
     """Remove the recipe's test report from ``ws`` before a run, so a run that writes none is not judged by an
     earlier run's (or a committed) report."""
     if recipe.test_report:
-        report = ws / recipe.test_report
-        if report.is_symlink() or report.is_file():
-            report.unlink()
+        unlink_beneath(ws, recipe.test_report)
 
 
 def _cases(ws: Path, recipe: AppRecipe) -> TestCases | None:

@@ -143,6 +143,13 @@ class Sandbox:
         for path in [workspace, *writable]:
             resolved = str(Path(path).absolute())
             args += ["--bind", resolved, resolved]
+        # Over the writable bind: the workspace's git metadata is the worker's, read-only to what runs inside. A
+        # ``.git`` that is not a real directory (a link, a file) was not made by the worker: refused, not bound.
+        dot_git = Path(workspace).absolute() / ".git"
+        if dot_git.is_symlink() or (dot_git.exists() and not dot_git.is_dir()):
+            raise EnvironmentError(f"{dot_git} is not a directory the worker made; refusing to run a command there")
+        if dot_git.is_dir():
+            args += ["--ro-bind", str(dot_git), str(dot_git)]
         args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
         return args
 

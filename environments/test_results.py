@@ -21,6 +21,8 @@ from xml.etree import ElementTree
 
 from pydantic import BaseModel, Field
 
+from environments.untrusted_files import UntrustedFileError, read_beneath_cut
+
 MAX_REPORT_BYTES = 32 * 1024 * 1024
 MAX_CASES = 100_000
 MAX_NAME_CHARS = 300
@@ -61,19 +63,23 @@ class ReportError(ValueError):
 
 def read_workspace_report(workspace: Path, report: str) -> TestCases:
     """:func:`read_junit` of the report ``report`` names inside ``workspace``. The file was written by the
-    repository's commands, so a symlink, or a path leading outside the workspace, is refused rather than
-    followed (it could name a file of the worker's)."""
-    path = workspace / report
-    if path.is_symlink() or not path.resolve().is_relative_to(workspace.resolve()):
-        raise ReportError(f"the test report {report} is a link or leads outside the workspace; it is not read")
-    return read_junit(path)
+    repository's commands, so it is opened beneath the workspace with no link followed at any component
+    (:mod:`environments.untrusted_files`): a link, a FIFO, a path leading outside or a file over the size
+    limit is refused, never read."""
+    try:
+        data, cut = read_beneath_cut(workspace, report, max_bytes=MAX_REPORT_BYTES)
+    except UntrustedFileError as exc:
+        if "was not written" in str(exc):
+            raise ReportError(f"the test report {report} was not written") from None
+        raise ReportError(f"the test report {exc!s}") from None
+    if cut:
+        raise ReportError(f"the test report {report} is over the {MAX_REPORT_BYTES}-byte limit")
+    return parse_junit(data, Path(report).name)
 
 
 def read_junit(path: Path) -> TestCases:
-    """The test cases in the JUnit XML report at ``path`` (``<testcase>`` elements anywhere in it).
+    """The test cases in the JUnit XML report at ``path`` (a file of the worker's; see :func:`parse_junit`).
 
-    A case with a ``<failure>`` or ``<error>`` child failed, one with ``<skipped>`` was skipped, any other
-    passed. A name seen twice (a retried test) keeps its worst outcome: failed over passed over skipped.
     Raises :class:`ReportError` for a missing, oversized or malformed report, or one declaring a DTD.
     """
     try:
@@ -82,18 +88,26 @@ def read_junit(path: Path) -> TestCases:
         raise ReportError(f"the test report {path.name} was not written") from None
     if size > MAX_REPORT_BYTES:
         raise ReportError(f"the test report {path.name} is {size} bytes, over the {MAX_REPORT_BYTES}-byte limit")
-    data = path.read_bytes()
+    return parse_junit(path.read_bytes(), path.name)
+
+
+def parse_junit(data: bytes, name: str) -> TestCases:
+    """The test cases in a JUnit XML report (``<testcase>`` elements anywhere in it).
+
+    A case with a ``<failure>`` or ``<error>`` child failed, one with ``<skipped>`` was skipped, any other
+    passed. A name seen twice (a retried test) keeps its worst outcome: failed over passed over skipped.
+    """
     if b"<!DOCTYPE" in data or b"<!ENTITY" in data:
-        raise ReportError(f"the test report {path.name} declares a DTD or entities, which are not read")
+        raise ReportError(f"the test report {name} declares a DTD or entities, which are not read")
     try:
         root = ElementTree.fromstring(data)
     except ElementTree.ParseError as err:
-        raise ReportError(f"the test report {path.name} is not well-formed XML: {err}") from None
+        raise ReportError(f"the test report {name} is not well-formed XML: {err}") from None
     cases: dict[str, CaseOutcome] = {}
     rank = {CaseOutcome.SKIPPED: 0, CaseOutcome.PASSED: 1, CaseOutcome.FAILED: 2}
     for element in root.iter("testcase"):
         if len(cases) >= MAX_CASES:
-            raise ReportError(f"the test report {path.name} holds more than {MAX_CASES} test cases")
+            raise ReportError(f"the test report {name} holds more than {MAX_CASES} test cases")
         owner = element.get("classname") or element.get("file") or ""
         name = f"{owner}::{element.get('name', '')}" if owner else element.get("name", "")
         name = name[:MAX_NAME_CHARS]
@@ -107,7 +121,7 @@ def read_junit(path: Path) -> TestCases:
         if name not in cases or rank[outcome] > rank[cases[name]]:
             cases[name] = outcome
     if not cases:
-        raise ReportError(f"the test report {path.name} holds no test cases")
+        raise ReportError(f"the test report {name} holds no test cases")
     return TestCases(cases=cases)
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from environments.files import locked, path_key, read_json, remove_tree, write_json_atomic
-from environments.git import GitError, git_env, run_git
+from environments.git import GitError, git_env, isolated_git, run_git
 from environments.interface import (
     CleanupReport,
     EnvironmentError,
@@ -171,20 +171,25 @@ class WorkspaceManager:
         run_git(["update-ref", "--no-deref", "HEAD", commit], cwd=ws.path)
         return commit
 
-    def snapshot(self, ws: Workspace, dest: Path) -> Path:
-        """Write a git bundle of the workspace's HEAD commit(s) beyond its base revision to ``dest``.
+    def snapshot(self, ws: Workspace, dest: Path, commit: str) -> Path:
+        """Write a git bundle of ``commit`` (the worker's own, from :meth:`commit`) beyond the base revision.
 
-        The bundle is thin (the base revision is a prerequisite), so it stays small; restoring it needs the
-        base revision from the clone URL or the mirror. Written atomically.
+        The commit is named by the caller, never read from the workspace's HEAD: tests that ran in the workspace
+        must not choose what goes into the bundle. The bundle is made through a git directory of the worker's
+        own (:func:`environments.git.isolated_git`) and is thin (the base revision is a prerequisite), so it
+        stays small; restoring it needs the base revision from the clone URL or the mirror. Its one ref is
+        ``HEAD``. Written atomically.
         """
-        head = run_git(["rev-parse", "HEAD"], cwd=ws.path)
-        if head == ws.base_revision:
+        if not _FULL_SHA.match(commit):
+            raise ValueError(f"the commit to snapshot must be a full commit ID, got {commit!r}")
+        if commit == ws.base_revision:
             raise ValueError("nothing to snapshot: the workspace has no commit beyond its base revision")
         dest = dest.absolute()
         dest.parent.mkdir(parents=True, exist_ok=True)
         tmp = dest.with_name(f".{dest.name}.tmp-{uuid.uuid4().hex}")
         try:
-            run_git(["bundle", "create", "--quiet", str(tmp), "HEAD", f"^{ws.base_revision}"], cwd=ws.path)
+            with isolated_git(ws.path, head=commit, index_tree=commit) as git:
+                git.run(["bundle", "create", "--quiet", str(tmp), "HEAD", f"^{ws.base_revision}"])
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)

@@ -26,11 +26,27 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from environments.untrusted_files import UntrustedFileError, read_beneath
 from repair.interface import RepairRequest
 
 TASK_FILE = "task.md"
 SUMMARY_FILE = "summary.txt"
 MAX_SUMMARY_CHARS = 2000
+
+
+# The agent directory is the agent's (sandboxed, model-driven) to write: what the worker reads back from it is
+# read beneath it with no link followed and a size cap (environments.untrusted_files), never ``read_text``.
+MAX_SUMMARY_READ = 64 * 1024
+
+
+def read_agent_file(agent_dir: Path, name: str, max_bytes: int) -> str:
+    """The text of ``name`` in ``agent_dir`` (an untrusted directory), or ``""`` when it was not written or was
+    refused: a link (to ``config.json``, ``/proc/self/environ``...), a FIFO, or a file over ``max_bytes`` is never
+    read. Undecodable bytes are replaced."""
+    try:
+        return read_beneath(agent_dir, name, max_bytes=max_bytes).decode("utf-8", errors="replace")
+    except UntrustedFileError:
+        return ""
 
 
 def bounded_summary(text: str, fallback: str) -> str:
@@ -118,8 +134,7 @@ class ShellAgent:
         return Invocation(argv=["/bin/sh", "-c", self.command], env=env, read_only=self.read_only)
 
     def summary(self, agent_dir: Path) -> str:
-        try:
-            said = (agent_dir / SUMMARY_FILE).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            said = ""
-        return bounded_summary(said, f"{self.name} finished without writing {SUMMARY_FILE}")
+        return bounded_summary(
+            read_agent_file(agent_dir, SUMMARY_FILE, MAX_SUMMARY_READ),
+            f"{self.name} finished without writing {SUMMARY_FILE}",
+        )

@@ -25,13 +25,15 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from repair.agent_command import Invocation, base_env, bounded_summary
+from repair.agent_command import Invocation, base_env, bounded_summary, read_agent_file
 from repair.interface import RepairRequest
 
 PACKAGE = "mini-swe-agent"
 VERSION = "2.4.6"
 SYSTEM_PYTHON = "/usr/bin/python3"
 STEP_LIMIT = 30
+# A trajectory holds every turn; one bigger than this is not read (the attempt's summary says so).
+MAX_TRAJECTORY_READ = 32 * 1024 * 1024
 TRAJECTORY = "trajectory.json"
 _READY = ".durafix-ready"
 
@@ -133,9 +135,12 @@ class MiniSweAgent:
 
     def summary(self, agent_dir: Path) -> str:
         """The agent's submission (the text after its completion marker), else how it exited."""
+        said = read_agent_file(agent_dir, TRAJECTORY, MAX_TRAJECTORY_READ)
         try:
-            info = json.loads((agent_dir / TRAJECTORY).read_text()).get("info", {})
-        except (OSError, ValueError):
-            return "mini-swe-agent finished without writing its trajectory"
+            info = json.loads(said).get("info", {}) if said else None
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            return "mini-swe-agent finished without writing its trajectory (or it was a link, not JSON, or too big)"
         exited = f"mini-swe-agent exited: {str(info.get('exit_status') or 'unknown')[:100]}"
         return bounded_summary(str(info.get("submission") or ""), exited)

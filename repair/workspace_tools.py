@@ -4,6 +4,11 @@ Every path is relative to the workspace root. Refused, with :class:`ToolRefused`
 component, anything inside ``.git`` (the repository's own state is not the model's to edit), and any path
 that resolves outside the root once symlinks are followed. Files are read and written as UTF-8 text only, so a
 patch built from the workspace never carries binary content.
+
+The workspace is shared with sandboxed commands (the app keeps running while the model edits), so a path that
+was checked may be swapped for a link before it is used: every read and write goes through
+:mod:`environments.untrusted_files`, which opens each component with no link followed, so such a swap fails
+the tool call instead of reaching a file of the worker's.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 from pathlib import Path, PurePosixPath
 
 from browser.patterns import PatternError, compile_pattern
+from environments.untrusted_files import UntrustedFileError, read_beneath, write_beneath
 
 MAX_READ_BYTES = 200_000
 MAX_LISTED = 500
@@ -70,9 +76,17 @@ class WorkspaceTools:
         if size > MAX_READ_BYTES:
             raise ToolRefused(f"{path!r}: {size} bytes is more than the {MAX_READ_BYTES} bytes a read returns")
         try:
-            return target.read_text(encoding="utf-8")
+            return read_beneath(self.root, self._rel(target), max_bytes=MAX_READ_BYTES).decode("utf-8")
+        except UntrustedFileError as exc:
+            raise ToolRefused(f"{path!r}: {str(exc).partition(': ')[2] or exc}") from None
         except UnicodeDecodeError:
             raise ToolRefused(f"{path!r}: not UTF-8 text") from None
+
+    def _write(self, target: Path, path: str, text: str) -> None:
+        try:
+            write_beneath(self.root, self._rel(target), text.encode("utf-8"))
+        except UntrustedFileError as exc:
+            raise ToolRefused(f"{path!r}: {str(exc).partition(': ')[2] or exc}") from None
 
     def search(self, pattern: str) -> str:
         """Lines matching the regex ``pattern`` in the workspace's text files, as ``path:line: text``.
@@ -90,8 +104,8 @@ class WorkspaceTools:
             if target.is_symlink() or not target.is_file() or target.stat().st_size > MAX_READ_BYTES:
                 continue
             try:
-                lines = target.read_text(encoding="utf-8").splitlines()
-            except UnicodeDecodeError:
+                lines = read_beneath(self.root, rel, max_bytes=MAX_READ_BYTES).decode("utf-8").splitlines()
+            except (UntrustedFileError, UnicodeDecodeError):
                 continue
             hits.extend(f"{rel}:{n}: {line}" for n, line in enumerate(lines, 1) if regex.search(line))
             if len(hits) >= MAX_SEARCH_HITS:
@@ -107,7 +121,7 @@ class WorkspaceTools:
         count = text.count(old)
         if count != 1:
             raise ToolRefused(f"{path!r}: 'old' occurs {count} times; it must match exactly once")
-        target.write_text(text.replace(old, new), encoding="utf-8")
+        self._write(target, path, text.replace(old, new))
         return f"replaced 1 occurrence in {self._rel(target)}"
 
     def write_file(self, path: str, content: str) -> str:
@@ -115,6 +129,5 @@ class WorkspaceTools:
         target = self.resolve(path)
         if target == self.root or target.is_dir():
             raise ToolRefused(f"{path!r}: is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_text(content, encoding="utf-8")
+        self._write(target, path, content)
         return f"wrote {len(content.encode('utf-8'))} bytes to {self._rel(target)}"

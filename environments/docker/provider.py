@@ -98,6 +98,7 @@ from environments.interface import (
 )
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
+from environments.untrusted_files import UntrustedFileError, unlink_beneath, write_beneath
 
 PROVIDER_NAME = "docker"
 APP_USER = "65534:65534"
@@ -575,8 +576,9 @@ def _copy_report_out(container: Any, report: str, workspace: Path) -> None:
         extracted = archive.extractfile(member) if member is not None else None
         if extracted is None:
             return
-        target = workspace / report
-        if target.is_symlink():
-            target.unlink()  # written fresh, never through a link the repository left there
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(extracted.read())
+        # Written fresh, never through a link the repository left there (at the file or any parent).
+        unlink_beneath(workspace, report)
+        try:
+            write_beneath(workspace, report, extracted.read(_MAX_REPORT_ARCHIVE))
+        except UntrustedFileError:
+            return

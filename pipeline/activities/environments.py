@@ -268,7 +268,7 @@ class EnvironmentActivities:
                         log, ArtifactKind.TEST_OUTPUT, inp.run_id, "tests.log", commit, spec.recipe.secrets
                     )
                     beat.set("snapshotting candidate")
-                    bundle = self.workspaces.snapshot(ws, Path(tmp) / "candidate.bundle")
+                    bundle = self.workspaces.snapshot(ws, Path(tmp) / "candidate.bundle", commit)
                     bundle_ref = store.put_file(
                         bundle,
                         kind=ArtifactKind.BUNDLE,
@@ -379,7 +379,9 @@ class EnvironmentActivities:
                 setup=setup_first,
             )
 
-        proof = prove_regression(ws, spec.base_revision, recipe, run=run, log_dir=log_dir, candidate_cases=cases)
+        proof = prove_regression(
+            ws, spec.base_revision, recipe, run=run, log_dir=log_dir, candidate_cases=cases, candidate=commit
+        )
 
         def stored(log: Path | None, revision: str) -> ArtifactRef | None:
             if log is None or not log.exists():

@@ -218,7 +218,7 @@ def test_a_fresh_worker_restores_an_unpublished_commit_from_a_bundle(tmp_path: P
     first = manager(tmp_path, "worker-a")
     ws = first.rebuild(run_id=RUN, op_id=f"{RUN}:commit", clone_url=repo.url, base_revision=repo.base, patch=patch)
     commit = first.commit(ws, "Fix cart total", timestamp=1_700_000_000)
-    bundle = first.snapshot(ws, tmp_path / "evidence" / "candidate.bundle")
+    bundle = first.snapshot(ws, tmp_path / "evidence" / "candidate.bundle", commit)
 
     fresh = manager(tmp_path, "worker-b")
     with pytest.raises(RevisionNotFoundError):
@@ -240,7 +240,7 @@ def test_snapshot_needs_a_commit_beyond_the_base(tmp_path: Path, repo: Repo) -> 
     mgr = manager(tmp_path)
     ws = mgr.rebuild(run_id=RUN, op_id=f"{RUN}:a", clone_url=repo.url, base_revision=repo.base)
     with pytest.raises(ValueError, match="nothing to snapshot"):
-        mgr.snapshot(ws, tmp_path / "b.bundle")
+        mgr.snapshot(ws, tmp_path / "b.bundle", repo.base)
 
 
 def test_workspaces_are_owned_per_run_and_cleanup_touches_only_that_run(tmp_path: Path, repo: Repo) -> None:
