@@ -136,5 +136,5 @@ class ShellAgent:
     def summary(self, agent_dir: Path) -> str:
         return bounded_summary(
             read_agent_file(agent_dir, SUMMARY_FILE, MAX_SUMMARY_READ),
-            f"{self.name} finished without writing {SUMMARY_FILE}",
+            f"{self.name} finished without writing {SUMMARY_FILE} (or it was refused)",
         )
