@@ -37,7 +37,14 @@ from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import PrepareSpecInput, VerifyInput
+from repair.agent_command import ShellAgent
+from tests.agents.test_command_engine import activity_env, attempt_input
+from tests.agents.test_command_engine import engine as command_engine
 from tests.environments.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo
+from tests.modelserver.support import Serve, serve
+from tests.repair.support import CART_SCRIPTS
+
+__all__ = ["serve"]
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = "repair:acme/cart#7"
@@ -334,3 +341,31 @@ def test_every_host_side_git_call_site_is_listed_with_its_reason() -> None:
         if (key.endswith(":*") and key[:-2] not in files) or (not key.endswith(":*") and key not in sites)
     )
     assert not stale, f"listed git call sites that no longer exist: {stale}"
+
+
+def test_an_agent_cli_that_plants_git_entry_points_gets_only_its_file_changes_through(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """An external agent CLI (sandboxed, with the workspace writable) tries every plant and edits one file: its
+    plants are refused, the worker's git (taking the patch, judging it) runs none of them, and the proposal is
+    the file it changed."""
+    canary = tmp_path / "canary"
+    repo = make_repo(tmp_path / "repo")
+    server = serve(CART_SCRIPTS / "mini-swe-agent-fix.yaml")
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "agent" / "plant.sh").write_text(plant_script(canary))
+    fix = tmp_path / "agent" / "fixed_cart.py"
+    fix.write_text(fixed_cart_source(repo))
+    # The working-tree plants are removed again: the patch policy would refuse a .gitattributes on its own.
+    script = (
+        f'sh {tmp_path / "agent" / "plant.sh"} > "$DURAFIX_SUMMARY_FILE"; rm -f .gitattributes evil.cfg; '
+        f"cp {fix} cart.py"
+    )
+    acts = command_engine(tmp_path, server, ShellAgent(script, read_only=(tmp_path / "agent",)))
+
+    proposal = activity_env().run(acts.agent_command, attempt_input(acts, repo))
+
+    assert_no_canary(canary)
+    assert proposal.files_changed == ["cart.py"]
+    for what in ("config", "attributes", "hook", "head", "objects"):
+        assert f"REFUSED: {what}" in proposal.summary, proposal.summary
