@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from environments.interface import AppRecipe, EnvironmentError, RecoverySpec
 from environments.secrets import parse_secret_ref
+from environments.untrusted_files import UntrustedFileError, read_beneath
 
 RECIPE_FILE = "durafix.yaml"
 
@@ -150,11 +151,18 @@ def _install_dir(lock_name: str) -> str | None:
     return None
 
 
+# Lock files are read again after untrusted code ran (a regression proof's setup): beneath the workspace, with
+# no link followed, capped; a FIFO or a link there is an unusable lock file, never a read that blocks or leaks.
+MAX_LOCK_BYTES = 128 * 1024 * 1024
+
+
 def _read_lock(repo_dir: Path, name: str) -> bytes:
     try:
-        return (repo_dir / name).read_bytes()
-    except FileNotFoundError:
-        raise RecipeError(f"lock file {name} declared in {RECIPE_FILE} does not exist") from None
+        return read_beneath(repo_dir, name, max_bytes=MAX_LOCK_BYTES)
+    except UntrustedFileError as exc:
+        if "was not written" in str(exc):
+            raise RecipeError(f"lock file {name} declared in {RECIPE_FILE} does not exist") from None
+        raise RecipeError(f"lock file {exc}") from None
 
 
 def build_recovery_spec(repository: str, clone_url: str, base_revision: str, repo_dir: Path) -> RecoverySpec:
