@@ -36,18 +36,20 @@ from enum import StrEnum
 from pathlib import Path
 
 from environments.interface import EnvironmentError
+from environments.sandbox_etc import REMOUNT_ETC, account_stubs, etc_args, etc_sources
 
 BWRAP = "/usr/bin/bwrap"
 SANDBOXED = "bubblewrap"
 UNSANDBOXED = "unsandboxed"
 
-# Read-only system trees: what programs, libraries and their configuration need.
-_SYSTEM_DIRS = ("/usr", "/etc")
+# Read-only system trees: what programs and libraries need. ``/etc`` is curated (environments/sandbox_etc.py).
+_SYSTEM_DIRS = ("/usr",)
 # Top-level names that are merged-usr links on Debian (``/bin -> usr/bin``); recreated as links, or bound
 # read-only where a system keeps them as directories.
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/run", "/home", "/root")
-_MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+# Mounted inside whatever the host has there: a link in the curated /etc pointing into them is kept as a link.
+_PRIVATE_MOUNTS = ("/proc", "/dev")
 
 
 class SandboxUnavailableError(EnvironmentError):
@@ -97,6 +99,26 @@ class Sandbox:
     def sandboxed(self) -> bool:
         return self.kind == SANDBOXED
 
+    def visible(self) -> list[Path]:
+        """The host paths (resolved) whose content every command in this sandbox can read, whatever its
+        workspace: the system directories, the curated ``/etc`` entries' sources and the extra read-only
+        paths. Computed from the layout alone, sandboxed or not (an unsandboxed command sees everything)."""
+        seen = [Path(directory).resolve() for directory in _SYSTEM_DIRS if Path(directory).exists()]
+        seen += [Path(name).resolve() for name in _SYSTEM_LINKS if Path(name).is_dir() and not Path(name).is_symlink()]
+        seen += etc_sources(_system_roots())
+        seen += [Path(extra).resolve() for extra in self.read_only]
+        return list(dict.fromkeys(seen))
+
+    def exposes(self, path: Path) -> str | None:
+        """What makes ``path`` readable inside this sandbox: the visible path (:meth:`visible`) its resolved
+        form falls under, or ``None``. bwrap binds what a path resolves to, so a link pointing into ``/usr``
+        is exposed, and ``/etc/durafix/key.pem`` (not curated) is not."""
+        target = Path(path).resolve()
+        for root in self.visible():
+            if target == root or target.is_relative_to(root):
+                return str(root)
+        return None
+
     def wrap(
         self,
         argv: Sequence[str],
@@ -125,6 +147,7 @@ class Sandbox:
             args.append("--unshare-net")
         for directory in _SYSTEM_DIRS:
             args += ["--ro-bind-try", directory, directory]
+        args += etc_args(account_stubs(), _system_roots())
         for name in _SYSTEM_LINKS:
             path = Path(name)
             if path.is_symlink():
@@ -137,14 +160,17 @@ class Sandbox:
         # After the private tmpfs mounts, so an extra directory under /tmp or /home is not hidden by them.
         for extra in self.read_only:
             args += ["--ro-bind-try", str(extra), str(extra)]
-        for masked in _MASKED_FILES:
-            if Path(masked).exists():
-                args += ["--ro-bind", "/dev/null", masked]
+        args += REMOUNT_ETC
         for path in [workspace, *writable]:
             resolved = str(Path(path).absolute())
             args += ["--bind", resolved, resolved]
         args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
         return args
+
+
+def _system_roots() -> list[Path]:
+    """What the sandbox mounts besides /etc, resolved: a link in /etc pointing under one stays a link."""
+    return [Path(name).resolve() for name in (*_SYSTEM_DIRS, *_PRIVATE_MOUNTS)]
 
 
 def bwrap_version(bwrap: str = BWRAP) -> str:
