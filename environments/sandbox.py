@@ -6,15 +6,21 @@ whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` wi
 - new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
   namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
   would keep them inside its user namespace for a worker running as root);
-- a file system built from nothing: the system directories (``/usr``, ``/etc`` and the merged-usr links)
-  read-only; a private ``/proc`` of the new PID namespace, a minimal ``/dev``, and private tmpfs
-  mounts on ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and ``/root`` (so ``HOME`` is an empty writable
-  directory); the workspace read-write at its own path (so absolute paths recorded by ``npm`` or a ``.venv``
-  keep working) and the few directories a step must write besides it (setup's package caches). Nothing else
-  of the host exists inside: not the state directory (``config.json``, tokens, other runs' workspaces), not
-  the Docker socket, not the worker's home or its virtual environment, not ``/sys``. ``/etc/shadow`` and
-  ``/etc/gshadow`` are masked by empty files: the sandbox keeps the worker's real uid, so a worker running as
-  root would otherwise still own them;
+- a file system built from nothing: ``/usr`` and the merged-usr links read-only; a curated ``/etc``
+  (:mod:`environments.sandbox_etc`): a read-only tmpfs holding only the entries of ``CURATED_ETC`` a
+  toolchain reads (resolver files, CA certificates, the dynamic linker's cache, alternatives, the time zone,
+  Python's, pip's, npm's and the JDK's settings, ...), each bound read-only from the host where it exists,
+  and ``passwd``/``group`` stubs the worker writes (root, nobody and the worker's own ids). The sandbox keeps
+  the worker's real uid, so only not mounting protects the rest of the host's ``/etc`` (``shadow-``,
+  ``ssl/private``, SSH host keys, an operator's keys under ``/etc/durafix/``). Then a private ``/proc`` of the
+  new PID namespace, a minimal ``/dev``, and private tmpfs mounts on ``/tmp``, ``/var/tmp``, ``/run``,
+  ``/home`` and ``/root`` (so ``HOME`` is an empty writable directory); the workspace read-write at its own
+  path (so absolute paths recorded by ``npm`` or a ``.venv`` keep working) and the few directories a step must
+  write besides it (setup's package caches). Nothing else of the host exists inside: not the state directory
+  (``config.json``, tokens, other runs' workspaces), not the Docker socket, not the worker's home or its
+  virtual environment, not ``/sys``. :meth:`Sandbox.visible` lists what every command can read and
+  :meth:`Sandbox.exposes` says whether a host path is among it: ``durafix worker`` refuses to start when a
+  secret file it is configured with is (``pipeline/sandbox_exposure.py``);
 - ``--die-with-parent`` and the PID namespace: when the step's first process ends (or bwrap is killed), the
   namespace's init dies and the kernel kills every process left in it, so nothing a step starts survives it;
 - the caller's process group (its own session, without a terminal, so there is none to inject input into) and
