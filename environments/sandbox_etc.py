@@ -22,9 +22,11 @@ nogroup and the worker's own gid; no other account of the host. They live in a d
 
 from __future__ import annotations
 
+import atexit
 import grp
 import os
 import pwd
+import shutil
 import tempfile
 import threading
 from collections.abc import Sequence
@@ -160,13 +162,15 @@ _stub_dir: Path | None = None
 
 def account_stubs() -> Path:
     """The worker's directory holding :data:`STUB_FILES` for its uid/gid (created on first use, mode 0700;
-    written again when a file is missing). Shared by every sandbox of this process."""
+    written again when a file is missing). Shared by every sandbox of this process; removed when it exits (a
+    sandbox still running keeps the files it mounted)."""
     global _stub_dir
     with _lock:
         directory = _stub_dir
         if directory is None or not all((directory / name).is_file() for name in STUB_FILES):
             if directory is None or not directory.is_dir():
                 directory = Path(tempfile.mkdtemp(prefix="durafix-sandbox-etc-"))
+                atexit.register(_remove, directory, os.getpid())
             for name, text in stub_texts(os.getuid(), os.getgid()).items():
                 tmp = directory / f".{name}.tmp"
                 tmp.write_text(text)
@@ -174,3 +178,9 @@ def account_stubs() -> Path:
                 tmp.replace(directory / name)
             _stub_dir = directory
         return directory
+
+
+def _remove(directory: Path, owner: int) -> None:
+    # Only the process that made it: a forked child exiting through Python must not take its parent's stubs.
+    if os.getpid() == owner:
+        shutil.rmtree(directory, ignore_errors=True)

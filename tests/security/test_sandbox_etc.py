@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from environments.sandbox import Sandbox, bwrap_problem
-from environments.sandbox_etc import CURATED_ETC, STUB_FILES, etc_entries, stub_texts
+from environments.sandbox_etc import CURATED_ETC, STUB_FILES, account_stubs, etc_entries, stub_texts
 from pipeline.config import DurafixConfig
 from pipeline.sandbox_exposure import exposures
 from tests.conftest import require, unavailable
@@ -165,6 +166,17 @@ def test_the_stubs_name_only_root_nobody_and_the_workers_own_ids() -> None:
     assert [(g[0], g[2]) for g in groups][:2] == [("root", "0"), ("nogroup", "65534")]
     assert [g[2] for g in groups][2:] == ["8765"]
     assert len(stub_texts(0, 0)["passwd"].splitlines()) == 2
+
+
+def test_the_stubs_are_written_again_when_something_removed_them() -> None:
+    # A temp cleaner on a long-running worker: the next sandbox must still find its passwd and group.
+    first = account_stubs()
+    assert (first / "passwd").read_text() == stub_texts(os.getuid(), os.getgid())["passwd"]
+    assert first.stat().st_mode & 0o777 == 0o700
+    shutil.rmtree(first)
+    again = account_stubs()
+    assert all((again / name).is_file() for name in STUB_FILES)
+    assert (again / "group").read_text() == stub_texts(os.getuid(), os.getgid())["group"]
 
 
 @pytest.fixture
