@@ -6,15 +6,21 @@ whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` wi
 - new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
   namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
   would keep them inside its user namespace for a worker running as root);
-- a file system built from nothing: the system directories (``/usr``, ``/etc`` and the merged-usr links)
-  read-only; a private ``/proc`` of the new PID namespace, a minimal ``/dev``, and private tmpfs
-  mounts on ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and ``/root`` (so ``HOME`` is an empty writable
-  directory); the workspace read-write at its own path (so absolute paths recorded by ``npm`` or a ``.venv``
-  keep working) and the few directories a step must write besides it (setup's package caches). Nothing else
-  of the host exists inside: not the state directory (``config.json``, tokens, other runs' workspaces), not
-  the Docker socket, not the worker's home or its virtual environment, not ``/sys``. ``/etc/shadow`` and
-  ``/etc/gshadow`` are masked by empty files: the sandbox keeps the worker's real uid, so a worker running as
-  root would otherwise still own them;
+- a file system built from nothing: ``/usr`` and the merged-usr links read-only; a curated ``/etc``
+  (:mod:`environments.sandbox_etc`): a read-only tmpfs holding only the entries of ``CURATED_ETC`` a
+  toolchain reads (resolver files, CA certificates, the dynamic linker's cache, alternatives, the time zone,
+  Python's, pip's, npm's and the JDK's settings, ...), each bound read-only from the host where it exists,
+  and ``passwd``/``group`` stubs the worker writes (root, nobody and the worker's own ids). The sandbox keeps
+  the worker's real uid, so only not mounting protects the rest of the host's ``/etc`` (``shadow-``,
+  ``ssl/private``, SSH host keys, an operator's keys under ``/etc/durafix/``). Then a private ``/proc`` of the
+  new PID namespace, a minimal ``/dev``, and private tmpfs mounts on ``/tmp``, ``/var/tmp``, ``/run``,
+  ``/home`` and ``/root`` (so ``HOME`` is an empty writable directory); the workspace read-write at its own
+  path (so absolute paths recorded by ``npm`` or a ``.venv`` keep working) and the few directories a step must
+  write besides it (setup's package caches). Nothing else of the host exists inside: not the state directory
+  (``config.json``, tokens, other runs' workspaces), not the Docker socket, not the worker's home or its
+  virtual environment, not ``/sys``. :meth:`Sandbox.visible` lists what every command can read and
+  :meth:`Sandbox.exposes` says whether a host path is among it: ``durafix worker`` refuses to start when a
+  secret file it is configured with is (``pipeline/sandbox_exposure.py``);
 - ``--die-with-parent`` and the PID namespace: when the step's first process ends (or bwrap is killed), the
   namespace's init dies and the kernel kills every process left in it, so nothing a step starts survives it;
 - the caller's process group (its own session, without a terminal, so there is none to inject input into) and
@@ -36,18 +42,20 @@ from enum import StrEnum
 from pathlib import Path
 
 from environments.interface import EnvironmentError
+from environments.sandbox_etc import REMOUNT_ETC, account_stubs, etc_args, etc_sources
 
 BWRAP = "/usr/bin/bwrap"
 SANDBOXED = "bubblewrap"
 UNSANDBOXED = "unsandboxed"
 
-# Read-only system trees: what programs, libraries and their configuration need.
-_SYSTEM_DIRS = ("/usr", "/etc")
+# Read-only system trees: what programs and libraries need. ``/etc`` is curated (environments/sandbox_etc.py).
+_SYSTEM_DIRS = ("/usr",)
 # Top-level names that are merged-usr links on Debian (``/bin -> usr/bin``); recreated as links, or bound
 # read-only where a system keeps them as directories.
 _SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _PRIVATE_TMPFS = ("/tmp", "/var/tmp", "/run", "/home", "/root")
-_MASKED_FILES = ("/etc/shadow", "/etc/gshadow")
+# Mounted inside whatever the host has there: a link in the curated /etc pointing into them is kept as a link.
+_PRIVATE_MOUNTS = ("/proc", "/dev")
 
 
 class SandboxUnavailableError(EnvironmentError):
@@ -97,6 +105,26 @@ class Sandbox:
     def sandboxed(self) -> bool:
         return self.kind == SANDBOXED
 
+    def visible(self) -> list[Path]:
+        """The host paths (resolved) whose content every command in this sandbox can read, whatever its
+        workspace: the system directories, the curated ``/etc`` entries' sources and the extra read-only
+        paths. Computed from the layout alone, sandboxed or not (an unsandboxed command sees everything)."""
+        seen = [Path(directory).resolve() for directory in _SYSTEM_DIRS if Path(directory).exists()]
+        seen += [Path(name).resolve() for name in _SYSTEM_LINKS if Path(name).is_dir() and not Path(name).is_symlink()]
+        seen += etc_sources(_system_roots())
+        seen += [Path(extra).resolve() for extra in self.read_only]
+        return list(dict.fromkeys(seen))
+
+    def exposes(self, path: Path) -> str | None:
+        """What makes ``path`` readable inside this sandbox: the visible path (:meth:`visible`) its resolved
+        form falls under, or ``None``. bwrap binds what a path resolves to, so a link pointing into ``/usr``
+        is exposed, and ``/etc/durafix/key.pem`` (not curated) is not."""
+        target = Path(path).resolve()
+        for root in self.visible():
+            if target == root or target.is_relative_to(root):
+                return str(root)
+        return None
+
     def wrap(
         self,
         argv: Sequence[str],
@@ -125,6 +153,7 @@ class Sandbox:
             args.append("--unshare-net")
         for directory in _SYSTEM_DIRS:
             args += ["--ro-bind-try", directory, directory]
+        args += etc_args(account_stubs(), _system_roots())
         for name in _SYSTEM_LINKS:
             path = Path(name)
             if path.is_symlink():
@@ -137,9 +166,7 @@ class Sandbox:
         # After the private tmpfs mounts, so an extra directory under /tmp or /home is not hidden by them.
         for extra in self.read_only:
             args += ["--ro-bind-try", str(extra), str(extra)]
-        for masked in _MASKED_FILES:
-            if Path(masked).exists():
-                args += ["--ro-bind", "/dev/null", masked]
+        args += REMOUNT_ETC
         for path in [workspace, *writable]:
             resolved = str(Path(path).absolute())
             args += ["--bind", resolved, resolved]
@@ -152,6 +179,11 @@ class Sandbox:
             args += ["--ro-bind", str(dot_git), str(dot_git)]
         args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
         return args
+
+
+def _system_roots() -> list[Path]:
+    """What the sandbox mounts besides /etc, resolved: a link in /etc pointing under one stays a link."""
+    return [Path(name).resolve() for name in (*_SYSTEM_DIRS, *_PRIVATE_MOUNTS)]
 
 
 def bwrap_version(bwrap: str = BWRAP) -> str:

@@ -98,12 +98,13 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """Run a worker on ``--queues`` until interrupted; an unknown queue, invalid queue settings or a queue
-    this host cannot serve (:mod:`pipeline.capabilities`: no Chromium for ``browser``, ...) is a usage error
-    (exit 2), found once, here, before any child is started. ``--check`` prints what each queue needs and
-    what was found, and exits 1 if any cannot be served. The pollers run in a child process under
-    :mod:`pipeline.supervisor` (exit 1 when its children keep dying); ``--no-supervise`` runs them in this
-    process."""
+    """Run a worker on ``--queues`` until interrupted; a configured secret file readable inside the sandbox
+    (:mod:`pipeline.sandbox_exposure`), an unknown queue, invalid queue settings or a queue this host cannot
+    serve (:mod:`pipeline.capabilities`: no Chromium for ``browser``, ...) is a usage error (exit 2), found
+    once, here, before any child is started or Temporal is reached. ``--check`` prints what each queue needs
+    and what was found (and each exposed file), and exits 1 if any queue cannot be served or a file is
+    exposed. The pollers run in a child process under :mod:`pipeline.supervisor` (exit 1 when its children
+    keep dying); ``--no-supervise`` runs them in this process."""
     from browser.video import VideoUnavailable
     from pipeline.queue_settings import Overrides
     from pipeline.supervisor import is_child, supervise
@@ -129,18 +130,26 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: Overrides, *, report: bool) -> bool:
-    """Validate the queues' settings and probe this host for them. ``report``: print the table and return
-    whether every queue can be served. Else refuse (exit 2) what cannot be served for good, warn of what did
-    not answer, and advertise what was found; True."""
+    """Check that no configured secret file is visible inside the sandbox (:mod:`pipeline.sandbox_exposure`),
+    validate the queues' settings and probe this host for them. ``report``: print the table (and each exposed
+    file) and return whether every queue can be served and nothing is exposed. Else refuse (exit 2) an exposed
+    file or what cannot be served for good, warn of what did not answer, and advertise what was found; True."""
     from pipeline import capabilities
     from pipeline.queue_settings import worker_limits
+    from pipeline.sandbox_exposure import exposures
 
+    # Before anything else (and before Temporal is reached): a secret file a sandboxed command could read.
+    exposed = [exposure.describe() for exposure in exposures(config)]
+    if exposed and not report:
+        raise CliError("worker not started: " + "\n".join(exposed), EXIT_USAGE)
     for queue in queues:
         worker_limits(config, queue, overrides)
     checks = capabilities.probe(config, queues)
     if report:
         print(capabilities.table(checks))
-        return all(check.ok for check in checks)
+        for line in exposed:
+            print(f"sandbox: {line}")
+        return not exposed and all(check.ok for check in checks)
     why = capabilities.refusal(checks)
     if why is not None:
         raise CliError(f"worker not started: {why}", EXIT_USAGE)
