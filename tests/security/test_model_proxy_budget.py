@@ -4,8 +4,9 @@ Everything runs over real sockets: the proxy (:mod:`repair.model_proxy`) in fron
 OpenAI-compatible server (:mod:`infra.modelserver`), which honours ``max_tokens`` (its answers are cut to
 it, ``usage.completion_tokens`` never above it) and records every request it served with the usage it
 charged. The attacks: 20 concurrent requests against a 1,000-token budget, a ``max_tokens`` far past the
-budget, a prompt denser than the proxy's estimate, a request that waits behind one in flight, a flood of
-connections, and bodies that are too big, unsized or chunked.
+budget, a prompt denser than the proxy's estimate, an endpoint that answers without ``usage`` or not at
+all, a request that waits behind one in flight, a flood of connections, and bodies that are too big,
+unsized or chunked.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -191,6 +193,50 @@ def test_an_error_answer_without_usage_is_not_charged(upstream: ScriptedModelSer
     assert proxy.spent == 0 and proxy.reserved == 0
     assert post(proxy, {"model": MODEL, "messages": messages()}).status_code == 200
     assert proxy.spent == charged(served(upstream)) > 0
+
+
+class _NoUsage(BaseHTTPRequestHandler):
+    """An upstream that answers every request 200 with a whole answer and no ``usage``."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+def test_an_answer_without_usage_costs_its_whole_reservation() -> None:
+    upstream = ThreadingHTTPServer(("127.0.0.1", 0), _NoUsage)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    try:
+        base = f"http://127.0.0.1:{upstream.server_address[1]}/v1"
+        with ModelProxy(base, "real-upstream-key", MODEL, token_budget=1000, op_id="op-nousage") as proxy:
+            assert post(proxy, {"model": MODEL, "messages": messages(), "max_tokens": 100}).status_code == 200
+            first = proxy.spent
+            assert first > 100 and proxy.completion_tokens == 100  # the prompt's estimate + the whole limit
+            # Uncounted answers cannot go on for ever: the budget runs out after a few.
+            statuses = [post(proxy, {"model": MODEL, "messages": messages()}).status_code for _ in range(3)]
+            assert statuses[-1] == 429 and proxy.spent <= 1000 and proxy.exhausted.is_set()
+    finally:
+        upstream.shutdown()
+        upstream.server_close()
+
+
+def test_a_request_sent_but_never_answered_costs_its_reservation(serve: Serve) -> None:
+    upstream = serve(SCRIPT)
+    with ModelProxy(
+        upstream.base_url, "real-upstream-key", MODEL, token_budget=1000, op_id="op-timeout", timeout_s=0.5
+    ) as proxy:
+        inject_fault(upstream, delay_s=120)
+        answer = post(proxy, {"model": MODEL, "messages": messages(), "max_tokens": 200})
+        assert answer.status_code == 502 and answer.json()["error"]["type"] == "upstream_error"
+        assert proxy.completion_tokens == 200 and proxy.prompt_tokens > 0 and proxy.reserved == 0
 
 
 def hold_one_request(upstream: ScriptedModelServer, proxy: ModelProxy) -> threading.Thread:
