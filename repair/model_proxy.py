@@ -157,6 +157,12 @@ class ModelProxy:
         invalid = _invalid_limits(body)
         if invalid:
             return 400, _error(invalid, "invalid_request_error")
+        outgoing: dict[str, Any] = {k: v for k, v in body.items() if k not in _LIMIT_KEYS}
+        outgoing["model"] = self.model
+        try:
+            size = len(_encode(outgoing))
+        except UnicodeEncodeError:  # a lone surrogate escape (\ud800) parses as JSON but is no UTF-8
+            return 400, _error("the request holds text that is not valid Unicode", "invalid_request_error")
         if not self._in_flight.acquire(timeout=max(0.0, self.wait_s)):
             message = (
                 f"another request of this attempt has been in flight for over {self.wait_s:g} s; "
@@ -164,14 +170,11 @@ class ModelProxy:
             )
             return 429, _error(message, "request_in_flight")
         try:
-            return self._forward_alone(body)
+            return self._forward_alone(body, outgoing, size)
         finally:
             self._in_flight.release()
 
-    def _forward_alone(self, body: dict[str, Any]) -> Reply:
-        outgoing: dict[str, Any] = {k: v for k, v in body.items() if k not in _LIMIT_KEYS}
-        outgoing["model"] = self.model
-        size = len(_encode(outgoing))
+    def _forward_alone(self, body: dict[str, Any], outgoing: dict[str, Any], size: int) -> Reply:
         n = body.get("n", 1)
         with self._lock:
             left = self.token_budget - self.spent

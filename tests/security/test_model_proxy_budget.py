@@ -162,6 +162,15 @@ def test_invalid_limits_are_refused_and_never_reach_the_upstream(
         answer = post(proxy, {"model": MODEL, "messages": messages(), **bad})
         assert answer.status_code == 400
         assert answer.json()["error"]["type"] == "invalid_request_error"
+    # A lone surrogate escape is valid JSON but no Unicode: refused, answered, not a dropped connection.
+    lone = b'{"model": "m", "messages": [{"role": "user", "content": "\\ud800"}]}'
+    answer = httpx.post(
+        f"http://127.0.0.1:{proxy.port}/v1/chat/completions",
+        content=lone,
+        headers={"Authorization": f"Bearer {proxy.key}", "Content-Type": "application/json"},
+        timeout=60,
+    )
+    assert answer.status_code == 400 and answer.json()["error"]["type"] == "invalid_request_error"
     assert served(upstream) == []
     assert proxy.spent == 0
 
