@@ -3,6 +3,11 @@
 Token counts are deterministic so budgets can be tested: one token per whitespace-separated word. A prompt
 counts the words of every message's text and of the arguments of every tool call it carries; a completion
 counts its text plus each tool call's name and arguments.
+
+A request's ``max_tokens`` / ``max_completion_tokens`` (the smaller, when both are set) is honoured as a real
+endpoint honours it: an answer that would be longer is cut to that many tokens (the text to its first words;
+a tool call that no longer fits whole is dropped) with ``finish_reason: "length"``, so its
+``usage.completion_tokens`` never exceeds the limit.
 """
 
 from __future__ import annotations
@@ -57,24 +62,50 @@ def prompt_tokens(messages: list[dict[str, Any]]) -> int:
     return total
 
 
-def completion_body(model: str, turn: Turn, turn_index: int, request_digest: str, prompt: int) -> dict[str, Any]:
-    """The ``chat.completion`` object answering with ``turn``.
+def answer_limit(request: dict[str, Any]) -> int | None:
+    """The completion-token limit a request sets (``max_tokens`` / ``max_completion_tokens``), if any."""
+    limits = [
+        v
+        for v in (request.get("max_tokens"), request.get("max_completion_tokens"))
+        if isinstance(v, int) and not isinstance(v, bool) and v >= 0
+    ]
+    return min(limits) if limits else None
+
+
+def completion_body(
+    model: str, turn: Turn, turn_index: int, request_digest: str, prompt: int, limit: int | None = None
+) -> dict[str, Any]:
+    """The ``chat.completion`` object answering with ``turn``, cut to ``limit`` completion tokens if given.
 
     IDs derive from the request body's digest, so the same request always gets the same answer.
     """
-    arguments = [json.dumps(call.arguments, ensure_ascii=False) for call in turn.tool_calls]
-    tool_calls = [
-        {
-            "id": f"call_{turn_index}_{i}_{request_digest[:12]}",
-            "type": "function",
-            "function": {"name": call.name, "arguments": args},
-        }
-        for i, (call, args) in enumerate(zip(turn.tool_calls, arguments, strict=True))
-    ]
-    completion = count_tokens(turn.content or "") + sum(
-        count_tokens(call.name) + count_tokens(args) for call, args in zip(turn.tool_calls, arguments, strict=True)
-    )
-    message: dict[str, Any] = {"role": "assistant", "content": turn.content, "refusal": None}
+    left = limit
+    content = turn.content
+    truncated = False
+    if content is not None and left is not None:
+        words = content.split()
+        if len(words) > left:
+            content, truncated = " ".join(words[:left]), True
+        left -= min(len(words), left)
+    completion = count_tokens(content or "")
+    tool_calls: list[dict[str, Any]] = []
+    for i, call in enumerate(turn.tool_calls):
+        args = json.dumps(call.arguments, ensure_ascii=False)
+        cost = count_tokens(call.name) + count_tokens(args)
+        if left is not None:
+            if cost > left:
+                truncated = True
+                break
+            left -= cost
+        completion += cost
+        tool_calls.append(
+            {
+                "id": f"call_{turn_index}_{i}_{request_digest[:12]}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": args},
+            }
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": content, "refusal": None}
     if tool_calls:
         message["tool_calls"] = tool_calls
     return {
@@ -87,7 +118,7 @@ def completion_body(model: str, turn: Turn, turn_index: int, request_digest: str
                 "index": 0,
                 "message": message,
                 "logprobs": None,
-                "finish_reason": "tool_calls" if tool_calls else "stop",
+                "finish_reason": "length" if truncated else "tool_calls" if tool_calls else "stop",
             }
         ],
         "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},

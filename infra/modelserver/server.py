@@ -170,6 +170,7 @@ class _Handler(BaseHTTPRequestHandler):
                 turn,
                 completions.digest(raw),
                 completions.prompt_tokens(messages),
+                completions.answer_limit(request),
             )
             reply = _Reply(200, body)
         reply.note = {"conversation": conversation.name, "turn": turn}

@@ -73,6 +73,31 @@ def test_same_request_gets_the_same_answer(serve: Serve) -> None:
     assert first["choices"] == second["choices"]
 
 
+def test_max_tokens_cuts_the_answer_and_its_usage(serve: Serve) -> None:
+    server = serve(SCRIPT)
+    whole = chat(server.base_url, opening()).json()
+    assert whole["usage"]["completion_tokens"] > 2
+
+    cut = chat(server.base_url, opening(), max_tokens=1).json()
+    assert cut["choices"][0]["message"]["content"] == "Looking"
+    assert "tool_calls" not in cut["choices"][0]["message"]  # the call no longer fits whole: dropped
+    assert cut["choices"][0]["finish_reason"] == "length"
+    assert cut["usage"]["completion_tokens"] == 1
+
+    # The smaller of max_tokens and max_completion_tokens holds; a limit the answer fits in changes nothing.
+    assert (
+        chat(server.base_url, opening(), max_tokens=50, max_completion_tokens=2).json()["usage"]["completion_tokens"]
+        == 2
+    )
+    fits = chat(server.base_url, opening(), max_tokens=whole["usage"]["completion_tokens"]).json()
+    kept, full = fits["choices"][0], whole["choices"][0]
+    assert kept["message"]["content"] == full["message"]["content"] and kept["finish_reason"] == "tool_calls"
+    assert [c["function"] for c in kept["message"]["tool_calls"]] == [
+        c["function"] for c in full["message"]["tool_calls"]
+    ]
+    assert fits["usage"] == whole["usage"]
+
+
 def test_turn_is_chosen_by_the_number_of_assistant_messages(serve: Serve) -> None:
     server = serve(SCRIPT)
     first = chat(server.base_url, opening()).json()["choices"][0]["message"]
