@@ -11,6 +11,13 @@ entries replace running setup in a workspace with the same lock files, the direc
 their download caches in, and the worker variables setup may see (:mod:`environments.passthrough`). Only setup
 gets those; the app, its fixtures and the tests run with the plain recipe environment.
 
+**Package caches** are one per repository (``<package_caches>/<repository>/npm`` and so on, named by the
+repository the spec is for, never by anything in the workspace), so one repository's setup can neither read
+nor plant what another's installs read: the sandbox mounts only that repository's directory. A setup whose
+lock files differ from the base revision's (a candidate that changed them: what it installs is the model's
+choice) gets a fresh, empty cache of its own instead, removed when setup ends, so nothing it downloaded or
+wrote there is read by a later setup.
+
 Where commands run is the caller's :class:`~environments.sandbox.Sandbox` (``None``: plain host processes, as
 the ``unsandboxed`` sandbox does). In it setup may write the workspace and the package caches, and reaches the
 network only when the recipe says ``setup_network: true``; the tests may write the workspace only and have no
@@ -19,20 +26,23 @@ network. Both get the recipe's secrets only as far as the operator's ``allowed_s
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
+from environments.files import locked, path_key, remove_tree, try_locked
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import check_patterns, passed_through
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
 from environments.sandbox import Network, Sandbox
+from environments.spec import dependency_lock_hash
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
@@ -45,6 +55,11 @@ PACKAGE_CACHE_VARS = {
 }
 
 
+# A candidate's own package cache, beside the repositories'; held by a lock beside it while in use, so one a
+# killed worker left is removed by the next setup that makes one.
+THROWAWAY_PREFIX = ".throwaway-"
+
+
 class SetupError(EnvironmentError):
     """A setup command of the recipe failed or timed out; the message holds the log tail."""
 
@@ -54,8 +69,9 @@ class SetupSettings:
     """How this worker runs setup commands. The default is none of it: no cache, the package managers' own
     cache locations (under ``HOME``), no worker variable beyond the neutral ones.
 
-    ``package_caches``: the directory each package manager's cache variable (:data:`PACKAGE_CACHE_VARS`) points
-    into. ``passthrough``: glob patterns of the worker variables setup may see, checked as
+    ``package_caches``: the directory under which each repository's package caches are kept (each package
+    manager's cache variable, :data:`PACKAGE_CACHE_VARS`, points into the repository's; see the module).
+    ``passthrough``: glob patterns of the worker variables setup may see, checked as
     :func:`environments.passthrough.check_patterns` does (a :class:`~environments.passthrough.PassthroughError`
     here); a passed-through variable wins over a package cache location of the same name (the operator set it).
     """
@@ -67,16 +83,70 @@ class SetupSettings:
     def __post_init__(self) -> None:
         object.__setattr__(self, "passthrough", check_patterns(self.passthrough))
 
-    def worker_env(self, environ: Mapping[str, str]) -> dict[str, str]:
-        """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
+    def package_cache(self, repository: str) -> Path | None:
+        """``repository``'s package cache directory (``None``: no package caches configured)."""
+        if self.package_caches is None:
+            return None
+        return self.package_caches.absolute() / path_key(repository)
+
+    def worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> dict[str, str]:
+        """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`):
+        the package managers' cache variables pointing into ``packages`` (created here), and the passed-through
+        variables."""
         env: dict[str, str] = {}
-        if self.package_caches is not None:
+        if packages is not None:
             for variable, name in PACKAGE_CACHE_VARS.items():
-                directory = self.package_caches.absolute() / name
+                directory = packages / name
                 directory.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(directory)
         env.update(passed_through(self.passthrough, environ))
         return env
+
+    @contextlib.contextmanager
+    def packages_for(
+        self, ws: Path, recipe: AppRecipe, repository: str | None, base_lock_hash: str | None
+    ) -> Iterator[Path | None]:
+        """The package cache directory setup in ``ws`` gets for the block: ``repository``'s own when the
+        workspace's lock files are the base revision's (``base_lock_hash``: the spec's), else a new empty one,
+        removed afterwards (a changed or unreadable lock, or no repository named)."""
+        if self.package_caches is None:
+            yield None
+            return
+        shared = self.package_cache(repository) if repository else None
+        if shared is not None:
+            try:
+                same = dependency_lock_hash(ws, recipe) == base_lock_hash
+            except EnvironmentError:
+                same = False
+            if same:
+                yield shared
+                return
+        root = self.package_caches.absolute()
+        root.mkdir(parents=True, exist_ok=True)
+        _remove_dead_throwaways(root)
+        throwaway = root / f"{THROWAWAY_PREFIX}{uuid.uuid4().hex}"
+        lock = throwaway.with_name(throwaway.name + ".lock")
+        try:
+            with locked(lock):
+                throwaway.mkdir()
+                try:
+                    yield throwaway
+                finally:
+                    remove_tree(throwaway)
+        finally:
+            lock.unlink(missing_ok=True)
+
+
+def _remove_dead_throwaways(root: Path) -> None:
+    """Throwaway package caches whose setup's worker died (their lock is free): nobody reads them any more."""
+    for leftover in root.glob(f"{THROWAWAY_PREFIX}*"):
+        if leftover.name.endswith(".lock") or not leftover.is_dir():
+            continue
+        lock = leftover.with_name(leftover.name + ".lock")
+        with try_locked(lock, create=False) as free:
+            if free:
+                remove_tree(leftover)
+                lock.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -101,6 +171,7 @@ def run_setup(
     stop_grace_s: float = 5.0,
     settings: SetupSettings | None = None,
     repository: str | None = None,
+    base_lock_hash: str | None = None,
     provider: str = "local",
     sandbox: Sandbox | None = None,
     allowed_secrets: tuple[str, ...] = (),
@@ -118,13 +189,31 @@ def run_setup(
     ``log_path`` (``# dependency cache: ...`` lines) and returned; a cache that cannot be used never fails
     setup, it only means the commands run. Setup commands with effects outside the workspace (a database, a
     file elsewhere) run once per entry, not once per workspace.
+
+    The package caches setup writes are ``repository``'s, when ``ws_path``'s lock files hash to
+    ``base_lock_hash`` (the spec's :attr:`~environments.interface.RecoverySpec.dependency_lock_hash`); else a
+    throwaway one (see the module).
     """
     settings = settings or SetupSettings()
-    outcome = SetupOutcome(ran=False)
     if not recipe.setup:
-        return outcome
-    env = command_env(recipe, marker=marker, worker=settings.worker_env(os.environ), allowed_secrets=allowed_secrets)
-    run = _Runner(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, settings)
+        return SetupOutcome(ran=False)
+    with settings.packages_for(ws_path, recipe, repository, base_lock_hash) as packages:
+        worker = settings.worker_env(os.environ, packages)
+        env = command_env(recipe, marker=marker, worker=worker, allowed_secrets=allowed_secrets)
+        run = _Runner(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages)
+        return _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run)
+
+
+def _set_up(
+    ws_path: Path,
+    recipe: AppRecipe,
+    log_path: Path,
+    progress: Progress,
+    settings: SetupSettings,
+    repository: str | None,
+    provider: str,
+    run: _Runner,
+) -> SetupOutcome:
     cache = settings.cache
     if cache is None:
         run()
@@ -178,10 +267,10 @@ class _Runner:
     progress: Progress
     stop_grace_s: float
     sandbox: Sandbox | None
-    settings: SetupSettings
+    packages: Path | None
 
     def __call__(self) -> None:
-        writable = [self.settings.package_caches.absolute()] if self.settings.package_caches is not None else []
+        writable = [self.packages] if self.packages is not None else []
         network = Network.HOST if self.recipe.setup_network else Network.NONE
         for command in self.recipe.setup:
             self.progress(f"setup: {command_text(command)}")

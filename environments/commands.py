@@ -72,13 +72,18 @@ def spawn(
     """Start ``command`` in its own session, appending its output to ``log_path``; reap it when it exits.
 
     With ``sandbox`` the shell runs inside it, ``cwd`` and ``writable`` writable, on ``network``; ``launcher``
-    (an argv prefix such as the app forwarder's) runs outside the sandbox and is given the sandboxed argv.
+    (an argv prefix such as the app forwarder's, which must start its interpreter isolated: ``python -I``, by
+    file) runs outside the sandbox, from ``/``, and is given the sandboxed argv.
     Returns the process and its start time, read before the reaper may collect it: a command that dies at
     once is still identified exactly, rather than confused with a later process reusing its pid.
     """
     argv = ["/bin/sh", "-c", command]
-    if sandbox is not None:
+    host_cwd = cwd
+    if sandbox is not None and sandbox.sandboxed:
         argv = sandbox.wrap(argv, workspace=cwd, writable=writable, network=network)
+        # bwrap's --chdir puts the command in ``cwd``; what runs on the worker (bwrap, a launcher such as the app
+        # forwarder) starts in a directory of the worker's, so nothing of the workspace is on its import path.
+        host_cwd = Path("/")
     argv = [*launcher, *argv]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
@@ -86,7 +91,7 @@ def spawn(
         log.flush()
         proc = subprocess.Popen(
             argv,
-            cwd=cwd,
+            cwd=host_cwd,
             env=dict(env),
             stdin=subprocess.DEVNULL,
             stdout=log,

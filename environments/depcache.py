@@ -23,16 +23,21 @@ after its patch: a candidate that changes a lock file gets an entry of its own.
   then renamed into place: a crash at any point leaves at most a temporary directory, which is never read and
   is removed by the next build of that key or by ``durafix cache prune``. An entry whose record is missing,
   unreadable, of another format or for another key is never used.
+- *Never shared with a workspace.* Every file of an entry is its own: storing and restoring put a reflink (a
+  copy-on-write clone) where the filesystem has them, else a plain copy, never a hard link. A workspace's
+  setup, app or tests may write their files in place as they like: the write lands in the workspace's copy,
+  never in the entry nor in another workspace. The entries live in the state directory, which no sandbox
+  mounts.
 - *Never trusted blindly.* The record holds a digest of the tree's shape (every path, its type, mode, size,
-  mtime, link target), recomputed while restoring; an entry that changed since it was built (a file written in
-  place through a hard link, a truncation after a power cut) is not used, and the next build replaces it. A
-  workspace restored from an entry is then checked exactly like one whose setup ran: readiness when
-  provisioning, the tests when verifying. Nothing here replaces those checks.
+  mtime, link target), recomputed while restoring; an entry that changed since it was built (a truncation
+  after a power cut, an operator's edit) is not used, and the next build replaces it. A workspace restored from
+  an entry is then checked exactly like one whose setup ran: readiness when provisioning, the tests when
+  verifying. Nothing here replaces those checks.
 - *Concurrency.* Builders of one key take its build lock, waiting for it (polling, at most ``wait_s``): the
   first builds, the others then find the entry and restore it. One that gives up waiting builds without the
   lock; if an entry appeared meanwhile its rename fails and it drops its own copy, harmlessly.
 - *Restoring* copies each cached path into a staging directory inside the workspace — reflinks where the
-  filesystem has them, else hard links, else plain copies (``restore="copy"``: plain copies always) — checks
+  filesystem has them, else plain copies (``restore="copy"``: plain copies always) — checks
   the digest, rewrites the files that name the building workspace's path (shebangs of ``.venv/bin``,
   ``pyvenv.cfg``, ``.pth`` files) and symlinks pointing into it, then renames each path into place. A failed
   restore removes what it put there and reports why; the caller runs setup instead.
@@ -41,11 +46,19 @@ after its patch: a candidate that changes a lock file gets an entry of its own.
   stored and the reason is reported. A binary file naming the building workspace (other than ``.pyc``) cannot
   be relocated, so such a tree is not stored either.
 
-Hard links are what makes a restore cheap on filesystems without reflinks (ext4): the workspace's files are the
-entry's files. Writing one *in place* therefore writes into the entry and into every workspace restored from it;
-the digest catches that at the next restore (the entry is rebuilt), but a workspace already restored sees the
-change. Tools replace their files (write aside, rename) as pip, Python's bytecode cache and npm do; for those that
-do not, ``restore="copy"`` gives every workspace its own files at the cost of copying them.
+**Why copies, not hard links.** Hard links made a restore cheap on filesystems without reflinks (ext4), but a
+hard link *is* the entry's file: one in-place write in a workspace (``open(..., "r+")``, ``dd conv=notrunc``, a
+tool that does not write aside and rename) changed the entry and every workspace restored from it, and a
+same-size write with its mtime put back slipped past the shape digest, so a candidate's tests could plant code in
+what later runs, of other candidates, install. The alternatives measured (``tests/benchmarks/bench_depcache.py``,
+``docs/environments.md`` has the numbers) were verifying every restored file by content (a sha256 of each file
+recorded when stored, checked when restored) and restoring copies. Verifying keeps the hard link, so it only
+finds a write after it has reached the entry (a concurrent workspace has already read it), and it reads every
+byte besides; read-only modes do not help (the sandbox runs as the worker's uid), and ``chattr +i`` would make
+every restored workspace undeletable. Copies cannot be written through at all. On ext4 they cost more than
+verifying did (medians of 0.25 to 2.1 s against 0.4 to 0.5 s for 10 007 files, hard links 0.15 s; the
+write-back of the new files makes them vary), still little next to running setup; reflinks, where the
+filesystem has them, make them about as cheap as hard links were.
 """
 
 from __future__ import annotations
@@ -73,7 +86,9 @@ from environments.git import GitError, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress
 from environments.spec import cached_paths, dependency_lock_hash, lock_file_digests
 
-FORMAT: Literal[1] = 1
+# 2: entries stored by copies (format 1 entries were stored by hard links, which may still share a workspace's
+# inodes: never read).
+FORMAT: Literal[2] = 2
 RECORD_NAME, TREE_NAME, STAMP_NAME = "record.json", "tree", "last-used"
 TMP_MARK, REMOVING_MARK = ".tmp-", ".removing-"
 RestoreMode = Literal["auto", "copy"]
@@ -82,7 +97,6 @@ RESTORE_MODES: tuple[RestoreMode, ...] = ("auto", "copy")
 # ioctl(FICLONE): share the source's extents copy-on-write (btrfs, XFS); refused elsewhere.
 _FICLONE = 0x40049409
 _NO_REFLINK = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS}
-_NO_LINK = {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EACCES}
 # Bytecode names its source file only for tracebacks; a stale path there breaks nothing.
 _RELOCATION_EXEMPT = (".pyc", ".pyo")
 
@@ -110,7 +124,7 @@ class BuildRecord(CacheKey):
 
     model_config = ConfigDict(frozen=False, extra="forbid")
 
-    format: Literal[1]
+    format: Literal[2]
     built_in: str
     built_in_real: str
     relocate: list[str]
@@ -148,6 +162,9 @@ class DependencyCache:
         self.restore_mode: RestoreMode = restore
         self.wait_s = wait_s
         self.poll_s = poll_s
+
+    def _copier(self) -> _Copier:
+        return _Copier(self.restore_mode)
 
     # ---- keys and paths -------------------------------------------------------------------------------
 
@@ -251,7 +268,7 @@ class DependencyCache:
             staging = ws / f".durafix-restore-{uuid.uuid4().hex}"
             moved: list[Path] = []
             try:
-                copier = _Copier(self.restore_mode)
+                copier = self._copier()
                 digest = _copy_paths(entry / TREE_NAME, staging, record.paths, copier, _relinker(record, ws))
                 if digest != record.tree_digest:
                     return f"entry {entry.name} changed since it was built; not used"
@@ -344,7 +361,7 @@ class DependencyCache:
 
     def _build(self, key: CacheKey, ws: Path, entry: Path, tmp: Path, *, exclusive: bool) -> BuildRecord | str:
         names = _workspace_names(ws)
-        copier = _Copier(self.restore_mode)
+        copier = self._copier()
         tree = tmp / TREE_NAME
         os.mkdir(tmp)
         relocate: list[str] = []
@@ -414,13 +431,13 @@ class DependencyCache:
 
 
 class _Copier:
-    """Puts one file at a new path: reflink, else hard link, else a copy (``copy`` mode: always a copy).
-    Remembers what the filesystem refused, so each refusal is paid once per tree, and counts each method."""
+    """Puts one file at a new path, a file of its own: a reflink, else a copy (``copy`` mode: always a copy).
+    Never a hard link (see the module: a workspace's in-place write would reach the entry). Remembers what the
+    filesystem refused, so each refusal is paid once per tree, and counts each method."""
 
     def __init__(self, mode: RestoreMode) -> None:
         self.reflink = mode == "auto"
-        self.link = mode == "auto"
-        self.counts = {"reflink": 0, "hardlink": 0, "copy": 0}
+        self.counts = {"reflink": 0, "copy": 0}
 
     def put(self, src: Path, dst: Path) -> None:
         if self.reflink:
@@ -433,26 +450,50 @@ class _Copier:
             else:
                 self.counts["reflink"] += 1
                 return
-        if self.link:
-            try:
-                os.link(src, dst, follow_symlinks=False)
-            except OSError as exc:
-                if exc.errno not in _NO_LINK:
-                    raise
-                if exc.errno == errno.EXDEV:
-                    self.link = False
-            else:
-                self.counts["hardlink"] += 1
-                return
-        shutil.copy2(src, dst, follow_symlinks=False)
+        _copy(src, dst)
         self.counts["copy"] += 1
 
     def summary(self) -> str:
-        """``hardlink`` or ``hardlink 1200, copy 3``: the methods used, by how many files."""
+        """``copy`` or ``reflink 1200, copy 3``: the methods used, by how many files."""
         used = {name: count for name, count in self.counts.items() if count}
         if len(used) == 1:
             return next(iter(used))
         return ", ".join(f"{name} {count}" for name, count in used.items()) or "none"
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """A new file ``dst`` with ``src``'s bytes, mode and times (what the shape digest compares), in fewer
+    system calls than :func:`shutil.copy2` (no extended attributes or flags: an install does not use them)."""
+    st = os.lstat(src)
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW)
+    try:
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            _copy_bytes(fd_in, fd_out, st.st_size)
+            os.fchmod(fd_out, stat.S_IMODE(st.st_mode))
+            os.utime(fd_out, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def _copy_bytes(fd_in: int, fd_out: int, size: int) -> None:
+    remaining = size
+    try:
+        while remaining > 0:
+            sent = os.copy_file_range(fd_in, fd_out, remaining)
+            if sent == 0:
+                return
+            remaining -= sent
+    except OSError as exc:
+        # copy_file_range is refused between some filesystems and by some (older kernels, FUSE): read and write.
+        if exc.errno not in _NO_REFLINK or remaining != size:
+            raise
+        while chunk := os.read(fd_in, 1 << 20):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(fd_out, view) :]
 
 
 def _reflink(src: Path, dst: Path) -> None:
@@ -571,7 +612,7 @@ def _mention(path: Path, names: list[bytes]) -> Literal["none", "text", "binary"
 
 def _relocate(staging: Path, record: BuildRecord, ws: Path) -> None:
     """Rewrite the files that name the building workspace so they name ``ws``; each is replaced by a new file
-    (written aside, renamed over), never written in place: in place would write into the entry's hard link."""
+    (written aside, renamed over), never written in place, so a reflinked file's clone is never half-written."""
     pairs = _relinker(record, ws)
     for rel in record.relocate:
         path = staging / rel

@@ -1,8 +1,15 @@
 """The one way out of a network-less sandbox: one loopback port inside it forwarded to one port on the worker.
 
-Run with the worker's interpreter (the command it starts is the sandbox; nothing of this runs inside)::
+Run with the worker's interpreter (the command it starts is the sandbox; nothing of this runs inside), isolated
+and by its own file, from a directory of the worker's (:func:`launcher`, :data:`HOST_CWD`)::
 
-    python -m environments.endpoint_forwarder INNER_PORT HOST_PORT -- bwrap ... COMMAND
+    python -I .../environments/endpoint_forwarder.py INNER_PORT HOST_PORT -- bwrap ... COMMAND
+
+Never ``python -m environments.endpoint_forwarder`` with the workspace as the working directory: ``-m`` puts the
+working directory first on ``sys.path``, so a repository's top-level ``environments/`` package (this package's
+own name), ``sitecustomize.py`` or ``usercustomize.py`` would be imported and run on the worker. ``-I`` keeps the
+working directory, the user's site directory and every ``PYTHON*`` variable out; the worker's own packages come
+from its installed environment.
 
 The mirror image of :mod:`environments.app_forwarder`: bwrap (``--unshare-net``) is started blocked
 (``--block-fd``, added here), the forwarder finds the sandbox's network namespace, creates a listening socket
@@ -31,6 +38,15 @@ import time
 from environments.app_forwarder import PR_SET_CHILD_SUBREAPER, _libc, _reap_all, sandbox_netns, socket_in, splice
 
 PR_SET_PDEATHSIG = 1
+# The working directory the forwarder is started in: the worker's, never a workspace (bwrap's ``--chdir`` puts
+# the command where it works; the forwarder itself needs no directory).
+HOST_CWD = "/"
+
+
+def launcher(inner_port: int, host_port: int) -> list[str]:
+    """The argv prefix that starts this forwarder isolated from any workspace; append ``["--", *bwrap_argv]``.
+    Start it with ``cwd=HOST_CWD``."""
+    return [sys.executable, "-I", os.path.abspath(__file__), str(inner_port), str(host_port)]
 
 
 def listen_in(netns: int, home: int, port: int, deadline_s: float = 10.0) -> socket.socket:

@@ -100,7 +100,7 @@ class DurafixConfig(BaseModel):
     browser_sandbox: bool = True
     # Reuse the result of a recipe's setup per lock hash (STATE/cache/deps) instead of running it in every workspace.
     dependency_cache: bool = True
-    # How a cached setup is put into a workspace: "auto" (reflinks, else hard links, else copies) or "copy".
+    # How a cached setup is put into a workspace, as files of its own: "auto" (reflinks, else copies) or "copy".
     dependency_restore: RestoreMode = "auto"
     # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
     setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))

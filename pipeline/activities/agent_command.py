@@ -31,7 +31,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -39,6 +38,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import CancelledError
 
+from environments import endpoint_forwarder
 from environments.interface import RecoverySpec
 from environments.redaction import redactor_for
 from environments.run_fence import ensure_not_fenced
@@ -235,15 +235,16 @@ class CommandActivities:
             boxed = dataclasses.replace(sandbox, read_only=(*sandbox.read_only, *inv.read_only))
             argv = boxed.wrap(inv.argv, workspace=workspace, writable=[agent_dir])
             if sandbox.sandboxed:
-                forwarder = [sys.executable, "-m", "environments.endpoint_forwarder", str(INNER_PORT), str(proxy.port)]
-                argv = [*forwarder, "--", *argv]
+                # Isolated, by file, from a directory of the worker's: never importing the workspace's modules.
+                argv = [*endpoint_forwarder.launcher(INNER_PORT, proxy.port), "--", *argv]
             log_path = agent_dir.parent / f"{agent_dir.name}.log"
             deadline = time.monotonic() + self._deadline()
             why = ""
             with log_path.open("wb") as log:
                 proc = subprocess.Popen(
                     argv,
-                    cwd=workspace,
+                    # Sandboxed, bwrap's --chdir puts the CLI in the workspace; the host process never starts there.
+                    cwd=endpoint_forwarder.HOST_CWD if sandbox.sandboxed else workspace,
                     env=inv.env,
                     stdin=subprocess.DEVNULL,
                     stdout=log,

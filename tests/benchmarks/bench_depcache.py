@@ -23,14 +23,22 @@ Each is printed as the sum of the four setups (the time until ``run_setup`` retu
 reported ``starting app``) and as the four steps end to end (workspace, setup, and for the provisions the app's
 start and readiness), with the ratio to the run without the cache.
 
-Then the restore alone, hard links (``auto`` on a filesystem without reflinks) vs plain copies, of the fixture's
-``node_modules`` padded with ``--files`` generated files, so that the per-file cost shows.
+Then the restore alone, of the fixture's ``node_modules`` padded with ``--files`` generated files so that the
+per-file cost shows, median of ``--runs`` each and the ratio to the first, measured in the same run:
+
+- *hard links*: what ``auto`` did on a filesystem without reflinks before restores became copies (a workspace's
+  in-place write reached the entry); not offered any more, measured here as the baseline;
+- *hard links, verified by content*: the same, then a sha256 of every restored file checked against the one
+  taken when the entry was stored (the alternative to copies that was weighed);
+- *copies* (``copy``) and ``auto`` (reflinks where the filesystem has them, else the same copies).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import os
 import shutil
 import statistics
 import tempfile
@@ -39,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from environments.checks import SetupSettings, run_setup
-from environments.depcache import CacheKey, DependencyCache, RestoreMode
+from environments.depcache import CacheKey, DependencyCache, RestoreMode, _Copier, _walk
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.spec import build_recovery_spec, load_recipe
@@ -85,17 +93,39 @@ class Bench:
         self.mgr.remove(ws)
         return elapsed
 
-    def restore(self, key: CacheKey, restore: RestoreMode) -> float:
+    def restore(self, key: CacheKey, method: str) -> float:
+        """One restore of ``key`` into a fresh workspace by ``method``: ``hardlink``, ``hardlink+verify`` (see the
+        module), or a :data:`RestoreMode`."""
         self.ops += 1
         ws = self.mgr.rebuild(
             run_id=RUN, op_id=f"{RUN}:restore:{self.ops}", clone_url=self.repo.url, base_revision=self.repo.base
         )
+        if method.startswith("hardlink"):
+            cache: DependencyCache = HardLinkCache(self.deps)
+        else:
+            cache = DependencyCache(self.deps, restore="copy" if method == "copy" else "auto")
+        expected = self.stored_content if method == "hardlink+verify" else ""
+        os.sync()  # what earlier cases wrote is on disk before this one is timed
         started = time.perf_counter()
-        restored = DependencyCache(self.deps, restore=restore).restore(key, ws.path)
+        restored = cache.restore(key, ws.path)
+        if expected:
+            assert content_digest(ws.path, key.paths, self.relocated) == expected, "the entry changed"
         elapsed = time.perf_counter() - started
         assert not isinstance(restored, str), restored
         self.mgr.remove(ws)
         return elapsed
+
+    @property
+    def stored_content(self) -> str:
+        """The content digest the verifying alternative would record when storing (taken once, not timed)."""
+        if not hasattr(self, "_stored_content"):
+            cache = DependencyCache(self.deps)
+            entry = next(p for p in cache.entries() if not p.name.startswith("."))
+            record = cache.read_record(entry)
+            assert record is not None
+            self.relocated = frozenset(record.relocate)
+            self._stored_content = content_digest(entry / "tree", record.paths, self.relocated)
+        return self._stored_content
 
     def key(self) -> CacheKey:
         ws = self.mgr.rebuild(run_id=RUN, op_id=f"{RUN}:key", clone_url=self.repo.url, base_revision=self.repo.base)
@@ -111,6 +141,31 @@ class Bench:
     def close(self) -> None:
         self.mgr.cleanup_run(RUN)
         LocalProcessProvider(self.root / "environments").cleanup_run(RUN)
+
+
+class HardLinks(_Copier):
+    """Hard links, as restores were made before they became copies (the benchmark's baseline only)."""
+
+    def put(self, src: Path, dst: Path) -> None:
+        os.link(src, dst, follow_symlinks=False)
+        self.counts["hardlink"] = self.counts.get("hardlink", 0) + 1
+
+
+class HardLinkCache(DependencyCache):
+    def _copier(self) -> _Copier:
+        return HardLinks("copy")
+
+
+def content_digest(root: Path, paths: list[str], skip: frozenset[str]) -> str:
+    """sha256 over each regular file's path and the sha256 of its bytes (``skip``: the relocated files, which a
+    restore rewrites on purpose)."""
+    digest = hashlib.sha256()
+    for rel, st in _walk(root, paths):
+        if not os.path.isfile(root / rel) or os.path.islink(root / rel) or rel in skip:
+            continue
+        with (root / rel).open("rb") as fh:
+            digest.update(f"{rel} {hashlib.file_digest(fh, 'sha256').hexdigest()} {st.st_size}\n".encode())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -181,6 +236,7 @@ class RunSetups:
                         timeout_s=300,
                         settings=settings,
                         repository=self.spec.repository,
+                        base_lock_hash=self.spec.dependency_lock_hash,
                     )
                     done = time.perf_counter()
                     setup += done - setup_started
@@ -194,7 +250,9 @@ class RunSetups:
 
 def run_setup_cases(root: Path, runs: int) -> None:
     """One run's setups without the dependency cache and with it (first and later run of the lock file)."""
-    counter = root / "run-counter"
+    # Setup runs sandboxed and may write only its workspace and its repository's package cache: the counter
+    # lives there.
+    counter = repository_packages(root / "runs" / "packages") / "counter"
     repo = npm_project(root / "run-fixture", counter)
     bench = Bench(root / "run-spec", repo)
     try:
@@ -245,6 +303,13 @@ def run_setup_cases(root: Path, runs: int) -> None:
         print(f"    {label + ':':<9}" + ", ".join(f"{t.setup:.2f}/{t.steps:.2f}" for t in results))
 
 
+def repository_packages(packages: Path) -> Path:
+    """The package cache directory of the benchmark's repository under ``packages``."""
+    directory = SetupSettings(package_caches=packages).package_cache("bench/deps")
+    assert directory is not None
+    return directory
+
+
 def times(values: list[float]) -> str:
     return f"{statistics.median(values):7.3f} s  ({', '.join(f'{v:.3f}' for v in values)})"
 
@@ -260,13 +325,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-depcache-") as tmp:
         root = Path(tmp)
         # Setup runs sandboxed and may write only its workspace and the package caches: the counter lives there.
-        bench = Bench(root, npm_project(root / "fixture", root / "packages" / "counter"))
+        bench = Bench(root, npm_project(root / "fixture", repository_packages(root / "packages") / "counter"))
         try:
             spec = bench.spec()
             cold, packages_only, cached = [], [], []
             for _ in range(args.runs):
                 shutil.rmtree(bench.deps, ignore_errors=True)
-                shutil.rmtree(bench.packages, ignore_errors=True)
+                # npm's download cache only: the setup counter lives beside it.
+                shutil.rmtree(repository_packages(bench.packages) / "npm", ignore_errors=True)
                 cold.append(bench.provision(spec))
             for _ in range(args.runs):
                 shutil.rmtree(bench.deps, ignore_errors=True)
@@ -274,7 +340,7 @@ def main() -> None:
             cached = [bench.provision(spec) for _ in range(args.runs)]
         finally:
             bench.close()
-        installs = len((root / "packages" / "counter").read_text().splitlines())
+        installs = len((repository_packages(root / "packages") / "counter").read_text().splitlines())
 
         padding = (
             f"python3 -c \"import pathlib; d = pathlib.Path('node_modules/.padding'); d.mkdir(); "
@@ -282,29 +348,43 @@ def main() -> None:
         )
         padded = Bench(
             root / "padded",
-            npm_project(root / "padded" / "fixture", root / "padded" / "packages" / "counter", extra_setup=[padding]),
+            npm_project(
+                root / "padded" / "fixture",
+                repository_packages(root / "padded" / "packages") / "counter",
+                extra_setup=[padding],
+            ),
         )
         try:
             bench_spec = padded.spec()
             padded.provision(bench_spec)
             key = padded.key()
-            hardlink = [padded.restore(key, "auto") for _ in range(args.runs)]
-            copy = [padded.restore(key, "copy") for _ in range(args.runs)]
+            methods = ("hardlink", "hardlink+verify", "copy", "auto")
+            restores: dict[str, list[float]] = {method: [] for method in methods}
+            for i in range(args.runs):
+                # Interleaved and rotated, so that a change of the machine's load and what the previous case
+                # left to write back hit every method alike.
+                for method in methods[i % len(methods) :] + methods[: i % len(methods)]:
+                    restores[method].append(padded.restore(key, method))
         finally:
             padded.close()
         files = sum(1 for p in (padded.deps).rglob("*") if p.is_file()) - 2  # the record and the stamp
     cold_s, cached_s = statistics.median(cold), statistics.median(cached)
-    copy_ratio = statistics.median(copy) / statistics.median(hardlink)
     print(f"dependency cache benchmark: npm fixture (is-number), median of {args.runs} provisions each")
     print(f"  {'cold (no caches, npm ci from the registry):':<46}{times(cold)}")
     print(f"  {'package cache only (npm ci from its cache):':<46}{times(packages_only)}")
     print(f"  {'dependency cache (setup skipped, restored):':<46}{times(cached)}")
     print(f"  {'ratio (cold / dependency cache):':<46}{cold_s / cached_s:7.2f}x")
     print(f"  setup ran {installs} times for {3 * args.runs} provisions")
-    print(f"restore of node_modules with {files} files, median of {args.runs}:")
-    print(f"  {'hard links (auto):':<46}{times(hardlink)}")
-    print(f"  {'copies (copy):':<46}{times(copy)}")
-    print(f"  {'ratio (copy / hard links):':<46}{copy_ratio:7.2f}x")
+    print(f"restore of node_modules with {files} files, median of {args.runs} (ratio to hard links):")
+    baseline = statistics.median(restores["hardlink"])
+    for method, label in (
+        ("hardlink", "hard links (before; not offered):"),
+        ("hardlink+verify", "hard links, verified by content:"),
+        ("copy", "copies (copy):"),
+        ("auto", "auto (reflinks, else copies):"),
+    ):
+        ratio = statistics.median(restores[method]) / baseline
+        print(f"  {label:<46}{times(restores[method])}  {ratio:5.2f}x")
     with tempfile.TemporaryDirectory(prefix="bench-depcache-run-") as tmp:
         run_setup_cases(Path(tmp), args.runs)
 

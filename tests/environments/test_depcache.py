@@ -82,7 +82,7 @@ def test_a_second_workspace_gets_the_stored_setup_instead_of_running_it(setups: 
     assert record.repository == REPOSITORY and record.provider == "local"
     assert record.lock_files == {"package-lock.json": hashlib.sha256(lock).hexdigest()}
     assert record.setup == SHELL_SETUP and record.paths == ["node_modules"]
-    assert record.created_at and record.files == 2 and record.method == "hardlink"
+    assert record.created_at and record.files == 2 and record.method == "copy"
     entry = setups.cache.entry_path(setups.key(first))
     assert BuildRecord.model_validate_json((entry / RECORD_NAME).read_text()) == record
     assert counter_lines(counter) == 1
@@ -99,7 +99,9 @@ def test_a_second_workspace_gets_the_stored_setup_instead_of_running_it(setups: 
     assert "# dependency cache: restored entry" in setups.log(second).read_text()
     copied = second.path / "node_modules" / "dep" / "lock-copy"
     assert copied.read_bytes() == lock
-    assert copied.stat().st_ino == (entry / TREE_NAME / "node_modules" / "dep" / "lock-copy").stat().st_ino
+    # A file of its own, never the entry's (a hard link would let an in-place write reach the entry).
+    assert copied.stat().st_ino != (entry / TREE_NAME / "node_modules" / "dep" / "lock-copy").stat().st_ino
+    assert copied.stat().st_nlink == 1
     # What named the building workspace names this one: the script (a new file, not the entry's) and the link.
     script = second.path / "node_modules" / "dep" / "bin" / "dep"
     assert f"built in {os.path.realpath(second.path)}\n" in script.read_text()
@@ -222,7 +224,7 @@ def test_an_entry_without_a_complete_record_is_never_used(setups: Setups, counte
     elif damage == "record of another key":
         record_path.write_text(json.dumps({**data, "setup": ["npm install"]}))
     else:
-        record_path.write_text(json.dumps({**data, "format": 2}))
+        record_path.write_text(json.dumps({**data, "format": 1}))  # format 1 entries were hard-linked
 
     second = setups.workspace("b")
     outcome = setups.setup(second)
@@ -238,24 +240,41 @@ def test_an_entry_without_a_complete_record_is_never_used(setups: Setups, counte
     assert counter_lines(counter) == 2
 
 
-def test_an_entry_written_through_a_hard_link_is_not_used_and_is_rebuilt(setups: Setups, counter: Path) -> None:
+def test_an_in_place_write_in_a_restored_workspace_reaches_neither_the_entry_nor_the_next_workspace(
+    setups: Setups, counter: Path
+) -> None:
     setups.setup(setups.workspace("a"))
     restored = setups.workspace("b")
     assert setups.setup(restored).restored is not None
-    # A tool rewriting a file in place (not aside and renamed): the entry shares that inode.
+    # A tool rewriting a file in place (not aside and renamed).
     with (restored.path / "node_modules" / "dep" / "lock-copy").open("a") as fh:
         fh.write("scribbled\n")
 
     third = setups.workspace("c")
     outcome = setups.setup(third)
 
-    assert outcome.ran and outcome.stored is not None
-    assert "changed since it was built; not used" in setups.log(third).read_text()
+    assert not outcome.ran and outcome.restored is not None
     assert "scribbled" not in (third.path / "node_modules" / "dep" / "lock-copy").read_text()
+    assert counter_lines(counter) == 1
+
+
+def test_an_entry_that_changed_since_it_was_built_is_not_used_and_is_rebuilt(setups: Setups, counter: Path) -> None:
+    first = setups.workspace("a")
+    setups.setup(first)
+    entry = setups.cache.entry_path(setups.key(first)) / TREE_NAME
+    with (entry / "node_modules" / "dep" / "lock-copy").open("a") as fh:
+        fh.write("scribbled\n")
+
+    second = setups.workspace("b")
+    outcome = setups.setup(second)
+
+    assert outcome.ran and outcome.stored is not None
+    assert "changed since it was built; not used" in setups.log(second).read_text()
+    assert "scribbled" not in (second.path / "node_modules" / "dep" / "lock-copy").read_text()
     assert counter_lines(counter) == 2
-    fourth = setups.workspace("d")
-    assert setups.setup(fourth).restored == outcome.stored
-    assert "scribbled" not in (fourth.path / "node_modules" / "dep" / "lock-copy").read_text()
+    third = setups.workspace("c")
+    assert setups.setup(third).restored == outcome.stored
+    assert "scribbled" not in (third.path / "node_modules" / "dep" / "lock-copy").read_text()
 
 
 def test_copy_mode_gives_each_workspace_its_own_files(tmp_path: Path, counter: Path) -> None:

@@ -90,9 +90,9 @@ def host(tmp_path: Path) -> Iterator[Host]:
 
 @pytest.fixture
 def counter(tmp_path: Path) -> Path:
-    # Setup runs sandboxed: besides its workspace it may write only the package caches (STATE/cache/packages),
-    # so the count of setups that ran is kept there.
-    path = tmp_path / "state" / "cache" / "packages" / "setup-counter"
+    # Setup runs sandboxed: besides its workspace it may write only its repository's package caches
+    # (STATE/cache/packages/<repository>), so the count of setups that ran is kept there.
+    path = tmp_path / "state" / "cache" / "packages" / path_key(REPOSITORY) / "setup-counter"
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -155,7 +155,7 @@ def test_npm_a_second_provision_and_a_verify_reuse_the_cached_node_modules(
 
     check_reuse(host, repo, counter, "package-lock.json", patch)
 
-    packages = host.config.state_dir / "cache" / "packages" / "npm"
+    packages = host.config.state_dir / "cache" / "packages" / path_key(REPOSITORY) / "npm"
     assert any(packages.rglob("*")), "npm kept its download cache under the state directory"
 
 

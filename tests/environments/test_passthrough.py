@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from environments.checks import PACKAGE_CACHE_VARS, SetupError, SetupSettings, run_setup, run_tests
+from environments.checks import PACKAGE_CACHE_VARS, THROWAWAY_PREFIX, SetupError, SetupSettings, run_setup, run_tests
+from environments.files import path_key
 from environments.interface import AppRecipe, RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.passthrough import (
@@ -159,9 +160,11 @@ def test_only_setup_sees_the_passed_variables_and_the_package_caches(
     assert {name: setup[name] for name in ("PIP_INDEX_URL", "HTTPS_PROXY", "npm_config_registry")} == {
         name: WORKER_VARS[name] for name in ("PIP_INDEX_URL", "HTTPS_PROXY", "npm_config_registry")
     }
+    # The repository's own package caches: its lock files (none) are the base revision's.
+    packages = tmp_path / "packages" / path_key("acme/cart")
     for variable, directory in PACKAGE_CACHE_VARS.items():
-        assert setup[variable] == str(tmp_path / "packages" / directory)
-        assert (tmp_path / "packages" / directory).is_dir()
+        assert setup[variable] == str(packages / directory)
+        assert (packages / directory).is_dir()
     for secret in (
         "PIP_PASSWORD",
         "npm_config__authToken",
@@ -193,7 +196,10 @@ def test_a_variable_the_operator_passes_wins_over_the_package_cache_location(
 
     setup = dumped(workspace / "setup.json")
     assert setup["PIP_CACHE_DIR"] == str(tmp_path / "operators-pip-cache")
-    assert setup["UV_CACHE_DIR"] == str(tmp_path / "packages" / "uv")
+    # No repository named: a package cache of its own, gone when setup is.
+    uv = Path(setup["UV_CACHE_DIR"])
+    assert uv.name == "uv" and uv.parent.parent == tmp_path / "packages"
+    assert uv.parent.name.startswith(THROWAWAY_PREFIX) and not uv.parent.exists()
     # The recipe's own env is the repository's word about its commands and stays on top.
     assert setup["HTTPS_PROXY"] == "from-recipe"
 
