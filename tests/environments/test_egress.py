@@ -1,0 +1,137 @@
+"""Setup's egress proxy on its own: which addresses it refuses, which host names the setting takes, the proxy's
+lifecycle (a real ``proxy.py`` on a unix socket), and a setup without the network getting no way out at all."""
+
+from __future__ import annotations
+
+import json
+import socket
+import uuid
+from pathlib import Path
+
+import pytest
+
+from environments.checks import SetupSettings, run_setup
+from environments.egress import (
+    DEFAULT_REGISTRY_HOSTS,
+    INSIDE_SOCKET,
+    EgressHostError,
+    EgressProxy,
+    forbidden_reason,
+    parse_hosts,
+)
+from environments.interface import AppRecipe
+from environments.processes import owned_pids
+from environments.sandbox import Sandbox, bwrap_problem
+from pipeline.config import load_config
+from tests.conftest import unavailable
+
+
+@pytest.mark.parametrize(
+    ("address", "reason"),
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("127.8.9.10", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("169.254.169.254", "the cloud metadata address"),
+        ("169.254.1.1", "a link-local address"),
+        ("fe80::1%eth0", "a link-local address"),
+        ("10.1.2.3", "a private address"),
+        ("172.20.0.1", "a private address"),
+        ("192.168.1.1", "a private address"),
+        ("100.64.0.1", "a private address"),
+        ("fd00::1", "a private address"),
+        ("0.0.0.0", "an unspecified address"),
+        ("::", "an unspecified address"),
+        ("224.0.0.1", "a multicast address"),
+        ("240.0.0.1", "a reserved address"),
+        ("::ffff:127.0.0.1", "a loopback address (carried in an IPv6 address)"),
+        ("::ffff:169.254.169.254", "the cloud metadata address (carried in an IPv6 address)"),
+        ("64:ff9b::10.0.0.1", "a private address (carried in an IPv6 address)"),
+        ("151.101.0.223", None),
+        ("2a04:4e42::223", None),
+        # Documentation ranges: never routed on the internet, so a network that routes them chose to.
+        ("203.0.113.80", None),
+    ],
+)
+def test_forbidden_addresses(address: str, reason: str | None) -> None:
+    assert forbidden_reason(address) == reason
+
+
+def test_the_workers_own_addresses_are_refused() -> None:
+    own = frozenset({"192.0.2.2", "2001:db8::2"})
+    assert forbidden_reason("192.0.2.2", own) == "an address of the worker"
+    assert forbidden_reason("2001:db8::2", own) == "an address of the worker"
+    assert forbidden_reason("::ffff:192.0.2.2", own) == "an address of the worker (carried in an IPv6 address)"
+    assert forbidden_reason("192.0.2.3", own) is None
+
+
+def test_egress_hosts_are_host_names_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert parse_hosts(" PyPI.org, files.pythonhosted.org.,pypi.org ") == ("pypi.org", "files.pythonhosted.org")
+    assert parse_hosts("none") == () and parse_hosts(["registry.npmjs.org"]) == ("registry.npmjs.org",)
+    for bad in ("127.0.0.1", "::1", "pypi.org:443", "*.pypi.org", "https://pypi.org", "a b", "-x.org"):
+        with pytest.raises(EgressHostError, match="not a host name"):
+            parse_hosts(bad)
+    assert load_config(tmp_path).setup_egress == list(DEFAULT_REGISTRY_HOSTS)
+    monkeypatch.setenv("DURAFIX_SETUP_EGRESS", "npm.example.com, pypi.example.com")
+    assert load_config(tmp_path).setup_egress == ["npm.example.com", "pypi.example.com"]
+    monkeypatch.setenv("DURAFIX_SETUP_EGRESS", "169.254.169.254")
+    with pytest.raises(ValueError, match="not a host name"):
+        load_config(tmp_path)
+    with pytest.raises(EgressHostError):
+        SetupSettings(egress_hosts=("localhost:80",))
+
+
+def connect(proxy: EgressProxy, authority: str) -> str:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10)
+        conn.connect(str(proxy.socket_path))
+        conn.sendall(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+        return conn.recv(200).split(b"\r\n", 1)[0].decode()
+
+
+def test_the_proxy_refuses_before_connecting_logs_each_tunnel_and_leaves_nothing(tmp_path: Path) -> None:
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(4)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    marker = f"egress-test/{uuid.uuid4().hex}"
+    proxy = EgressProxy(("localhost",), ports=(port,), marker=marker)
+    with proxy:
+        directory = proxy.directory
+        assert directory is not None and oct(directory.stat().st_mode & 0o777) == "0o700"
+        assert owned_pids(marker)
+        # An allowed name on an allowed port, refused on its resolved (loopback) address; a literal, on its name.
+        assert connect(proxy, f"localhost:{port}") == "HTTP/1.1 403 Forbidden"
+        assert connect(proxy, f"127.0.0.1:{port}") == "HTTP/1.1 403 Forbidden"
+        assert connect(proxy, "localhost:443") == "HTTP/1.1 403 Forbidden"
+        events = [event.line() for event in proxy.events()]
+    with pytest.raises(TimeoutError):
+        listener.accept()
+    listener.close()
+    assert events == [
+        f"refused localhost:{port} at 127.0.0.1: resolves to a loopback address",
+        f"refused 127.0.0.1:{port}: not an allowed registry host",
+        "refused localhost:443: port 443 is not allowed",
+    ]
+    assert owned_pids(marker) == set() and not directory.exists()
+
+
+def test_a_setup_without_the_network_gets_no_proxy(tmp_path: Path) -> None:
+    problem = bwrap_problem()
+    if problem is not None:
+        unavailable(problem)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "probe.py").write_text(
+        f"import json, os\nSOCKET = {INSIDE_SOCKET!r}\n"
+        "seen = {'socket': os.path.exists(SOCKET), 'proxy': sorted(k for k in os.environ if 'proxy' in k.lower())}\n"
+        "json.dump(seen, open('seen.json', 'w'))\n"
+    )
+    recipe = AppRecipe(setup=["python3 probe.py"], setup_network=False, start="true", test="true")
+    outcome = run_setup(
+        ws, recipe, marker=f"t/{uuid.uuid4().hex}", log_path=tmp_path / "s.log", timeout_s=60, sandbox=Sandbox.detect()
+    )
+    assert outcome.ran and outcome.egress == ()
+    assert json.loads((ws / "seen.json").read_text()) == {"socket": False, "proxy": []}
+    assert "# egress:" not in (tmp_path / "s.log").read_text()
