@@ -4,8 +4,9 @@ Untrusted means anything a repository or the model wrote: the recipe's setup, st
 whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` with:
 
 - new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
-  namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
-  would keep them inside its user namespace for a worker running as root);
+  namespace with only loopback (:class:`Network`; a setup with the network gets the egress proxy's socket in
+  it besides, :class:`Egress`), except where a launcher already entered one; no capabilities (``--cap-drop
+  ALL``: bwrap would keep them inside its user namespace for a worker running as root);
 - a file system built from nothing: the system directories (``/usr``, ``/etc`` and the merged-usr links)
   read-only; a private ``/proc`` of the new PID namespace, a minimal ``/dev``, and private tmpfs
   mounts on ``/tmp``, ``/var/tmp``, ``/run``, ``/home`` and ``/root`` (so ``HOME`` is an empty writable
