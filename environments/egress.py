@@ -100,10 +100,14 @@ SOCAT = "/usr/bin/socat"
 # in the namespace's /proc/net/tcp), then the command itself. socat dies with the sandbox's PID namespace.
 _BRIDGE = f"""\
 {SOCAT} TCP-LISTEN:{INSIDE_PORT},bind=127.0.0.1,reuseaddr,fork UNIX-CONNECT:{INSIDE_SOCKET} &
+bridge=$!
 tries=0
 until grep -q ' 0100007F:{INSIDE_PORT:04X} 00000000:0000 0A ' /proc/net/tcp; do
   tries=$((tries + 1))
-  if [ "$tries" -gt 1000 ]; then echo "durafix: the egress bridge did not start" >&2; exit 125; fi
+  if [ "$tries" -gt 1000 ] || ! kill -0 "$bridge" 2>/dev/null; then
+    echo "durafix: the egress bridge did not start" >&2
+    exit 125
+  fi
   sleep 0.01
 done
 exec "$@"
@@ -290,6 +294,8 @@ class EgressProxy:
         """Start the proxy and wait until its socket accepts connections; :class:`EgressError` when it does not."""
         if self._proc is not None:
             return
+        if not Path(SOCAT).exists():
+            raise EgressError(f"{SOCAT} is missing: setup's bridge to the egress proxy needs it (Debian package socat)")
         # Short and private: a unix socket path has a 108-byte limit, and no one but the worker may connect.
         self.directory = Path(tempfile.mkdtemp(prefix="durafix-egress-"))
         policy = self.directory / "policy.json"
