@@ -1,5 +1,7 @@
 """Setup's egress proxy on its own: which addresses it refuses, which host names the setting takes, the proxy's
-lifecycle (a real ``proxy.py`` on a unix socket), and a setup without the network getting no way out at all."""
+lifecycle (a real ``proxy.py`` on a unix socket), a setup without the network getting no way out at all, and
+the plugin against scripted DNS answers (a rebinding name, a name with one forbidden answer among public ones),
+which no real resolver here can give."""
 
 from __future__ import annotations
 
@@ -7,17 +9,23 @@ import json
 import socket
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
+from proxy.http.exception import HttpRequestRejected
+from proxy.http.parser import HttpParser, httpParserTypes
 
+from environments import egress_plugin
 from environments.checks import SetupSettings, run_setup
 from environments.egress import (
     DEFAULT_REGISTRY_HOSTS,
     INSIDE_SOCKET,
+    POLICY_VAR,
     EgressHostError,
     EgressProxy,
     forbidden_reason,
     parse_hosts,
+    read_events,
 )
 from environments.interface import AppRecipe
 from environments.processes import owned_pids
@@ -135,3 +143,68 @@ def test_a_setup_without_the_network_gets_no_proxy(tmp_path: Path) -> None:
     assert outcome.ran and outcome.egress == ()
     assert json.loads((ws / "seen.json").read_text()) == {"socket": False, "proxy": []}
     assert "# egress:" not in (tmp_path / "s.log").read_text()
+
+
+class Resolver:
+    """Answers a name's lookups from a script, one answer per call, and counts the calls: a name that is public
+    when checked and loopback when connected to (DNS rebinding), or that answers a private address among
+    public ones."""
+
+    def __init__(self, *answers: list[str]) -> None:
+        self.answers = list(answers)
+        self.calls = 0
+
+    def __call__(self, host: str, port: int, *args: object, **kwargs: object) -> list[tuple[Any, ...]]:
+        self.calls += 1
+        addresses = self.answers[min(self.calls, len(self.answers)) - 1]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port)) for address in addresses]
+
+
+def plugin_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: list[str]) -> egress_plugin.EgressPolicyPlugin:
+    """The plugin as the proxy process builds it, with its policy file (the proxy's own objects are unused)."""
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"hosts": hosts, "ports": [443], "log": str(tmp_path / "egress.jsonl")}))
+    monkeypatch.setenv(POLICY_VAR, str(policy))
+    egress_plugin._policy.cache_clear()
+    none: Any = None
+    return egress_plugin.EgressPolicyPlugin("uid", none, none, none)
+
+
+def connect_request(authority: str) -> HttpParser:
+    request = HttpParser(httpParserTypes.REQUEST_PARSER)
+    request.parse(memoryview(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode()))
+    return request
+
+
+def test_the_plugin_resolves_once_and_connects_to_the_address_it_checked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rebinding = Resolver(["151.101.0.223"], ["127.0.0.1"])
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    plugin = plugin_for(tmp_path, monkeypatch, ["rebind.example"])
+    try:
+        assert plugin.before_upstream_connection(connect_request("rebind.example:443")) is not None
+        # What the proxy connects to: the checked answer, not a second lookup's.
+        assert plugin.resolve_dns("rebind.example", 443) == ("151.101.0.223", None)
+        assert rebinding.calls == 1
+        # A lookup for anything but the checked tunnel is refused, never resolved.
+        with pytest.raises(HttpRequestRejected):
+            plugin.resolve_dns("other.example", 443)
+    finally:
+        egress_plugin._policy.cache_clear()
+
+
+def test_the_plugin_refuses_a_name_with_any_forbidden_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "getaddrinfo", Resolver(["151.101.0.223", "169.254.169.254"]))
+    plugin = plugin_for(tmp_path, monkeypatch, ["mixed.example"])
+    try:
+        with pytest.raises(HttpRequestRejected):
+            plugin.before_upstream_connection(connect_request("mixed.example:443"))
+        with pytest.raises(HttpRequestRejected):
+            plugin.resolve_dns("mixed.example", 443)
+    finally:
+        egress_plugin._policy.cache_clear()
+    assert [event.line() for event in read_events(tmp_path / "egress.jsonl")] == [
+        "refused mixed.example:443 at 169.254.169.254: resolves to the cloud metadata address",
+        "refused mixed.example:443: not the checked tunnel",
+    ]
