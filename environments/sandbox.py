@@ -157,8 +157,9 @@ class Sandbox:
             resolved = str(Path(path).absolute())
             args += ["--bind", resolved, resolved]
         if isinstance(network, Egress):
-            # After the /run tmpfs, which would hide it. bwrap's --setenv wins over the recipe's variables.
-            args += ["--bind", str(Path(network.socket).absolute()), egress.INSIDE_SOCKET]
+            # After the /run tmpfs, which would hide it; read-only (connecting needs no write access to the mount,
+            # and the setup cannot chmod or replace it). bwrap's --setenv wins over the recipe's variables.
+            args += ["--ro-bind", str(Path(network.socket).absolute()), egress.INSIDE_SOCKET]
             for name, value in egress.PROXY_ENV.items():
                 args += ["--setenv", name, value]
             argv = egress.bridged(argv)
