@@ -198,10 +198,10 @@ class _Runner:
             # Plain host processes (the operator's explicit choice): nothing here can confine their network.
             self._run(Network.HOST)
             return ()
-        egress = EgressProxy(
-            self.settings.egress_hosts, ports=self.settings.egress_ports, marker=f"{self.marker}/egress"
-        )
-        with egress as proxy:
+        # The marker, not only the process group, is what stops a proxy: one left by an earlier try of this
+        # setup (its worker died) goes when this one does.
+        marker = f"{self.marker}/egress"
+        with EgressProxy(self.settings.egress_hosts, ports=self.settings.egress_ports, marker=marker) as proxy:
             self._run(Egress(proxy.socket_path), proxy)
             return tuple(proxy.events())
 

@@ -43,8 +43,10 @@ Lifecycle: one proxy per setup that asks for the network (:class:`EgressProxy`, 
 :func:`environments.checks.run_setup` in the sandboxed local provider and stopped when the setup ends, so
 its log is that setup's alone), in a private directory of the worker's temporary directory (mode 0700, never
 the workspace, never visible in any sandbox but through the bound socket). Its processes carry the setup's
-ownership marker with ``/egress`` appended, so a worker that dies mid-setup leaves nothing its run's cleanup
-does not find. A setup without the network starts none.
+ownership marker with ``/egress`` appended, so a worker that dies mid-setup leaves a proxy that the next try of
+the same setup stops with its own (:meth:`EgressProxy.stop` stops every process carrying the marker), and that
+its run's cleanup finds in any case. A setup without the network starts
+none.
 """
 
 from __future__ import annotations

@@ -208,3 +208,31 @@ def test_the_plugin_refuses_a_name_with_any_forbidden_answer(tmp_path: Path, mon
         "refused mixed.example:443 at 169.254.169.254: resolves to the cloud metadata address",
         "refused mixed.example:443: not the checked tunnel",
     ]
+
+
+def test_a_proxy_left_by_an_earlier_try_is_stopped_and_the_setups_own_is_gone_after_it(tmp_path: Path) -> None:
+    problem = bwrap_problem()
+    if problem is not None:
+        unavailable(problem)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = f"t/{uuid.uuid4().hex}"
+    # What a worker killed during the setup leaves: the proxy, still running under the setup's marker.
+    leftover = EgressProxy(DEFAULT_REGISTRY_HOSTS, marker=f"{marker}/egress")
+    leftover.start()
+    process = leftover._proc
+    assert process is not None
+    try:
+        recipe = AppRecipe(
+            setup=[f"test -S {INSIDE_SOCKET} && echo bridged > seen.txt"], setup_network=True, start="true", test="true"
+        )
+        outcome = run_setup(
+            ws, recipe, marker=marker, log_path=tmp_path / "s.log", timeout_s=60, sandbox=Sandbox.detect()
+        )
+        # Stopped with the setup's own proxy (the same marker), not by the stop() below.
+        assert process.poll() is not None
+    finally:
+        leftover.stop()
+    assert (ws / "seen.txt").read_text() == "bridged\n"
+    assert outcome.ran and outcome.egress == ()
+    assert owned_pids(f"{marker}/egress") == set()
