@@ -20,8 +20,11 @@ wrote there is read by a later setup.
 
 Where commands run is the caller's :class:`~environments.sandbox.Sandbox` (``None``: plain host processes, as
 the ``unsandboxed`` sandbox does). In it setup may write the workspace and the package caches, and reaches the
-network only when the recipe says ``setup_network: true``; the tests may write the workspace only and have no
-network. Both get the recipe's secrets only as far as the operator's ``allowed_secrets`` names them.
+network only when the recipe says ``setup_network: true``, and then only the package registries: through an
+egress proxy of its own (:mod:`environments.egress`) that allows the settings' ``egress_hosts`` and refuses
+every loopback, private, link-local or worker address; each tunnel it reached or refused is a ``# egress:``
+line in the setup's log. The tests may write the workspace only and have no network. Both get the recipe's
+secrets only as far as the operator's ``allowed_secrets`` names them.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from pathlib import Path
 
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
+from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, EgressProxy, parse_hosts
 from environments.files import locked, path_key, remove_tree, try_locked
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import check_patterns, passed_through
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
-from environments.sandbox import Network, Sandbox
+from environments.sandbox import Egress, Network, Sandbox
 from environments.spec import dependency_lock_hash
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
@@ -74,14 +78,19 @@ class SetupSettings:
     ``passthrough``: glob patterns of the worker variables setup may see, checked as
     :func:`environments.passthrough.check_patterns` does (a :class:`~environments.passthrough.PassthroughError`
     here); a passed-through variable wins over a package cache location of the same name (the operator set it).
+    ``egress_hosts``: the host names a sandboxed setup with ``setup_network: true`` may reach through its egress
+    proxy (:func:`environments.egress.parse_hosts`; default the package registries), on ``egress_ports`` only.
     """
 
     cache: DependencyCache | None = None
     package_caches: Path | None = None
     passthrough: tuple[str, ...] = field(default=())
+    egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS
+    egress_ports: tuple[int, ...] = ALLOWED_PORTS
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passthrough", check_patterns(self.passthrough))
+        object.__setattr__(self, "egress_hosts", parse_hosts(self.egress_hosts))
 
     def package_cache(self, repository: str) -> Path | None:
         """``repository``'s package cache directory (``None``: no package caches configured)."""
@@ -152,12 +161,14 @@ def _remove_dead_throwaways(root: Path) -> None:
 @dataclass(frozen=True)
 class SetupOutcome:
     """What :func:`run_setup` did: ran the commands (``ran``), restored an entry instead (``restored``), and
-    whether it stored one (``stored``); ``cache`` says what the dependency cache did, as the log says it."""
+    whether it stored one (``stored``); ``cache`` says what the dependency cache did, as the log says it;
+    ``egress``: the tunnels its commands asked the egress proxy for, reached or refused (empty without one)."""
 
     ran: bool
     restored: BuildRecord | None = None
     stored: BuildRecord | None = None
     cache: str = ""
+    egress: tuple[EgressEvent, ...] = ()
 
 
 def run_setup(
@@ -200,7 +211,9 @@ def run_setup(
     with settings.packages_for(ws_path, recipe, repository, base_lock_hash) as packages:
         worker = settings.worker_env(os.environ, packages)
         env = command_env(recipe, marker=marker, worker=worker, allowed_secrets=allowed_secrets)
-        run = _Runner(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages)
+        run = _Runner(
+            ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
+        )
         return _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run)
 
 
@@ -216,16 +229,14 @@ def _set_up(
 ) -> SetupOutcome:
     cache = settings.cache
     if cache is None:
-        run()
-        return SetupOutcome(ran=True)
+        return SetupOutcome(ran=True, egress=run())
     if not repository:
         raise ValueError("run_setup with a dependency cache needs the repository")
     key = cache.key_for(ws_path, recipe, repository=repository, provider=provider)
     uncached = key if isinstance(key, str) else cache.occupied(key, ws_path)
     if uncached or isinstance(key, str):
         _note(log_path, uncached)
-        run()
-        return SetupOutcome(ran=True, cache=uncached)
+        return SetupOutcome(ran=True, cache=uncached, egress=run())
     if cache.entry_path(key).is_dir():
         progress(f"setup: restoring {', '.join(key.paths)} from the dependency cache")
     restored = cache.restore(key, ws_path)
@@ -236,15 +247,15 @@ def _set_up(
             if isinstance(again, str):
                 _note(log_path, f"miss ({again}); running setup")
                 before = cache.checkout_state(ws_path)
-                run()
+                egress = run()
                 progress(f"setup: storing {', '.join(key.paths)} in the dependency cache")
                 stored = cache.store(key, ws_path, before, exclusive=exclusive)
                 if isinstance(stored, str):
                     _note(log_path, stored)
-                    return SetupOutcome(ran=True, cache=stored)
+                    return SetupOutcome(ran=True, cache=stored, egress=egress)
                 note = f"stored entry {key.key[:12]} ({stored.files} files, {stored.method})"
                 _note(log_path, note)
-                return SetupOutcome(ran=True, stored=stored, cache=note)
+                return SetupOutcome(ran=True, stored=stored, cache=note, egress=egress)
             restored = again
     note = (
         f"restored entry {key.key[:12]} instead of running setup ({restored.record.summary()}; "
@@ -268,10 +279,27 @@ class _Runner:
     stop_grace_s: float
     sandbox: Sandbox | None
     packages: Path | None
+    settings: SetupSettings
 
-    def __call__(self) -> None:
+    def __call__(self) -> tuple[EgressEvent, ...]:
+        """Run the commands; the egress proxy's events when they had one (see the module docstring)."""
+        if not self.recipe.setup_network:
+            self._run(Network.NONE)
+            return ()
+        if self.sandbox is None or not self.sandbox.sandboxed:
+            # Plain host processes (the operator's explicit choice): nothing here can confine their network.
+            self._run(Network.HOST)
+            return ()
+        # The marker, not only the process group, is what stops a proxy: one left by an earlier try of this
+        # setup (its worker died) goes when this one does.
+        marker = f"{self.marker}/egress"
+        with EgressProxy(self.settings.egress_hosts, ports=self.settings.egress_ports, marker=marker) as proxy:
+            self._run(Egress(proxy.socket_path), proxy)
+            return tuple(proxy.events())
+
+    def _run(self, network: Network | Egress, proxy: EgressProxy | None = None) -> None:
         writable = [self.packages] if self.packages is not None else []
-        network = Network.HOST if self.recipe.setup_network else Network.NONE
+        logged = 0
         for command in self.recipe.setup:
             self.progress(f"setup: {command_text(command)}")
             code, _ = run_to_completion(
@@ -284,10 +312,26 @@ class _Runner:
                 writable=writable,
                 network=network,
             )
+            if proxy is not None:
+                logged = self._log_egress(proxy, logged)
             if code != 0:
                 stop_owned(self.marker, grace_s=self.stop_grace_s)
                 outcome = "timed out" if code is None else f"exited {code}"
                 raise SetupError(f"setup command {command!r} {outcome}:\n{tail(self.log_path)}", log_path=self.log_path)
+
+    def _log_egress(self, proxy: EgressProxy, logged: int) -> int:
+        """Append the proxy's events since the ``logged`` first ones to the setup log, tell ``progress`` which
+        hosts were reached and refused; return how many events are logged now."""
+        events = proxy.events()
+        fresh = events[logged:]
+        if fresh:
+            with self.log_path.open("a", encoding="utf-8") as log:
+                log.writelines(f"# egress: {event.line()}\n" for event in fresh)
+            for verdict in ("reached", "refused"):
+                hosts = sorted({f"{event.host}:{event.port}" for event in fresh if event.verdict == verdict})
+                if hosts:
+                    self.progress(f"setup: egress {verdict} {', '.join(hosts)}")
+        return len(events)
 
 
 def _note(log_path: Path, text: str) -> None:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from environments.interface import AppRecipe
 from environments.processes import MARKER_VAR, start_time, stop_owned
-from environments.sandbox import Network, Sandbox
+from environments.sandbox import Egress, Network, Sandbox
 from environments.secrets import resolve_secrets
 
 _PASSED_THROUGH = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR")
@@ -66,7 +66,7 @@ def spawn(
     log_path: Path,
     sandbox: Sandbox | None = None,
     writable: Sequence[Path] = (),
-    network: Network = Network.NONE,
+    network: Network | Egress = Network.NONE,
     launcher: Sequence[str] = (),
 ) -> tuple[subprocess.Popen[bytes], int]:
     """Start ``command`` in its own session, appending its output to ``log_path``; reap it when it exits.
@@ -112,7 +112,7 @@ def run_to_completion(
     timeout_s: float,
     sandbox: Sandbox | None = None,
     writable: Sequence[Path] = (),
-    network: Network = Network.NONE,
+    network: Network | Egress = Network.NONE,
     launcher: Sequence[str] = (),
 ) -> tuple[int | None, float]:
     """Run ``command`` to its end; return (exit code, or ``None`` if it timed out and was killed; seconds).

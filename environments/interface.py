@@ -107,8 +107,8 @@ class AppRecipe(BaseModel):
     setup_network: bool = Field(
         default=False,
         description="setup commands may use the network (installs such as npm ci, pip install); otherwise they "
-        "run, like the tests, with no network at all. On the local provider setup then shares the worker's "
-        "network (docs/security.md, Sandbox)",
+        "run, like the tests, with no network at all. On the local provider setup then reaches the package "
+        "registries only, through an egress proxy (DURAFIX_SETUP_EGRESS; docs/security.md, Sandbox)",
     )
     cache: list[str] | None = Field(
         default=None,

@@ -27,12 +27,13 @@ Contracts (see :mod:`environments.interface`):
 Sandboxing (see :mod:`environments.sandbox` and ``docs/security.md``): setup, the app, its fixtures and the tests
 each run in a sandbox where only the workspace (and, for setup, the package caches) is writable and the state
 directory, the Docker socket and home directories do not exist. Tests have no network; setup only when the
-recipe says ``setup_network: true``. The app runs in a network namespace of its own, reached only through the
-forwarder (:mod:`environments.app_forwarder`) that listens on the worker's loopback: the recorded process is the
-forwarder, its group holds the sandbox. Fixtures run in a sandbox of their own that enters the app's network
-namespace, so they reach the app and nothing else. Without a working bubblewrap the provider refuses to be built
-unless the operator passed an ``unsandboxed`` :class:`~environments.sandbox.Sandbox`; its handles then say
-``sandbox: unsandboxed``.
+recipe says ``setup_network: true``, and then only the package registries, through an egress proxy started for
+that setup (:mod:`environments.egress`; its tunnels are ``# egress:`` lines in the setup's log). The app runs
+in a network namespace of its own, reached only through the forwarder (:mod:`environments.app_forwarder`) that
+listens on the worker's loopback: the recorded process is the forwarder, its group holds the sandbox. Fixtures
+run in a sandbox of their own that enters the app's network namespace, so they reach the app and nothing else.
+Without a working bubblewrap the provider refuses to be built unless the operator passed an ``unsandboxed``
+:class:`~environments.sandbox.Sandbox`; its handles then say ``sandbox: unsandboxed``.
 
 Secrets are resolved from the worker's environment when a command starts, only as far as the operator's
 ``allowed_secrets`` names them (:mod:`environments.secrets`), and are never recorded.
@@ -117,7 +118,8 @@ class LocalProcessProvider:
 
         ``progress`` hears ``adopting <env id>``, or (after ``stopping earlier <env id>`` when a stale record
         is replaced) ``setup: <command>`` per setup command (or ``setup: restoring <paths> from the dependency
-        cache``, see :func:`~environments.checks.run_setup`), ``starting app: <command>``, ``waiting for
+        cache``, see :func:`~environments.checks.run_setup`; ``setup: egress reached|refused <host:port>, ...``
+        after a command of a setup with the network), ``starting app: <command>``, ``waiting for
         readiness at <url><path>`` and ``fixtures: <command>`` per fixture, in that order.
 
         Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError``

@@ -4,8 +4,9 @@ Untrusted means anything a repository or the model wrote: the recipe's setup, st
 whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` with:
 
 - new user, PID, IPC, UTS and cgroup namespaces (``--unshare-user --unshare-pid ...``), and a new network
-  namespace unless the step may use the network (:class:`Network`); no capabilities (``--cap-drop ALL``: bwrap
-  would keep them inside its user namespace for a worker running as root);
+  namespace with only loopback (:class:`Network`; a setup with the network gets the egress proxy's socket in
+  it besides, :class:`Egress`), except where a launcher already entered one; no capabilities (``--cap-drop
+  ALL``: bwrap would keep them inside its user namespace for a worker running as root);
 - a file system built from nothing: ``/usr`` and the merged-usr links read-only; a curated ``/etc``
   (:mod:`environments.sandbox_etc`): a read-only tmpfs holding only the entries of ``CURATED_ETC`` a
   toolchain reads (resolver files, CA certificates, the dynamic linker's cache, alternatives, the time zone,
@@ -41,6 +42,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from environments import egress
 from environments.interface import EnvironmentError
 from environments.sandbox_etc import REMOUNT_ETC, account_stubs, etc_args, etc_sources
 
@@ -65,14 +67,24 @@ class SandboxUnavailableError(EnvironmentError):
 class Network(StrEnum):
     """What a sandboxed step may reach over the network.
 
-    ``NONE``: a network namespace of its own with only loopback (tests, fixtures' own namespace, setup unless
-    the recipe asks for the network). ``HOST``: the worker's network (setup with ``setup_network: true``:
-    installs need the package index; the price is that such a setup can also reach the worker's local
-    services, which is why it is the recipe's explicit choice).
+    ``NONE``: a network namespace of its own with only loopback (tests, setup unless the recipe asks for the
+    network). ``HOST``: the network namespace the sandbox is started in, unchanged: only for a launcher that
+    has already entered another namespace (fixtures, which ``nsenter`` the app's own). Setup with
+    ``setup_network: true`` gets neither: it gets :class:`Egress`.
     """
 
     NONE = "none"
     HOST = "host"
+
+
+@dataclass(frozen=True)
+class Egress:
+    """A network namespace of its own with only loopback, plus the egress proxy's unix socket ``socket`` (on the
+    worker) bound in at :data:`environments.egress.INSIDE_SOCKET`, a bridge to it on the sandbox's
+    ``127.0.0.1`` and the proxy variables pointing there (see :mod:`environments.egress`): setup with
+    ``setup_network: true`` reaches what that proxy allows, the package registries, and nothing else."""
+
+    socket: Path
 
 
 @dataclass(frozen=True)
@@ -131,10 +143,11 @@ class Sandbox:
         *,
         workspace: Path,
         writable: Sequence[Path] = (),
-        network: Network = Network.NONE,
+        network: Network | Egress = Network.NONE,
     ) -> list[str]:
         """``argv`` as it runs in this sandbox with ``workspace`` (its working directory) and ``writable``
-        read-write; unchanged when unsandboxed."""
+        read-write, on ``network``; unchanged when unsandboxed (then ``network`` is the worker's: the operator
+        chose to run without the sandbox)."""
         if not self.sandboxed:
             return list(argv)
         args = [
@@ -149,7 +162,7 @@ class Sandbox:
             "--cap-drop",
             "ALL",
         ]
-        if network is Network.NONE:
+        if network is not Network.HOST:
             args.append("--unshare-net")
         for directory in _SYSTEM_DIRS:
             args += ["--ro-bind-try", directory, directory]
@@ -177,6 +190,13 @@ class Sandbox:
             raise EnvironmentError(f"{dot_git} is not a directory the worker made; refusing to run a command there")
         if dot_git.is_dir():
             args += ["--ro-bind", str(dot_git), str(dot_git)]
+        if isinstance(network, Egress):
+            # After the /run tmpfs, which would hide it; read-only (connecting needs no write access to the mount,
+            # and the setup cannot chmod or replace it). bwrap's --setenv wins over the recipe's variables.
+            args += ["--ro-bind", str(Path(network.socket).absolute()), egress.INSIDE_SOCKET]
+            for name, value in egress.PROXY_ENV.items():
+                args += ["--setenv", name, value]
+            argv = egress.bridged(argv)
         args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
         return args
 

@@ -6,8 +6,8 @@ Each queue needs something of the host or of the configuration (:func:`probe`):
 - ``forge``: forge credentials (a token, or a GitHub App's ID and private key file), git, and the forge's API
   answering;
 - ``environments``: git and the configured provider's prerequisites: the Docker engine at
-  ``DURAFIX_DOCKER_HOST`` answering ``_ping`` (docker), or a bubblewrap that can create namespaces, unless
-  the operator allowed running unsandboxed (local);
+  ``DURAFIX_DOCKER_HOST`` answering ``_ping`` (docker), or a bubblewrap that can create namespaces and
+  ``socat`` (the bridge of setup's egress proxy), unless the operator allowed running unsandboxed (local);
 - ``browser``: Chromium, launchable the way the browser runner launches it (and ffmpeg with video on);
 - ``model``: git and a model endpoint configured (a key, or a base URL on this host) and answering.
 
@@ -191,6 +191,7 @@ def docker_engine(config: DurafixConfig) -> str:
 
 
 def bubblewrap(config: DurafixConfig) -> str:
+    from environments.egress import SOCAT
     from environments.sandbox import BWRAP, Sandbox, SandboxUnavailableError, bwrap_problem, bwrap_version
 
     try:
@@ -199,6 +200,11 @@ def bubblewrap(config: DurafixConfig) -> str:
         raise Missing(str(err)) from err
     if not sandbox.sandboxed:
         return f"unsandboxed (DURAFIX_UNSANDBOXED=1; {bwrap_problem(BWRAP)})"
+    if not Path(SOCAT).exists():
+        raise Missing(
+            f"{SOCAT} is missing: a setup with setup_network: true reaches the package registries through a bridge "
+            "that needs it; install the Debian package socat"
+        )
     return bwrap_version(BWRAP)
 
 

@@ -15,6 +15,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from environments.depcache import RestoreMode
+from environments.egress import DEFAULT_REGISTRY_HOSTS, parse_hosts
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
 from environments.secrets import check_allowlist
 from pipeline.pricing import PRICES_SETTING, ModelPrice
@@ -104,6 +105,9 @@ class DurafixConfig(BaseModel):
     dependency_restore: RestoreMode = "auto"
     # Glob patterns of the worker variables setup commands may see (and only they); see environments/passthrough.py.
     setup_passthrough: list[str] = Field(default_factory=lambda: list(DEFAULT_PATTERNS))
+    # The host names a sandboxed setup with setup_network: true may reach through its egress proxy (port 443,
+    # CONNECT only, never a loopback, private or link-local address); see environments/egress.py.
+    setup_egress: list[str] = Field(default_factory=lambda: list(DEFAULT_REGISTRY_HOSTS))
     # What a model-written patch may change, per repository ("OWNER/REPO", or "*" for every other one); the
     # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
     # in a repository or an issue can (docs/security.md, "Patch policy").
@@ -189,6 +193,15 @@ class DurafixConfig(BaseModel):
             return list(check_patterns(value))
         return value
 
+    @field_validator("setup_egress", mode="before")
+    @classmethod
+    def _egress(cls, value: object) -> object:
+        """``"pypi.org,files.pythonhosted.org"`` (the variable's form), ``none``, or a list of host names; anything
+        else (an address, a port, a wildcard) refused (``EgressHostError``, a ``ValueError``)."""
+        if isinstance(value, str) or (isinstance(value, list) and all(isinstance(item, str) for item in value)):
+            return list(parse_hosts(value))
+        return value
+
     @field_validator("secret_allowlist", mode="before")
     @classmethod
     def _allowlist(cls, value: object) -> object:
@@ -266,6 +279,7 @@ _ENV = {
     "DURAFIX_DEPENDENCY_CACHE": "dependency_cache",
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
+    "DURAFIX_SETUP_EGRESS": "setup_egress",
     "DURAFIX_PATCH_POLICIES": "patch_policies",
     PRICES_SETTING: "model_prices",
     "DURAFIX_UNSANDBOXED": "unsandboxed",

@@ -98,12 +98,16 @@ class Services:
     @cached_property
     def setup(self) -> SetupSettings:
         """How this worker runs recipe setup commands, for the local provider and for verification and baseline
-        runs alike: the dependency cache (unless switched off), the package caches, the passed-through variables."""
+        runs alike: the dependency cache (unless switched off), the package caches, the passed-through variables,
+        the hosts a networked setup may reach."""
         from environments.checks import SetupSettings
 
         cache = self.dependency_cache() if self.config.dependency_cache else None
         return SetupSettings(
-            cache=cache, package_caches=self.package_cache_dir, passthrough=tuple(self.config.setup_passthrough)
+            cache=cache,
+            package_caches=self.package_cache_dir,
+            passthrough=tuple(self.config.setup_passthrough),
+            egress_hosts=tuple(self.config.setup_egress),
         )
 
     def provider(self, name: str | None = None) -> EnvironmentProvider:
