@@ -19,6 +19,7 @@ network. Both get the recipe's secrets only as far as the operator's ``allowed_s
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import uuid
@@ -29,10 +30,12 @@ from pathlib import Path
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
-from environments.passthrough import check_patterns, passed_through
+from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
 from environments.sandbox import Network, Sandbox
+
+_log = logging.getLogger(__name__)
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
@@ -69,14 +72,20 @@ class SetupSettings:
 
     def worker_env(self, environ: Mapping[str, str]) -> dict[str, str]:
         """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
+        return self.screen_worker_env(environ).env
+
+    def screen_worker_env(self, environ: Mapping[str, str]) -> Screened:
+        """:meth:`worker_env` with the names of the variables withheld for credentials in their value
+        (:func:`environments.passthrough.screen`)."""
         env: dict[str, str] = {}
         if self.package_caches is not None:
             for variable, name in PACKAGE_CACHE_VARS.items():
                 directory = self.package_caches.absolute() / name
                 directory.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(directory)
-        env.update(passed_through(self.passthrough, environ))
-        return env
+        screened = screen(self.passthrough, environ)
+        env.update(screened.env)
+        return Screened(env, screened.withheld)
 
 
 @dataclass(frozen=True)
@@ -123,7 +132,14 @@ def run_setup(
     outcome = SetupOutcome(ran=False)
     if not recipe.setup:
         return outcome
-    env = command_env(recipe, marker=marker, worker=settings.worker_env(os.environ), allowed_secrets=allowed_secrets)
+    worker = settings.screen_worker_env(os.environ)
+    for warning in worker.warnings():
+        # The worker's log, the run's progress and the setup log all say it: a setup that then fails for want
+        # of its index is explained where whoever reads any of them looks.
+        _log.warning("%s", warning)
+        progress(warning)
+        _log_line(log_path, warning)
+    env = command_env(recipe, marker=marker, worker=worker.env, allowed_secrets=allowed_secrets)
     run = _Runner(ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, settings)
     cache = settings.cache
     if cache is None:
@@ -202,9 +218,13 @@ class _Runner:
 
 
 def _note(log_path: Path, text: str) -> None:
+    _log_line(log_path, f"dependency cache: {text}")
+
+
+def _log_line(log_path: Path, text: str) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"# dependency cache: {text}\n")
+        log.write(f"# {text}\n")
 
 
 def run_tests(
