@@ -24,6 +24,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from evidence.serve import TOKEN_VARIABLE as EVIDENCE_TOKEN_ENV
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import _ENV
 from pipeline.steps import TaskQueue
@@ -47,8 +48,9 @@ PARALLEL_SETTINGS = {
 """Settings the manifests use that are being added to ``pipeline/config.py`` on another branch, with these
 names and keys; once there, :func:`test_parallel_settings_keep_their_names` holds them to it."""
 
-PROCESS_VARIABLES = {"DURAFIX_STATE_DIR", OWNER_TOKEN_ENV, ADMIN_TOKEN_ENV}
-"""Variables durafix reads that are not ``config.json`` settings (the state directory; the setup tokens)."""
+PROCESS_VARIABLES = {"DURAFIX_STATE_DIR", OWNER_TOKEN_ENV, ADMIN_TOKEN_ENV, EVIDENCE_TOKEN_ENV}
+"""Variables durafix reads that are not ``config.json`` settings (the state directory; the setup tokens; the
+evidence server's token)."""
 
 SETTINGS = {**PARALLEL_SETTINGS, **_ENV}
 
@@ -64,6 +66,7 @@ COMPONENT_EGRESS_PORTS = {
     "durafix-worker-forge": {7233, 443},
     "durafix-worker-model": {7233, 443},
     "durafix-worker-environments": {7233, 443, EGRESS_PROXY_PORT},
+    "durafix-evidence": {443},
 }
 """The ports each component's own policy opens (beyond DNS): Temporal, HTTPS (the forge, S3, the model
 endpoint), and for the sandbox's pod the egress proxy."""
