@@ -30,6 +30,7 @@ secrets only as far as the operator's ``allowed_secrets`` names them.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
 import uuid
@@ -42,11 +43,13 @@ from environments.depcache import BuildRecord, DependencyCache
 from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, EgressProxy, parse_hosts
 from environments.files import locked, path_key, remove_tree, try_locked
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
-from environments.passthrough import check_patterns, passed_through
+from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
 from environments.sandbox import Egress, Network, Sandbox
 from environments.spec import dependency_lock_hash
+
+_log = logging.getLogger(__name__)
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
@@ -99,17 +102,22 @@ class SetupSettings:
         return self.package_caches.absolute() / path_key(repository)
 
     def worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> dict[str, str]:
-        """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`):
-        the package managers' cache variables pointing into ``packages`` (created here), and the passed-through
-        variables."""
+        """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
+        return self.screen_worker_env(environ, packages).env
+
+    def screen_worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> Screened:
+        """The package managers' cache variables pointing into ``packages`` (created here) and the passed-through
+        variables, with the names of those withheld for credentials in their value
+        (:func:`environments.passthrough.screen`)."""
         env: dict[str, str] = {}
         if packages is not None:
             for variable, name in PACKAGE_CACHE_VARS.items():
                 directory = packages / name
                 directory.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(directory)
-        env.update(passed_through(self.passthrough, environ))
-        return env
+        screened = screen(self.passthrough, environ)
+        env.update(screened.env)
+        return Screened(env, screened.withheld)
 
     @contextlib.contextmanager
     def packages_for(
@@ -209,8 +217,14 @@ def run_setup(
     if not recipe.setup:
         return SetupOutcome(ran=False)
     with settings.packages_for(ws_path, recipe, repository, base_lock_hash) as packages:
-        worker = settings.worker_env(os.environ, packages)
-        env = command_env(recipe, marker=marker, worker=worker, allowed_secrets=allowed_secrets)
+        worker = settings.screen_worker_env(os.environ, packages)
+        for warning in worker.warnings():
+            # The worker's log, the run's progress and the setup log all say it: a setup that then fails for want
+            # of its index is explained where whoever reads any of them looks.
+            _log.warning("%s", warning)
+            progress(warning)
+            _log_line(log_path, warning)
+        env = command_env(recipe, marker=marker, worker=worker.env, allowed_secrets=allowed_secrets)
         run = _Runner(
             ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
         )
@@ -335,9 +349,13 @@ class _Runner:
 
 
 def _note(log_path: Path, text: str) -> None:
+    _log_line(log_path, f"dependency cache: {text}")
+
+
+def _log_line(log_path: Path, text: str) -> None:
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"# dependency cache: {text}\n")
+        log.write(f"# {text}\n")
 
 
 def run_tests(

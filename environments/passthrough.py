@@ -17,6 +17,14 @@ Two rules keep durafix's own secrets out whatever the patterns say:
   package manager's system-wide configuration (``/etc/pip.conf``, npm's ``/usr/etc/npmrc``), which setup reads
   (its sandbox shows ``/etc`` and ``/usr`` read-only and an empty ``HOME``).
 
+A third rule covers the values: a variable whose value holds a URL with credentials in it
+(``https://user:token@host/simple``, ``http://user:pass@proxy:3128``, also as one entry of a space- or
+comma-separated list such as ``PIP_EXTRA_INDEX_URL``) is withheld (:func:`screen`), with a warning naming the
+variable and never its value, unless the operator named that variable exactly (``PIP_EXTRA_INDEX_URL``, not
+``PIP_*``; the default list's ``HTTPS_PROXY`` is durafix's naming, not the operator's, and does not count).
+A glob says "the package manager's settings", not "hand my index token to the repository's setup script",
+which can read and send on anything in its environment.
+
 Names are compared case-sensitively, as the kernel does; the namespace and credential checks ignore case.
 """
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 import fnmatch
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 # What durafix itself reads its configuration and secrets from.
 OWN_PREFIXES = ("DURAFIX_", "OPENAI_")
@@ -35,6 +44,12 @@ _CREDENTIAL = re.compile(
     r"|(?:^|_)(?:AUTH|PASS)(?:_|$)"
 )
 _PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]+$")
+_GLOB = frozenset("*?[")
+# What separates the entries of a list-valued variable (``PIP_EXTRA_INDEX_URL="a b"``, ``NO_PROXY="a,b"``).
+_SEPARATORS = re.compile(r"[\s,;]+")
+# Userinfo without a scheme, as some proxy variables are written (``user:pass@proxy:3128``); an e-mail
+# address (``npm_config_email=me@example.com``) has no colon before its ``@`` and is not one.
+_BARE_USERINFO = re.compile(r"^[^:/@]+:[^/@]*@")
 
 # The default of ``DURAFIX_SETUP_PASSTHROUGH``: package-manager configuration, proxies and CA bundles.
 DEFAULT_PATTERNS = (
@@ -99,14 +114,58 @@ def never_passed(name: str) -> bool:
     return upper.startswith(OWN_PREFIXES) or _CREDENTIAL.search(upper) is not None
 
 
-def passed_through(patterns: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
-    """The variables of ``environ`` that match one of ``patterns`` and are not :func:`never_passed`."""
+def holds_url_credentials(value: str) -> bool:
+    """Whether ``value``, or one entry of it as a space-, comma- or semicolon-separated list, is a URL with
+    userinfo (``scheme://user[:password]@...``, or ``user:password@host`` without a scheme). Fails closed: an
+    ``@`` anywhere after a ``scheme://`` counts, so a password with an unescaped ``/`` in it is caught too."""
+    for entry in _SEPARATORS.split(value):
+        scheme, found, rest = entry.partition("://")
+        if found and scheme and "@" in rest:
+            return True
+        if not found and _BARE_USERINFO.match(entry):
+            return True
+    return False
+
+
+@dataclass(frozen=True)
+class Screened:
+    """What :func:`screen` lets through (``env``) and the names it withheld for credentials in their value."""
+
+    env: dict[str, str]
+    withheld: tuple[str, ...] = ()
+
+    def warnings(self) -> list[str]:
+        """One sentence per withheld variable, naming it (never its value) and what would pass it."""
+        return [
+            f"setup passthrough: {name} was not passed to setup: its value holds a URL with credentials; name "
+            f"{name} exactly in DURAFIX_SETUP_PASSTHROUGH (not through a glob) to pass it, or put the credentials "
+            "in the package manager's configuration file"
+            for name in self.withheld
+        ]
+
+
+def screen(patterns: Iterable[str], environ: Mapping[str, str]) -> Screened:
+    """The variables of ``environ`` that match one of ``patterns`` and are not :func:`never_passed`; of those,
+    one whose value :func:`holds_url_credentials` only when a pattern names it exactly (no ``*``, ``?``, ``[``)
+    and ``patterns`` are not :data:`DEFAULT_PATTERNS` (which the operator did not write), the others withheld."""
     wanted = tuple(patterns)
-    return {
-        name: value
-        for name, value in environ.items()
-        if any(fnmatch.fnmatchcase(name, pattern) for pattern in wanted) and not never_passed(name)
-    }
+    # The default list is durafix's choice, not the operator's: its exact names (HTTPS_PROXY) pass no credentials.
+    exact = set() if set(wanted) == set(DEFAULT_PATTERNS) else {p for p in wanted if not _GLOB & set(p)}
+    env: dict[str, str] = {}
+    withheld: list[str] = []
+    for name, value in environ.items():
+        if never_passed(name) or not any(fnmatch.fnmatchcase(name, pattern) for pattern in wanted):
+            continue
+        if name not in exact and holds_url_credentials(value):
+            withheld.append(name)
+            continue
+        env[name] = value
+    return Screened(env, tuple(sorted(withheld)))
+
+
+def passed_through(patterns: Iterable[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """What :func:`screen` lets through."""
+    return screen(patterns, environ).env
 
 
 def _could_match_prefix(pattern: str, prefix: str) -> bool:

@@ -5,8 +5,10 @@
   with credentials from ``AWS_ACCESS_KEY_ID`` / ``AWS_SECRET_ACCESS_KEY`` (and ``AWS_SESSION_TOKEN``) when
   set, else boto3's default chain.
 
-``public_url`` is the base URL of the evidence server over a local store, so ``url_for`` links resolve for
-a reviewer's browser; S3 stores ignore it (they answer presigned URLs).
+``public_url`` is the base URL of the evidence server over the store, so ``url_for`` links resolve for a
+reviewer's browser (and carry the server's headers: its Content-Security-Policy forbids framing); without
+it a local store answers ``file://`` URLs and an S3 store presigned URLs, which S3 serves without any
+Content-Security-Policy.
 """
 
 from __future__ import annotations
@@ -29,12 +31,12 @@ def open_store(
     link_secret: str | None = None,
 ) -> ArtifactStore:
     """The store ``url`` names. S3 ``credentials`` default to the environment's (see module docstring).
-    ``link_secret``: a local store's links to its evidence server are signed with it (:mod:`evidence.links`)."""
+    ``link_secret``: the store's links to its evidence server are signed with it (:mod:`evidence.links`)."""
     parts = urlsplit(url)
+    signer = LinkSigner(link_secret) if link_secret else None
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost"):
             raise ValueError(f"file URL must name a local path, got host {parts.netloc!r}: {url}")
-        signer = LinkSigner(link_secret) if link_secret else None
         return LocalArtifactStore(Path(unquote(parts.path)), public_url=public_url, signer=signer)
     if parts.scheme == "s3":
         if not parts.netloc:
@@ -49,6 +51,8 @@ def open_store(
             endpoint_url=query.get("endpoint"),
             region=query.get("region", "us-east-1"),
             credentials=credentials or credentials_from_env(),
+            public_url=public_url,
+            signer=signer,
         )
     raise ValueError(f"unsupported evidence store URL {url!r}: use file:///path or s3://bucket/prefix")
 

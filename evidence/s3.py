@@ -17,6 +17,11 @@ A 412 (PreconditionFailed) means another writer published the same key first; si
 content, that is a success, and the put returns the stored object's ref. Every failure aborts the pending
 multipart upload.
 
+Links (``url_for``): presigned GET URLs, which S3 serves with the headers it stores and no others: S3 has no
+way to send a Content-Security-Policy (so ``frame-ancestors``) with an object. With ``public_url`` (an
+evidence server fronting this store, :mod:`evidence.serve`), links go to that server instead, which sends
+them; ``keys`` and ``stored_meta`` are what it reads.
+
 Retention counts from the object's LastModified. A repeated put refreshes it with a server-side copy onto
 itself (metadata kept), and ``delete_expired`` re-reads LastModified just before deleting, which narrows
 (but on S3 cannot close) the window in which a concurrent re-put of old content loses its object. It also
@@ -38,7 +43,8 @@ from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
 from evidence.interface import ArtifactError, ArtifactKind, ArtifactMissingError, ArtifactRef
-from evidence.keys import media_type_for, object_key, utc_iso
+from evidence.keys import media_type_for, object_key, parse_key, utc_iso
+from evidence.links import LinkSigner
 from evidence.streams import CHUNK, check_digest, hash_file, write_verified
 
 if TYPE_CHECKING:
@@ -66,7 +72,8 @@ class S3ArtifactStore:
     """:class:`~evidence.interface.ArtifactStore` on an S3 bucket (see the module docstring).
 
     ``credentials`` None uses boto3's default chain. ``endpoint_url`` selects an S3-compatible server
-    (path-style addressing, SigV4).
+    (path-style addressing, SigV4). ``public_url``: the base URL of an evidence server over this store, which
+    ``url_for`` links then point to (signed with ``signer`` when given), instead of presigned S3 URLs.
     """
 
     def __init__(
@@ -78,9 +85,13 @@ class S3ArtifactStore:
         credentials: S3Credentials | None = None,
         *,
         part_size: int = DEFAULT_PART_SIZE,
+        public_url: str | None = None,
+        signer: LinkSigner | None = None,
     ) -> None:
         if part_size < 5 * 1024 * 1024:
             raise ValueError("S3 multipart parts must be at least 5 MiB")
+        self.public_url = public_url.rstrip("/") if public_url else None
+        self.signer = signer
         self.bucket = bucket
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.part_size = part_size
@@ -253,13 +264,45 @@ class S3ArtifactStore:
         return self._head(ref.key) is not None
 
     def url_for(self, ref: ArtifactRef, expires_s: int = MAX_PRESIGN_S) -> str:
-        """A presigned GET URL, valid for ``expires_s`` (capped at the SigV4 maximum of 7 days)."""
+        """The evidence server's URL when ``public_url`` is set (signed with ``signer`` when there is one), else
+        a presigned GET URL, valid for ``expires_s`` (capped at the SigV4 maximum of 7 days)."""
+        if self.public_url:
+            path = f"/a/{ref.key}"
+            return f"{self.public_url}{self.signer.sign(path) if self.signer else path}"
         url: str = self.client.generate_presigned_url(
             "get_object",
             Params={"Bucket": self.bucket, "Key": self.prefix + ref.key},
             ExpiresIn=min(expires_s, MAX_PRESIGN_S),
         )
         return url
+
+    # ---- what the evidence server needs ----------------------------------------------------------------
+
+    def stored_meta(self, key: str) -> dict[str, object] | None:
+        """``media_type``, ``size`` and ``created_at`` of the object ``key`` as stored (None: there is none);
+        ValueError for a malformed key, so no request names an object outside the store's own keys."""
+        parse_key(key)
+        head = self._head(key)
+        if head is None:
+            return None
+        return {
+            "media_type": head.get("ContentType", "application/octet-stream"),
+            "size": head["ContentLength"],
+            "created_at": head.get("Metadata", {}).get("created-at") or utc_iso(head["LastModified"]),
+        }
+
+    def keys(self, kind: ArtifactKind) -> Iterator[str]:
+        """The keys of the stored artifacts of ``kind`` (objects under the prefix of another shape skipped)."""
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=f"{self.prefix}{kind.value}/"
+        ):
+            for item in page.get("Contents", []):
+                key = item["Key"].removeprefix(self.prefix)
+                try:
+                    parse_key(key)
+                except ValueError:
+                    continue
+                yield key
 
     # ---- retention -------------------------------------------------------------------------------------
 

@@ -1,16 +1,23 @@
-"""A small read-only HTTP server over a local evidence store (``durafix evidence serve``).
+"""A small read-only HTTP server over an evidence store, local or S3 (``durafix evidence serve``).
 
 Routes:
 
 - ``GET /a/<key>``: the artifact's bytes with its media type. The object is hashed first and served only
   if it still matches the sha256 its key names (a tampered object gets 500, never its bytes). Responses
   are immutable (the key names the content) and carry ``nosniff`` and a Content-Security-Policy that lets
-  an HTML report show ``data:`` images and inline styles but run nothing.
+  an HTML report show ``data:`` images and inline styles but run nothing, and be framed by no page
+  (``frame-ancestors 'none'``, with ``X-Frame-Options: DENY``).
 - ``GET /``: an index of the stored reports, newest first.
 - ``GET /healthz``: ``ok``.
 
 ``HEAD`` works wherever ``GET`` does. Only keys of the store's own shape are accepted, so no request
-reaches outside ``<root>/objects``.
+reaches outside ``<root>/objects`` (or the S3 store's prefix).
+
+Over an S3 store the server is what sends the headers: S3 serves an object with the few headers it stores
+(its media type, caching, disposition) and cannot send a Content-Security-Policy, so a report opened from a
+presigned URL may be framed by any page. Set the store's ``public_url`` (``DURAFIX_EVIDENCE_PUBLIC_URL``) to
+this server and the links point here. Each object is copied from S3 to a temporary file and checked against
+the sha256 its key names before a byte of it is sent.
 
 Who may read (:class:`Access`): a loopback client (``127.0.0.0/8``, ``::1``) everything, as the local stack
 needs; any other client only ``/healthz``, plus an artifact with a link signed for it
@@ -32,6 +39,7 @@ import re
 import shutil
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -42,14 +50,21 @@ from pathlib import Path
 from types import FrameType
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from evidence.interface import ArtifactKind, ArtifactMissingError
+from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, IntegrityError
 from evidence.keys import media_type_for, parse_key
 from evidence.links import LinkSigner
 from evidence.local import LocalArtifactStore
+from evidence.open import open_store
+from evidence.s3 import S3ArtifactStore
 from evidence.streams import hash_file
 
 _SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]*")
-_CSP = "default-src 'none'; img-src data: 'self'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+# ``frame-ancestors 'none'``: no other page may frame a report (clickjacking); only a header can say so, a
+# ``<meta>`` policy cannot. ``X-Frame-Options: DENY`` says the same to browsers that predate the directive.
+_CSP = (
+    "default-src 'none'; img-src data: 'self'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
+)
 
 
 # The variables ``python -m evidence.serve`` reads its secrets from (never the command line: ps shows it).
@@ -103,10 +118,13 @@ def is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
+ServedStore = LocalArtifactStore | S3ArtifactStore
+
+
 class EvidenceServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, store: LocalArtifactStore, host: str, port: int, access: Access | None = None) -> None:
+    def __init__(self, store: ServedStore, host: str, port: int, access: Access | None = None) -> None:
         self.store = store
         self.access = access or Access()
         super().__init__((host, port), _Handler)
@@ -153,6 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_object(self, key: str, send_body: bool) -> None:
         store = self.server.store
+        if isinstance(store, S3ArtifactStore):
+            self._send_s3_object(store, key, send_body)
+            return
         try:
             kind, expected_sha256 = parse_key(key)
             path = store.object_path(key)
@@ -170,16 +191,55 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             meta = store.stored_meta(key) or {}
             media_type = str(meta.get("media_type") or media_type_for(kind, key, None))
-            self.send_response(HTTPStatus.OK)
-            self.send_header("Content-Type", media_type)
-            self.send_header("Content-Length", str(size))
-            self.send_header("Cache-Control", "public, max-age=31536000, immutable")
-            self.send_header("ETag", f'"{sha256}"')
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Security-Policy", _CSP)
-            self.end_headers()
+            self._send_artifact_headers(media_type, size, sha256)
             if send_body:
                 shutil.copyfileobj(src, self.wfile)
+
+    def _send_s3_object(self, store: S3ArtifactStore, key: str, send_body: bool) -> None:
+        try:
+            kind, expected_sha256 = parse_key(key)
+            meta = store.stored_meta(key)
+        except ValueError:
+            self._send_text(HTTPStatus.BAD_REQUEST, "malformed artifact key\n", send_body)
+            return
+        if meta is None:
+            self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+            return
+        media_type = str(meta.get("media_type") or media_type_for(kind, key, None))
+        ref = ArtifactRef(
+            key=key,
+            sha256=expected_sha256,
+            size=int(str(meta["size"])),
+            kind=kind,
+            media_type=media_type,
+            name=key.rsplit("/", 1)[-1],
+            run_id="",
+            created_at=str(meta.get("created_at", "")),
+        )
+        with tempfile.TemporaryDirectory(prefix="evidence-serve-") as scratch:
+            try:
+                path = store.get_to_file(ref, Path(scratch) / "object")
+            except IntegrityError:
+                self._send_text(HTTPStatus.INTERNAL_SERVER_ERROR, "artifact failed its integrity check\n", send_body)
+                return
+            except ArtifactMissingError:
+                self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+                return
+            self._send_artifact_headers(media_type, ref.size, ref.sha256)
+            if send_body:
+                with path.open("rb") as src:
+                    shutil.copyfileobj(src, self.wfile)
+
+    def _send_artifact_headers(self, media_type: str, size: int, sha256: str) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", media_type)
+        self.send_header("Content-Length", str(size))
+        self.send_header("Cache-Control", "public, max-age=31536000, immutable")
+        self.send_header("ETag", f'"{sha256}"')
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", _CSP)
+        self.send_header("X-Frame-Options", "DENY")
+        self.end_headers()
 
     def _send_index(self, send_body: bool) -> None:
         store = self.server.store
@@ -218,16 +278,19 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(data)))
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Security-Policy", _CSP)
+        self.send_header("X-Frame-Options", "DENY")
         self.end_headers()
         if send_body:
             self.wfile.write(data)
 
 
 def make_server(
-    store_root: Path, host: str = "127.0.0.1", port: int = 0, access: Access | None = None
+    store_root: Path | ServedStore, host: str = "127.0.0.1", port: int = 0, access: Access | None = None
 ) -> EvidenceServer:
-    """A bound server over ``store_root`` (port 0 picks a free port); run it with ``serve_forever``."""
-    return EvidenceServer(LocalArtifactStore(store_root), host, port, access)
+    """A bound server over a local store's directory, or over ``store`` itself (local or S3); port 0 picks a
+    free port. Run it with ``serve_forever``."""
+    store = LocalArtifactStore(store_root) if isinstance(store_root, Path) else store_root
+    return EvidenceServer(store, host, port, access)
 
 
 def access_from_environment(environ: Mapping[str, str] | None = None, *, loopback_open: bool = True) -> Access:
@@ -240,9 +303,10 @@ def access_from_environment(environ: Mapping[str, str] | None = None, *, loopbac
     )
 
 
-def serve(store_root: Path, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
-    """Serve until SIGINT or SIGTERM; prints the base URL on stdout once listening. ``access`` ``None``: from
-    the environment (:func:`access_from_environment`), which is how ``durafix evidence serve`` is configured."""
+def serve(store_root: Path | ServedStore, host: str = "127.0.0.1", port: int = 0, access: Access | None = None) -> None:
+    """Serve a local store's directory, or ``store`` itself, until SIGINT or SIGTERM; prints the base URL on
+    stdout once listening. ``access`` ``None``: from the environment (:func:`access_from_environment`), which
+    is how ``durafix evidence serve`` is configured."""
     server = make_server(store_root, host, port, access if access is not None else access_from_environment())
     stop = threading.Event()
 
@@ -264,7 +328,13 @@ def serve(store_root: Path, host: str = "127.0.0.1", port: int = 0, access: Acce
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--root", required=True, type=Path, help="the local evidence store's directory")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--root", type=Path, help="the local evidence store's directory")
+    source.add_argument(
+        "--url",
+        help="an evidence store URL (s3://bucket/prefix?endpoint=...&region=...; credentials from AWS_* or "
+        "boto3's default chain)",
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=0, help="0 picks a free port (printed on stdout)")
     parser.add_argument(
@@ -286,7 +356,16 @@ def main(argv: list[str] | None = None) -> int:
         access = access_from_environment(loopback_open=not args.no_loopback_exemption)
     except ValueError as err:
         parser.error(f"${LINK_SECRET_VARIABLE}: {err}")
-    serve(args.root, args.host, args.port, access)
+    if args.root is not None:
+        serve(args.root, args.host, args.port, access)
+        return 0
+    try:
+        store = open_store(args.url)
+    except ValueError as err:
+        parser.error(f"--url: {err}")
+    if not isinstance(store, LocalArtifactStore | S3ArtifactStore):
+        parser.error(f"--url: {args.url} is no store this server can serve")
+    serve(store, args.host, args.port, access)
     return 0
 
 

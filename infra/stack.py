@@ -339,7 +339,9 @@ def up(
         stack.services["evidence"] = rec
         _write_stack(state_dir, stack)
         processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
-    config.evidence_public_url = stack.services["evidence"].url
+    # The stack's evidence server serves the local store; an S3 store's links stay presigned (an evidence
+    # server over the bucket would be named here, as production's is: docs/deploy.md).
+    config.evidence_public_url = stack.services["evidence"].url if evidence != "s3" else ""
 
     _write_stack(state_dir, stack)
     config.save()

@@ -14,6 +14,10 @@ The rules, applied to every reviewer whose decision (an approval or a request fo
   with both empty, anyone with the permission may approve;
 - an approval stands for ``expiry_s`` seconds after it was submitted (None: until it is dismissed or superseded);
 - a head is approved when ``required_approvals`` distinct permitted reviewers have a standing approval of it.
+
+Two policies combine with :func:`stricter`: the merge applies the stricter of the run's (the one it started
+with) and the merging worker's configured one, so a run started with a weaker policy in its input (by anyone who
+can reach Temporal) merges nothing the worker's policy would refuse.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from typing import Literal, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from reviews.permissions import RepoRole, role_at_least
+from reviews.permissions import REPO_ROLES, RepoRole, role_at_least
 
 ApproverPermission = Literal["write", "maintain", "admin"]
 # GitHub's team slugs and organisation logins: letters, digits and hyphens (slugs may also hold underscores).
@@ -126,3 +130,68 @@ def _parse(value: str | datetime) -> datetime:
 def _aware(value: datetime) -> datetime:
     # The forge's times are UTC; one read without an offset is taken as UTC rather than as local time.
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
+class StricterPolicy(ApprovalPolicy):
+    """Two policies at once (made by :func:`stricter`): a reviewer is admitted only when each of ``parts``
+    admits them, and the scalar rules are the stricter of the two. ``allowed_users`` and ``allowed_teams`` show
+    the allow-lists' intersection; :meth:`refusal` applies each part's own lists, which is exact where the
+    intersection of the two ``users or teams`` rules cannot be written as one."""
+
+    parts: tuple[ApprovalPolicy, ApprovalPolicy]
+
+    @property
+    def label(self) -> str:
+        first, second = self.parts
+        if first.label == second.label:
+            return first.label
+        return f"{first.label} with {second.label}"
+
+    @property
+    def restricted(self) -> bool:
+        return any(part.restricted for part in self.parts)
+
+    def allows_user(self, login: str) -> bool:
+        return all(part.allows_user(login) for part in self.parts if part.restricted)
+
+    def refusal(self, reviewer: str, role: RepoRole, member_of: Callable[[str], bool]) -> str | None:
+        """The first refusal of the combined permission, then of each part (its allow-lists): None only when
+        both policies admit ``reviewer``."""
+        if not role_at_least(role, self.min_permission):
+            return (
+                f"{reviewer} has the {role} role on the repository; {self.label} requires {self.min_permission} or more"
+            )
+        for part in self.parts:
+            refused = part.refusal(reviewer, role, member_of)
+            if refused is not None:
+                return refused
+        return None
+
+
+def stricter(a: ApprovalPolicy, b: ApprovalPolicy) -> ApprovalPolicy:
+    """The policy that admits a merge only when both ``a`` and ``b`` would: the higher ``min_permission``, the
+    larger ``required_approvals``, the shorter ``expiry_s`` (None only when both are None), the higher
+    ``version``, and a reviewer admitted only when each policy's allow-lists admit them (where only one policy
+    restricts, its lists; where both do, the intersection: see :class:`StricterPolicy`). Equal policies give
+    ``a`` itself, so a run whose policy is the worker's reads exactly as before."""
+    if a == b:
+        return a
+    permission = max(a.min_permission, b.min_permission, key=REPO_ROLES.index)
+    expiries = [expiry for expiry in (a.expiry_s, b.expiry_s) if expiry is not None]
+    if a.restricted and b.restricted:
+        b_users = {user.casefold() for user in b.allowed_users}
+        users = tuple(user for user in a.allowed_users if user.casefold() in b_users)
+        b_teams = {team.casefold() for team in b.allowed_teams}
+        teams = tuple(team for team in a.allowed_teams if team.casefold() in b_teams)
+    else:
+        users = a.allowed_users or b.allowed_users
+        teams = a.allowed_teams or b.allowed_teams
+    return StricterPolicy(
+        version=max(a.version, b.version),
+        min_permission=permission,
+        allowed_users=users,
+        allowed_teams=teams,
+        required_approvals=max(a.required_approvals, b.required_approvals),
+        expiry_s=min(expiries) if expiries else None,
+        parts=(a, b),
+    )

@@ -45,7 +45,7 @@ from pipeline.steps import (
     TicketResult,
     UpdateTicketInput,
 )
-from reviews.approval_policy import ApprovalPolicy
+from reviews.approval_policy import ApprovalPolicy, stricter
 from reviews.approvals import forge_approval, reviewer_refusal
 from reviews.git_credentials import GitCredentials
 from reviews.interface import ForgePort
@@ -72,8 +72,9 @@ class ForgeActivities:
         self.store = store
         self.workspaces = workspaces
         self.git_token = git_token
-        # Whose reviews merge when the run carries no policy of its own (runs started before policies were
-        # carried): this worker's configured policy, checked on the forge when merging.
+        # This worker's configured policy: the merge applies the stricter of it and the run's own (a run's input
+        # is whatever its starter sent, so it may loosen nothing), and it alone for a run that carries none
+        # (started before policies were carried).
         self.approval_policy = approval_policy or ApprovalPolicy()
         # Whether an operator's approval (``durafix approve``) merges without a review on the forge.
         self.operator_approval = operator_approval
@@ -235,9 +236,10 @@ class ForgeActivities:
     def merge(self, inp: MergeInput) -> MergeOutcome:
         """Merge only at the approved head, and only on an approval with authority: the PR's reviews are read
         again and the APPROVED reviews of that head by ``required_approvals`` distinct reviewers the approval
-        policy admits must stand on the forge (``reviews.approvals``; the policy is the run's, else this
-        worker's), unless the approval is an operator's and this worker allows those. Otherwise nothing is
-        merged (``NOT_APPROVED``, its detail saying how many of how many approvals stand). A draft is first
+        policy admits must stand on the forge (``reviews.approvals``; the policy is the stricter of the run's and
+        this worker's configured one, ``reviews.approval_policy.stricter``), unless the approval is an
+        operator's and this worker allows those. Otherwise nothing is merged (``NOT_APPROVED``, its detail
+        saying how many of how many approvals stand). A draft is first
         marked ready for review (GitHub refuses to merge drafts); both steps are idempotent, and an ambiguous
         merge is reconciled by reading the PR. A PR whose head is no longer the approved one is ``HEAD_MOVED``
         at once (the forge's merge would say so too, but only after the draft was made ready). Fenced: a run
@@ -284,7 +286,8 @@ class ForgeActivities:
                 f"an approval by {inp.reviewer} from {inp.source} has no review behind it, and operator approvals "
                 "are not enabled (DURAFIX_OPERATOR_APPROVAL)"
             )
-        policy = inp.approval_policy or self.approval_policy
+        configured = self.approval_policy
+        policy = configured if inp.approval_policy is None else stricter(inp.approval_policy, configured)
         check = forge_approval(
             pr,
             inp.approved_sha,

@@ -23,10 +23,13 @@ from environments.passthrough import (
     DEFAULT_PATTERNS,
     PassthroughError,
     check_patterns,
+    holds_url_credentials,
     never_passed,
     parse_patterns,
     passed_through,
+    screen,
 )
+from environments.sandbox import Sandbox
 from environments.spec import load_recipe
 from pipeline.config import DurafixConfig, load_config
 from tests.environments.gitrepo import CART_APP
@@ -83,6 +86,73 @@ def test_matching_variables_pass_but_never_durafixs_own_or_credentials() -> None
         "npm_config_registry": WORKER_VARS["npm_config_registry"],
     }
     assert never_passed("UV_INDEX_PRIVATE_PASSWORD") and never_passed("durafix_x") and not never_passed("UV_CACHE_DIR")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://user:token@pypi.internal.example/simple",
+        "https://token@pypi.internal.example/simple",
+        "http://user:pass@proxy.internal.example:3128",
+        "user:pass@proxy.internal.example:3128",
+        "https://pypi.org/simple https://ci:token@private.example/simple",
+        "https://pypi.org/simple,https://ci:token@private.example/simple",
+        "https://pypi.org/simple\n\thttps://ci:tok/en@private.example/simple",
+        "git+https://ci:token@git.example/pkg.git",
+    ],
+)
+def test_a_url_with_credentials_is_recognised_alone_or_in_a_list(value: str) -> None:
+    assert holds_url_credentials(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "https://pypi.internal.example/simple",
+        "https://pypi.org/simple https://mirror.example/simple",
+        "http://proxy.internal.example:3128",
+        "localhost,127.0.0.1,.internal.example",
+        "me@example.com",
+        "/etc/ssl/certs/ca.pem",
+        "",
+    ],
+)
+def test_values_without_credentials_are_not_taken_for_them(value: str) -> None:
+    assert not holds_url_credentials(value)
+
+
+LEAKY_VARS = {
+    "PIP_INDEX_URL": "https://pypi.internal.example/simple",
+    "PIP_EXTRA_INDEX_URL": "https://pypi.org/simple https://ci:idx-token-123@private.example/simple",
+    "npm_config_registry": "https://deploy:npm-token-456@npm.internal.example/",
+    "HTTPS_PROXY": "http://proxyuser:proxy-pass-789@proxy.internal.example:3128",
+}
+
+
+def test_a_glob_never_passes_a_url_with_credentials_and_says_which_variable_without_its_value() -> None:
+    screened = screen(("PIP_*", "npm_config_*"), LEAKY_VARS)
+    assert screened.env == {"PIP_INDEX_URL": "https://pypi.internal.example/simple"}
+    assert screened.withheld == ("PIP_EXTRA_INDEX_URL", "npm_config_registry")
+    [pip, npm] = screened.warnings()
+    assert "PIP_EXTRA_INDEX_URL was not passed" in pip and "credentials" in pip
+    assert "npm_config_registry was not passed" in npm
+    for warning in screened.warnings():
+        for secret in ("idx-token-123", "npm-token-456", "private.example", "npm.internal.example"):
+            assert secret not in warning
+
+
+def test_a_variable_the_operator_names_exactly_passes_even_with_credentials() -> None:
+    screened = screen(("PIP_*", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY"), LEAKY_VARS)
+    assert screened.env == {name: LEAKY_VARS[name] for name in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "HTTPS_PROXY")}
+    assert screened.withheld == ()
+    # The default list names HTTPS_PROXY, but durafix wrote it, not the operator: a proxy password stays out.
+    default = screen(DEFAULT_PATTERNS, LEAKY_VARS)
+    assert set(default.env) == {"PIP_INDEX_URL"}
+    assert default.withheld == ("HTTPS_PROXY", "PIP_EXTRA_INDEX_URL", "npm_config_registry")
+    # Naming a variable exactly never reaches what is withheld by name.
+    assert screen(("PIP_EXTRA_INDEX_URL",), {"PIP_EXTRA_INDEX_URL": "x", "PIP_PASSWORD": "y"}).env == {
+        "PIP_EXTRA_INDEX_URL": "x"
+    }
 
 
 def test_the_setting_is_read_from_the_environment_and_a_dangerous_pattern_stops_the_configuration(
@@ -256,3 +326,61 @@ def test_pip_configured_only_through_the_workers_variables_installs_when_they_ar
     setup(("PIP_*",), "with.log")
     [installed] = (workspace / ".venv").glob(f"lib/python3*/site-packages/{name}.py")
     assert installed.read_text() == "VALUE = 42\n"
+
+
+def test_a_sandboxed_setup_command_never_sees_a_credential_a_glob_matched(
+    workspace: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    for name, value in LEAKY_VARS.items():
+        monkeypatch.setenv(name, value)
+    sandbox = Sandbox.detect()
+    assert sandbox.sandboxed, "setup must run in bubblewrap here"
+    # The setup command tries everything a hostile one would: its environment, and the worker's own
+    # environment through /proc (outside its PID namespace, so it sees none of it).
+    probe = (
+        "python3 -c 'import json, os, sys, glob; "
+        "env = dict(os.environ); "
+        'procs = [open(p, "rb").read().decode("latin-1") for p in glob.glob("/proc/[0-9]*/environ") '
+        "if os.access(p, os.R_OK)]; "
+        'json.dump({"env": env, "procs": procs}, open(sys.argv[1], "w"))\' seen.json'
+    )
+    recipe = AppRecipe(setup=[probe], start="true", test="true")
+
+    def setup(passthrough: tuple[str, ...], log: str) -> dict[str, object]:
+        run_setup(
+            workspace,
+            recipe,
+            marker=f"test/{uuid.uuid4().hex}",
+            log_path=tmp_path / log,
+            timeout_s=60,
+            sandbox=sandbox,
+            settings=SetupSettings(package_caches=tmp_path / "packages", passthrough=passthrough),
+        )
+        seen: dict[str, object] = json.loads((workspace / "seen.json").read_text())
+        return seen
+
+    with caplog.at_level("WARNING", logger="environments.checks"):
+        seen = setup(("PIP_*", "npm_config_*"), "glob.log")
+    env = seen["env"]
+    assert isinstance(env, dict)
+    assert env["PIP_INDEX_URL"] == LEAKY_VARS["PIP_INDEX_URL"]
+    assert "PIP_EXTRA_INDEX_URL" not in env and "npm_config_registry" not in env
+    procs = seen["procs"]
+    assert isinstance(procs, list) and any("PIP_INDEX_URL=" in text for text in procs)  # it read its own, at least
+    everything_setup_wrote = (workspace / "seen.json").read_text()
+    for secret in ("idx-token-123", "npm-token-456", "proxy-pass-789"):
+        assert secret not in everything_setup_wrote
+    log = (tmp_path / "glob.log").read_text()
+    assert "PIP_EXTRA_INDEX_URL was not passed to setup" in log
+    assert "npm_config_registry was not passed to setup" in log
+    assert "PIP_EXTRA_INDEX_URL was not passed to setup" in caplog.text
+    for secret in ("idx-token-123", "npm-token-456"):
+        assert secret not in log and secret not in caplog.text
+
+    # Named exactly, the operator's choice: that one variable passes, and only it.
+    seen = setup(("PIP_*", "PIP_EXTRA_INDEX_URL"), "exact.log")
+    env = seen["env"]
+    assert isinstance(env, dict)
+    assert env["PIP_EXTRA_INDEX_URL"] == LEAKY_VARS["PIP_EXTRA_INDEX_URL"]
+    assert "npm-token-456" not in (workspace / "seen.json").read_text()
+    assert "was not passed" not in (tmp_path / "exact.log").read_text()

@@ -5,8 +5,10 @@ an unknown or misspelt field fails), offline, from the schemas kubernetes-valida
 can see: every Secret or ConfigMap key a pod refers to is one the ConfigMap or the example Secrets define,
 every ``DURAFIX_*``/``OPENAI_*`` variable is a real setting, every worker polls real queues, every autoscaler
 scales an existing Deployment on the backlog of a queue that Deployment polls, every file a setting names is
-mounted from a Secret in each container that reads it, and kustomization.yaml applies every manifest but the
-examples. The same checks run on broken copies, so each can be seen to fail.
+mounted from a Secret in each container that reads it, kustomization.yaml applies every manifest but the
+examples, every pod is held by a default-deny NetworkPolicy and one of its own that opens only what its
+component needs (the sandbox's pod reaching the setup egress proxy and no other pod), and the Temporal values
+turn on mTLS. The same checks run on broken copies, so each can be seen to fail.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from evidence.serve import TOKEN_VARIABLE as EVIDENCE_TOKEN_ENV
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import _ENV
 from pipeline.steps import TaskQueue
@@ -45,10 +48,33 @@ PARALLEL_SETTINGS = {
 """Settings the manifests use that are being added to ``pipeline/config.py`` on another branch, with these
 names and keys; once there, :func:`test_parallel_settings_keep_their_names` holds them to it."""
 
-PROCESS_VARIABLES = {"DURAFIX_STATE_DIR", OWNER_TOKEN_ENV, ADMIN_TOKEN_ENV}
-"""Variables durafix reads that are not ``config.json`` settings (the state directory; the setup tokens)."""
+PROCESS_VARIABLES = {"DURAFIX_STATE_DIR", OWNER_TOKEN_ENV, ADMIN_TOKEN_ENV, EVIDENCE_TOKEN_ENV}
+"""Variables durafix reads that are not ``config.json`` settings (the state directory; the setup tokens; the
+evidence server's token)."""
 
 SETTINGS = {**PARALLEL_SETTINGS, **_ENV}
+
+EGRESS_PROXY = {"app.kubernetes.io/name": "durafix-egress"}
+"""The pods of the setup egress proxy (``durafix-egress``, port :data:`EGRESS_PROXY_PORT`), whose Deployment is
+being built on another branch: the one pod a NetworkPolicy may name that no manifest here defines."""
+EGRESS_PROXY_PORT = 3128
+
+COMPONENT_EGRESS_PORTS = {
+    "durafix-receiver": {7233, 443},
+    "durafix-reconciler": {7233, 443},
+    "durafix-worker-orchestration": {7233},
+    "durafix-worker-forge": {7233, 443},
+    "durafix-worker-model": {7233, 443},
+    "durafix-worker-environments": {7233, 443, EGRESS_PROXY_PORT},
+    "durafix-evidence": {443},
+}
+"""The ports each component's own policy opens (beyond DNS): Temporal, HTTPS (the forge, S3, the model
+endpoint), and for the sandbox's pod the egress proxy."""
+
+# What a public-address ipBlock must leave out: the cluster's and the node's private ranges, and link-local
+# (the cloud metadata service, whose credentials are the node's).
+PRIVATE_V4 = {"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "169.254.0.0/16", "127.0.0.0/8"}
+PRIVATE_V6 = {"fc00::/7", "fe80::/10", "::1/128"}
 _OURS = re.compile(r"^(DURAFIX|OPENAI)_")
 
 Doc = dict[str, Any]
@@ -260,6 +286,96 @@ def kustomization_errors(kustomization: Doc, manifests: list[Manifest]) -> list[
     return errors
 
 
+def _selects(selector: Doc, labels: Doc) -> bool:
+    wanted = selector.get("matchLabels", {})
+    return all(labels.get(key) == value for key, value in wanted.items()) and not selector.get("matchExpressions")
+
+
+def _ports(rule: Doc) -> set[int]:
+    return {int(port["port"]) for port in rule.get("ports", [])}
+
+
+def network_policy_errors(manifests: list[Manifest]) -> list[str]:
+    """Default deny for the namespace; each Deployment's pods selected by a policy of its name that opens
+    only :data:`COMPONENT_EGRESS_PORTS`; no policy naming pods that nothing runs (but the egress proxy); the
+    only pod any durafix pod may reach is the egress proxy, and only from the environments pods on its port;
+    public ipBlocks leave out the private and link-local ranges; ingress only to the receiver's port."""
+    errors: list[str] = []
+    policies = list(_of_kind(manifests, "NetworkPolicy"))
+    pods = {
+        m.doc["metadata"]["name"]: m.doc["spec"]["template"]["metadata"]["labels"]
+        for m in _of_kind(manifests, "Deployment")
+    }
+    if not any(
+        p.doc["spec"]["podSelector"] == {}
+        and set(p.doc["spec"].get("policyTypes", [])) == {"Ingress", "Egress"}
+        and not p.doc["spec"].get("ingress")
+        and not p.doc["spec"].get("egress")
+        for p in policies
+    ):
+        errors.append("no default-deny NetworkPolicy (podSelector {}, Ingress and Egress, no rules)")
+    known = [*pods.values(), EGRESS_PROXY]
+    for policy in policies:
+        spec = policy.doc["spec"]
+        selector = spec["podSelector"]
+        if selector and not any(_selects(selector, labels) for labels in known):
+            errors.append(f"{policy.ident}: selects pods that no Deployment runs")
+        for direction, peers_key in (("ingress", "from"), ("egress", "to")):
+            for rule in spec.get(direction, []):
+                for peer in rule.get(peers_key, []):
+                    block = peer.get("ipBlock")
+                    if block is not None and block["cidr"] in ("0.0.0.0/0", "::/0"):
+                        private = PRIVATE_V4 if block["cidr"] == "0.0.0.0/0" else PRIVATE_V6
+                        missing = sorted(private - set(block.get("except", [])))
+                        if missing:
+                            errors.append(f"{policy.ident}: {direction} to {block['cidr']} does not except {missing}")
+                    if "podSelector" in peer and "namespaceSelector" not in peer:
+                        target = peer["podSelector"]
+                        if not _selects(target, EGRESS_PROXY) and direction == "egress":
+                            errors.append(f"{policy.ident}: egress to the pods {target} (only the egress proxy)")
+                        if _selects(target, EGRESS_PROXY) and _ports(rule) != {EGRESS_PROXY_PORT}:
+                            errors.append(f"{policy.ident}: the egress proxy on {sorted(_ports(rule))}")
+    for name, labels in pods.items():
+        own = [p for p in policies if p.doc["metadata"]["name"] == name]
+        if not own or not _selects(own[0].doc["spec"]["podSelector"], labels):
+            errors.append(f"{name} is selected by no NetworkPolicy of its own")
+            continue
+        spec = own[0].doc["spec"]
+        if set(spec.get("policyTypes", [])) != {"Ingress", "Egress"}:
+            errors.append(f"{own[0].ident}: policyTypes must be Ingress and Egress")
+        opened = {port for rule in spec.get("egress", []) for port in _ports(rule)}
+        expected = COMPONENT_EGRESS_PORTS.get(name)
+        if expected is None:
+            errors.append(f"{name}: no expected egress in COMPONENT_EGRESS_PORTS")
+        elif opened != expected:
+            errors.append(f"{own[0].ident}: opens egress ports {sorted(opened)}, expected {sorted(expected)}")
+        if any(not rule.get("to") or not rule.get("ports") for rule in spec.get("egress", [])):
+            errors.append(f"{own[0].ident}: an egress rule without destinations or ports opens everything")
+        reaches_proxy = any(
+            _selects(peer.get("podSelector", {"matchLabels": {"-": "-"}}), EGRESS_PROXY)
+            for rule in spec.get("egress", [])
+            for peer in rule.get("to", [])
+        )
+        if reaches_proxy != (EGRESS_PROXY_PORT in (expected or set())):
+            errors.append(f"{own[0].ident}: reaches the egress proxy: {reaches_proxy}")
+        container_ports = {
+            int(port["containerPort"])
+            for container in _containers(_first_deployment(manifests, name))
+            for port in container.get("ports", [])
+        }
+        for rule in spec.get("ingress", []):
+            if not rule.get("from") or not _ports(rule) <= container_ports:
+                errors.append(f"{own[0].ident}: ingress {sorted(_ports(rule))} beyond its ports {container_ports}")
+    return errors
+
+
+def _first_deployment(manifests: list[Manifest], name: str) -> Doc:
+    pod: Doc = next(m.doc for m in _of_kind(manifests, "Deployment") if m.doc["metadata"]["name"] == name)["spec"][
+        "template"
+    ]["spec"]
+    return pod
+
+
 @pytest.fixture(scope="module")
 def manifests() -> list[Manifest]:
     return load()
@@ -275,8 +391,13 @@ def test_every_manifest_is_valid_for_the_pinned_kubernetes(manifests: list[Manif
         "Service",
         "Ingress",
         "HorizontalPodAutoscaler",
+        "NetworkPolicy",
     }
     assert [error for m in manifests for error in schema_errors(m)] == []
+
+
+def test_every_pod_reaches_only_what_its_component_needs(manifests: list[Manifest]) -> None:
+    assert network_policy_errors(manifests) == []
 
 
 def test_references_settings_and_queues_hold(manifests: list[Manifest]) -> None:
@@ -308,6 +429,43 @@ def test_temporal_values_use_postgresql_only() -> None:
     assert {stores[s]["driver"] for s in ("default", "visibility")} == {"sql"}
     assert {stores[s]["sql"]["driver"] for s in ("default", "visibility")} == {"postgres12"}
     assert not any(values[bundled]["enabled"] for bundled in ("cassandra", "mysql", "elasticsearch"))
+
+
+def test_temporal_values_require_client_certificates_on_both_listeners() -> None:
+    values = yaml.safe_load(TEMPORAL_VALUES.read_text())
+    tls = values["server"]["config"]["tls"]
+    mounts = {m["name"]: m["mountPath"] for m in values["server"]["additionalVolumeMounts"]}
+    secrets = {v["name"]: v["secret"]["secretName"] for v in values["server"]["additionalVolumes"]}
+    for listener in ("internode", "frontend"):
+        server = tls[listener]["server"]
+        assert server["requireClientAuth"] is True, listener
+        files = [
+            server["certFile"],
+            server["keyFile"],
+            *server["clientCaFiles"],
+            *tls[listener]["client"]["rootCaFiles"],
+        ]
+        for file in files:
+            assert any(file.startswith(path + "/") for path in mounts.values()), file
+    assert set(mounts) <= set(secrets)
+    # The frontend's own clients inside the chart present the client certificate too.
+    for client in ("admintools", "web"):
+        env = {e["name"]: e["value"] for e in values[client]["additionalEnv"]}
+        assert {"TEMPORAL_TLS_CERT", "TEMPORAL_TLS_KEY", "TEMPORAL_TLS_CA"} <= set(env), client
+
+
+def test_deploy_doc_says_how_the_sandbox_is_kept_and_names_the_egress_proxy() -> None:
+    text = " ".join(DEPLOY_DOC.read_text().split())
+    for needed in (
+        "networkpolicy.yaml",
+        "`durafix-egress`",
+        "port 3128",
+        "setup egress proxy",
+        "unprivileged user namespaces",
+        "gVisor",
+        "requireClientAuth",
+    ):
+        assert needed in text, needed
 
 
 def test_parallel_settings_keep_their_names() -> None:
@@ -381,7 +539,60 @@ def _app_key_elsewhere(ms: list[Manifest]) -> None:
     data["DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE"] = "/etc/durafix/app/app-private-key.pem"
 
 
+def _policy(ms: list[Manifest], name: str) -> Doc:
+    return _first(ms, "NetworkPolicy", name)
+
+
+def _policy_dropped(ms: list[Manifest]) -> None:
+    ms[:] = [
+        m for m in ms if not (m.doc["kind"] == "NetworkPolicy" and m.doc["metadata"]["name"] == "durafix-worker-model")
+    ]
+
+
+def _no_default_deny(ms: list[Manifest]) -> None:
+    ms[:] = [m for m in ms if m.doc["metadata"]["name"] != "durafix-default-deny"]
+
+
+def _orchestration_opens_https(ms: list[Manifest]) -> None:
+    egress = _policy(ms, "durafix-worker-orchestration")["spec"]["egress"]
+    egress.append({"to": egress[-1]["to"], "ports": [{"protocol": "TCP", "port": 443}]})
+
+
+def _metadata_service_reachable(ms: list[Manifest]) -> None:
+    for rule in _policy(ms, "durafix-worker-environments")["spec"]["egress"]:
+        for peer in rule.get("to", []):
+            if "ipBlock" in peer and peer["ipBlock"]["cidr"] == "0.0.0.0/0":
+                peer["ipBlock"]["except"].remove("169.254.0.0/16")
+
+
+def _sandbox_reaches_another_pod(ms: list[Manifest]) -> None:
+    egress = _policy(ms, "durafix-worker-environments")["spec"]["egress"]
+    egress.append(
+        {
+            "to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "durafix-receiver"}}}],
+            "ports": [{"protocol": "TCP", "port": 8787}],
+        }
+    )
+
+
+def _proxy_on_another_port(ms: list[Manifest]) -> None:
+    for rule in _policy(ms, "durafix-worker-environments")["spec"]["egress"]:
+        if any("podSelector" in peer for peer in rule["to"]):
+            rule["ports"] = [{"protocol": "TCP", "port": 8080}]
+
+
+def _egress_to_anything(ms: list[Manifest]) -> None:
+    _policy(ms, "durafix-worker-forge")["spec"]["egress"].append({})
+
+
 BREAKAGES: dict[str, tuple[Callable[[list[Manifest]], None], str]] = {
+    "policy dropped": (_policy_dropped, "durafix-worker-model is selected by no NetworkPolicy of its own"),
+    "no default deny": (_no_default_deny, "no default-deny NetworkPolicy"),
+    "orchestration opens https": (_orchestration_opens_https, "opens egress ports [443, 7233], expected [7233]"),
+    "metadata service reachable": (_metadata_service_reachable, "does not except ['169.254.0.0/16']"),
+    "sandbox reaches another pod": (_sandbox_reaches_another_pod, "egress to the pods"),
+    "proxy on another port": (_proxy_on_another_port, "the egress proxy on [8080]"),
+    "egress to anything": (_egress_to_anything, "an egress rule without destinations or ports opens everything"),
     "misspelt field": (_misspelt_field, "Additional properties are not allowed ('resource' was unexpected)"),
     "unknown secret key": (_unknown_secret_key, "Secret 'durafix-model' defines no key 'apikey'"),
     "unknown config map": (_unknown_config_map, "no ConfigMap 'durafix-settings' is defined"),
@@ -400,6 +611,7 @@ def test_a_broken_manifest_fails(manifests: list[Manifest], breakage: str) -> No
     mutate, expected = BREAKAGES[breakage]
     mutate(broken)
     errors = [e for m in broken for e in schema_errors(m)] + reference_errors(broken) + file_errors(broken)
+    errors += network_policy_errors(broken)
     assert errors and any(expected in error for error in errors), errors
 
 

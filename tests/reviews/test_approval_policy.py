@@ -4,6 +4,7 @@ and the configuration that sets it."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 from pydantic import ValidationError
 
 from pipeline.config import DurafixConfig, load_config
-from reviews.approval_policy import ApprovalPolicy
+from reviews.approval_policy import ApprovalPolicy, stricter
 from reviews.approvals import forge_approval
 from reviews.models import PullState, ReviewInfo
 
@@ -104,6 +105,68 @@ def test_expiry_bounds_how_long_an_approval_stands_and_is_stamped_on_it() -> Non
     assert policy.stamp("2026-03-01T11:30:00Z") == {"policy_version": 3, "expires_at": NOW + timedelta(minutes=30)}
     assert policy.stamp(None, now=NOW) == {"policy_version": 3, "expires_at": NOW + timedelta(hours=1)}
     assert ApprovalPolicy().stamp("2026-03-01T11:30:00Z") == {"policy_version": 1, "expires_at": None}
+
+
+def test_stricter_takes_the_stricter_of_each_rule_whichever_side_it_is_on() -> None:
+    run = ApprovalPolicy(version=2, min_permission="maintain", required_approvals=1, expiry_s=600)
+    worker = ApprovalPolicy(version=5, min_permission="write", required_approvals=3, expiry_s=None)
+    for combined in (stricter(run, worker), stricter(worker, run)):
+        assert (combined.version, combined.min_permission, combined.required_approvals, combined.expiry_s) == (
+            5,
+            "maintain",
+            3,
+            600,
+        )
+        assert not combined.restricted
+        assert combined.refusal("alice", "maintain", nobody) is None
+        refused = combined.refusal("bob", "write", nobody)
+        assert refused is not None and "requires maintain" in refused
+        assert not combined.stands(NOW - timedelta(minutes=11), NOW)
+    assert stricter(worker, worker) is worker
+    assert stricter(ApprovalPolicy(expiry_s=60), ApprovalPolicy(expiry_s=30)).expiry_s == 30
+
+
+def test_stricter_keeps_the_one_allow_list_and_admits_only_whom_both_lists_admit() -> None:
+    open_run = ApprovalPolicy()
+    release = ApprovalPolicy(version=3, allowed_users=("Alice", "bob"), allowed_teams=("acme/release",))
+    only_worker = stricter(open_run, release)
+    assert (only_worker.allowed_users, only_worker.allowed_teams) == (("Alice", "bob"), ("acme/release",))
+    assert only_worker.refusal("carol", "admin", nobody) is not None
+    assert only_worker.refusal("alice", "write", nobody) is None
+
+    security = ApprovalPolicy(version=4, allowed_users=("ALICE", "dave"), allowed_teams=("acme/security",))
+    both = stricter(release, security)
+    assert (both.allowed_users, both.allowed_teams) == (("Alice",), ())
+    assert both.label == "approval policy v3 with approval policy v4"
+
+    def member_of(login: str) -> Callable[[str], bool]:
+        teams = {"bob": {"acme/security"}, "erin": {"acme/release"}, "frank": {"acme/release", "acme/security"}}
+        return lambda team: team in teams.get(login, set())
+
+    # Each admitted by both lists (alice named twice; bob named by one and a member of the other's team; frank
+    # a member of both teams), where the intersection of the names alone would admit only alice.
+    for login in ("alice", "bob", "frank"):
+        assert both.refusal(login, "write", member_of(login)) is None, login
+    # Admitted by one list only: refused, naming the policy that refuses.
+    for login in ("dave", "erin"):
+        refused = both.refusal(login, "admin", member_of(login))
+        assert refused is not None and "is not among the approvers approval policy v" in refused, login
+
+    # Lists with nobody in common admit nobody (an empty intersection never reads as "anyone").
+    disjoint = stricter(ApprovalPolicy(allowed_users=("alice",)), ApprovalPolicy(allowed_users=("bob",)))
+    assert disjoint.restricted
+    assert disjoint.refusal("alice", "admin", nobody) is not None
+    assert disjoint.refusal("bob", "admin", nobody) is not None
+    assert disjoint.refusal("carol", "admin", nobody) is not None
+
+
+def test_forge_approval_under_the_stricter_policy_needs_the_workers_count() -> None:
+    run, worker = ApprovalPolicy(version=2), ApprovalPolicy(version=6, required_approvals=2)
+    one = forge_approval(
+        pull(review(1, "alice")), HEAD, bot_login=BOT, policy=stricter(run, worker), refusal=writers_only, now=NOW
+    )
+    assert not one.approved
+    assert one.detail == f"1 of 2 approvals of {HEAD[:12]} on the forge (approved by alice)"
 
 
 def review(review_id: int, user: str, state: str = "APPROVED", commit: str = HEAD, minutes_ago: int = 5) -> ReviewInfo:

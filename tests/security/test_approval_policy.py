@@ -4,9 +4,11 @@
   PR, to the module's receiver) is delivered again, signed with the same secret, to a receiver configured with
   a policy: one outside its allow-list is refused with 403 naming the policy and nothing reaches the run; a
   team allow-list admits an active member of the team, read from the forge, and not an invited one.
-- The merge activity (run as an activity on the real adapter): the run's policy (``MergeInput.approval_policy``)
-  is what the forge check applies, so an approval older than its expiry does not merge, and the same approval
-  under a policy that lets it stand does.
+- The merge activity (run as an activity on the real adapter): the forge check applies the stricter of the
+  run's policy (``MergeInput.approval_policy``) and the merging worker's configured one, so an approval older
+  than the run's expiry does not merge, and the same approval under a policy that lets it stand does; and a run
+  whose input asks for one approval (as anyone who can start a run on Temporal may write it) does not merge on
+  one when the worker is configured to need two.
 """
 
 from __future__ import annotations
@@ -130,8 +132,13 @@ async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site:
     assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
 
-def merge_under(site: Site, number: int, head: str, policy: ApprovalPolicy | None) -> Any:
-    acts = Services(site.config).forge_activities()
+def merge_under(
+    site: Site, number: int, head: str, policy: ApprovalPolicy | None, worker_policy: ApprovalPolicy | None = None
+) -> Any:
+    """The merge activity of a worker configured with ``worker_policy`` (None: the default), for a run whose
+    input carries ``policy``."""
+    config = site.config.model_copy(update={"approval_policy": worker_policy})
+    acts = Services(config).forge_activities()
     inp = MergeInput(
         op_id=f"repair:{site.repository}#1:merge:1",
         repository=site.repository,
@@ -172,3 +179,26 @@ def test_the_runs_policy_is_applied_over_the_workers(site: Site) -> None:
     # writer's approval.
     merged = merge_under(site, number, head, None)
     assert merged.status == MergeStatus.MERGED, merged
+
+
+def test_a_run_started_with_a_weaker_policy_merges_only_what_the_workers_policy_admits(site: Site) -> None:
+    number, head = bot_pr(site, f"repair:{site.repository}#1")
+    weak = ApprovalPolicy(version=1, required_approvals=1)
+    configured = ApprovalPolicy(version=3, required_approvals=2)
+    approve(site.repo(MAINTAINER), number, head)
+
+    refused = merge_under(site, number, head, weak, worker_policy=configured)
+    assert refused.status == MergeStatus.NOT_APPROVED, refused
+    assert refused.detail == f"1 of 2 approvals of {head[:12]} on the forge (approved by {MAINTAINER})"
+    assert not site.repo().get_pull(number).merged
+    # The worker's stricter permission applies to the weak run too: the maintainer (write) is not admitted.
+    refused = merge_under(site, number, head, weak, worker_policy=ApprovalPolicy(version=3, min_permission="admin"))
+    assert refused.status == MergeStatus.NOT_APPROVED, refused
+    assert f"{MAINTAINER} lacks the permission to approve" in refused.detail
+    assert not site.repo().get_pull(number).merged
+
+    # A second admitted reviewer (the repository's owner, an admin) approves: two of two, and it merges.
+    approve(site.repo(OWNER), number, head)
+    merged = merge_under(site, number, head, weak, worker_policy=configured)
+    assert merged.status == MergeStatus.MERGED, merged
+    assert site.repo().get_pull(number).merged
