@@ -40,7 +40,7 @@ from temporalio.exceptions import CancelledError
 
 from environments import endpoint_forwarder
 from environments.interface import RecoverySpec
-from environments.redaction import redactor_for
+from environments.redaction import Redactor, redactor_for
 from environments.run_fence import ensure_not_fenced
 from environments.sandbox import Sandbox
 from environments.spec import spec_from_json
@@ -156,7 +156,9 @@ class CommandActivities:
                 log_name = f"attempt-{inp.attempt}-{agent.name}.log"
                 log_ref = self._put_log(spec, inp.run_id, ran, log_name)
                 named = {"log_ref": log_ref.model_dump(mode="json")}
-                summary = agent.summary(agent_dir)
+                # Read beneath the agent's directory with no link followed (repair.agent_command), then redacted:
+                # the summary becomes the commit message and the PR body.
+                summary = self._redactor(spec, ran).text(agent.summary(agent_dir))
                 if ran.why_stopped == "budget":
                     spent_all = FailureClass.BUDGET.error(
                         f"model budget: the agent CLI spent {ran.spent.total} of {inp.token_budget} tokens"
@@ -196,9 +198,9 @@ class CommandActivities:
             log_ref=log_ref,
         )
 
-    def _put_log(self, spec: RecoverySpec, run_id: str, ran: _Ran, name: str) -> ArtifactRef:
-        """The CLI's output stored by content, every secret known here redacted first (see the module)."""
-        redactor = redactor_for(
+    def _redactor(self, spec: RecoverySpec, ran: _Ran) -> Redactor:
+        """Every secret known here: the recipe's, the forge tokens, the model key and the try's proxy key."""
+        return redactor_for(
             spec.recipe.secrets,
             [
                 *[("DURAFIX_FORGE_TOKEN", token) for token in self.git_token.known_tokens()],
@@ -206,6 +208,10 @@ class CommandActivities:
                 ("DURAFIX_AGENT_KEY", ran.key),
             ],
         )
+
+    def _put_log(self, spec: RecoverySpec, run_id: str, ran: _Ran, name: str) -> ArtifactRef:
+        """The CLI's output stored by content, every secret known here redacted first (see the module)."""
+        redactor = self._redactor(spec, ran)
         return put_redacted_output(self.store, ran.log, ArtifactKind.LOG, run_id, name, spec.base_revision, redactor)
 
     def _run(

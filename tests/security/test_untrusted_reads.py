@@ -22,6 +22,13 @@ from environments.untrusted_files import UntrustedFileError, read_beneath, unlin
 from repair.agent_command import SUMMARY_FILE, ShellAgent
 from repair.mini_swe_agent import TRAJECTORY, MiniSweAgent
 from repair.workspace_tools import ToolRefused, WorkspaceTools
+from tests.agents.test_command_engine import activity_env, attempt_input
+from tests.agents.test_command_engine import engine as command_engine
+from tests.environments.gitrepo import fixed_cart_source, make_repo
+from tests.modelserver.support import Serve, serve
+from tests.repair.support import CART_SCRIPTS
+
+__all__ = ["serve"]
 
 SECRET = "SECRET-FROM-THE-STATE-DIRECTORY"
 ENV_SECRET = "SECRET-FROM-THE-WORKERS-ENVIRONMENT"
@@ -195,3 +202,21 @@ def test_the_agents_file_tools_refuse_a_link_swapped_in_after_the_check(
         tools.write_file("src/app.py", "overwritten\n")
     with pytest.raises(ToolRefused):
         tools.read_file("src/app.py")
+
+
+def test_an_agents_summary_is_redacted_before_it_becomes_the_proposal(tmp_path: Path, serve: Serve) -> None:
+    """The summary is the commit message and the PR body: the try's own proxy key (all the CLI holds) and the
+    recipe's secrets are redacted from it, as from the CLI's log."""
+    repo = make_repo(tmp_path / "repo")
+    server = serve(CART_SCRIPTS / "mini-swe-agent-fix.yaml")
+    fix = tmp_path / "fixed_cart.py"
+    fix.write_text(fixed_cart_source(repo))
+    agent = ShellAgent(
+        f'cp {fix} cart.py; echo "fixed; my key is $OPENAI_API_KEY" > "$DURAFIX_SUMMARY_FILE"', read_only=(fix,)
+    )
+    acts = command_engine(tmp_path, server, agent)
+
+    proposal = activity_env().run(acts.agent_command, attempt_input(acts, repo))
+
+    assert proposal.files_changed == ["cart.py"]
+    assert proposal.summary == "fixed; my key is [redacted DURAFIX_AGENT_KEY]"
