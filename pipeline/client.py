@@ -246,7 +246,8 @@ async def retry_run(
     running = newest.status == WorkflowExecutionStatus.RUNNING
     for earlier in found:
         if earlier.trigger == trigger:
-            return Retry(earlier.workflow_id, earlier.run_id, duplicate=True, running=running)
+            live = earlier.status == WorkflowExecutionStatus.RUNNING
+            return Retry(earlier.workflow_id, earlier.run_id, duplicate=True, running=live)
     if running:
         return Retry(newest.workflow_id, newest.run_id, running=True)
     if before_run(event_at, newest.started_at):
