@@ -14,7 +14,7 @@ A webhook delivery's decision is the ``deliver`` Update with the delivery's GUID
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
@@ -28,6 +28,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.recorded_state import STATE_MEMO, RecordedState, parse_recorded
+from pipeline.replays import before_run
 from pipeline.state import (
     Approval,
     Delivered,
@@ -157,19 +158,20 @@ MAX_RUNS_PER_ISSUE = 100
 
 @dataclass(frozen=True)
 class RunOfIssue:
-    """The newest run of an issue: its number ``k``, ID, status and the trigger that started it."""
+    """A run of an issue: its number ``k``, ID, status, the trigger that started it and when it started."""
 
     run: int
     workflow_id: str
     run_id: str
     status: WorkflowExecutionStatus | None
     trigger: str
+    started_at: datetime | None = None
 
 
-async def newest_run(client: Client, repository: str, issue_number: int) -> RunOfIssue | None:
-    """The issue's newest run, found by describing ``repair:o/r#N``, ``~2``, ``~3``... in order until one does
-    not exist (describe is strongly consistent; visibility, which a list would read, is not). None: no run."""
-    newest: RunOfIssue | None = None
+async def runs_of_issue(client: Client, repository: str, issue_number: int) -> list[RunOfIssue]:
+    """The issue's runs, oldest first, found by describing ``repair:o/r#N``, ``~2``, ``~3``... in order until one
+    does not exist (describe is strongly consistent; visibility, which a list would read, is not)."""
+    found: list[RunOfIssue] = []
     for k in range(1, MAX_RUNS_PER_ISSUE + 1):
         workflow_id = workflow_id_for(repository, issue_number, k)
         try:
@@ -177,9 +179,15 @@ async def newest_run(client: Client, repository: str, issue_number: int) -> RunO
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND:
                 raise
-            return newest
-        newest = RunOfIssue(k, workflow_id, desc.run_id, desc.status, await _trigger_of(desc))
-    return newest
+            break
+        found.append(RunOfIssue(k, workflow_id, desc.run_id, desc.status, await _trigger_of(desc), desc.start_time))
+    return found
+
+
+async def newest_run(client: Client, repository: str, issue_number: int) -> RunOfIssue | None:
+    """The issue's newest run (:func:`runs_of_issue`); None: no run."""
+    found = await runs_of_issue(client, repository, issue_number)
+    return found[-1] if found else None
 
 
 async def trigger_of(client: Client, workflow_id: str) -> str:
@@ -200,7 +208,8 @@ async def _trigger_of(desc: WorkflowExecutionDescription) -> str:
 class Retry:
     """What :func:`retry_run` did: ``started`` a run (``retry_of``: the ended run it follows), or found
     ``workflow_id`` running (nothing started), or found that the trigger had already started ``workflow_id``
-    (``duplicate``: a redelivery, nothing started)."""
+    (``duplicate``: a redelivery, nothing started), or found the trigger older than the newest, ended run
+    ``workflow_id``, which started at ``started_at`` (``stale``: a replay, nothing started)."""
 
     workflow_id: str
     run_id: str = ""
@@ -208,6 +217,8 @@ class Retry:
     running: bool = False
     duplicate: bool = False
     retry_of: str | None = None
+    stale: bool = False
+    started_at: datetime | None = None
 
 
 async def retry_run(
@@ -218,22 +229,29 @@ async def retry_run(
     *,
     trigger: str,
     report: PinnedReport | None = None,
+    event_at: datetime | None = None,
 ) -> Retry:
     """Start the next run of the issue unless one is live. Never two at once: run ``k+1`` is started only when
     run ``k`` ended, under its deterministic ID with ``REJECT_DUPLICATE``, so of two racing retries one starts
-    it and the other finds it running. A trigger that already started the newest run (the same delivery,
-    redelivered) starts nothing."""
-    newest = await newest_run(client, repository, issue_number)
-    if newest is None:
+    it and the other finds it running. A trigger that already started any of the issue's runs (the same
+    delivery, redelivered or replayed: each run's memo keeps its trigger) starts nothing, and neither does one
+    whose event (``event_at``, by its payload) happened before the newest run, ended, started."""
+    found = await runs_of_issue(client, repository, issue_number)
+    if not found:
         started = await start_run(client, config, repository, issue_number, trigger=trigger, report=report)
         if started.attached:  # a concurrent first trigger won the start
             return Retry(started.workflow_id, started.run_id, running=True)
         return Retry(started.workflow_id, started.run_id, started=started)
+    newest = found[-1]
     running = newest.status == WorkflowExecutionStatus.RUNNING
-    if newest.trigger == trigger:
-        return Retry(newest.workflow_id, newest.run_id, duplicate=True, running=running)
+    for earlier in found:
+        if earlier.trigger == trigger:
+            live = earlier.status == WorkflowExecutionStatus.RUNNING
+            return Retry(earlier.workflow_id, earlier.run_id, duplicate=True, running=live)
     if running:
         return Retry(newest.workflow_id, newest.run_id, running=True)
+    if before_run(event_at, newest.started_at):
+        return Retry(newest.workflow_id, newest.run_id, stale=True, started_at=newest.started_at)
     policy = run_policy(config)
     workflow_id = workflow_id_for(repository, issue_number, newest.run + 1)
     inp = RepairInput(

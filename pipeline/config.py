@@ -123,6 +123,11 @@ class DurafixConfig(BaseModel):
     # comma-separated in the variable) whose labelled issues it checks for a lost trigger besides those of open runs.
     reconcile_interval_s: float = Field(default=60.0, gt=0)
     reconcile_repositories: list[str] = Field(default_factory=list)
+    # The webhook receiver: how old (by the time its payload says it happened) a delivery may be and still start
+    # or cancel anything (pipeline/replays.py; default 3 days; keep it within the namespace's retention), and the
+    # body bytes all connections together may hold before their signature is checked (pipeline/receiver_limits.py).
+    delivery_max_age_s: float = Field(default=3 * 24 * 3600.0, gt=0)
+    receiver_buffer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # How many runs the workflow worker keeps in memory between their tasks (the SDK's sticky cache; 1000 is the
     # SDK's default). 0 makes every task of a run replay its whole history on whichever worker takes it: what a
     # worker restarted for each task would do, so a run must finish the same way with it (tests/recovery).
@@ -286,6 +291,8 @@ _ENV = {
     "DURAFIX_SECRET_ALLOWLIST": "secret_allowlist",
     "DURAFIX_RECONCILE_INTERVAL_S": "reconcile_interval_s",
     "DURAFIX_RECONCILE_REPOSITORIES": "reconcile_repositories",
+    "DURAFIX_DELIVERY_MAX_AGE_S": "delivery_max_age_s",
+    "DURAFIX_RECEIVER_BUFFER_BYTES": "receiver_buffer_bytes",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
     "DURAFIX_HOST_ID": "host_id",
     "DURAFIX_QUEUE_SETTINGS": "queue_settings",

@@ -4,11 +4,14 @@ Contract of ``POST /webhook``, in this order, each step before the next is tried
 1. ``Content-Length`` judged (``body_length``): missing ``411``, malformed ``400``, over ``max_body`` ``413``;
    nothing of the body has been read yet (the connection guard judged it once already, see
    :mod:`pipeline.receiver_protocol`; this holds for any server the app runs under).
-2. The body read in full within ``read_timeout_s`` (``408`` otherwise; a client that went away gets nothing).
-3. ``X-Hub-Signature-256`` checked over the raw body (``401``): nothing of a delivery without the secret is
+2. Room for the declared body in the budget of unverified bytes (``BodyBudget``, ``buffer_budget`` across
+   all connections): ``503`` with ``Retry-After`` when there is none, before a byte of the body is read. The
+   room is held until the signature was checked.
+3. The body read in full within ``read_timeout_s`` (``408`` otherwise; a client that went away gets nothing).
+4. ``X-Hub-Signature-256`` checked over the raw body (``401``): nothing of a delivery without the secret is
    parsed, dispatched or trusted, not even its event name as a metrics label.
-4. The body parsed: not JSON (or nested beyond the parser) ``400``; not an object ``400``.
-5. The dispatcher (``Delivery.answer``) run on a worker thread, since it blocks on the forge and on Temporal;
+5. The body parsed: not JSON (or nested beyond the parser) ``400``; not an object ``400``.
+6. The dispatcher (``Delivery.answer``) run on a worker thread, since it blocks on the forge and on Temporal;
    at most ``max_connections`` at once. It answers ``(status, body)``; an exception it lets out is a bug and
    is answered ``500`` with a generic message (logged with its type, never the payload).
 Every answer (Starlette's 404 and 405 too) is JSON, carries ``Connection: close`` (one delivery per connection,
@@ -37,7 +40,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from pipeline.receiver_limits import BodyRefused, ReceiverLimits, body_length
+from pipeline.receiver_limits import BodyBudget, BodyRefused, ReceiverLimits, body_length
 from pipeline.receiver_logs import log_delivery
 from pipeline.receiver_metrics import ReceiverMetrics, label
 
@@ -48,7 +51,7 @@ CLOSE = {"Connection": "close"}
 class Delivery(Protocol):
     """What the app hands a verified, parsed delivery to (``pipeline.webhooks.WebhookReceiver``)."""
 
-    def verified(self, body: bytes, signature: str | None) -> bool: ...
+    def verified(self, body: bytes | bytearray, signature: str | None) -> bool: ...
 
     def answer(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]: ...
 
@@ -59,6 +62,7 @@ class _Outcome:
     body: dict[str, Any]
     verified: bool = False
     action: object = None
+    headers: dict[str, str] | None = None
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -84,6 +88,7 @@ class ReceiverApp:
         self.metrics = metrics
         self.logger = logger
         self._workers = anyio.CapacityLimiter(limits.max_connections)
+        self.budget = BodyBudget(limits)
         self.asgi = Starlette(
             routes=[
                 Route("/webhook", self.webhook, methods=["POST"]),
@@ -114,31 +119,31 @@ class ReceiverApp:
             duration_ms=seconds * 1000,
             message=outcome.body.get("message", ""),
         )
-        return JSONResponse(outcome.body, outcome.status, headers=CLOSE)
+        return JSONResponse(outcome.body, outcome.status, headers={**(outcome.headers or {}), **CLOSE})
 
     async def _judge(self, request: Request, event: str, delivery: str) -> _Outcome:
         try:
             length = body_length(request.headers.get("content-length"), self.limits.max_body)
         except BodyRefused as refused:
             return _Outcome(refused.status, {"message": refused.message})
-        body = bytearray()
+        if not self.budget.reserve(length):
+            # Nothing of the body is read: the bytes other unverified bodies hold are all the receiver takes.
+            return _Outcome(
+                503,
+                {"message": f"the receiver holds as many unverified bytes as it takes ({length} more refused); retry"},
+                headers={"Retry-After": "1"},
+            )
         try:
-            with anyio.fail_after(self.limits.read_timeout_s):
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > length:
-                        break
-        except TimeoutError:
-            return _Outcome(408, {"message": f"body not received within {self.limits.read_timeout_s} s"})
-        except ClientDisconnect:
-            return _Outcome(400, {"message": f"body ended after {len(body)} of {length} bytes"})
-        if len(body) != length:
-            return _Outcome(400, {"message": f"body ended after {len(body)} of {length} bytes"})
-        raw = bytes(body)
-        if not self.delivery.verified(raw, request.headers.get("x-hub-signature-256")):
+            body = await self._read_body(request, length)
+            if isinstance(body, _Outcome):
+                return body
+            verified = self.delivery.verified(body, request.headers.get("x-hub-signature-256"))
+        finally:
+            self.budget.release(length)
+        if not verified:
             return _Outcome(401, {"message": "bad signature"})
         try:
-            payload = json.loads(raw)
+            payload = json.loads(body)
         except (ValueError, RecursionError):
             # ValueError covers bad JSON and bytes that are not UTF-8/16/32; RecursionError a signed body
             # nested deeper than the parser goes.
@@ -154,6 +159,24 @@ class ReceiverApp:
             self.logger.exception("webhook dispatcher failed on a %s delivery", label(event, True))
             return _Outcome(500, {"message": "internal error handling the delivery"}, True, action)
         return _Outcome(status, answer, True, action)
+
+    async def _read_body(self, request: Request, length: int) -> bytearray | _Outcome:
+        """The body, read in full within ``read_timeout_s``, or the refusal. One buffer, never copied: the
+        budget counts ``length`` once."""
+        body = bytearray()
+        try:
+            with anyio.fail_after(self.limits.read_timeout_s):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > length:
+                        break
+        except TimeoutError:
+            return _Outcome(408, {"message": f"body not received within {self.limits.read_timeout_s} s"})
+        except ClientDisconnect:
+            return _Outcome(400, {"message": f"body ended after {len(body)} of {length} bytes"})
+        if len(body) != length:
+            return _Outcome(400, {"message": f"body ended after {len(body)} of {length} bytes"})
+        return body
 
     # ---- GET /healthz, /readyz, /metrics ----------------------------------------------------------------
 

@@ -17,19 +17,23 @@ one the receiver would have made from the lost delivery, under the same rules:
     same review delivered by a webhook and the reconciler is recorded once). A standing request for changes
     wins over an approval: GitHub would not count the PR as approved while it stands.
 - a labelled open issue without any run is a lost trigger, started when whoever added the label (the issue's
-  events, or, on a forge that keeps none, the issue's author) holds at least ``trigger_permission``.
+  events, or, on a forge that keeps none, the issue's author) holds at least ``trigger_permission``, and
+  only on text that account could have seen (:func:`unpinnable`): the run pins the issue's text as it is
+  when the reconciler starts it, so text that may have been edited after the label by someone below
+  ``trigger_permission`` is refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel
 
 from pipeline.state import Approval, HeadPush, Phase, Rejection, RunState
 from reviews.approvals import standing_reviews
-from reviews.issues import IssueInfo
+from reviews.issues import IssueInfo, LabelAdded
 from reviews.models import PullState
 from reviews.permissions import RepoPermission, RepoRole, permission_at_least, role_at_least
 
@@ -218,3 +222,38 @@ def _review_decisions(
 def may_trigger(role: RepoRole, required: RepoRole) -> bool:
     """Whether a label added by someone with ``role`` starts a run (as the receiver's check)."""
     return role_at_least(role, required)
+
+
+# The least role that may edit anyone's issue (the author may always edit their own). GitHub asks for write;
+# the emulator lets triage: the lower one is assumed, so no editor is left out.
+EDIT_ROLE: RepoRole = "triage"
+
+
+def unpinnable(
+    issue: IssueInfo, added: LabelAdded | None, author_role: RepoRole, required: RepoRole, label: str
+) -> str | None:
+    """Why a lost trigger's run must not pin ``issue``'s current text, or None when it may.
+
+    The webhook of the label carried the text its adder saw; the reconciler only sees the text now. It may pin
+    that when every account that could have edited it since holds ``required`` (the author, and whoever holds
+    :data:`EDIT_ROLE`), or when nothing about the issue changed after the label was added (``updated_at`` not
+    after the ``labeled`` event; GitHub stamps whole seconds, so a change within the label's second is not
+    told apart). The forge says neither who edited a report's body nor when (``updated_at`` moves on a comment
+    or a label too): an issue that changed at all after its label, with an author below ``required``, is
+    refused."""
+    if may_trigger(author_role, required) and may_trigger(EDIT_ROLE, required):
+        return None
+    if added is not None and issue.updated_at is not None and issue.updated_at <= added.at:
+        return None
+    if added is None:
+        when = f"the forge keeps no events saying when {label!r} was added"
+    else:
+        when = f"the issue changed at {_stamp(issue.updated_at)}, after {label!r} was added at {_stamp(added.at)}"
+    return (
+        f"{when}; who may have edited it since (its author {issue.author}, {author_role}, or anyone with "
+        f"{EDIT_ROLE}) need not hold the {required} a trigger takes: its text now may not be what the labeller saw"
+    )
+
+
+def _stamp(at: datetime | None) -> str:
+    return at.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ") if at is not None else "an unknown time"

@@ -8,7 +8,10 @@ reviewers who could decide, and delivers what the run has not seen, by the rules
 :mod:`pipeline.reconcile_decisions` (the receiver's own). Then it looks for lost triggers: open issues
 carrying the trigger label, in the repositories of open runs and ``config.reconcile_repositories``, that have
 no run at all, started when the label's adder (or, on a forge keeping no issue events, the issue's author)
-holds ``trigger_permission``.
+holds ``trigger_permission``. Such a run pins the issue's text as it is now, not as the lost delivery carried
+it, so it is started only when that text could not have been edited after the label by someone below
+``trigger_permission`` (:func:`pipeline.reconcile_decisions.unpinnable`); otherwise the issue is told why no
+run started and how to start one (a comment keyed by the label's event, written once).
 
 Contract:
 - Idempotent and safe to run at any time, from any number of processes: an approval is the ``approve`` Update
@@ -57,12 +60,13 @@ from pipeline.reconcile_decisions import (
     decide_run,
     deciding_reviewers,
     may_trigger,
+    unpinnable,
 )
 from pipeline.services import Services
 from pipeline.state import RunState
 from reviews.approvals import reviewer_refusal
 from reviews.errors import ForgeError
-from reviews.issues import IssueInfo
+from reviews.issues import IssueInfo, LabelAdded
 from reviews.permissions import RepoRole
 
 log = logging.getLogger(__name__)
@@ -289,18 +293,51 @@ def _labelled_issues(config: DurafixConfig, repository: str, label: str) -> list
         return forge.open_issues_labelled(label)
 
 
-def _trigger_role(config: DurafixConfig, repository: str, issue: IssueInfo) -> tuple[str, RepoRole]:
-    """Who triggered ``issue`` (the label's adder, else its author when the forge keeps no issue events) and
-    their role on ``repository``."""
+@dataclass(frozen=True)
+class _TriggerFacts:
+    """Who triggered an issue (the label's adder, else its author when the forge keeps no issue events), their
+    role, the ``labeled`` event (None without events) and the author's role."""
+
+    who: str
+    role: RepoRole
+    added: LabelAdded | None
+    author_role: RepoRole
+
+
+def _trigger_facts(config: DurafixConfig, repository: str, issue: IssueInfo) -> _TriggerFacts:
     with Services(config).forge(repository) as forge:
-        who = forge.label_added_by(issue.number, config.trigger_label) or issue.author
-        return who, forge.get_role(who)
+        added = forge.label_added(issue.number, config.trigger_label)
+        who = (added.actor if added is not None else None) or issue.author
+        role = forge.get_role(who)
+        author_role = role if who == issue.author else forge.get_role(issue.author)
+        return _TriggerFacts(who, role, added, author_role)
+
+
+def _say_unpinned(config: DurafixConfig, repository: str, issue: IssueInfo, facts: _TriggerFacts) -> str:
+    """Say on the issue, once per ``labeled`` event (a keyed comment whose text does not change from pass to
+    pass), that no run started and how to start one; what the write did."""
+    label, required = config.trigger_label, config.trigger_permission
+    when = facts.added.at.strftime("%Y-%m-%dT%H:%M:%SZ") if facts.added is not None else "unknown"
+    changed = (
+        f"the issue changed after the label was added at {when}"
+        if facts.added is not None
+        else "the forge does not say when the label was added"
+    )
+    body = (
+        f"durafix did not start a run on this report. Its `{label}` label (added by @{facts.who}) was not "
+        f"received when it was added, and a run would now take the report as it is today: {changed}, and an "
+        f"edit since may be by someone below the `{required}` role a trigger takes (the author, "
+        f"@{issue.author}, has `{facts.author_role}`). To start a run on the report as it is now, someone with "
+        f"`{required}` or more removes the `{label}` label and adds it again."
+    )
+    with Services(config).forge(repository) as forge:
+        return forge.ensure_comment(issue.number, f"reconciler:unpinned:{when}", body).action
 
 
 async def _start_lost_trigger(ctx: _Context, repository: str, issue: IssueInfo, workflow_id: str) -> None:
     config = ctx.config
     try:
-        who, role = await asyncio.to_thread(_trigger_role, config, repository, issue)
+        facts = await asyncio.to_thread(_trigger_facts, config, repository, issue)
     except ForgeError as err:
         ctx.report.errors.append(
             Failure(
@@ -312,11 +349,27 @@ async def _start_lost_trigger(ctx: _Context, repository: str, issue: IssueInfo, 
             )
         )
         return
-    required = config.trigger_permission
+    who, role, required = facts.who, facts.role, config.trigger_permission
     if not may_trigger(role, required):
         ctx.report.skipped.append(
             Skip(workflow_id=workflow_id, reason=f"labelled by {who} ({role}); starting a run requires {required}")
         )
+        return
+    why = unpinnable(issue, facts.added, facts.author_role, required, config.trigger_label)
+    if why is not None:
+        ctx.report.skipped.append(Skip(workflow_id=workflow_id, reason=f"the report was not pinned: {why}"))
+        try:
+            await asyncio.to_thread(_say_unpinned, config, repository, issue, facts)
+        except ForgeError as err:
+            ctx.report.errors.append(
+                Failure(
+                    workflow_id=workflow_id,
+                    repository=repository,
+                    where="forge",
+                    what=f"say on issue #{issue.number} why no run started",
+                    error=str(err),
+                )
+            )
         return
     report = PinnedReport(title=issue.title, body=issue.body, author=issue.author, triggered_by=who)
     try:

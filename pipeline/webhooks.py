@@ -41,7 +41,12 @@ Contract:
   outcome and answers a repeat with it, even after the run ended; the run records ``delivery -> first
   handling`` in ``RunState.deliveries``. A duplicate is answered ``{"duplicate": true, "first_handled":
   {...}}`` and nothing is done again (no second ``head_moved``, no second cancellation). A start is deduped by
-  the workflow ID, and a redelivered trigger of an ended run by the trigger recorded in the run's memo.
+  the workflow ID, and a redelivered trigger by the trigger recorded in the memo of each of the issue's runs.
+- A replay starts and cancels nothing (:mod:`pipeline.replays`; the GUID is a header outside the signature, so
+  the signed payload's own time is judged too): a trigger, ``closed``/``unlabeled`` or command whose event is
+  older than ``delivery_max_age_s`` (3 days), a cancel older than the live run's start, and a trigger older
+  than the start of the issue's newest, ended run are answered 409 ``{"stale": true, ...}``. The GUID records
+  live in Temporal, with the runs, shared by every receiver and kept across their restarts.
 - Anyone who can see a repository may submit a review, so before a decision reaches the run the reviewer's
   permission on the delivery's repository is read from the forge (``GitHubForge.get_permission``, one
   adapter per request). Below ``approver_permission`` (``write`` by default, or ``admin``) the answer is
@@ -87,6 +92,7 @@ from pipeline.receiver_app import ReceiverApp
 from pipeline.receiver_logs import delivery_logger
 from pipeline.receiver_metrics import ReceiverMetrics
 from pipeline.reconciler import Reconciler
+from pipeline.replays import before_run, event_time, stale_answer, too_old
 from pipeline.services import Services
 from pipeline.state import (
     Approval,
@@ -110,7 +116,7 @@ MAX_BODY = ReceiverLimits().max_body
 READINESS_REPOSITORY = "durafix/readiness"
 
 
-def signature_ok(secret: str, body: bytes, header: str | None) -> bool:
+def signature_ok(secret: str, body: bytes | bytearray, header: str | None) -> bool:
     if not secret or not header or not header.startswith("sha256="):
         return False
     expected = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
@@ -142,7 +148,7 @@ class WebhookReceiver:
         limits: ReceiverLimits | None = None,
     ) -> None:
         self.config = config
-        self.limits = limits or ReceiverLimits()
+        self.limits = limits or ReceiverLimits(buffer_budget=config.receiver_buffer_bytes)
         # Settings that cannot work (e.g. an API key without TLS, a GitHub App key that cannot be read) fail
         # here, not on the first delivery.
         connect_options(config)
@@ -275,7 +281,7 @@ class WebhookReceiver:
 
     # ---- request handling (``pipeline.receiver_app.Delivery``) -----------------------------------------
 
-    def verified(self, body: bytes, signature: str | None) -> bool:
+    def verified(self, body: bytes | bytearray, signature: str | None) -> bool:
         return signature_ok(self.config.webhook_secret, body, signature)
 
     def answer(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -371,13 +377,18 @@ class WebhookReceiver:
         label = self.config.trigger_label
         issue = payload.get("issue") or {}
         labels = {lbl.get("name") for lbl in issue.get("labels") or []}
-        if action == "closed" or (action == "unlabeled" and (payload.get("label") or {}).get("name") == label):
-            return self._on_withdrawn_trigger(delivery, payload, f"issues.{action}")
+        withdrawn = action == "closed" or (action == "unlabeled" and (payload.get("label") or {}).get("name") == label)
         triggered = (action == "labeled" and (payload.get("label") or {}).get("name") == label) or (
             action in ("opened", "reopened") and label in labels
         )
-        if not triggered:
+        if not (withdrawn or triggered):
             return 202, {"message": f"issues.{action} without the {label!r} label: ignored"}
+        at = event_time("issues", payload)
+        old = self._too_old(f"issues.{action}", at)
+        if old is not None:
+            return old
+        if withdrawn:
+            return self._on_withdrawn_trigger(delivery, payload, f"issues.{action}", at)
         repository = payload["repository"]["full_name"]
         number = int(issue["number"])
         # Who triggered: the account that added the label or opened the issue (issue forms put labels on for
@@ -386,16 +397,39 @@ class WebhookReceiver:
         refusal = self._sender_refusal(repository, sender, "starting a durafix run", "no run was started")
         if refusal is not None:
             return refusal
-        return self._start(delivery, repository, number, sender, pinned_from(issue, sender))
+        return self._start(delivery, repository, number, sender, pinned_from(issue, sender), at)
+
+    def _too_old(self, what: str, at: datetime | None) -> tuple[int, dict[str, Any]] | None:
+        """The 409 for a delivery whose event is older than ``delivery_max_age_s`` (:mod:`pipeline.replays`)."""
+        max_age = self.config.delivery_max_age_s
+        if at is None or not too_old(at, datetime.now(UTC), max_age):
+            return None
+        return stale_answer(what, at, f"more than {max_age:g} s old (DURAFIX_DELIVERY_MAX_AGE_S)")
 
     def _start(
-        self, delivery: str, repository: str, number: int, sender: str, pinned: PinnedReport | None
+        self,
+        delivery: str,
+        repository: str,
+        number: int,
+        sender: str,
+        pinned: PinnedReport | None,
+        at: datetime | None,
     ) -> tuple[int, dict[str, Any]]:
         """Start the issue's first run, attach to its live run, or (its runs all ended) start the next one:
-        a trigger on an ended report is a retry. A delivery that already started the newest run (redelivered)
-        is answered as the duplicate it is."""
+        a trigger on an ended report is a retry. A delivery that already started one of the issue's runs
+        (redelivered or replayed) is answered as the duplicate it is, and one whose event ``at`` happened before
+        the newest, ended run started as the replay it is (409): neither starts anything."""
         trigger = f"webhook:{delivery}"
-        retry = self._run(runs.retry_run(self._client, self.config, repository, number, trigger=trigger, report=pinned))
+        retry = self._run(
+            runs.retry_run(self._client, self.config, repository, number, trigger=trigger, report=pinned, event_at=at)
+        )
+        if retry.stale and at is not None:
+            return stale_answer(
+                "the trigger",
+                at,
+                f"older than {retry.workflow_id}, which started at {retry.started_at} and ended",
+                workflow_id=retry.workflow_id,
+            )
         if retry.duplicate:
             return 200, {
                 "workflow_id": retry.workflow_id,
@@ -439,7 +473,9 @@ class WebhookReceiver:
             return str(refused.body["message"])
         return ref.action
 
-    def _on_withdrawn_trigger(self, delivery: str, payload: dict[str, Any], what: str) -> tuple[int, dict[str, Any]]:
+    def _on_withdrawn_trigger(
+        self, delivery: str, payload: dict[str, Any], what: str, at: datetime | None
+    ) -> tuple[int, dict[str, Any]]:
         """The issue closed, or the trigger label removed: the live run is cancelled (its cleanup runs as on
         every ending). Takes ``trigger_permission``, like a trigger."""
         repository = payload["repository"]["full_name"]
@@ -448,14 +484,23 @@ class WebhookReceiver:
         refusal = self._sender_refusal(repository, sender, "cancelling a durafix run")
         if refusal is not None:
             return refusal
-        return self._cancel(delivery, repository, number, sender, what)
+        return self._cancel(delivery, repository, number, sender, what, at)
 
     def _cancel(
-        self, delivery: str, repository: str, number: int, sender: str, what: str
+        self, delivery: str, repository: str, number: int, sender: str, what: str, at: datetime | None
     ) -> tuple[int, dict[str, Any]]:
+        """Cancel the issue's live run, once per delivery (its GUID is the ``deliver`` Update's ID). An event
+        ``at`` from before the live run started is about an earlier run: refused as a replay (409)."""
         live = self._live_run(repository, number)
         if live is None:
             return 202, {"message": f"no live run for #{number}: nothing to cancel"}
+        if at is not None and before_run(at, live.started_at):
+            return stale_answer(
+                what,
+                at,
+                f"older than {live.workflow_id}, which started at {live.started_at}",
+                workflow_id=live.workflow_id,
+            )
         delivered = Delivered(
             delivery=delivery, attempt=uuid.uuid4().hex, kind=DeliveryKind.COMMAND, sender=sender, command="cancel"
         )
@@ -509,6 +554,10 @@ class WebhookReceiver:
         command = parse_command(comment.get("body"))
         if payload.get("action") != "created" or command is None:
             return 202, {"message": "not a new /durafix command: ignored"}
+        at = event_time("issue_comment", payload)
+        old = self._too_old(f"/durafix {command.name}", at)
+        if old is not None:
+            return old
         repository = payload["repository"]["full_name"]
         issue = payload["issue"]
         author = str((comment.get("user") or {}).get("login") or "")
@@ -531,9 +580,9 @@ class WebhookReceiver:
             return refusal
         key = f"command:{comment['id']}"
         if command.known == CommandName.CANCEL:
-            return self._cancel(delivery, repository, number, author, "/durafix cancel")
+            return self._cancel(delivery, repository, number, author, "/durafix cancel", at)
         if command.known == CommandName.RETRY:
-            return self._retry_command(delivery, repository, number, author, pinned, key)
+            return self._retry_command(delivery, repository, number, author, pinned, key, at)
         if command.known == CommandName.STATUS:
             newest = self._run(runs.newest_run(self._client, repository, number))
             if newest is None:
@@ -547,9 +596,16 @@ class WebhookReceiver:
         return 200, answer
 
     def _retry_command(
-        self, delivery: str, repository: str, number: int, sender: str, pinned: PinnedReport | None, key: str
+        self,
+        delivery: str,
+        repository: str,
+        number: int,
+        sender: str,
+        pinned: PinnedReport | None,
+        key: str,
+        at: datetime | None,
     ) -> tuple[int, dict[str, Any]]:
-        status, answer = self._start(delivery, repository, number, sender, pinned)
+        status, answer = self._start(delivery, repository, number, sender, pinned, at)
         if answer.get("attached"):
             answer["message"] = f"already running: {answer['workflow_id']}"
             status = 200

@@ -19,7 +19,15 @@ from reviews.comments import Comments
 from reviews.config import ForgeConfig
 from reviews.errors import ForgeNotFoundError, ForgePermanentError
 from reviews.feedback import Feedback
-from reviews.issues import IssueInfo, closed_by, label_added_by, open_issues_labelled, read_issue
+from reviews.issues import (
+    IssueInfo,
+    LabelAdded,
+    closed_by,
+    label_added,
+    label_added_by,
+    open_issues_labelled,
+    read_issue,
+)
 from reviews.markers import TICKET, find_marker, run_branch_prefix
 from reviews.models import (
     CommentRef,
@@ -92,6 +100,11 @@ class GitHubForge:
         """Read-only: who last added ``label`` to issue ``number`` (its events), or None when the forge cannot
         tell (it keeps no issue events) or nobody did."""
         return label_added_by(self._t, number, label)
+
+    def label_added(self, number: int, label: str) -> LabelAdded | None:
+        """Read-only: who last added ``label`` to issue ``number`` and when (its events), or None when the forge
+        cannot tell (it keeps no issue events) or nobody did."""
+        return label_added(self._t, number, label)
 
     def get_permission(self, login: str) -> RepoPermission:
         """Read-only: `login`'s permission on the repository (`GET /repos/{owner}/{repo}/collaborators/

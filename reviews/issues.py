@@ -6,6 +6,8 @@ Read-only and safe to repeat. (Opening an issue is :meth:`reviews.adapter.GitHub
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from github.Issue import Issue
 from pydantic import BaseModel
 
@@ -13,12 +15,23 @@ from reviews.transport import Transport
 
 
 class IssueInfo(BaseModel):
+    """An issue as read: ``updated_at`` is when anything about it last changed (its text, a label, a comment),
+    whole seconds as the forge keeps it."""
+
     number: int
     title: str
     body: str
     author: str
     state: str
     labels: list[str]
+    updated_at: datetime | None = None
+
+
+class LabelAdded(BaseModel):
+    """Who added a label to an issue, and when (its ``labeled`` event)."""
+
+    actor: str | None
+    at: datetime
 
 
 def _info(issue: Issue) -> IssueInfo:
@@ -29,7 +42,15 @@ def _info(issue: Issue) -> IssueInfo:
         author=issue.user.login,
         state=issue.state,
         labels=[label.name for label in issue.labels],
+        updated_at=_utc(issue.updated_at),
     )
+
+
+def _utc(at: datetime | None) -> datetime | None:
+    # PyGithub parses GitHub's "...Z" as an aware datetime; a naive one is UTC all the same.
+    if at is None:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
 
 
 def read_issue(t: Transport, number: int) -> IssueInfo:
@@ -59,15 +80,24 @@ def closed_by(t: Transport, number: int) -> str | None:
 
 
 def label_added_by(t: Transport, number: int, label: str) -> str | None:
-    """The login that last added ``label`` to issue ``number``, from the issue's events (``GET /repos/{owner}/
+    """The login that last added ``label`` to issue ``number`` (see :func:`label_added`); None when the forge
+    keeps no such events or none adds ``label``."""
+    added = label_added(t, number, label)
+    return added.actor if added is not None else None
+
+
+def label_added(t: Transport, number: int, label: str) -> LabelAdded | None:
+    """Who last added ``label`` to issue ``number`` and when, from the issue's events (``GET /repos/{owner}/
     {repo}/issues/{number}/events``); None when the forge keeps no such events (it answers 404) or none adds
     ``label``. Other failures are raised like every read's."""
 
-    def fetch() -> str | None:
-        adder: str | None = None
+    def fetch() -> LabelAdded | None:
+        added: LabelAdded | None = None
         for event in t.repo.get_issue(number).get_events():
             if event.event == "labeled" and event.label is not None and event.label.name == label:
-                adder = event.actor.login if event.actor is not None else None
-        return adder
+                at = _utc(event.created_at)
+                if at is not None:
+                    added = LabelAdded(actor=event.actor.login if event.actor is not None else None, at=at)
+        return added
 
     return t.read_if_found(f"read the events of issue #{number}", fetch)

@@ -79,6 +79,9 @@ class Forge:
         self.base_url = ""
         self.store = Store(data_dir / "forge.sqlite3")
         self.faults = FaultRegistry()
+        # Whether ``GET .../issues/{number}/events`` answers (GitHub's does); off by default, as the emulator's
+        # first releases kept no events and tests of the fallback (the issue's author as its labeller) need that.
+        self.issue_events = False
         self.rates = RateCounter()
         self.deliverer = Deliverer(self.store)
 

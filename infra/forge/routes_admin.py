@@ -5,8 +5,9 @@
 ``slug``, ``name``, ``public_key`` PEM, optional ``owner`` and ``token_lifetime_s``; creates the bot user
 ``SLUG[bot]``), installed with ``POST /admin/apps/{slug}/installations`` (``account``, ``repository_selection``
 ``all``/``selected``, ``repositories`` names, ``permissions``), and ``GET /admin/apps/{slug}/tokens`` lists
-the installation tokens issued (never their values). ``/admin/faults`` manages fault rules and ``/admin/deliveries``
-lists every recorded webhook delivery, newest last (both forge-specific).
+the installation tokens issued (never their values). ``/admin/faults`` manages fault rules, ``/admin/deliveries``
+lists every recorded webhook delivery, newest last, and ``PUT /admin/issue-events`` turns the issue events
+endpoint on or off (all forge-specific).
 """
 
 from __future__ import annotations
@@ -96,6 +97,17 @@ def create_org(ctx: Ctx) -> Response:
 def add_fault(ctx: Ctx) -> Response:
     _require_admin(ctx)
     return Response.json(201, ctx.forge.faults.add(ctx.request.json_object()).as_json())
+
+
+@routes.add("PUT", "/admin/issue-events")
+def keep_issue_events(ctx: Ctx) -> Response:
+    """``{"enabled": bool}``: whether ``GET .../issues/{number}/events`` answers (off: 404, the default)."""
+    _require_admin(ctx)
+    enabled = ctx.request.json_object().get("enabled")
+    if not isinstance(enabled, bool):
+        raise invalid_field("IssueEvents", "enabled")
+    ctx.forge.issue_events = enabled
+    return Response.json(200, {"enabled": enabled})
 
 
 @routes.add("GET", "/admin/faults")

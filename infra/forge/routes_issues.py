@@ -19,6 +19,7 @@ from .names import now_iso
 from .paging import paginate
 from .router import Ctx, RouteTable
 from .routes_repos import load_repo
+from .view import node_id
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
@@ -89,6 +90,7 @@ def set_labels(ctx: Ctx, repo: sqlite3.Row, row: sqlite3.Row, names: list[str], 
             current.add(label["id"])
             ctx.db.execute("INSERT INTO issue_labels (issue_id, label_id) VALUES (?, ?)", (row["id"], label["id"]))
             ctx.db.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, row["id"]))
+            record_event(ctx, row, "labeled", label, now)
             emit_issue_event(ctx, repo, issue_row(ctx, row["id"]), "labeled", label=core.label(ctx, repo, label))
     if replace:
         for label_id in sorted(current - wanted_ids):
@@ -97,8 +99,46 @@ def set_labels(ctx: Ctx, repo: sqlite3.Row, row: sqlite3.Row, names: list[str], 
 
 def remove_label(ctx: Ctx, repo: sqlite3.Row, row: sqlite3.Row, label: sqlite3.Row) -> None:
     ctx.db.execute("DELETE FROM issue_labels WHERE issue_id = ? AND label_id = ?", (row["id"], label["id"]))
-    ctx.db.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now_iso(), row["id"]))
+    now = now_iso()
+    ctx.db.execute("UPDATE issues SET updated_at = ? WHERE id = ?", (now, row["id"]))
+    record_event(ctx, row, "unlabeled", label, now)
     emit_issue_event(ctx, repo, issue_row(ctx, row["id"]), "unlabeled", label=core.label(ctx, repo, label))
+
+
+def record_event(ctx: Ctx, row: sqlite3.Row, event: str, label: sqlite3.Row, at: str) -> None:
+    """An issue event (``labeled``/``unlabeled``) by the viewer, as ``GET .../issues/{number}/events`` lists it."""
+    ctx.db.execute(
+        "INSERT INTO issue_events (issue_id, actor_id, event, label_id, created_at) VALUES (?, ?, ?, ?, ?)",
+        (row["id"], ctx.require_viewer()["id"], event, label["id"], at),
+    )
+
+
+@routes.add("GET", "/repos/{owner}/{repo}/issues/{number}/events")
+def list_issue_events(ctx: Ctx) -> Response:
+    """The issue's label events, oldest first, shaped like GitHub's; 404 while the forge keeps no issue events
+    (``Forge.issue_events``, the emulator's default)."""
+    repo = load_repo(ctx)
+    row = load_issue(ctx, repo)
+    if not ctx.forge.issue_events:
+        raise not_found()
+    rows = ctx.db.execute("SELECT * FROM issue_events WHERE issue_id = ? ORDER BY id", (row["id"],)).fetchall()
+
+    def render(ev: sqlite3.Row) -> dict[str, Any]:
+        label = ctx.db.execute("SELECT * FROM labels WHERE id = ?", (ev["label_id"],)).fetchone()
+        return {
+            "id": ev["id"],
+            "node_id": node_id("LabeledEvent" if ev["event"] == "labeled" else "UnlabeledEvent", ev["id"]),
+            "url": f"{ctx.repo_api(repo)}/issues/events/{ev['id']}",
+            "actor": core.user(ctx, ctx.user_row(ev["actor_id"])),
+            "event": ev["event"],
+            "commit_id": None,
+            "commit_url": None,
+            "created_at": ev["created_at"],
+            "label": {"name": label["name"], "color": label["color"]},
+            "performed_via_github_app": None,
+        }
+
+    return paginate(ctx, rows, render)
 
 
 def _check_text(data: dict[str, Any], name: str, required: bool = False) -> None:

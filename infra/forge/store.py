@@ -69,6 +69,14 @@ CREATE TABLE IF NOT EXISTS issues (
     closed_by INTEGER REFERENCES users(id),
     UNIQUE (repo_id, number)
 );
+CREATE TABLE IF NOT EXISTS issue_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    issue_id INTEGER NOT NULL REFERENCES issues(id),
+    actor_id INTEGER NOT NULL REFERENCES users(id),
+    event TEXT NOT NULL,
+    label_id INTEGER REFERENCES labels(id),
+    created_at TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS labels (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     repo_id INTEGER NOT NULL REFERENCES repos(id),

@@ -117,6 +117,10 @@ class ForgeHandle:
     def clear_faults(self) -> None:
         self._call("DELETE", "/admin/faults")
 
+    def keep_issue_events(self, enabled: bool = True) -> None:
+        """Answer ``GET .../issues/{number}/events`` (as GitHub does) or 404 (the emulator's default)."""
+        self._call("PUT", "/admin/issue-events", body={"enabled": enabled})
+
     def deliveries(self) -> list[dict[str, Any]]:
         """Every recorded webhook delivery, oldest first, with request headers and body."""
         result: list[dict[str, Any]] = self._call("GET", "/admin/deliveries")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from evidence.interface import ArtifactKind, ArtifactRef
-from pipeline.reconcile_decisions import Decision, RunTruth, Skip, decide_run, deciding_reviewers
+from pipeline.reconcile_decisions import Decision, RunTruth, Skip, decide_run, deciding_reviewers, unpinnable
 from pipeline.state import ApprovalRequest, Budgets, CandidateFact, Phase, PublishFact, RunState
-from reviews.issues import IssueInfo
+from reviews.issues import IssueInfo, LabelAdded
 from reviews.models import PullState, ReviewInfo
 from reviews.permissions import RepoPermission
 
@@ -148,3 +148,31 @@ def test_a_pr_not_authored_by_the_bot_decides_nothing() -> None:
     p = pr(rev(1, "w1", "APPROVED")).model_copy(update={"author": "mallory"})
     out = decide(state(), p, w1="write")
     assert kinds(out) == [] and any("not by durafix-bot" in s.reason for s in out if isinstance(s, Skip))
+
+
+# ---- a lost trigger's text (unpinnable) ------------------------------------------------------------------
+
+
+def updated(at: datetime | None) -> IssueInfo:
+    return issue().model_copy(update={"updated_at": at})
+
+
+def test_a_report_unchanged_since_its_label_is_pinned_whoever_wrote_it() -> None:
+    added = LabelAdded(actor="triager", at=NOW)
+    assert unpinnable(updated(NOW), added, "none", "triage", "durafix") is None
+
+
+def test_a_report_changed_after_its_label_by_an_author_below_the_trigger_permission_is_not_pinned() -> None:
+    added = LabelAdded(actor="triager", at=NOW)
+    why = unpinnable(updated(NOW + timedelta(seconds=5)), added, "read", "triage", "durafix")
+    assert why is not None and "after 'durafix' was added" in why and "alice, read" in why
+
+
+def test_without_label_events_only_a_report_every_possible_editor_may_trigger_on_is_pinned() -> None:
+    # The author holds triage and editing anyone's issue takes triage: whoever edited could have triggered.
+    assert unpinnable(updated(NOW + timedelta(seconds=5)), None, "triage", "triage", "durafix") is None
+    # At write, a triager could have edited it and is below: without events nothing says the text is older.
+    why = unpinnable(updated(NOW + timedelta(seconds=5)), None, "write", "write", "durafix")
+    assert why is not None and "keeps no events" in why
+    # With events showing nothing changed after the label, it is pinned at write too.
+    assert unpinnable(updated(NOW), LabelAdded(actor="m", at=NOW), "write", "write", "durafix") is None

@@ -44,6 +44,7 @@ from pipeline.steps import TaskQueue
 from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
+from tests.stamps import stamped_now
 
 pytestmark = pytest.mark.e2e
 
@@ -64,10 +65,10 @@ DECISION_EVENTS = (
 
 
 def example(event: str, action: str | None = None) -> dict[str, Any]:
-    """A fresh copy of GitHub's example payload for ``event`` (and ``action``)."""
+    """A fresh copy of GitHub's example payload for ``event`` (and ``action``), stamped as happening now."""
     name = f"{action}.payload.json" if action else "payload.json"
     payload: dict[str, Any] = json.loads((EXAMPLES / event / name).read_text())
-    return copy.deepcopy(payload)
+    return stamped_now(copy.deepcopy(payload))
 
 
 def sign(secret: str, body: bytes) -> str:

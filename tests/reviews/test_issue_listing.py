@@ -36,6 +36,21 @@ def test_label_added_by_is_none_on_a_forge_that_keeps_no_issue_events(site: Site
     assert site.adapter.label_added_by(site.issue, LABEL) is None
 
 
+def test_label_added_names_the_last_adder_and_when_on_a_forge_that_keeps_issue_events(site: Site) -> None:
+    site.handle.keep_issue_events(True)
+    try:
+        site.adapter.add_labels(site.issue, [LABEL])
+        added = site.adapter.label_added(site.issue, LABEL)
+        issue = site.adapter.read_issue(site.issue)
+        assert added is not None and added.actor == "bot" and added.at.tzinfo is not None
+        # Labelling is the issue's last change: it stamped both, in the forge's whole seconds.
+        assert issue.updated_at == added.at
+        assert site.adapter.label_added_by(site.issue, LABEL) == "bot"
+        assert site.adapter.label_added(site.issue, "other") is None
+    finally:
+        site.handle.keep_issue_events(False)
+
+
 def test_a_listing_the_forge_cannot_answer_now_is_a_transient_failure_not_an_empty_list(site: Site) -> None:
     site.adapter.create_issue("Labelled", "body", labels=[LABEL])
     site.fault("GET", rf"/repos/{site.full_name}/issues$", "status", status=503)

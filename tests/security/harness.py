@@ -42,6 +42,7 @@ from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
+from tests.stamps import stamped_now
 
 T = TypeVar("T")
 
@@ -63,9 +64,9 @@ DECISION_EVENTS = (
 
 
 def example(event: str, action: str) -> dict[str, Any]:
-    """GitHub's own example payload for ``event``/``action`` (a fresh copy)."""
+    """GitHub's own example payload for ``event``/``action`` (a fresh copy), stamped as happening now."""
     payload: dict[str, Any] = json.loads((EXAMPLES / event / f"{action}.payload.json").read_text())
-    return payload
+    return stamped_now(payload)
 
 
 def sign(secret: str, body: bytes) -> str:

@@ -190,3 +190,33 @@ def test_a_connection_over_the_cap_is_answered_503_at_once(temporal_env: Workflo
         # Once the held connections time out their slots are free again.
         assert [a[0] if a else None for a in (read_answer(s, 5) for s in held)] == [408] * 3
         assert_ping_answered_quickly(target)
+
+
+def test_a_body_over_the_unverified_budget_is_answered_503_before_it_is_read(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # Room for 4 small bodies (16 KiB slots) and one large one of up to 48 KiB: the 40 KiB body held below
+    # leaves no room for a second; a small delivery still has its slot.
+    limits = ReceiverLimits(
+        max_body=LIMITS.max_body, max_connections=4, read_timeout_s=3.0, buffer_budget=112 * 1024, small_body=16 * 1024
+    )
+    with receiver(temporal_env, tmp_path, limits) as target, connect(target) as holder, connect(target) as second:
+        holder.sendall(head("issues", str(40 * 1024)) + b"{" * 1024)
+        time.sleep(0.3)
+        second.sendall(head("issues", str(40 * 1024)))
+        second.settimeout(5)
+        raw = b""
+        while chunk := second.recv(65536):
+            raw += chunk
+        status_line, _, rest = raw.partition(b"\r\n")
+        assert status_line.split()[1] == b"503", raw
+        assert b"retry-after: 1" in rest.lower() and b"unverified bytes" in rest, raw
+        assert_ping_answered_quickly(target)
+        # The held body, once complete, is checked (and refused: unsigned); its room is given back.
+        holder.sendall(b"{" * (39 * 1024))
+        held = read_answer(holder, 5)
+        assert held is not None and held[0] == 401, held
+        with connect(target) as third:
+            third.sendall(head("issues", str(40 * 1024)) + b"{" * (40 * 1024))
+            again = read_answer(third, 5)
+            assert again is not None and again[0] == 401, again

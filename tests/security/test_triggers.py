@@ -38,6 +38,7 @@ from tests.security.harness import (
     site,
     workers,
 )
+from tests.stamps import forge_now
 
 __all__ = ["config", "forge", "receiver", "site"]
 
@@ -65,7 +66,7 @@ def issue_delivery(site: Site, action: str, number: int, sender: str, *, label: 
     payload = copy.deepcopy(example("issues", action))
     payload["repository"] = site.repository_payload()
     issue = site.repo(MAINTAINER).get_issue(number)
-    payload["issue"].update(number=number, title=issue.title, body=issue.body)
+    payload["issue"].update(number=number, title=issue.title, body=issue.body, updated_at=forge_now())
     template = payload["issue"]["labels"][0]
     payload["issue"]["labels"] = [{**template, "name": label}] if label else []
     if action == "labeled" and label:
