@@ -98,19 +98,22 @@ def _parts(rel: str | PurePosixPath) -> list[str]:
     return parts
 
 
-def _open_componentwise(dir_fd: int, parts: list[str]) -> int:
-    """One ``openat`` per component, each with ``O_NOFOLLOW``: a symlink anywhere fails with ELOOP/ENOTDIR."""
-    current = dir_fd
+@contextlib.contextmanager
+def _parent(root: Path, parts: list[str], *, make: bool = False) -> Iterator[int]:
+    """A descriptor of the directory holding ``parts[-1]`` beneath ``root``, each directory on the way opened
+    with ``O_NOFOLLOW`` (a link anywhere fails with ELOOP/ENOTDIR); with ``make``, missing ones are created."""
+    current = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         for part in parts[:-1]:
+            if make:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=current)
             nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
-            if current != dir_fd:
-                os.close(current)
-            current = nxt
-        return os.open(parts[-1], _O_FLAGS, dir_fd=current)
-    finally:
-        if current != dir_fd:
             os.close(current)
+            current = nxt
+        yield current
+    finally:
+        os.close(current)
 
 
 def open_fd_beneath(root: Path, rel: str | PurePosixPath) -> int:
@@ -119,19 +122,16 @@ def open_fd_beneath(root: Path, rel: str | PurePosixPath) -> int:
     ``root`` itself is the worker's choice (a workspace, an agent directory) and is opened normally; it must be
     a directory. Raises :class:`UntrustedFileError` saying why the file was refused."""
     parts = _parts(rel)
+    if not root.is_dir():
+        raise UntrustedFileError(f"{root}: not a directory that can be opened")
     try:
-        dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        with _parent(root, []) as root_fd:
+            fd = _openat2(root_fd, "/".join(parts))
+        if fd is None:
+            with _parent(root, parts) as parent:
+                fd = os.open(parts[-1], _O_FLAGS, dir_fd=parent)
     except OSError as exc:
-        raise UntrustedFileError(f"{root}: not a directory that can be opened ({exc.strerror})") from None
-    try:
-        try:
-            fd = _openat2(dir_fd, "/".join(parts))
-            if fd is None:
-                fd = _open_componentwise(dir_fd, parts)
-        except OSError as exc:
-            raise UntrustedFileError(_refusal(str(rel), exc)) from None
-    finally:
-        os.close(dir_fd)
+        raise UntrustedFileError(_refusal(str(rel), exc)) from None
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
@@ -177,11 +177,6 @@ def read_beneath_cut(root: Path, rel: str | PurePosixPath, *, max_bytes: int) ->
     return data, False
 
 
-def read_text_beneath(root: Path, rel: str | PurePosixPath, *, max_bytes: int = DEFAULT_MAX_BYTES) -> str:
-    """:func:`read_beneath` decoded as UTF-8 (undecodable bytes replaced)."""
-    return read_beneath(root, rel, max_bytes=max_bytes).decode("utf-8", errors="replace")
-
-
 def copy_beneath(root: Path, rel: str | PurePosixPath, dest: Path, *, max_bytes: int) -> bool:
     """Copy the regular file ``rel`` beneath ``root`` to ``dest`` (a path of the worker's), at most
     ``max_bytes`` of it; answers whether it was cut. ``dest`` is created new (never through a link)."""
@@ -204,85 +199,35 @@ def write_beneath(root: Path, rel: str | PurePosixPath, data: bytes, *, make_par
     opened with ``O_NOFOLLOW``, so a link planted anywhere on the way fails the write instead of redirecting it
     out of ``root``. A FIFO or device there is refused, not opened for writing."""
     parts = _parts(rel)
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    current = dir_fd
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
     try:
-        try:
-            for part in parts[:-1]:
-                if make_parents:
-                    with contextlib.suppress(FileExistsError):
-                        os.mkdir(part, 0o755, dir_fd=current)
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
-                if current != dir_fd:
-                    os.close(current)
-                current = nxt
-            flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY
-            fd = os.open(parts[-1], flags, 0o644, dir_fd=current)
-        except OSError as exc:
-            raise UntrustedFileError(_refusal(str(rel), exc)) from None
-        try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise UntrustedFileError(f"{rel}: not a regular file ({_kind(st.st_mode)}); it is not written")
-            os.set_blocking(fd, True)
-            os.ftruncate(fd, 0)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-        finally:
-            os.close(fd)
+        with _parent(root, parts, make=make_parents) as parent:
+            fd = os.open(parts[-1], flags, 0o644, dir_fd=parent)
+    except OSError as exc:
+        raise UntrustedFileError(_refusal(str(rel), exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedFileError(f"{rel}: not a regular file ({_kind(st.st_mode)}); it is not written")
+        os.set_blocking(fd, True)
+        os.ftruncate(fd, 0)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
     finally:
-        if current != dir_fd:
-            os.close(current)
-        os.close(dir_fd)
-
-
-def is_directory_beneath(root: Path, rel: str | PurePosixPath) -> bool:
-    """Whether ``rel`` beneath ``root`` is a directory reached through no link."""
-    try:
-        parts = _parts(rel)
-    except UntrustedFileError:
-        return False
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    current = dir_fd
-    try:
-        for part in parts:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
-            if current != dir_fd:
-                os.close(current)
-            current = nxt
-        return True
-    except OSError:
-        return False
-    finally:
-        if current != dir_fd:
-            os.close(current)
-        os.close(dir_fd)
+        os.close(fd)
 
 
 def unlink_beneath(root: Path, rel: str | PurePosixPath) -> None:
     """Remove the file or link ``rel`` beneath ``root`` if present, following no link on the way to it (a link
-    itself is removed, never its target); a directory there is left alone."""
+    itself is removed, never its target); a directory there, or a path through a link, is left alone."""
     parts = _parts(rel)
-    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        current = dir_fd
-        try:
-            for part in parts[:-1]:
-                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=current)
-                if current != dir_fd:
-                    os.close(current)
-                current = nxt
-            with contextlib.suppress(FileNotFoundError, IsADirectoryError, PermissionError):
-                os.unlink(parts[-1], dir_fd=current)
-        except OSError as exc:
-            if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                raise
-        finally:
-            if current != dir_fd:
-                os.close(current)
-    finally:
-        os.close(dir_fd)
+        with _parent(root, parts) as parent:
+            os.unlink(parts[-1], dir_fd=parent)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.EPERM):
+            raise
 
 
 def _refusal(rel: str, exc: OSError) -> str:
