@@ -334,19 +334,17 @@ def _say_unpinned(config: DurafixConfig, repository: str, issue: IssueInfo, fact
         return forge.ensure_comment(issue.number, f"reconciler:unpinned:{when}", body).action
 
 
+def _forge_failure(workflow_id: str, repository: str, what: str, err: ForgeError) -> Failure:
+    return Failure(workflow_id=workflow_id, repository=repository, where="forge", what=what, error=str(err))
+
+
 async def _start_lost_trigger(ctx: _Context, repository: str, issue: IssueInfo, workflow_id: str) -> None:
     config = ctx.config
     try:
         facts = await asyncio.to_thread(_trigger_facts, config, repository, issue)
     except ForgeError as err:
         ctx.report.errors.append(
-            Failure(
-                workflow_id=workflow_id,
-                repository=repository,
-                where="forge",
-                what=f"read who labelled issue #{issue.number} and their role",
-                error=str(err),
-            )
+            _forge_failure(workflow_id, repository, f"read who labelled issue #{issue.number} and their role", err)
         )
         return
     who, role, required = facts.who, facts.role, config.trigger_permission
@@ -361,15 +359,8 @@ async def _start_lost_trigger(ctx: _Context, repository: str, issue: IssueInfo, 
         try:
             await asyncio.to_thread(_say_unpinned, config, repository, issue, facts)
         except ForgeError as err:
-            ctx.report.errors.append(
-                Failure(
-                    workflow_id=workflow_id,
-                    repository=repository,
-                    where="forge",
-                    what=f"say on issue #{issue.number} why no run started",
-                    error=str(err),
-                )
-            )
+            what = f"say on issue #{issue.number} why no run started"
+            ctx.report.errors.append(_forge_failure(workflow_id, repository, what, err))
         return
     report = PinnedReport(title=issue.title, body=issue.body, author=issue.author, triggered_by=who)
     try:
