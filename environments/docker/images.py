@@ -3,23 +3,30 @@
 Two layers, both content-addressed and both reused when present:
 
 - The *base image* ``durafix/base:<h>``, where ``h`` is :func:`recipe_hash` of the :class:`ImageRecipe`
-  (distribution + sorted package set). Built by ``debootstrap --variant=minbase --include=<packages>`` from
-  the Debian mirror apt is configured with, tarred, and imported with ``docker import``. The root filesystem
+  (distribution + sorted package set; :func:`base_recipe` adds :data:`EGRESS_PACKAGES`, ``socat`` and
+  ``ca-certificates``, for a recipe whose setup has the network, so only such recipes get another base).
+  Built by ``debootstrap --variant=minbase --include=<packages>`` from the Debian mirror apt is configured
+  with, tarred, and imported with ``docker import``. The root filesystem
   tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
   instead of bootstrapping again.
 - The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app`` owned by the
   app's user (``65534:65534``), the recipe's ``setup`` commands as ``RUN`` steps that run as that user with
   every capability dropped (``setpriv --reuid --regid --clear-groups --inh-caps=-all --bounding-set=-all
-  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"`` (setup
-  cannot download anything) unless the recipe says ``setup_network: true`` (then the engine host's network,
-  which installs need). ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
+  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"``: no build
+  step ever has a network. A recipe with ``setup_network: true`` (installs need the package index) gets its
+  setup commands in *setup containers* instead (:mod:`environments.docker.setup_containers`): the workspace
+  image (the same ``FROM`` and ``COPY``, no setup step, no network), then each command in a container of its
+  own with ``network_mode="none"`` whose one way out is the egress proxy's unix socket
+  (:mod:`environments.egress`, the same proxy and bridge as the local provider's setup), as the app's user with
+  every capability dropped and the recipe's limits, committed when it exits 0; the last commit is tagged with
+  the app image's tag. ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
   the network choice and the workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds
   and a changed byte always does.
 
-Builds of one tag are serialised across processes with a lock file under ``STATE/cache``; whoever gets the
-lock second finds the image (or tarball) present and reuses it. Cache files are written to a temporary
-name and renamed, so a crash never leaves a partial tarball under the final name. Images are a shared
-cache, not owned by any run: ``cleanup_run`` leaves them in place.
+Builds of one tag (setup containers included) are serialised across processes with a lock file under
+``STATE/cache``; whoever gets the lock second finds the image (or tarball) present and reuses it. Cache files are
+written to a temporary name and renamed, so a crash never leaves a partial tarball under the final name. Images
+are a shared cache, not owned by any run: ``cleanup_run`` leaves them in place.
 
 Last use is recorded for ``durafix cache prune``: every time :meth:`ImageBuilder.ensure_base` or
 :meth:`ImageBuilder.ensure_app` returns a tag, the tag's stamp (``base-<h>.used`` / ``app-<d>.used`` next to

@@ -42,12 +42,13 @@ capabilities dropped, ``no-new-privileges``, an unprivileged user (``65534:65534
 filesystem with a ``tmpfs`` on ``/tmp`` (``HOME`` points there), a minimal init as PID 1, bounded logs.
 
 Checks (:meth:`DockerProvider.run_checks`, the verification's and the baseline's setup and tests): setup is the
-app image's build (its steps as the app's user with no capabilities, see :mod:`environments.docker.images`),
-and the tests run in a container of their own from that image, with the same hardening, ``network_mode=none``
-(no interface but loopback: not the app's network, not the host) and the run's labels (so ``cleanup_run`` finds
-one a dead worker left). Its root filesystem is writable (tests write caches into ``/app``) but dies with it;
-when the test command ends the container stops and every process in it is killed. Nothing of the worker is
-mounted: no state directory, no Docker socket, no home.
+app image's build (its steps as the app's user with no capabilities, see :mod:`environments.docker.images`; a
+setup with the network in setup containers whose one way out is the egress proxy, each command's output and the
+proxy's ``# egress:`` lines in the checks' log), and the tests run in a container of their own from that image,
+with the same hardening, ``network_mode=none`` (no interface but loopback: not the app's network, not the host)
+and the run's labels (so ``cleanup_run`` finds one a dead worker left). Its root filesystem is writable (tests
+write caches into ``/app``) but dies with it; when the test command ends the container stops and every process in
+it is killed. Nothing of the worker is mounted: no state directory, no Docker socket, no home.
 """
 
 from __future__ import annotations
@@ -286,13 +287,13 @@ class DockerProvider:
         command: str | None = None,
         setup: bool = True,
     ) -> TestRunResult:
-        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds
-        the workspace as it is now: a failing setup step is a
-        :class:`~environments.checks.SetupError`), then the tests in a container of their own from it (see the
-        module's contract), logged to ``log_path``. ``setup_timeout_s`` does not bound an image build here (the
-        engine's builder has no per-step limit); ``test_timeout_s`` bounds the test container, which is killed
-        when it passes. The container is removed whatever happens; a worker that dies meanwhile leaves it to
-        ``cleanup_run`` (it carries the run's labels)."""
+        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds the
+        workspace as it is now: a failing setup step is a :class:`~environments.checks.SetupError`), then the tests
+        in a container of their own from it (see the module's contract), logged to ``log_path``. ``setup_timeout_s``
+        bounds each setup container of a setup with the network, not a classic image build (the engine's builder has
+        no per-step limit); ``test_timeout_s`` bounds the test container, which is killed when it passes. The
+        container is removed whatever happens; a worker that dies meanwhile leaves it to ``cleanup_run`` (it carries
+        the run's labels)."""
         progress = progress or ignore
         recipe = spec.recipe
         if recipe.secrets:

@@ -15,7 +15,9 @@ Asserted from outside: the package is installed in the app image; the setup ran 
 capability and no new privileges; every attempt failed; the listeners saw no connection; the proxy's log,
 written into the checks' log, names only registry hosts as reached and every attempt as refused; the tests that
 follow have no way out (no socket, no bridge, no proxy variables, nothing of the proxy in the image); no setup
-container and no proxy process outlives the setup. And a failing setup command leaves no image behind.
+container and no proxy process outlives the setup. And: a failing setup command leaves no image behind; a
+command past the setup timeout is killed; a setup container a dead worker left is replaced; the committed image
+feeds the dependency image like a built one; the worker's egress hosts reach the Docker provider.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from pathlib import Path
 import docker
 import pytest
 
-from environments.checks import SetupError
+from environments.checks import SetupError, SetupSettings
 from environments.docker import DockerProvider
-from environments.docker.images import APP_REPOSITORY, EGRESS_PACKAGES, base_recipe, recipe_hash
+from environments.docker.images import APP_REPOSITORY, EGRESS_PACKAGES, SetupStepError, base_recipe, recipe_hash
+from environments.docker.setup_containers import setup_container_name
 from environments.egress import DEFAULT_REGISTRY_HOSTS, INSIDE_SOCKET
 from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, RecoverySpec
 from environments.processes import owned_pids
+from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
 from tests.environments.docker.conftest import docker_client, docker_engine, image_cache
 from tests.security.listeners import Listener, listen, worker_address
@@ -295,3 +299,74 @@ def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
     assert left == set()
     assert docker_client.containers.list(all=True, filters={"name": "durafix-setup-"}) == []
     assert "$ echo failing on purpose; exit 3\nfailing on purpose\n" in log.read_text()
+
+
+def test_a_networked_setup_command_is_killed_at_the_setup_timeout(
+    docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "marker.txt").write_text(uuid.uuid4().hex)
+    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    try:
+        with pytest.raises(SetupStepError, match=r"'sleep 600' timed out"):
+            provider.images.ensure_app(_recipe(["sleep 600"]), ws, setup_timeout_s=3)
+    finally:
+        provider.close()
+    assert docker_client.containers.list(all=True, filters={"name": "durafix-setup-"}) == []
+
+
+def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the_dependency_image(
+    docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
+) -> None:
+    setup = "mkdir -p .venv && cp requirements.txt .venv/installed && date +%s%N > .venv/when"
+    recipe = _recipe([setup])
+    first, second = tmp_path / "first", tmp_path / "second"
+    # The same lock file in both trees, new to this engine (so the first tree's setup runs).
+    lock = f"six==1.16.0\n# {uuid.uuid4().hex}\n"
+    for ws, text in ((first, "the first tree"), (second, "the second tree")):
+        ws.mkdir()
+        (ws / "requirements.txt").write_text(lock)
+        (ws / "tree.txt").write_text(text)
+    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    images = provider.images
+    try:
+        base = images.ensure_base(base_recipe(recipe))
+        tag = images.app_tag(recipe, first, base)
+        # What a worker that died mid-setup leaves: the tag's setup container, holding its name.
+        key = tag.replace(f"{APP_REPOSITORY}:", "app-")
+        stale = docker_client.containers.create(base, ["true"], name=setup_container_name(key))
+        assert images.ensure_app(recipe, first) == tag
+        with pytest.raises(docker.errors.NotFound):
+            stale.reload()
+        deps = images.deps_tag(recipe, second, base)
+        assert deps is not None and deps[1] == [".venv"]
+        reusing: list[str] = []
+        second_tag = images.ensure_app(recipe, second, progress=reusing.append)
+    finally:
+        provider.close()
+    assert reusing == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
+
+    def run(image: str, command: str) -> str:
+        out = docker_client.containers.run(
+            image, ["/bin/sh", "-c", command], network_mode="none", user="65534:65534", remove=True
+        )
+        return bytes(out).decode()
+
+    # The dependency image (the committed setup) under the second tree: its .venv, the second tree only.
+    assert run(second_tag, "cat .venv/when") == run(tag, "cat .venv/when")
+    assert run(second_tag, "cat tree.txt") == "the second tree"
+    assert run(tag, "stat -c %U .venv/installed && pwd") == "nobody\n/app\n"
+
+
+def test_the_registry_gives_the_docker_provider_the_workers_egress_hosts(
+    docker_engine: DockerEngine, tmp_path: Path
+) -> None:
+    settings = SetupSettings(egress_hosts=("pypi.org", "files.pythonhosted.org"), egress_ports=(443, 8443))
+    provider = get_provider("docker", tmp_path, docker_host=docker_engine.docker_host, setup=settings)
+    assert isinstance(provider, DockerProvider)
+    try:
+        assert provider.images.egress_hosts == ("pypi.org", "files.pythonhosted.org")
+        assert provider.images.egress_ports == (443, 8443)
+    finally:
+        provider.close()
