@@ -40,7 +40,14 @@ from pathlib import Path
 
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
-from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, EgressProxy, parse_hosts
+from environments.egress import (
+    ALLOWED_PORTS,
+    DEFAULT_REGISTRY_HOSTS,
+    EgressEvent,
+    EgressProxy,
+    log_events,
+    parse_hosts,
+)
 from environments.files import locked, path_key, remove_tree, try_locked
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import Screened, check_patterns, screen
@@ -334,17 +341,10 @@ class _Runner:
                 raise SetupError(f"setup command {command!r} {outcome}:\n{tail(self.log_path)}", log_path=self.log_path)
 
     def _log_egress(self, proxy: EgressProxy, logged: int) -> int:
-        """Append the proxy's events since the ``logged`` first ones to the setup log, tell ``progress`` which
-        hosts were reached and refused; return how many events are logged now."""
+        """Append the proxy's events since the ``logged`` first ones to the setup log (see
+        :func:`environments.egress.log_events`); return how many events are logged now."""
         events = proxy.events()
-        fresh = events[logged:]
-        if fresh:
-            with self.log_path.open("a", encoding="utf-8") as log:
-                log.writelines(f"# egress: {event.line()}\n" for event in fresh)
-            for verdict in ("reached", "refused"):
-                hosts = sorted({f"{event.host}:{event.port}" for event in fresh if event.verdict == verdict})
-                if hosts:
-                    self.progress(f"setup: egress {verdict} {', '.join(hosts)}")
+        log_events(events[logged:], self.log_path, self.progress)
         return len(events)
 
 

@@ -67,7 +67,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from environments.interface import EnvironmentError
+from environments.interface import EnvironmentError, Progress
 from environments.processes import MARKER_VAR, start_time, stop_owned
 
 # The setting naming the hosts setup may reach (comma-separated host names; ``none`` for no host).
@@ -233,6 +233,21 @@ class EgressEvent:
         return f"refused {where}{at}: {self.reason}"
 
 
+def log_events(events: Sequence[EgressEvent], log_path: Path | None, progress: Progress) -> None:
+    """Append ``events`` (the ones not logged yet) to a setup's log (when there is one) as ``# egress: ...``
+    lines, and tell ``progress`` which hosts were reached and which refused (``setup: egress reached
+    pypi.org:443``)."""
+    if not events:
+        return
+    if log_path is not None:
+        with log_path.open("a", encoding="utf-8") as log:
+            log.writelines(f"# egress: {event.line()}\n" for event in events)
+    for verdict in ("reached", "refused"):
+        hosts = sorted({f"{event.host}:{event.port}" for event in events if event.verdict == verdict})
+        if hosts:
+            progress(f"setup: egress {verdict} {', '.join(hosts)}")
+
+
 def read_events(log: Path) -> list[EgressEvent]:
     """The events the plugin wrote to ``log`` (JSON lines), in order; lines it did not write whole are skipped."""
     events = []
@@ -261,7 +276,10 @@ class EgressProxy:
     """One running egress proxy (``proxy.py`` with :mod:`environments.egress_plugin`) on a unix socket.
 
     ``hosts``: the host names it lets tunnels reach (:func:`parse_hosts`), on ``ports``. ``marker``: the
-    ownership marker its processes carry (see :mod:`environments.processes`). Use as a context manager, or
+    ownership marker its processes carry (see :mod:`environments.processes`). ``for_container``: the socket is
+    bind-mounted into a container whose user is not the worker's, so it is made connectable by any user (the
+    directory holding it stays the worker's, mode 0700: on this host only the worker reaches it), and this
+    host's socat is not required (the bridge runs from the container's image). Use as a context manager, or
     :meth:`start` and :meth:`stop` (idempotent; removes its directory). :meth:`events` reads what it logged.
     """
 
@@ -273,12 +291,14 @@ class EgressProxy:
         ports: Sequence[int] = ALLOWED_PORTS,
         startup_timeout_s: float = 30.0,
         tunnel_idle_timeout_s: float = 120.0,
+        for_container: bool = False,
     ) -> None:
         self.hosts = tuple(hosts)
         self.ports = tuple(ports)
         self.marker = marker
         self.startup_timeout_s = startup_timeout_s
         self.tunnel_idle_timeout_s = tunnel_idle_timeout_s
+        self.for_container = for_container
         self.directory: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_at = 0
@@ -296,7 +316,7 @@ class EgressProxy:
         """Start the proxy and wait until its socket accepts connections; :class:`EgressError` when it does not."""
         if self._proc is not None:
             return
-        if not Path(SOCAT).exists():
+        if not self.for_container and not Path(SOCAT).exists():
             raise EgressError(f"{SOCAT} is missing: setup's bridge to the egress proxy needs it (Debian package socat)")
         # Short and private: a unix socket path has a 108-byte limit, and no one but the worker may connect.
         self.directory = Path(tempfile.mkdtemp(prefix="durafix-egress-"))
@@ -348,6 +368,9 @@ class EgressProxy:
                 self.stop()
                 raise EgressError(f"the egress proxy did not start:\n{said}")
             time.sleep(0.05)
+        if self.for_container:
+            # Connecting to a unix socket takes write permission on it, which its owner alone has by default.
+            os.chmod(self.socket_path, 0o666)
 
     def stop(self) -> None:
         """Stop the proxy's processes (its process group and anything carrying its marker) and remove its

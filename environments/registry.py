@@ -33,7 +33,9 @@ def get_provider(
     """The provider called ``name`` keeping its state under ``state_dir``.
 
     ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to. ``setup`` is how the
-    local provider runs setup commands (the Docker provider runs them as image build steps, cached as images).
+    local provider runs setup commands (the Docker provider runs them as image build steps, or in setup
+    containers behind the egress proxy when they need the network, cached as images; it takes the egress hosts
+    and ports from it).
     ``unsandboxed``: the operator's explicit permission for the local provider to run commands as plain host
     processes when bubblewrap is unusable (otherwise it refuses, ``SandboxUnavailableError``).
     ``allowed_secrets``: the worker variables a recipe's secrets may name (local provider).
@@ -49,5 +51,7 @@ def get_provider(
             module = importlib.import_module("environments.docker")
         except ImportError as exc:
             raise ProviderUnavailableError(f"the docker provider cannot be loaded: {exc}") from exc
-        return cast(EnvironmentProvider, module.DockerProvider(state_dir, host))
+        # The Docker provider's setup with the network reaches the same hosts as the local provider's.
+        egress = {"egress_hosts": setup.egress_hosts, "egress_ports": setup.egress_ports} if setup else {}
+        return cast(EnvironmentProvider, module.DockerProvider(state_dir, host, **egress))
     raise ValueError(f"unknown environment provider {name!r}; known: {', '.join(PROVIDERS)}")

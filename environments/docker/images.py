@@ -3,23 +3,30 @@
 Two layers, both content-addressed and both reused when present:
 
 - The *base image* ``durafix/base:<h>``, where ``h`` is :func:`recipe_hash` of the :class:`ImageRecipe`
-  (distribution + sorted package set). Built by ``debootstrap --variant=minbase --include=<packages>`` from
-  the Debian mirror apt is configured with, tarred, and imported with ``docker import``. The root filesystem
+  (distribution + sorted package set; :func:`base_recipe` adds :data:`EGRESS_PACKAGES`, ``socat`` and
+  ``ca-certificates``, for a recipe whose setup has the network, so only such recipes get another base).
+  Built by ``debootstrap --variant=minbase --include=<packages>`` from the Debian mirror apt is configured
+  with, tarred, and imported with ``docker import``. The root filesystem
   tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
   instead of bootstrapping again.
 - The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app`` owned by the
   app's user (``65534:65534``), the recipe's ``setup`` commands as ``RUN`` steps that run as that user with
   every capability dropped (``setpriv --reuid --regid --clear-groups --inh-caps=-all --bounding-set=-all
-  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"`` (setup
-  cannot download anything) unless the recipe says ``setup_network: true`` (then the engine host's network,
-  which installs need). ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
+  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"``: no build
+  step ever has a network. A recipe with ``setup_network: true`` (installs need the package index) gets its
+  setup commands in *setup containers* instead (:mod:`environments.docker.setup_containers`): the workspace
+  image (the same ``FROM`` and ``COPY``, no setup step, no network), then each command in a container of its
+  own with ``network_mode="none"`` whose one way out is the egress proxy's unix socket
+  (:mod:`environments.egress`, the same proxy and bridge as the local provider's setup), as the app's user with
+  every capability dropped and the recipe's limits, committed when it exits 0; the last commit is tagged with
+  the app image's tag. ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
   the network choice and the workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds
   and a changed byte always does.
 
-Builds of one tag are serialised across processes with a lock file under ``STATE/cache``; whoever gets the
-lock second finds the image (or tarball) present and reuses it. Cache files are written to a temporary
-name and renamed, so a crash never leaves a partial tarball under the final name. Images are a shared
-cache, not owned by any run: ``cleanup_run`` leaves them in place.
+Builds of one tag (setup containers included) are serialised across processes with a lock file under
+``STATE/cache``; whoever gets the lock second finds the image (or tarball) present and reuses it. Cache files are
+written to a temporary name and renamed, so a crash never leaves a partial tarball under the final name. Images
+are a shared cache, not owned by any run: ``cleanup_run`` leaves them in place.
 
 Last use is recorded for ``durafix cache prune``: every time :meth:`ImageBuilder.ensure_base` or
 :meth:`ImageBuilder.ensure_app` returns a tag, the tag's stamp (``base-<h>.used`` / ``app-<d>.used`` next to
@@ -31,6 +38,7 @@ never removes an image or tarball that is being built or has just been served.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
@@ -51,6 +59,8 @@ import docker
 from docker.errors import APIError, ImageNotFound
 
 from environments.commands import tail as log_tail
+from environments.docker.setup_containers import CA_BUNDLE, SetupCommandFailed, run_setup_containers
+from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, parse_hosts
 from environments.files import locked
 from environments.interface import AppRecipe, EnvironmentError, ImageRecipe, Progress
 from environments.progress import command_text, ignore
@@ -78,6 +88,11 @@ _UNPRIVILEGED = [
     "/usr/bin/env",
     "HOME=/tmp",
 ]
+# What a setup with the network needs in its image: the bridge to the egress proxy, and the CA certificates
+# every registry's HTTPS is checked against.
+EGRESS_PACKAGES = ("socat", "ca-certificates")
+# How long one setup command run in a setup container may take by default.
+SETUP_TIMEOUT_S = 1800.0
 _SUITES = {"debian-bookworm": "bookworm"}
 _OPTIONS = re.compile(r"\[[^\]]*\]")
 _PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
@@ -141,6 +156,15 @@ def rootfs_lock_path(tarball: Path) -> Path:
     """The base image's build lock, which also guards its tarball (it is made and read under that lock)."""
     recipe = tarball.stem.removeprefix("rootfs-")
     return build_lock_path(tarball.parent, f"{BASE_REPOSITORY}:{recipe}")
+
+
+def base_recipe(recipe: AppRecipe) -> ImageRecipe:
+    """The base image an app recipe's image is built on: its package list, plus :data:`EGRESS_PACKAGES` when
+    setup has the network (so only such recipes get another base image)."""
+    if not recipe.setup_network or not recipe.setup:
+        return recipe.image
+    packages = [*recipe.image.packages, *(p for p in EGRESS_PACKAGES if p not in recipe.image.packages)]
+    return recipe.image.model_copy(update={"packages": packages})
 
 
 def suite_for(recipe: ImageRecipe) -> str:
@@ -244,10 +268,6 @@ def tree_digest(workspace: Path) -> str:
     return digest.hexdigest()
 
 
-def _runs_setup(step_texts: list[str | None]) -> bool:
-    return any(text is not None and text.startswith("setup: ") for text in step_texts)
-
-
 def _over_dockerfile(deps_tag: str, paths: list[str]) -> tuple[str, list[str | None]]:
     """An app image on a dependency image: the old tree removed but for ``paths`` (top-level names), the new
     tree copied in; no setup step runs."""
@@ -317,10 +337,26 @@ class ImageBuilder:
     serialise builds and its files are only ever replaced whole.
     """
 
-    def __init__(self, client: docker.DockerClient, cache_dir: Path, *, mirror: str | None = None) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        cache_dir: Path,
+        *,
+        mirror: str | None = None,
+        egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
+        egress_ports: tuple[int, ...] = ALLOWED_PORTS,
+        ca_bundle: Path | None = Path(CA_BUNDLE),
+    ) -> None:
         self.client = client
         self.cache_dir = cache_dir.absolute()
         self.mirror = mirror
+        # What a setup with the network may reach through its egress proxy (environments.egress).
+        self.egress_hosts = parse_hosts(egress_hosts)
+        self.egress_ports = tuple(egress_ports)
+        # The worker's CA bundle that setup containers trust (None, or absent here: the image's own).
+        self.ca_bundle = ca_bundle if ca_bundle is not None and ca_bundle.is_file() else None
+        # The egress proxy's events of the last setup this builder ran in containers (empty: none ran).
+        self.last_egress: tuple[EgressEvent, ...] = ()
 
     def base_tag(self, recipe: ImageRecipe) -> str:
         return f"{BASE_REPOSITORY}:{recipe_hash(recipe)}"
@@ -401,28 +437,44 @@ class ImageBuilder:
         )
         return f"{APP_REPOSITORY}:{hashlib.sha256(canonical.encode()).hexdigest()[:16]}", paths
 
-    def ensure_app(self, recipe: AppRecipe, workspace: Path, *, progress: Progress | None = None) -> str:
-        """The app image's tag for ``recipe`` over ``workspace``; built (without network) only if absent.
+    def ensure_app(
+        self,
+        recipe: AppRecipe,
+        workspace: Path,
+        *,
+        progress: Progress | None = None,
+        log_path: Path | None = None,
+        setup_timeout_s: float = SETUP_TIMEOUT_S,
+    ) -> str:
+        """The app image's tag for ``recipe`` over ``workspace``; built only if absent.
 
         ``progress`` hears what :meth:`ensure_base` reports, then, for a build, ``building image <tag>`` and
-        ``setup: <command>`` as the builder reaches each setup command (a cached step is announced too), or
+        ``setup: <command>`` as each setup command begins (a cached step of a classic build is announced too), or
         ``setup: reusing <paths> from image <deps>`` when a dependency image (:meth:`deps_tag`) stands in
-        for setup.
+        for setup. Setup without the network runs as build steps (no network at all); setup with it runs in
+        setup containers behind the egress proxy (:mod:`environments.docker.setup_containers`), each command
+        bounded by ``setup_timeout_s``, its output and the proxy's ``# egress:`` lines appended to ``log_path``
+        (when given) and the events kept in :attr:`last_egress`. A failing setup command is a
+        :class:`SetupStepError`.
         """
         progress = progress or ignore
         workspace = workspace.absolute()
-        base_tag = self.ensure_base(recipe.image, progress=progress)
+        self.last_egress = ()
+        base_tag = self.ensure_base(base_recipe(recipe), progress=progress)
         tag = self.app_tag(recipe, workspace, base_tag)
         with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
                 deps = self.deps_tag(recipe, workspace, base_tag)
                 if deps is not None and self._image_id(deps[0]) is not None:
                     progress(f"setup: reusing {', '.join(deps[1])} from image {deps[0]} (same lock files and setup)")
-                    self._build(workspace, _over_dockerfile(deps[0], deps[1]), tag, recipe, progress)
+                    self._build(workspace, _over_dockerfile(deps[0], deps[1]), tag, progress)
                     stamp_path(self.cache_dir, deps[0]).touch()
                 else:
                     progress(f"building image {tag}")
-                    self._build(workspace, _dockerfile(base_tag, recipe.setup), tag, recipe, progress)
+                    if recipe.setup_network and recipe.setup:
+                        self._build_with_egress(workspace, base_tag, tag, recipe, progress, log_path, setup_timeout_s)
+                    else:
+                        self._build(workspace, _dockerfile(base_tag, recipe.setup), tag, progress)
                     if deps is not None:
                         repository, _, name = deps[0].partition(":")
                         self.client.images.get(tag).tag(repository, name)
@@ -430,15 +482,64 @@ class ImageBuilder:
             stamp_path(self.cache_dir, tag).touch()
         return tag
 
+    def _build_with_egress(
+        self,
+        workspace: Path,
+        base_tag: str,
+        tag: str,
+        recipe: AppRecipe,
+        progress: Progress,
+        log_path: Path | None,
+        timeout_s: float,
+    ) -> None:
+        """The workspace image (no setup step, no network), then the setup commands in setup containers behind
+        the egress proxy, committed into ``tag`` (see :mod:`environments.docker.setup_containers`)."""
+        workspace_image = self._build(workspace, _dockerfile(base_tag, []), None, progress)
+        key = cache_key(tag)
+        if key is None:
+            raise ValueError(f"{tag} is not an image durafix builds")
+        if log_path is not None:
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write(f"# setup in containers committed to {tag}; network: the egress proxy only\n")
+        try:
+            self.last_egress = run_setup_containers(
+                self.client,
+                workspace_image,
+                recipe,
+                tag=tag,
+                key=key,
+                app_dir=APP_DIR,
+                hosts=self.egress_hosts,
+                ports=self.egress_ports,
+                timeout_s=timeout_s,
+                log_path=log_path,
+                progress=progress,
+                ca_bundle=self.ca_bundle,
+            )
+        except SetupCommandFailed as exc:
+            raise SetupStepError(f"{exc}\n{exc.output}") from exc
+        except APIError as exc:
+            raise ImageBuildError(f"setting up {tag} failed: {exc}") from exc
+        finally:
+            # The workspace image is the first setup container's source only; once committed on (or failed), it
+            # is either a parent of the app image (the engine keeps it) or an orphan (removed here).
+            with contextlib.suppress(ImageNotFound, APIError):
+                self.client.images.remove(workspace_image, noprune=False)
+        if self._image_id(tag) is None:
+            raise ImageBuildError(f"setting up {tag} ended without the image")
+
     def _build(
         self,
         workspace: Path,
         plan: tuple[str, list[str | None]],
-        tag: str,
-        recipe: AppRecipe,
+        tag: str | None,
         progress: Progress,
-    ) -> None:
+    ) -> str:
+        """Build ``plan`` (tagged ``tag``, or untagged when ``None``); the image's ID."""
         dockerfile, step_texts = plan
+        built: str | None = None
+        what = tag or "the workspace image"
         build_log: list[Any] = []
         current: str | None = None
         with tempfile.SpooledTemporaryFile(max_size=_SPOOL_BYTES) as context:
@@ -450,8 +551,8 @@ class ImageBuilder:
                     fileobj=context,
                     custom_context=True,
                     tag=tag,
-                    # Only setup steps may reach the network, and only when the recipe asks for it.
-                    network_mode="host" if recipe.setup_network and _runs_setup(step_texts) else "none",
+                    # No build step has any network: setup that needs it runs in setup containers instead.
+                    network_mode="none",
                     pull=False,
                     rm=True,
                     forcerm=True,
@@ -459,13 +560,16 @@ class ImageBuilder:
                     decode=True,
                 ):
                     build_log.append(chunk)
+                    aux = chunk.get("aux")
+                    if isinstance(aux, dict) and isinstance(aux.get("ID"), str):
+                        built = str(aux["ID"])
                     if "error" in chunk:
                         if current is not None and current.startswith("setup: "):
                             raise SetupStepError(
                                 f"setup command {current.removeprefix('setup: ')!r} failed: {chunk['error']}\n"
                                 f"{_build_log_tail(build_log)}"
                             )
-                        raise ImageBuildError(f"building {tag} failed: {chunk['error']}\n{_build_log_tail(build_log)}")
+                        raise ImageBuildError(f"building {what} failed: {chunk['error']}\n{_build_log_tail(build_log)}")
                     if _BUILD_STEP.match(str(chunk.get("stream", ""))):
                         current = None
                     text = _step_text(chunk, step_texts)
@@ -473,9 +577,11 @@ class ImageBuilder:
                         current = text
                         progress(text)
             except APIError as exc:
-                raise ImageBuildError(f"building {tag} failed: {exc}") from exc
-        if self._image_id(tag) is None:
-            raise ImageBuildError(f"building {tag} ended without the image:\n{_build_log_tail(build_log)}")
+                raise ImageBuildError(f"building {what} failed: {exc}") from exc
+        image_id = self._image_id(tag) if tag is not None else built
+        if image_id is None:
+            raise ImageBuildError(f"building {what} ended without the image:\n{_build_log_tail(build_log)}")
+        return image_id
 
     def _image_id(self, tag: str) -> str | None:
         try:

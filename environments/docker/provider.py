@@ -42,12 +42,13 @@ capabilities dropped, ``no-new-privileges``, an unprivileged user (``65534:65534
 filesystem with a ``tmpfs`` on ``/tmp`` (``HOME`` points there), a minimal init as PID 1, bounded logs.
 
 Checks (:meth:`DockerProvider.run_checks`, the verification's and the baseline's setup and tests): setup is the
-app image's build (its steps as the app's user with no capabilities, see :mod:`environments.docker.images`),
-and the tests run in a container of their own from that image, with the same hardening, ``network_mode=none``
-(no interface but loopback: not the app's network, not the host) and the run's labels (so ``cleanup_run`` finds
-one a dead worker left). Its root filesystem is writable (tests write caches into ``/app``) but dies with it;
-when the test command ends the container stops and every process in it is killed. Nothing of the worker is
-mounted: no state directory, no Docker socket, no home.
+app image's build (its steps as the app's user with no capabilities, see :mod:`environments.docker.images`; a
+setup with the network in setup containers whose one way out is the egress proxy, each command's output and the
+proxy's ``# egress:`` lines in the checks' log), and the tests run in a container of their own from that image,
+with the same hardening, ``network_mode=none`` (no interface but loopback: not the app's network, not the host)
+and the run's labels (so ``cleanup_run`` finds one a dead worker left). Its root filesystem is writable (tests
+write caches into ``/app``) but dies with it; when the test command ends the container stops and every process in
+it is killed. Nothing of the worker is mounted: no state directory, no Docker socket, no home.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ from environments.docker.naming import (
     ownership_labels,
     run_filter,
 )
+from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS
 from environments.files import locked, path_key
 from environments.interface import (
     APP_URL_VAR,
@@ -120,7 +122,9 @@ class DockerProvider:
     """:class:`~environments.interface.EnvironmentProvider` over the engine at ``docker_host``.
 
     ``state_dir`` holds the run tombstones (``runs/``) and, unless ``image_cache_dir`` names another place,
-    the image cache (``cache/``).
+    the image cache (``cache/``). ``egress_hosts`` / ``egress_ports``: what a setup with ``setup_network: true``
+    may reach through its egress proxy (default: the package registries on 443; see
+    :mod:`environments.docker.setup_containers`).
     """
 
     name = PROVIDER_NAME
@@ -135,10 +139,18 @@ class DockerProvider:
         stop_timeout_s: float = 10.0,
         read_only_rootfs: bool = True,
         fixture_timeout_s: float = 600.0,
+        egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
+        egress_ports: tuple[int, ...] = ALLOWED_PORTS,
     ) -> None:
         self.state_dir = state_dir.absolute()
         self.client = docker.DockerClient(base_url=docker_host, timeout=300)
-        self.images = ImageBuilder(self.client, image_cache_dir or self.state_dir / "cache", mirror=mirror)
+        self.images = ImageBuilder(
+            self.client,
+            image_cache_dir or self.state_dir / "cache",
+            mirror=mirror,
+            egress_hosts=egress_hosts,
+            egress_ports=egress_ports,
+        )
         self.fence = RunFence(self.state_dir / "runs")
         self.stop_timeout_s = stop_timeout_s
         self.read_only_rootfs = read_only_rootfs
@@ -275,26 +287,30 @@ class DockerProvider:
         command: str | None = None,
         setup: bool = True,
     ) -> TestRunResult:
-        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds
-        the workspace as it is now: a failing setup step is a
-        :class:`~environments.checks.SetupError`), then the tests in a container of their own from it (see the
-        module's contract), logged to ``log_path``. ``setup_timeout_s`` does not bound an image build here (the
-        engine's builder has no per-step limit); ``test_timeout_s`` bounds the test container, which is killed
-        when it passes. The container is removed whatever happens; a worker that dies meanwhile leaves it to
-        ``cleanup_run`` (it carries the run's labels)."""
+        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds the
+        workspace as it is now: a failing setup step is a :class:`~environments.checks.SetupError`), then the tests
+        in a container of their own from it (see the module's contract), logged to ``log_path``. ``setup_timeout_s``
+        bounds each setup container of a setup with the network, not a classic image build (the engine's builder has
+        no per-step limit); ``test_timeout_s`` bounds the test container, which is killed when it passes. The
+        container is removed whatever happens; a worker that dies meanwhile leaves it to ``cleanup_run`` (it carries
+        the run's labels)."""
         progress = progress or ignore
         recipe = spec.recipe
         if recipe.secrets:
             raise UnsupportedRecipeError("the docker provider does not inject secrets (see provision)")
         log_path.parent.mkdir(parents=True, exist_ok=True)
+        # Setup with the network runs in setup containers committed to the image, else as its build steps.
+        how = "in setup containers (egress proxy only) committed to" if recipe.setup_network else "as build steps of"
         try:
-            image = self.images.ensure_app(recipe, Path(workspace), progress=progress)
+            image = self.images.ensure_app(
+                recipe, Path(workspace), progress=progress, log_path=log_path, setup_timeout_s=setup_timeout_s
+            )
         except SetupStepError as exc:
             with log_path.open("a", encoding="utf-8") as log:
-                log.write(f"# setup ran as build steps of the app image\n{exc}\n")
+                log.write(f"# setup ran {how} the app image\n{exc}\n")
             raise SetupError(str(exc)) from exc
         with log_path.open("a", encoding="utf-8") as log:
-            log.write(f"# setup ran as build steps of {image}\n$ {command or recipe.test}\n")
+            log.write(f"# setup ran {how} {image}\n$ {command or recipe.test}\n")
         progress(f"running tests: {command_text(command or recipe.test)}")
         # An op of its own (labelled and named ``<op>:checks``), apart from any environment of ``op_id``.
         checks_op = f"{op_id}:checks"

@@ -18,26 +18,23 @@ the metadata address without ever having been resolved or connected; the tests t
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import json
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from environments.checks import SetupSettings
-from environments.egress import DEFAULT_REGISTRY_HOSTS, INSIDE_SOCKET, SOCAT, own_addresses
+from environments.egress import DEFAULT_REGISTRY_HOSTS, INSIDE_SOCKET, SOCAT
 from environments.files import path_key
 from environments.interface import AppRecipe, ReadinessProbe, RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import owned_pids
 from environments.sandbox import Sandbox, bwrap_problem
 from tests.conftest import require, unavailable
+from tests.security.listeners import Listener, listen, worker_address
 
 pytestmark = pytest.mark.slow
 
@@ -98,46 +95,6 @@ json.dump(seen, open("tests.json", "w"))
 )
 
 
-@dataclass
-class Listener:
-    """A worker service stand-in: accepts on ``address`` and records every connection it gets."""
-
-    address: str
-    sock: socket.socket
-    seen: list[bytes] = field(default_factory=list)
-
-    @property
-    def port(self) -> int:
-        return int(self.sock.getsockname()[1])
-
-    @property
-    def authority(self) -> str:
-        return f"[{self.address}]:{self.port}" if ":" in self.address else f"{self.address}:{self.port}"
-
-    def serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(2)
-                try:
-                    self.seen.append(conn.recv(64) or b"(connected)")
-                except OSError:
-                    self.seen.append(b"(connected)")
-
-
-def listen(address: str) -> Listener:
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.bind((address, 0))
-    sock.listen(16)
-    listener = Listener(address, sock)
-    threading.Thread(target=listener.serve, daemon=True).start()
-    return listener
-
-
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
     problem = bwrap_problem()
@@ -146,17 +103,6 @@ def sandbox() -> Sandbox:
     require(Path(SOCAT).exists(), f"{SOCAT} is missing: setup's egress bridge needs it (apt-get install socat)")
     require(shutil.which("npm") is not None, "npm is not installed")
     return Sandbox.detect()
-
-
-def worker_address() -> str:
-    """The worker's first non-loopback interface address (IPv4 first)."""
-    found = sorted(
-        (a for a in own_addresses() if not ipaddress.ip_address(a).is_loopback and not a.startswith("fe80")),
-        key=lambda a: (":" in a, a),
-    )
-    if not found:
-        unavailable("this worker has no non-loopback interface address to guard")
-    return found[0]
 
 
 @pytest.fixture
