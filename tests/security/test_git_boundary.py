@@ -36,7 +36,7 @@ from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import PrepareSpecInput, VerifyInput
+from pipeline.steps import AgentRunInput, AgentToolCall, PrepareSpecInput, VerifyInput
 from repair.agent_command import ShellAgent
 from tests.agents.test_command_engine import activity_env, attempt_input
 from tests.agents.test_command_engine import engine as command_engine
@@ -369,3 +369,47 @@ def test_an_agent_cli_that_plants_git_entry_points_gets_only_its_file_changes_th
     assert proposal.files_changed == ["cart.py"]
     for what in ("config", "attributes", "hook", "head", "objects"):
         assert f"REFUSED: {what}" in proposal.summary, proposal.summary
+
+
+def test_a_stepped_agents_run_tests_that_plants_git_entry_points_runs_nothing_on_the_host(tmp_path: Path) -> None:
+    """The built-in agent's ``run_tests`` tool runs the patch's tests in the sandbox on a rebuilt workspace: the
+    model's test tries every plant, each is refused, and nothing runs on the host."""
+    canary = tmp_path / "canary"
+    repo = make_repo(tmp_path / "repo")
+    (repo.work / "tools").mkdir()
+    (repo.work / "tools" / "plant.sh").write_text(plant_script(canary))
+    git("add", "-A", cwd=repo.work)
+    git("commit", "-qm", "a planting script the model's test will run", cwd=repo.work)
+    git("push", "-q", "origin", "HEAD:main", cwd=repo.work)
+    repo = Repo(bare=repo.bare, work=repo.work, base=git("rev-parse", "HEAD", cwd=repo.work))
+    patch = patch_of(repo, {"tests/test_hostile.py": HOSTILE_TEST})
+
+    root = tmp_path / "evidence"
+    store = LocalArtifactStore(root)
+    services = Services(DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri()))
+    env = ActivityEnvironment()
+    spec_ref = env.run(
+        services.environment_activities().prepare_spec,
+        PrepareSpecInput(
+            run_id=RUN, op_id=f"{RUN}:spec", repository="acme/cart", clone_url=repo.url, base_revision=repo.base
+        ),
+    )
+    put = store.put_bytes
+    ran = env.run(
+        services.agent_run_activities().agent_run,
+        AgentRunInput(
+            run_id=RUN,
+            op_id=f"{RUN}:repair:1:turn:1:call-1",
+            attempt=1,
+            turn=1,
+            spec_ref=spec_ref,
+            transcript_ref=put(b"[]", kind=ArtifactKind.OTHER, run_id=RUN, name="transcript.json"),
+            patch_ref=put(patch.encode(), kind=ArtifactKind.PATCH, run_id=RUN, name="so-far.patch"),
+            call=AgentToolCall(id="call-1", name="run_tests", arguments="{}"),
+        ),
+    )
+    assert_no_canary(canary)
+    assert ran.output_ref is not None and not ran.interrupted and not ran.refused
+    said = store.read_bytes(ran.output_ref).decode()
+    for what in ("config", "attributes", "hook", "head", "objects"):
+        assert f"REFUSED: {what}" in said, said[-2000:]
