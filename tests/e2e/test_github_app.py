@@ -9,6 +9,7 @@ failed or timed out (a refused expired token would show as one).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -99,6 +100,12 @@ async def test_run_as_github_app_merges_with_expiring_tokens_and_no_failed_attem
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
     pr_number, head = state.pending_approval.pr_number, state.pending_approval.head_sha
+    # The approval waits for the first installation token to expire, so the rest of the run (the merge) must
+    # refresh it: a run quicker than the token's lifetime would otherwise never exercise the refresh.
+    admin = local_stack.read_stack(stack.state_dir).admin_token
+    issued = _admin(stack.config, admin, "GET", f"/admin/apps/{SLUG}/tokens")
+    first = datetime.strptime(issued[0]["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    await asyncio.sleep(max(0.0, first.timestamp() + 1 - time.time()))
     stack.approve_on_forge(repository, pr_number, head)
     final = await state_when(client, wf, finished)
     ended = time.time()
@@ -115,7 +122,6 @@ async def test_run_as_github_app_merges_with_expiring_tokens_and_no_failed_attem
     )
     assert ticket.user.login == BOT
 
-    admin = local_stack.read_stack(stack.state_dir).admin_token
     tokens = _admin(stack.config, admin, "GET", f"/admin/apps/{SLUG}/tokens")
     assert len(tokens) > 1, tokens
     first_expiry = datetime.strptime(tokens[0]["expires_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)

@@ -220,7 +220,10 @@ async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merge
     assert any(f"durafix evidence for `{pushed}`" in b and digest in b for b in bodies)
     assert any(f"moved from `{first}` to `{pushed}`" in b and digest in b for b in bodies)
     requested, _ = owner.get_pull(number).get_review_requests()
-    assert "reviewer" in [u.login for u in requested]
+    if state.head_pushes[0].source == "merge":
+        # The approval reached the run before the move was found, so the approver is asked again. When the
+        # reconciler found the move first, the approval of the old head arrives after it and asks for nothing.
+        assert "reviewer" in [u.login for u in requested]
 
     stack.approve_on_forge(repository, number, pushed)
     final = await state_when(client, wf, finished)
