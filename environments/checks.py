@@ -13,10 +13,11 @@ gets those; the app, its fixtures and the tests run with the plain recipe enviro
 
 **Package caches** are one per repository (``<package_caches>/<repository>/npm`` and so on, named by the
 repository the spec is for, never by anything in the workspace), so one repository's setup can neither read
-nor plant what another's installs read: the sandbox mounts only that repository's directory. A setup whose
-lock files differ from the base revision's (a candidate that changed them: what it installs is the model's
-choice) gets a fresh, empty cache of its own instead, removed when setup ends, so nothing it downloaded or
-wrote there is read by a later setup.
+nor plant what another's installs read: the sandbox mounts only that repository's directory. A setup in a
+candidate's workspace (its staged tree is not the base revision's, or its lock files differ: what it runs and
+installs is the model's choice) gets a fresh, empty cache of its own instead, removed when setup ends, so
+nothing it downloaded or wrote there is read by a later setup. Candidates usually skip setup anyway: the
+dependency cache restores the base's result when their lock files are unchanged.
 
 Where commands run is the caller's :class:`~environments.sandbox.Sandbox` (``None``: plain host processes, as
 the ``unsandboxed`` sandbox does). In it setup may write the workspace and the package caches, and reaches the
@@ -49,6 +50,7 @@ from environments.egress import (
     parse_hosts,
 )
 from environments.files import locked, path_key, remove_tree, try_locked
+from environments.git import GitError, GitInterrupted, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
@@ -128,11 +130,18 @@ class SetupSettings:
 
     @contextlib.contextmanager
     def packages_for(
-        self, ws: Path, recipe: AppRecipe, repository: str | None, base_lock_hash: str | None
+        self,
+        ws: Path,
+        recipe: AppRecipe,
+        repository: str | None,
+        base_lock_hash: str | None,
+        candidate: bool = False,
     ) -> Iterator[Path | None]:
         """The package cache directory setup in ``ws`` gets for the block: ``repository``'s own when the
-        workspace's lock files are the base revision's (``base_lock_hash``: the spec's), else a new empty one,
-        removed afterwards (a changed or unreadable lock, or no repository named)."""
+        workspace's lock files are the base revision's (``base_lock_hash``: the spec's) and it is not a
+        ``candidate``'s (what a candidate's setup runs, a ``postinstall`` script say, is the model's choice, so
+        it never writes a cache another setup reads); else a new empty one, removed afterwards (a changed or
+        unreadable lock, a candidate, no repository named)."""
         if self.package_caches is None:
             yield None
             return
@@ -142,7 +151,7 @@ class SetupSettings:
                 same = dependency_lock_hash(ws, recipe) == base_lock_hash
             except EnvironmentError:
                 same = False
-            if same:
+            if same and not candidate:
                 yield shared
                 return
         root = self.package_caches.absolute()
@@ -159,6 +168,16 @@ class SetupSettings:
                     remove_tree(throwaway)
         finally:
             lock.unlink(missing_ok=True)
+
+
+def _is_base_tree(ws: Path, base_revision: str) -> bool:
+    """Whether the tree staged in ``ws`` is ``base_revision``'s (read through the worker's own git directory:
+    the workspace's metadata is never trusted); ``False`` when that cannot be told."""
+    try:
+        with isolated_git(ws) as git:
+            return git.run(["write-tree"]) == git.run(["rev-parse", "--verify", f"{base_revision}^{{tree}}"])
+    except (GitError, GitInterrupted):
+        return False
 
 
 def _remove_dead_throwaways(root: Path) -> None:
@@ -198,6 +217,7 @@ def run_setup(
     settings: SetupSettings | None = None,
     repository: str | None = None,
     base_lock_hash: str | None = None,
+    base_revision: str | None = None,
     provider: str = "local",
     sandbox: Sandbox | None = None,
     allowed_secrets: tuple[str, ...] = (),
@@ -217,13 +237,17 @@ def run_setup(
     file elsewhere) run once per entry, not once per workspace.
 
     The package caches setup writes are ``repository``'s, when ``ws_path``'s lock files hash to
-    ``base_lock_hash`` (the spec's :attr:`~environments.interface.RecoverySpec.dependency_lock_hash`); else a
-    throwaway one (see the module).
+    ``base_lock_hash`` (the spec's :attr:`~environments.interface.RecoverySpec.dependency_lock_hash`) and, given
+    ``base_revision``, its staged tree is that revision's; else a throwaway one (see the module). A candidate's
+    workspace (its staged tree is not ``base_revision``'s) restores dependency-cache entries but never stores
+    one: an entry is only ever what the base revision's own setup produced.
     """
     settings = settings or SetupSettings()
     if not recipe.setup:
         return SetupOutcome(ran=False)
-    with settings.packages_for(ws_path, recipe, repository, base_lock_hash) as packages:
+    # A workspace whose staged tree is not the base revision's holds a candidate's change.
+    candidate = base_revision is not None and not _is_base_tree(ws_path, base_revision)
+    with settings.packages_for(ws_path, recipe, repository, base_lock_hash, candidate) as packages:
         worker = settings.screen_worker_env(os.environ, packages)
         for warning in worker.warnings():
             # The worker's log, the run's progress and the setup log all say it: a setup that then fails for want
@@ -235,7 +259,7 @@ def run_setup(
         run = _Runner(
             ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
         )
-        return _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run)
+        return _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run, candidate)
 
 
 def _set_up(
@@ -247,6 +271,7 @@ def _set_up(
     repository: str | None,
     provider: str,
     run: _Runner,
+    candidate: bool,
 ) -> SetupOutcome:
     cache = settings.cache
     if cache is None:
@@ -266,6 +291,11 @@ def _set_up(
             # Another builder may have finished while this one waited for the lock.
             again = cache.restore(key, ws_path) if exclusive else restored
             if isinstance(again, str):
+                if candidate:
+                    # What a candidate's setup produced is the model's doing: restored from, never stored.
+                    note = f"miss ({again}); running setup (a candidate's setup result is not stored)"
+                    _note(log_path, note)
+                    return SetupOutcome(ran=True, cache=note, egress=run())
                 _note(log_path, f"miss ({again}); running setup")
                 before = cache.checkout_state(ws_path)
                 egress = run()

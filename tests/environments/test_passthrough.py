@@ -32,7 +32,7 @@ from environments.passthrough import (
 from environments.sandbox import Sandbox
 from environments.spec import load_recipe
 from pipeline.config import DurafixConfig, load_config
-from tests.environments.gitrepo import CART_APP
+from tests.environments.gitrepo import CART_APP, git
 
 RUN = "repair:acme/cart#70"
 WORKER_VARS = {
@@ -220,8 +220,14 @@ def test_only_setup_sees_the_passed_variables_and_the_package_caches(
             "test": f"{DUMP} tests.json",
         }
     )
+    # A checkout of its base revision (a candidate's workspace gets a throwaway package cache instead).
+    git("init", "-q", cwd=workspace)
+    git("add", "-A", cwd=workspace)
+    git("commit", "-qm", "base", cwd=workspace)
+    git("update-ref", "--no-deref", "HEAD", git("rev-parse", "HEAD", cwd=workspace), cwd=workspace)
+    base = git("rev-parse", "HEAD", cwd=workspace)
     spec = RecoverySpec(
-        repository="acme/cart", clone_url="https://example.com/c.git", base_revision="3f" * 20, recipe=recipe
+        repository="acme/cart", clone_url="https://example.com/c.git", base_revision=base, recipe=recipe
     )
     provider.provision(run_id=RUN, op_id=f"{RUN}:env", spec=spec, workspace=str(workspace))
     assert run_tests(workspace, recipe, 60, log_path=tmp_path / "tests.log").passed

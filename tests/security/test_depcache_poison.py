@@ -203,3 +203,42 @@ def test_a_candidate_that_changes_the_lock_file_installs_into_a_throwaway_cache(
         assert not list(packages.rglob("planted"))
     finally:
         worker.close()
+
+
+def test_a_candidate_that_keeps_the_lock_file_neither_writes_the_package_cache_nor_stores_an_entry(
+    tmp_path: Path,
+) -> None:
+    """A patch that changes what setup runs (a ``postinstall`` script, say) but not the lock files: its setup gets
+    a throwaway package cache, and what it produced is never stored as a dependency-cache entry, so neither
+    reaches the base's next setup or a later workspace restored from the cache."""
+    packages = tmp_path / "packages"
+    deps = DependencyCache(tmp_path / "deps")
+    worker = Worker(tmp_path, SetupSettings(cache=deps, package_caches=packages))
+    # setup.sh is the repository's: the candidate's patch rewrites it to poison what it can reach.
+    repo = project(
+        tmp_path,
+        "app",
+        {"setup": ["sh setup.sh", 'echo "$npm_config_cache" > node_modules/cache-dir.txt'], "test": "true"},
+        {"setup.sh": INSTALL + "\n"},
+    )
+    try:
+        spec = worker.spec("acme/app", repo)
+        shared = worker.settings.package_cache("acme/app")
+        assert shared is not None
+        poisoned = f"{POISON}\nmkdir -p node_modules/dep && echo \"module.exports = 'EVIL';\" > {LIB}\n"
+        candidate = worker.workspace(repo, repo.make_patch({"setup.sh": poisoned}))
+        log = worker.check(spec, candidate)
+        assert "a candidate's setup result is not stored" in log
+        used = Path((candidate.path / "node_modules" / "cache-dir.txt").read_text().strip())
+        assert used.parent.name.startswith(THROWAWAY_PREFIX) and not used.exists()
+        assert not [p for p in deps.entries() if not p.name.startswith(".")]  # nothing stored from it
+        assert not list(shared.rglob("planted"))
+
+        base = worker.workspace(repo)
+        assert "# dependency cache: stored entry" in worker.check(spec, base)  # the base's own result
+        later = worker.workspace(repo)
+        assert "# dependency cache: restored entry" in worker.check(spec, later, command="true")
+        assert (later.path / LIB).read_text() == GOOD
+        assert not list(packages.rglob("planted"))
+    finally:
+        worker.close()
