@@ -61,12 +61,12 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, NotFound
-from docker.types import LogConfig
 from requests.exceptions import RequestException
 
 from environments.checks import SetupError
 from environments.commands import tail
 from environments.docker.fencing import RunFence
+from environments.docker.hardening import hardened
 from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
 from environments.docker.naming import (
     MANAGED_LABEL,
@@ -357,15 +357,8 @@ class DockerProvider:
             working_dir=APP_DIR,
             user=APP_USER,
             network_mode="none",
-            init=True,
-            mem_limit=f"{limits.memory_mb}m",
-            memswap_limit=f"{limits.memory_mb}m",
-            pids_limit=limits.pids,
-            nano_cpus=int(limits.cpus * 1_000_000_000),
-            cap_drop=["ALL"],
-            security_opt=["no-new-privileges"],
+            **hardened(limits),
             tmpfs={"/tmp": _TMP_MOUNT},
-            log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "2"}),
         )
 
     def _adopt(self, name: str, run_id: str, op_id: str) -> Any:
@@ -412,16 +405,9 @@ class DockerProvider:
                 working_dir=APP_DIR,
                 user=APP_USER,
                 network=network,
-                init=True,
-                mem_limit=f"{limits.memory_mb}m",
-                memswap_limit=f"{limits.memory_mb}m",
-                pids_limit=limits.pids,
-                nano_cpus=int(limits.cpus * 1_000_000_000),
-                cap_drop=["ALL"],
-                security_opt=["no-new-privileges"],
+                **hardened(limits),
                 read_only=self.read_only_rootfs,
                 tmpfs={"/tmp": _TMP_MOUNT},
-                log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "2"}),
             )
         except APIError as exc:
             if exc.status_code != 409:

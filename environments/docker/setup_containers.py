@@ -48,10 +48,11 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, ImageNotFound, NotFound
-from docker.types import LogConfig, Mount
+from docker.types import Mount
 from requests.exceptions import RequestException
 
 from environments import egress
+from environments.docker.hardening import hardened
 from environments.egress import EgressEvent, EgressProxy, log_events
 from environments.interface import AppRecipe, Progress
 from environments.progress import command_text
@@ -174,14 +175,7 @@ def _create(
         network_mode="none",
         mounts=mounts,
         tmpfs={"/run": _RUN_MOUNT},
-        init=True,
-        mem_limit=f"{limits.memory_mb}m",
-        memswap_limit=f"{limits.memory_mb}m",
-        pids_limit=limits.pids,
-        nano_cpus=int(limits.cpus * 1_000_000_000),
-        cap_drop=["ALL"],
-        security_opt=["no-new-privileges"],
-        log_config=LogConfig(type="json-file", config={"max-size": "10m", "max-file": "2"}),
+        **hardened(limits),
     )
 
 
