@@ -358,6 +358,15 @@ class ImageBuilder:
         # The egress proxy's events of the last setup this builder ran in containers (empty: none ran).
         self.last_egress: tuple[EgressEvent, ...] = ()
 
+    def setup_key(self, tag: str) -> str:
+        """What names ``tag``'s setup container and egress proxy: the tag's cache key and this builder's cache
+        directory, whose build lock serialises the builds of one tag; so a container or proxy under this name
+        is a dead builder's of this cache (never a live one's of another worker sharing the engine)."""
+        key = cache_key(tag)
+        if key is None:
+            raise ValueError(f"{tag} is not an image durafix builds")
+        return f"{key}-{hashlib.sha256(str(self.cache_dir).encode()).hexdigest()[:8]}"
+
     def base_tag(self, recipe: ImageRecipe) -> str:
         return f"{BASE_REPOSITORY}:{recipe_hash(recipe)}"
 
@@ -495,9 +504,7 @@ class ImageBuilder:
         """The workspace image (no setup step, no network), then the setup commands in setup containers behind
         the egress proxy, committed into ``tag`` (see :mod:`environments.docker.setup_containers`)."""
         workspace_image = self._build(workspace, _dockerfile(base_tag, []), None, progress)
-        key = cache_key(tag)
-        if key is None:
-            raise ValueError(f"{tag} is not an image durafix builds")
+        key = self.setup_key(tag)
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with log_path.open("a", encoding="utf-8") as log:

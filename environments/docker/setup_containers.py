@@ -79,7 +79,8 @@ class SetupCommandFailed(Exception):
 
 
 def setup_container_name(key: str) -> str:
-    """The setup container of the image whose cache key is ``key`` (``app-<d>``): one at a time per tag."""
+    """The setup container named by ``key`` (:meth:`ImageBuilder.setup_key`: the tag and the builder's cache):
+    one at a time per tag and cache, which the build lock ensures."""
     return f"durafix-setup-{key}"
 
 

@@ -334,8 +334,7 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
         base = images.ensure_base(base_recipe(recipe))
         tag = images.app_tag(recipe, first, base)
         # What a worker that died mid-setup leaves: the tag's setup container, holding its name.
-        key = tag.replace(f"{APP_REPOSITORY}:", "app-")
-        stale = docker_client.containers.create(base, ["true"], name=setup_container_name(key))
+        stale = docker_client.containers.create(base, ["true"], name=setup_container_name(images.setup_key(tag)))
         assert images.ensure_app(recipe, first) == tag
         with pytest.raises(docker.errors.NotFound):
             stale.reload()
