@@ -276,6 +276,7 @@ GIT_CALL_SITES: dict[str, str] = {
     "environments/workspace.py:_build_tree": "pristine workspace: being built in a temporary directory",
     "environments/regression.py:*": "isolated (the candidate commit)",
     "environments/depcache.py:DependencyCache.checkout_state": "isolated (HEAD and index read as data)",
+    "environments/checks.py:_is_base_tree": "isolated (HEAD and index read as data): is this a candidate?",
     "repair/patch.py:*": "isolated: a fresh GIT_DIR borrowing the mirror's objects",
     "reviews/claims.py:*": "mirror: claim refs on the forge",
     "reviews/branches.py:*": "mirror: pushes from the worker's repository",
