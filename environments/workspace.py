@@ -40,6 +40,7 @@ from environments.interface import (
 )
 from environments.mirror import MirrorCache
 from environments.staged_patch import staged_patch, unsafe_changes
+from environments.untrusted_files import UntrustedFileError, read_beneath
 
 COMMITTER_NAME = "durafix"
 COMMITTER_EMAIL = "durafix@localhost"
@@ -231,9 +232,11 @@ class WorkspaceManager:
             for tree in trees:
                 info = tree / ".git" / "objects" / "info"
                 try:
-                    lines = (info / "alternates").read_text(encoding="utf-8").splitlines()
-                except (FileNotFoundError, NotADirectoryError):
+                    # A tree's metadata is read as untrusted bytes: no link followed, no FIFO, bounded.
+                    said = read_beneath(tree, ".git/objects/info/alternates", max_bytes=64 * 1024)
+                except UntrustedFileError:
                     continue
+                lines = said.decode("utf-8", errors="replace").splitlines()
                 # git reads a relative entry relative to the borrowing objects directory.
                 if any((info.parent / line.strip()).resolve() == objects for line in lines if line.strip()):
                     found.append(tree)
