@@ -96,6 +96,8 @@ PROXY_ENV = {
 # The environment variable that tells the proxy's plugin where its policy file is.
 POLICY_VAR = "DURAFIX_EGRESS_POLICY"
 ALLOWED_PORTS = (443,)
+# The most of the plugin's log read back (about 20,000 tunnels): a setup asking for more is not logged further.
+MAX_EVENT_LOG_BYTES = 4 * 1024 * 1024
 SOCAT = "/usr/bin/socat"
 
 # The bridge inside the sandbox: socat on the sandbox's own loopback, waited for (its listening socket shows
@@ -235,24 +237,30 @@ class EgressEvent:
 
 def log_events(events: Sequence[EgressEvent], log_path: Path | None, progress: Progress) -> None:
     """Append ``events`` (the ones not logged yet) to a setup's log (when there is one) as ``# egress: ...``
-    lines, and tell ``progress`` which hosts were reached and which refused (``setup: egress reached
-    pypi.org:443``)."""
+    lines, and tell ``progress`` which allowed hosts were reached (``setup: egress reached pypi.org:443``) and
+    how many tunnels were refused."""
     if not events:
         return
     if log_path is not None:
         with log_path.open("a", encoding="utf-8") as log:
             log.writelines(f"# egress: {event.line()}\n" for event in events)
-    for verdict in ("reached", "refused"):
-        hosts = sorted({f"{event.host}:{event.port}" for event in events if event.verdict == verdict})
-        if hosts:
-            progress(f"setup: egress {verdict} {', '.join(hosts)}")
+    reached = sorted({f"{event.host}:{event.port}" for event in events if event.verdict == "reached"})
+    if reached:
+        progress(f"setup: egress reached {', '.join(reached)}")
+    # A refused host is whatever the setup asked for (its text, not ours): counted in progress, which reaches
+    # the run's status and history, and named only in the setup's log, which is stored redacted.
+    refused = sum(1 for event in events if event.verdict == "refused")
+    if refused:
+        progress(f"setup: egress refused {refused} tunnel(s); the setup log names them")
 
 
 def read_events(log: Path) -> list[EgressEvent]:
     """The events the plugin wrote to ``log`` (JSON lines), in order; lines it did not write whole are skipped."""
     events = []
     try:
-        text = log.read_text(encoding="utf-8", errors="replace")
+        with log.open("rb") as fh:
+            # How many tunnels a setup asks for is its own choice: read a bounded prefix, never the whole log.
+            text = fh.read(MAX_EVENT_LOG_BYTES).decode("utf-8", errors="replace")
     except FileNotFoundError:
         return []
     for line in text.splitlines():

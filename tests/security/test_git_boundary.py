@@ -17,6 +17,7 @@ appear if the host ran it. A last test keeps the list of every host-side git cal
 from __future__ import annotations
 
 import ast
+import contextlib
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,8 +28,8 @@ from temporalio.testing import ActivityEnvironment
 
 from environments.checks import run_tests
 from environments.depcache import DependencyCache
-from environments.git import isolated_git
-from environments.interface import AppRecipe, TestRunResult
+from environments.git import GitError, isolated_git
+from environments.interface import AppRecipe, EnvironmentError, TestRunResult
 from environments.regression import prove_regression
 from environments.sandbox import Sandbox
 from environments.workspace import WorkspaceManager
@@ -187,10 +188,10 @@ def test_a_workspace_whose_git_is_a_link_is_refused_by_the_sandbox_and_the_worke
     ws.mkdir()
     (tmp_path / "elsewhere").mkdir()
     (ws / ".git").symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(Exception, match="not a directory the worker made"):
+    with pytest.raises(EnvironmentError, match="not a directory the worker made"):
         Sandbox.detect().wrap(["true"], workspace=ws)
-    with pytest.raises(Exception, match="a link, or missing"), isolated_git(ws, head="0" * 40):
-        pass
+    with contextlib.ExitStack() as stack, pytest.raises(GitError, match="a link, or missing"):
+        stack.enter_context(isolated_git(ws, head="0" * 40))
 
 
 @pytest.mark.slow

@@ -10,6 +10,7 @@ delivery is answered while the admitted body is held. The receiver's peak reside
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
@@ -104,14 +105,13 @@ def head(event: str, length: int, signature: str) -> bytes:
 def status_of(sock: socket.socket) -> int | None:
     """The status of the answer on ``sock``, or None when the connection ended without one."""
     data = b""
-    try:
+    # A reset instead of an answer (a refused connection still sending) is "no answer", not a failure here.
+    with contextlib.suppress(OSError):
         while b"\r\n" not in data:
             chunk = sock.recv(4096)
             if not chunk:
                 break
             data += chunk
-    except OSError:
-        pass
     return int(data.split()[1]) if data.startswith(b"HTTP/1.1 ") else None
 
 
