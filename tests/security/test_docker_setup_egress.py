@@ -42,6 +42,7 @@ from environments.processes import owned_pids
 from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
 from tests.environments.docker.conftest import docker_client, docker_engine, image_cache
+from tests.environments.docker.containers import sh_in_image
 from tests.security.listeners import Listener, listen, worker_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -347,10 +348,7 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
     assert reusing == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
 
     def run(image: str, command: str) -> str:
-        out = docker_client.containers.run(
-            image, ["/bin/sh", "-c", command], network_mode="none", user="65534:65534", remove=True
-        )
-        return bytes(out).decode()
+        return sh_in_image(docker_client, image, command, user="65534:65534")
 
     # The dependency image (the committed setup) under the second tree: its .venv, the second tree only.
     assert run(second_tag, "cat .venv/when") == run(tag, "cat .venv/when")

@@ -13,6 +13,7 @@ from environments.docker import DockerProvider
 from environments.docker.images import ImageBuilder, ImageBuildError, apt_mirror, recipe_hash, tree_digest
 from environments.interface import AppRecipe, ImageRecipe
 from infra.docker.engine import DockerEngine
+from tests.environments.docker.containers import run_in_image, sh_in_image
 
 
 def test_apt_mirror_reads_deb822_sources_for_the_suite(tmp_path: Path) -> None:
@@ -92,7 +93,7 @@ def test_empty_engine_imports_the_cached_root_filesystem_without_bootstrapping(
 
     tag = offline.ensure_base(cart_recipe.image)
 
-    output = fresh_engine.containers.run(tag, ["python3", "-c", "print(6 * 7)"], network_mode="none", remove=True)
+    output = run_in_image(fresh_engine, tag, ["python3", "-c", "print(6 * 7)"])
     assert output == b"42\n"
     assert fresh_engine.images.get(tag).labels["durafix.recipe"] == recipe_hash(cart_recipe.image)
 
@@ -119,7 +120,7 @@ def test_app_image_runs_setup_without_network_and_is_reused_until_the_workspace_
     assert all(text.startswith(("building base image ", "importing base image ")) for text in base), base
     assert [build, step] == [f"building image {tag}", f"setup: {setup}"]
     assert reusing == []
-    built = client.containers.run(tag, ["cat", "/app/built.txt"], network_mode="none", remove=True)
+    built = run_in_image(client, tag, ["cat", "/app/built.txt"])
     assert built == b"built\n"
 
     (workspace / "cart.py").write_text((workspace / "cart.py").read_text() + "\n# changed\n")
@@ -160,8 +161,7 @@ def test_a_tree_with_the_same_lock_files_reuses_the_dependency_image_without_run
     assert reusing == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
 
     def run(tag: str, command: str) -> str:
-        out = client.containers.run(tag, ["/bin/sh", "-c", command], network_mode="none", remove=True)
-        return bytes(out).decode()
+        return sh_in_image(client, tag, command)
 
     # The second image has the first's installed dependencies, its own tree, and nothing left of the first tree.
     assert run(second_tag, "cat .venv/when") == run(first_tag, "cat .venv/when")
