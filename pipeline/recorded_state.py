@@ -1,9 +1,9 @@
 """The compact state a run keeps in its memo, readable without a worker.
 
 The ``state`` query answers only while a worker polls ``durafix-orchestration`` (Temporal replays the run on
-a worker to answer it). A run started with :data:`STATE_MEMO_PATCH` upserts this summary into its memo under
-:data:`STATE_MEMO` at every phase change and when it starts waiting for a review; the memo is kept by the
-server and returned by ``describe``, so ``durafix status`` can say what the run last recorded after every
+a worker to answer it). A run started with :data:`pipeline.patches.STATE_MEMO_PATCH` upserts this summary into
+its memo under :data:`STATE_MEMO` at every phase change and when it starts waiting for a review; the memo is
+kept by the server and returned by ``describe``, so ``durafix status`` can say what the run last recorded after every
 worker died. It is a snapshot, never live: ``at`` is the workflow time it was recorded at.
 
 Kept small (a memo is stored with each upsert event): identities, links and the last outcome's detail cut
@@ -21,8 +21,6 @@ from pipeline.state import RunState
 
 STATE_MEMO = "state"
 """The memo key the run's :class:`RecordedState` is upserted under."""
-STATE_MEMO_PATCH = "state-in-memo"
-"""The ``workflow.patched`` ID behind the upserts (runs recorded before it issue none, and replay so)."""
 DETAIL_CHARS = 240
 
 
