@@ -89,21 +89,20 @@ def read_answer(sock: socket.socket, timeout_s: float) -> tuple[int, bytes] | No
     return int(status_line.split()[1]), rest.partition(b"\r\n\r\n")[2]
 
 
-def valid_ping(target: Target) -> tuple[int, bytes, float]:
-    """A signed ping as GitHub sends it: its status, body and how long the answer took."""
+def valid_ping(target: Target) -> tuple[int, bytes]:
+    """A signed ping as GitHub sends it: its status and body (``read_answer`` waits at most 5 s for them)."""
     signature = "sha256=" + hmac.new(target.secret.encode(), PING, hashlib.sha256).hexdigest()
-    started = time.monotonic()
     with connect(target) as sock:
         sock.sendall(head("ping", str(len(PING)), signature) + PING)
         answer = read_answer(sock, 5)
     assert answer is not None, "the ping got no answer"
-    return answer[0], answer[1], time.monotonic() - started
+    return answer
 
 
-def assert_ping_answered_quickly(target: Target) -> None:
-    status, body, took = valid_ping(target)
+def assert_ping_answered(target: Target) -> None:
+    """A valid delivery still gets a handler and its answer, whatever the attack holds."""
+    status, body = valid_ping(target)
     assert (status, json.loads(body)) == (200, {"message": "pong"})
-    assert took < 2.0, f"a valid delivery took {took:.2f} s"
 
 
 def test_negative_content_length_is_refused_without_reading_the_body(
@@ -111,13 +110,12 @@ def test_negative_content_length_is_refused_without_reading_the_body(
 ) -> None:
     with receiver(temporal_env, tmp_path) as target, connect(target) as sock:
         # Before, ``read(-1)`` buffered until the client closed: the answer came only at EOF, with all of it read.
+        # The socket stays open here, so an answer at all means the receiver did not wait for the end.
         sock.sendall(head("issues", "-1") + b"x" * 4096)
-        started = time.monotonic()
         answer = read_answer(sock, 5)
         assert answer is not None and answer[0] == 400, answer
         assert b"not a non-negative integer" in answer[1]
-        assert time.monotonic() - started < 2.0
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
 
 
 @pytest.mark.parametrize(("declared", "status"), [(None, 411), ("+12", 400), ("1e3", 400), ("", 411)])
@@ -139,7 +137,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(temporal_env: Workflow
         answer = read_answer(sock, 5)
         assert answer is not None and answer[0] == 413, answer
         assert f"{too_big} bytes declared".encode() in answer[1]
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
 
 
 def test_fifty_connections_sending_no_body_are_timed_out_and_a_valid_delivery_is_answered(
@@ -151,15 +149,12 @@ def test_fifty_connections_sending_no_body_are_timed_out_and_a_valid_delivery_is
             sock.sendall(head("issues", "512"))
         # Every idle connection holds a handler now; the delivery must still get one and its answer.
         time.sleep(0.3)
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
 
-        started = time.monotonic()
+        # Timed out by the receiver (408, its answer) rather than held until the client gives up.
         answers = [read_answer(sock, LIMITS.read_timeout_s + 5) for sock in idle]
-        took = time.monotonic() - started
-        # Timed out by the receiver (408) rather than held: all within the read timeout and some slack.
         assert [a[0] if a else None for a in answers] == [408] * 50, answers
-        assert took < LIMITS.read_timeout_s + 3
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
 
 
 def test_connections_that_send_nothing_are_closed_after_the_read_timeout(
@@ -168,11 +163,9 @@ def test_connections_that_send_nothing_are_closed_after_the_read_timeout(
     with receiver(temporal_env, tmp_path) as target, ExitStack() as stack:
         silent = [stack.enter_context(connect(target)) for _ in range(50)]
         time.sleep(0.3)
-        assert_ping_answered_quickly(target)
-        started = time.monotonic()
-        # No request line ever came: the server closes without an answer.
+        assert_ping_answered(target)
+        # No request line ever came: the server closes without an answer (a client timeout would raise).
         assert [read_answer(sock, LIMITS.read_timeout_s + 5) for sock in silent] == [None] * 50
-        assert time.monotonic() - started < LIMITS.read_timeout_s + 3
 
 
 def test_a_connection_over_the_cap_is_answered_503_at_once(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
@@ -183,13 +176,12 @@ def test_a_connection_over_the_cap_is_answered_503_at_once(temporal_env: Workflo
             sock.sendall(head("issues", "512"))
         time.sleep(0.3)
         with connect(target) as extra:
-            started = time.monotonic()
+            # It sends nothing: a handler given to it would time it out (408) or close it; only the cap says 503.
             answer = read_answer(extra, 5)
             assert answer is not None and answer[0] == 503, answer
-            assert time.monotonic() - started < 1.0
         # Once the held connections time out their slots are free again.
         assert [a[0] if a else None for a in (read_answer(s, 5) for s in held)] == [408] * 3
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
 
 
 def test_a_body_over_the_unverified_budget_is_answered_503_before_it_is_read(
@@ -211,7 +203,7 @@ def test_a_body_over_the_unverified_budget_is_answered_503_before_it_is_read(
         status_line, _, rest = raw.partition(b"\r\n")
         assert status_line.split()[1] == b"503", raw
         assert b"retry-after: 1" in rest.lower() and b"unverified bytes" in rest, raw
-        assert_ping_answered_quickly(target)
+        assert_ping_answered(target)
         # The held body, once complete, is checked (and refused: unsigned); its room is given back.
         holder.sendall(b"{" * (39 * 1024))
         held = read_answer(holder, 5)
