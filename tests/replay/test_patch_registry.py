@@ -1,0 +1,278 @@
+"""The patch registry (:mod:`pipeline.patches`) is complete and in step with the code and the recorded histories.
+
+Every ``workflow.patched`` / ``workflow.deprecate_patch`` call in ``pipeline/`` (wherever the workflow's code
+lives) names a registry constant, in the stage its call says; every active or deprecated patch names recorded
+histories in ``tests/replay/histories/`` that record its marker (which ``test_replay.py`` replays); and a patch
+whose next step is due (against today's date: the policy, not a timing) fails until it is taken.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+import pipeline
+from pipeline import patches
+from pipeline.patches import PATCHES, Patch, Stage
+from tests.replay.record import HISTORIES
+
+PIPELINE = Path(pipeline.__file__).parent
+PATCH_CALLS = {"patched": Stage.ACTIVE, "deprecate_patch": Stage.DEPRECATED}
+TEMPORAL_WORKFLOW = "temporalio.workflow"
+
+
+@dataclass(frozen=True)
+class CallSite:
+    where: str  # path:line
+    call: str  # "patched" or "deprecate_patch"
+    constant: str | None  # the registry constant the argument names, None when it names none
+    argument: str  # the argument's source text
+
+
+def recorded_markers(path: Path) -> dict[str, bool]:
+    """The patch IDs whose marker the history at ``path`` records, each with whether it was deprecated."""
+    found: dict[str, bool] = {}
+    for event in json.loads(path.read_text())["events"]:
+        if event.get("eventType") != "EVENT_TYPE_MARKER_RECORDED":
+            continue
+        attrs = event["markerRecordedEventAttributes"]
+        if attrs.get("markerName") != "core_patch":
+            continue
+        [payload] = attrs["details"]["patch-data"]["payloads"]
+        data = json.loads(base64.b64decode(payload["data"]))
+        found[data["id"]] = bool(data.get("deprecated", False))
+    return found
+
+
+def _names(module: ast.Module) -> tuple[dict[str, str], set[str], dict[str, str]]:
+    """From a module's imports: local name -> registry constant; local names of the registry module; local
+    name -> temporalio.workflow function (``patched``/``deprecate_patch`` imported by name)."""
+    registry = patches.__name__
+    package, _, leaf = registry.rpartition(".")
+    constants: dict[str, str] = {}
+    modules: set[str] = set()
+    functions: dict[str, str] = {}
+    for node in ast.walk(module):
+        if isinstance(node, ast.ImportFrom) and node.level == 0:
+            for alias in node.names:
+                local = alias.asname or alias.name
+                if node.module == registry:
+                    constants[local] = alias.name
+                elif node.module == package and alias.name == leaf:
+                    modules.add(local)
+                elif node.module == TEMPORAL_WORKFLOW and alias.name in PATCH_CALLS:
+                    functions[local] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == registry and alias.asname:
+                    modules.add(alias.asname)
+    return constants, modules, functions
+
+
+def _workflow_call(func: ast.expr, functions: dict[str, str]) -> str | None:
+    """``patched``/``deprecate_patch`` when ``func`` is temporalio's (``workflow.x``, ``temporalio.workflow.x``,
+    or the name imported), else None."""
+    if isinstance(func, ast.Name):
+        return functions.get(func.id)
+    if isinstance(func, ast.Attribute) and func.attr in PATCH_CALLS:
+        owner = func.value
+        if isinstance(owner, ast.Name) and owner.id == "workflow":
+            return func.attr
+        if ast.unparse(owner) == TEMPORAL_WORKFLOW:
+            return func.attr
+    return None
+
+
+def _constant(arg: ast.expr, constants: dict[str, str], modules: set[str]) -> str | None:
+    if isinstance(arg, ast.Name):
+        return constants.get(arg.id)
+    if isinstance(arg, ast.Attribute) and ast.unparse(arg.value) in {*modules, patches.__name__}:
+        return arg.attr
+    return None
+
+
+def call_sites(root: Path) -> list[CallSite]:
+    """Every call of temporalio's ``workflow.patched``/``workflow.deprecate_patch`` in the modules under ``root``."""
+    sites = []
+    for path in sorted(root.rglob("*.py")):
+        module = ast.parse(path.read_text(), filename=str(path))
+        constants, modules, functions = _names(module)
+        for node in ast.walk(module):
+            if not isinstance(node, ast.Call):
+                continue
+            call = _workflow_call(node.func, functions)
+            if call is None:
+                continue
+            arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "id"), None)
+            where = f"{path.relative_to(root.parent)}:{node.lineno}"
+            text = "" if arg is None else ast.unparse(arg)
+            sites.append(CallSite(where, call, None if arg is None else _constant(arg, constants, modules), text))
+    return sites
+
+
+def registry_constants() -> dict[str, str]:
+    """The module-level ID constants of the registry module: name -> ID."""
+    return {
+        name: value
+        for name, value in vars(patches).items()
+        if name.endswith("_PATCH") and name.isupper() and isinstance(value, str)
+    }
+
+
+def problems(registry: tuple[Patch, ...], constants: dict[str, str], sites: list[CallSite], today: date) -> list[str]:
+    """Everything wrong with ``registry`` against the constants, the call sites and the recorded histories."""
+    found: list[str] = []
+    ids = Counter(p.id for p in registry)
+    found += [f"ID {i!r} is registered {n} times" for i, n in ids.items() if n > 1]
+    by_id = {p.id: p for p in registry}
+    found += [f"{name} = {i!r} has no registry entry" for name, i in constants.items() if i not in by_id]
+    calls: dict[str, list[CallSite]] = {}
+    for site in sites:
+        if site.constant is None or site.constant not in constants:
+            found.append(
+                f"{site.where}: workflow.{site.call}({site.argument}) does not name a constant of {patches.__name__}"
+            )
+            continue
+        patch = by_id.get(constants[site.constant])
+        if patch is None:
+            continue  # said above: the constant is unregistered
+        calls.setdefault(patch.id, []).append(site)
+        if PATCH_CALLS[site.call] is not patch.stage:
+            found.append(f"{site.where}: workflow.{site.call} of {patch.id!r}, whose registered stage is {patch.stage}")
+    for patch in registry:
+        if patch.stage is not Stage.REMOVED and patch.id not in calls:
+            found.append(f"patch {patch.id!r} is {patch.stage} but no code in pipeline/ calls it: register it removed")
+        if patch.stage is Stage.REMOVED and patch.id in calls:
+            found.append(f"patch {patch.id!r} is registered removed but still called: {calls[patch.id][0].where}")
+        if patch.stage is not Stage.REMOVED and not patch.fixtures:
+            found.append(f"patch {patch.id!r} names no recorded history: record one (tests/replay/record.py)")
+        for name in patch.fixtures:
+            path = HISTORIES / f"{name}.json"
+            if not path.is_file():
+                found.append(f"patch {patch.id!r}: its fixture {path.name} is not in {HISTORIES}")
+            elif patch.id not in recorded_markers(path):
+                found.append(f"patch {patch.id!r}: its fixture {path.name} does not record its marker")
+        due = patch.overdue(today)
+        if due is not None:
+            found.append(due)
+    return found
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def test_the_registry_matches_the_code_the_histories_and_todays_date() -> None:
+    sites = call_sites(PIPELINE)
+    assert sites, f"no workflow.patched call found under {PIPELINE}: the walk is broken"
+    assert problems(PATCHES, registry_constants(), sites, today()) == []
+
+
+def test_every_marker_a_recorded_history_holds_is_registered() -> None:
+    registered = {p.id for p in PATCHES}
+    for path in sorted(HISTORIES.glob("*.json")):
+        unknown = set(recorded_markers(path)) - registered
+        assert not unknown, f"{path.name} records patches the registry does not know: {sorted(unknown)}"
+
+
+def test_removal_dates_are_shipped_plus_the_run_deadline() -> None:
+    patch = Patch("x", "why", fixtures=("cancelled",), shipped=date(2026, 11, 29))
+    assert patch.needed_until == date(2026, 12, 13)
+    assert patch.overdue(date(2026, 12, 13)) is None
+    late = patch.overdue(date(2026, 12, 14))
+    assert late is not None and "deprecate" in late and "2026-12-13" in late
+    deprecated = Patch("x", "why", fixtures=("cancelled",), shipped=date(2026, 11, 29), deprecated=date(2026, 12, 20))
+    assert deprecated.stage is Stage.DEPRECATED and deprecated.marker_needed_until == date(2027, 1, 3)
+    assert deprecated.overdue(date(2027, 1, 3)) is None
+    gone = deprecated.overdue(date(2027, 1, 4))
+    assert gone is not None and "remove its workflow.deprecate_patch call" in gone
+
+
+# ---- the check is falsifiable: each way the registry can be wrong is caught ------------------------------
+
+
+def _code(tmp_path: Path, source: str) -> list[CallSite]:
+    root = tmp_path / "pipeline"
+    root.mkdir()
+    (root / "flow.py").write_text(source)
+    return call_sites(root)
+
+
+REAL = f"""
+from temporalio import workflow
+from {patches.__name__} import CANCELLATION_PATCH, BASELINE_PATCH as BASE
+from {patches.__name__.rpartition(".")[0]} import {patches.__name__.rpartition(".")[2]} as reg
+"""
+
+
+def _all_called(tmp_path: Path, extra: str) -> list[CallSite]:
+    """A module calling every registered patch by its constant (as the workflow does), plus ``extra``."""
+    lines = [REAL, *(f"workflow.patched(reg.{n})" for n in registry_constants()), extra]
+    return _code(tmp_path, "\n".join(lines))
+
+
+def _today_ok() -> date:
+    return min(p.needed_until for p in PATCHES)
+
+
+def test_a_complete_registry_and_code_pass(tmp_path: Path) -> None:
+    assert problems(PATCHES, registry_constants(), _all_called(tmp_path, ""), _today_ok()) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        ('workflow.patched("cancellation-state-machine")', "does not name a constant"),
+        ('import temporalio.workflow\ntemporalio.workflow.patched("new-thing")', "does not name a constant"),
+        ("from temporalio.workflow import patched as p\np(SOMETHING)", "does not name a constant"),
+        ("workflow.deprecate_patch(CANCELLATION_PATCH)", "whose registered stage is active"),
+        ("workflow.patched(BASE)\nworkflow.patched()", "does not name a constant"),
+    ],
+)
+def test_a_call_naming_no_registered_constant_fails(tmp_path: Path, extra: str, expected: str) -> None:
+    found = problems(PATCHES, registry_constants(), _all_called(tmp_path, extra), _today_ok())
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_a_patch_without_a_fixture_or_with_one_not_recording_it_fails(tmp_path: Path) -> None:
+    sites = _all_called(tmp_path, "")
+    first, *rest = PATCHES
+    for broken, expected in [
+        (Patch(first.id, first.why, fixtures=(), shipped=first.shipped), "names no recorded history"),
+        (Patch(first.id, first.why, fixtures=("no-such-run",), shipped=first.shipped), "no-such-run.json is not in"),
+        # A history recorded before every patch: it holds no marker at all.
+        (Patch(first.id, first.why, fixtures=("happy-path",), shipped=first.shipped), "does not record its marker"),
+    ]:
+        found = problems((broken, *rest), registry_constants(), sites, _today_ok())
+        assert len(found) == 1 and expected in found[0], found
+    assert recorded_markers(HISTORIES / "happy-path.json") == {}
+
+
+def test_a_duplicate_a_missing_entry_or_an_uncalled_patch_fails(tmp_path: Path) -> None:
+    sites = _all_called(tmp_path, "")
+    first, second, *rest = PATCHES
+    found = problems((*PATCHES, first), registry_constants(), sites, _today_ok())
+    assert found == [f"ID {first.id!r} is registered 2 times"], found
+    found = problems((second, *rest), registry_constants(), sites, _today_ok())
+    assert len(found) == 1 and f"= {first.id!r} has no registry entry" in found[0], found
+    constants = {**registry_constants(), "NEW_PATCH": "never-registered"}
+    found = problems(PATCHES, constants, sites, _today_ok())
+    assert found == ["NEW_PATCH = 'never-registered' has no registry entry"]
+    uncalled = [s for s in sites if registry_constants().get(s.constant or "") != second.id]
+    found = problems(PATCHES, registry_constants(), uncalled, _today_ok())
+    assert len(found) == 1 and f"patch {second.id!r} is active but no code" in found[0], found
+
+
+def test_an_active_patch_past_its_date_fails_saying_to_deprecate_it(tmp_path: Path) -> None:
+    sites = _all_called(tmp_path, "")
+    oldest = min(PATCHES, key=lambda p: p.needed_until)
+    found = problems(PATCHES, registry_constants(), sites, oldest.needed_until + timedelta(days=1))
+    assert found and all("deprecate it" in f for f in found), found
+    assert any(f"patch {oldest.id!r} shipped {oldest.shipped}" in f for f in found), found
