@@ -98,19 +98,55 @@ def _constant(arg: ast.expr, constants: dict[str, str], modules: set[str]) -> st
     return None
 
 
+def _argument(node: ast.Call, keyword: str) -> ast.expr | None:
+    return node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == keyword), None)
+
+
+def _wrappers(modules: list[ast.Module]) -> dict[str, tuple[str, str]]:
+    """Functions that pass one of their own parameters on to ``workflow.patched``/``deprecate_patch`` (a phase's
+    run context asking "is this patch on?"): function name -> (the call, the parameter's name). Their callers
+    are the call sites that must name a constant."""
+    found: dict[str, tuple[str, str]] = {}
+    for module in modules:
+        _, _, functions = _names(module)
+        for fn in ast.walk(module):
+            if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            params = {a.arg for a in (*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs)} - {"self", "cls"}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.Call) and (call := _workflow_call(node.func, functions)) is not None:
+                    arg = _argument(node, "id")
+                    if isinstance(arg, ast.Name) and arg.id in params:
+                        found[fn.name] = (call, arg.id)
+    return found
+
+
 def call_sites(root: Path) -> list[CallSite]:
-    """Every call of temporalio's ``workflow.patched``/``workflow.deprecate_patch`` in the modules under ``root``."""
+    """Every call of temporalio's ``workflow.patched``/``workflow.deprecate_patch`` in the modules under ``root``,
+    and every call of a function that only passes its parameter on to one (:func:`_wrappers`), in its stead."""
+    parsed = [(path, ast.parse(path.read_text(), filename=str(path))) for path in sorted(root.rglob("*.py"))]
+    wrappers = _wrappers([m for _, m in parsed])
     sites = []
-    for path in sorted(root.rglob("*.py")):
-        module = ast.parse(path.read_text(), filename=str(path))
+    for path, module in parsed:
         constants, modules, functions = _names(module)
+        passed_on = {
+            id(node)
+            for fn in ast.walk(module)
+            if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef) and fn.name in wrappers
+            for node in ast.walk(fn)
+            if isinstance(node, ast.Call)
+        }
         for node in ast.walk(module):
-            if not isinstance(node, ast.Call):
+            if not isinstance(node, ast.Call) or id(node) in passed_on:
                 continue
             call = _workflow_call(node.func, functions)
+            keyword = "id"
             if call is None:
-                continue
-            arg = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "id"), None)
+                name = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if name not in wrappers:
+                    continue
+                call, keyword = wrappers[name]
+            arg = _argument(node, keyword)
             where = f"{path.relative_to(root.parent)}:{node.lineno}"
             text = "" if arg is None else ast.unparse(arg)
             sites.append(CallSite(where, call, None if arg is None else _constant(arg, constants, modules), text))
@@ -200,7 +236,7 @@ def test_removal_dates_are_shipped_plus_the_run_deadline() -> None:
 
 def _code(tmp_path: Path, source: str) -> list[CallSite]:
     root = tmp_path / "pipeline"
-    root.mkdir()
+    root.mkdir(parents=True)
     (root / "flow.py").write_text(source)
     return call_sites(root)
 
@@ -253,6 +289,22 @@ def test_a_patch_without_a_fixture_or_with_one_not_recording_it_fails(tmp_path: 
         found = problems((broken, *rest), registry_constants(), sites, _today_ok())
         assert len(found) == 1 and expected in found[0], found
     assert recorded_markers(HISTORIES / "happy-path.json") == {}
+
+
+def test_a_run_context_passing_its_parameter_on_is_checked_at_its_callers(tmp_path: Path) -> None:
+    """A phase asks its run context whether a patch is on; the context's own call passes a parameter on, and
+    what its callers pass is what must be a registered constant."""
+    wrapper = """
+class RunContext:
+    def patch_on(self, patch_id: str) -> bool:
+        return workflow.patched(patch_id)
+"""
+    sites = _all_called(tmp_path, wrapper + "ctx = RunContext()\nctx.patch_on(BASE)\n")
+    assert problems(PATCHES, registry_constants(), sites, _today_ok()) == []
+    assert [s.argument for s in sites if s.constant == "BASELINE_PATCH"] == ["reg.BASELINE_PATCH", "BASE"]
+    assert "patch_id" not in [s.argument for s in sites]
+    sites = _code(tmp_path / "again", REAL + wrapper + 'ctx = RunContext()\nctx.patch_on("baseline-tests")\n')
+    assert [(s.call, s.constant, s.argument) for s in sites] == [("patched", None, "'baseline-tests'")]
 
 
 def test_a_duplicate_a_missing_entry_or_an_uncalled_patch_fails(tmp_path: Path) -> None:
