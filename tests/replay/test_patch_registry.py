@@ -158,6 +158,52 @@ def call_sites(root: Path) -> list[CallSite]:
     return sites
 
 
+def _is_handler_without_commands(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """A query or an Update validator: code that may issue no command and, for validators, never replays."""
+    for deco in fn.decorator_list:
+        target = deco.func if isinstance(deco, ast.Call) else deco
+        if isinstance(target, ast.Attribute) and target.attr in ("validator", "query"):
+            return True
+    return False
+
+
+def patches_asked_without_commands(root: Path) -> list[str]:
+    """Each query or Update validator under ``root`` that asks for a patch, itself or through the functions it
+    calls (by name or as ``self.name``, followed within its module)."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        module = ast.parse(path.read_text(), filename=str(path))
+        _, _, functions = _names(module)
+        wrappers = _wrappers([module])
+        defs = {fn.name: fn for fn in ast.walk(module) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)}
+        calls: dict[str, set[str]] = {}
+        asks: set[str] = set()
+        for name, fn in defs.items():
+            calls[name] = set()
+            for node in ast.walk(fn):
+                if not isinstance(node, ast.Call):
+                    continue
+                callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+                if _workflow_call(node.func, functions) is not None or (callee in wrappers and name not in wrappers):
+                    asks.add(name)
+                if callee in defs:
+                    calls[name].add(callee)
+        for name, fn in defs.items():
+            if not _is_handler_without_commands(fn):
+                continue
+            seen, todo = {name}, [name]
+            while todo:
+                for callee in calls[todo.pop()] - seen:
+                    seen.add(callee)
+                    todo.append(callee)
+            if seen & asks:
+                where = f"{path.relative_to(root.parent)}:{fn.lineno}"
+                found.append(
+                    f"{where}: {name} (a query or an Update validator) asks for a patch via {sorted(seen & asks)}"
+                )
+    return found
+
+
 def registry_constants() -> dict[str, str]:
     """The module-level ID constants of the registry module: name -> ID."""
     return {
@@ -220,6 +266,38 @@ def test_the_registry_matches_the_code_the_histories_and_todays_date() -> None:
     sites = call_sites(PIPELINE)
     assert sites, f"no workflow.patched call found under {PIPELINE}: the walk is broken"
     assert problems(PATCHES, registry_constants(), sites, today()) == []
+
+
+def test_no_query_or_update_validator_asks_for_a_patch() -> None:
+    """A patch asked in a validator would be recorded as a marker outside any workflow task's commands, and a
+    validator does not run on replay: what it let through must not depend on a patch."""
+    assert patches_asked_without_commands(PIPELINE) == []
+
+
+def test_a_validator_reaching_a_patch_through_a_helper_is_found(tmp_path: Path) -> None:
+    (tmp_path / "pipeline").mkdir()
+    (tmp_path / "pipeline" / "flow.py").write_text(
+        REAL
+        + """
+class Flow:
+    @workflow.update
+    async def approve(self, a: int) -> None: ...
+
+    @approve.validator
+    def _validate(self, a: int) -> None:
+        self._refusal(a)
+
+    def _refusal(self, a: int) -> None:
+        if workflow.patched(BASE):
+            raise ValueError(a)
+
+    @workflow.query
+    def state(self) -> int:
+        return 1
+"""
+    )
+    [found] = patches_asked_without_commands(tmp_path / "pipeline")
+    assert "_validate" in found and "_refusal" in found, found
 
 
 def test_every_marker_a_recorded_history_holds_is_registered() -> None:
