@@ -167,27 +167,34 @@ def _is_handler_without_commands(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> 
     return False
 
 
+def _call_graph(
+    module: ast.Module,
+) -> tuple[dict[str, ast.FunctionDef | ast.AsyncFunctionDef], dict[str, set[str]], set[str]]:
+    """A module's functions by name, the module's functions each calls (by name or as ``self.name``), and the
+    functions that ask for a patch themselves (a wrapper's own call passes its caller's ID on: not counted)."""
+    _, _, functions = _names(module)
+    wrappers = _wrappers([module])
+    defs = {fn.name: fn for fn in ast.walk(module) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)}
+    calls: dict[str, set[str]] = {name: set() for name in defs}
+    asks: set[str] = set()
+    for name, fn in defs.items():
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.Call):
+                continue
+            callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
+            if _workflow_call(node.func, functions) is not None or (callee in wrappers and name not in wrappers):
+                asks.add(name)
+            if callee in defs:
+                calls[name].add(callee)
+    return defs, calls, asks
+
+
 def patches_asked_without_commands(root: Path) -> list[str]:
     """Each query or Update validator under ``root`` that asks for a patch, itself or through the functions it
-    calls (by name or as ``self.name``, followed within its module)."""
+    calls (followed within its module)."""
     found = []
     for path in sorted(root.rglob("*.py")):
-        module = ast.parse(path.read_text(), filename=str(path))
-        _, _, functions = _names(module)
-        wrappers = _wrappers([module])
-        defs = {fn.name: fn for fn in ast.walk(module) if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef)}
-        calls: dict[str, set[str]] = {}
-        asks: set[str] = set()
-        for name, fn in defs.items():
-            calls[name] = set()
-            for node in ast.walk(fn):
-                if not isinstance(node, ast.Call):
-                    continue
-                callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-                if _workflow_call(node.func, functions) is not None or (callee in wrappers and name not in wrappers):
-                    asks.add(name)
-                if callee in defs:
-                    calls[name].add(callee)
+        defs, calls, asks = _call_graph(ast.parse(path.read_text(), filename=str(path)))
         for name, fn in defs.items():
             if not _is_handler_without_commands(fn):
                 continue
@@ -213,13 +220,11 @@ def registry_constants() -> dict[str, str]:
     }
 
 
-def problems(registry: tuple[Patch, ...], constants: dict[str, str], sites: list[CallSite], today: date) -> list[str]:
-    """Everything wrong with ``registry`` against the constants, the call sites and the recorded histories."""
+def _call_problems(
+    by_id: dict[str, Patch], constants: dict[str, str], sites: list[CallSite]
+) -> tuple[list[str], dict[str, list[CallSite]]]:
+    """What is wrong with the call sites, and the registered patches each calls."""
     found: list[str] = []
-    ids = Counter(p.id for p in registry)
-    found += [f"ID {i!r} is registered {n} times" for i, n in ids.items() if n > 1]
-    by_id = {p.id: p for p in registry}
-    found += [f"{name} = {i!r} has no registry entry" for name, i in constants.items() if i not in by_id]
     calls: dict[str, list[CallSite]] = {}
     for site in sites:
         if site.argument == VALUE:
@@ -235,26 +240,42 @@ def problems(registry: tuple[Patch, ...], constants: dict[str, str], sites: list
             continue
         patch = by_id.get(constants[site.constant])
         if patch is None:
-            continue  # said above: the constant is unregistered
+            continue  # said by problems(): the constant is unregistered
         calls.setdefault(patch.id, []).append(site)
         if PATCH_CALLS[site.call] is not patch.stage:
             found.append(f"{site.where}: workflow.{site.call} of {patch.id!r}, whose registered stage is {patch.stage}")
+    return found, calls
+
+
+def _entry_problems(patch: Patch, calls: list[CallSite], today: date) -> list[str]:
+    """What is wrong with one registry entry, given the call sites naming it."""
+    found: list[str] = []
+    if patch.stage is not Stage.REMOVED and not calls:
+        found.append(f"patch {patch.id!r} is {patch.stage} but no code in pipeline/ calls it: register it removed")
+    if patch.stage is Stage.REMOVED and calls:
+        found.append(f"patch {patch.id!r} is registered removed but still called: {calls[0].where}")
+    if patch.stage is not Stage.REMOVED and not patch.fixtures:
+        found.append(f"patch {patch.id!r} names no recorded history: record one (tests/replay/record.py)")
+    for name in patch.fixtures:
+        path = HISTORIES / f"{name}.json"
+        if not path.is_file():
+            found.append(f"patch {patch.id!r}: its fixture {path.name} is not in {HISTORIES}")
+        elif patch.id not in recorded_markers(path):
+            found.append(f"patch {patch.id!r}: its fixture {path.name} does not record its marker")
+    due = patch.overdue(today)
+    return [*found, due] if due is not None else found
+
+
+def problems(registry: tuple[Patch, ...], constants: dict[str, str], sites: list[CallSite], today: date) -> list[str]:
+    """Everything wrong with ``registry`` against the constants, the call sites and the recorded histories."""
+    ids = Counter(p.id for p in registry)
+    found = [f"ID {i!r} is registered {n} times" for i, n in ids.items() if n > 1]
+    by_id = {p.id: p for p in registry}
+    found += [f"{name} = {i!r} has no registry entry" for name, i in constants.items() if i not in by_id]
+    wrong, calls = _call_problems(by_id, constants, sites)
+    found += wrong
     for patch in registry:
-        if patch.stage is not Stage.REMOVED and patch.id not in calls:
-            found.append(f"patch {patch.id!r} is {patch.stage} but no code in pipeline/ calls it: register it removed")
-        if patch.stage is Stage.REMOVED and patch.id in calls:
-            found.append(f"patch {patch.id!r} is registered removed but still called: {calls[patch.id][0].where}")
-        if patch.stage is not Stage.REMOVED and not patch.fixtures:
-            found.append(f"patch {patch.id!r} names no recorded history: record one (tests/replay/record.py)")
-        for name in patch.fixtures:
-            path = HISTORIES / f"{name}.json"
-            if not path.is_file():
-                found.append(f"patch {patch.id!r}: its fixture {path.name} is not in {HISTORIES}")
-            elif patch.id not in recorded_markers(path):
-                found.append(f"patch {patch.id!r}: its fixture {path.name} does not record its marker")
-        due = patch.overdue(today)
-        if due is not None:
-            found.append(due)
+        found += _entry_problems(patch, calls.get(patch.id, []), today)
     return found
 
 
