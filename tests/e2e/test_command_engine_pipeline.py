@@ -23,6 +23,7 @@ from tests.agents.support import mini_swe_agent
 from tests.conftest import require
 from tests.e2e.conftest import MODEL_DIR, E2EStack, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, state_when
+from tests.replay.record import record_history
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
@@ -72,3 +73,4 @@ async def test_mini_swe_agent_fixes_the_sample_bug_through_validation_and_verifi
         url = command_stack.config.clone_url(repository)
         subprocess.run(["git", "clone", "-q", "--depth", "1", "-b", branch, url, tmp], check=True, capture_output=True)
         assert "line_total(item) for item in items" in (Path(tmp) / "cart.py").read_text()
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "command-engine-awaiting-review")

@@ -36,6 +36,7 @@ from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, PULL, find_marker, pull_marker
 from tests.e2e.conftest import E2EStack, e2e_stack, owned_processes, stack_with_worker, wait_for
 from tests.forge.helpers import branch_with, commit_files
+from tests.replay.record import record_history
 from tests.security.harness import (
     BOT,
     MAINTAINER,
@@ -400,6 +401,7 @@ async def test_a_review_before_the_wait_is_held_merges_once_and_a_retried_run_is
     assert main.sha == final.merged_sha and len(main.parents) == 2
     merges = [c for c in admin.get_commits(sha="main") if len(c.parents) > 1]
     assert [c.sha for c in merges] == [final.merged_sha]
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "decision-held-until-review-wait")
 
     # /durafix retry on the issue whose run ended: run 2, then closing the issue cancels it mid-run.
     retried = f"{wf}~2"

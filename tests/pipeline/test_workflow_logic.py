@@ -938,11 +938,13 @@ async def test_our_machinery_failing_is_said_to_be_that_not_a_verdict_on_the_rep
 async def test_cleanup_that_cannot_complete_names_what_remains(harness: Harness) -> None:
     harness.script.reproduces_on_base = False
     harness.script.stuck_resource = "durafix-abc123"
-    final = await harness.result(await harness.start())
+    wf = await harness.start()
+    final = await harness.result(wf)
     assert final.outcome == Outcome.CLEANUP_INCOMPLETE
     assert final.cleanup is not None and not final.cleanup.complete
     assert final.cleanup.remaining == ["container:durafix-abc123"]
     assert "needs-human-triage" in final.outcome_detail and "durafix-abc123" in final.outcome_detail
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "cleanup-incomplete")
 
 
 async def test_review_that_never_comes_ends_at_the_review_deadline(harness: Harness) -> None:
@@ -1213,6 +1215,7 @@ async def test_an_environment_on_a_host_is_reproduced_torn_down_and_cleaned_up_o
     assert (steps.CLEANUP_RUN.name, host_queue("here")) in queues
     assert (steps.CLEANUP_RUN.name, TaskQueue.ENVIRONMENTS.value) in queues
     assert len(host_calls(harness, "cleanup_run")) == 2
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "host-affinity")
 
 
 async def test_an_environment_on_a_host_that_never_answers_is_provisioned_again_and_the_cleanup_names_the_host(
@@ -1260,6 +1263,7 @@ async def test_a_host_bound_step_whose_worker_dies_more_than_twice_is_sent_to_th
         and e.activity_task_scheduled_event_attributes.activity_type.name == steps.REPRODUCE.name
     ]
     assert [a.task_queue.name for a in sends[:2]] == [host_queue("here")] * 2, sends
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "host-step-worker-lost-sent-again")
 
 
 async def test_a_host_bound_step_lost_more_often_than_its_attempts_ends_the_run_saying_so(harness: Harness) -> None:
