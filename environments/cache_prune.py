@@ -326,10 +326,10 @@ class MirrorSource:
         with try_locked(self.mirrors.use_lock(mirror), create=create) as unused:
             if not unused:
                 # A fetch runs inside a use: the update lock tells the two apart, for the message only.
-                with try_locked(self.mirrors.update_lock(mirror), create=False) as idle:
+                with try_locked(self.mirrors.build_lock(mirror), create=False) as idle:
                     yield "in use: being served, or a workspace is being built from it" if idle else FETCHING
                 return
-            with try_locked(self.mirrors.update_lock(mirror), create=create) as idle:
+            with try_locked(self.mirrors.build_lock(mirror), create=create) as idle:
                 yield "" if idle else FETCHING
 
     def present(self, entry: CacheEntry) -> bool:

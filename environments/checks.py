@@ -420,11 +420,17 @@ def run_tests(
         sandbox=sandbox,
         network=Network.NONE,
     )
+    return result_of_tests(code, duration, log_path)
+
+
+def result_of_tests(code: int | None, duration_s: float, log_path: Path) -> TestRunResult:
+    """What a test command came to, in any provider: passed means exit code 0; ``code`` None means it was
+    killed at its timeout; the output tail is read from ``log_path``, where the full output is."""
     return TestRunResult(
         passed=code == 0,
         exit_code=code,
         timed_out=code is None,
-        duration_s=duration,
+        duration_s=duration_s,
         output_tail=tail(log_path),
         log_path=log_path,
     )

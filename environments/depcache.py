@@ -81,6 +81,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from environments.cache_entries import CacheEntries
 from environments.files import locked, locked_within, path_key, read_json, remove_tree, try_locked, write_json_atomic
 from environments.git import GitError, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress
@@ -152,8 +153,12 @@ class Restored(BaseModel):
     seconds: float
 
 
-class DependencyCache:
-    """Entries under ``root``; see the module's contracts. Safe to share between threads and processes."""
+class DependencyCache(CacheEntries):
+    """Entries under ``root``; see the module's contracts. Safe to share between threads and processes. An
+    entry's locks and stamp are those of :mod:`environments.cache_entries`; ``last_used`` is its last restore or
+    build."""
+
+    stamp_name = STAMP_NAME
 
     def __init__(self, root: Path, *, restore: RestoreMode = "auto", wait_s: float = 600.0, poll_s: float = 0.2):
         if restore not in RESTORE_MODES:
@@ -208,15 +213,6 @@ class DependencyCache:
     def entry_path(self, key: CacheKey) -> Path:
         return self.root / path_key(key.repository) / key.key[:32]
 
-    def build_lock(self, entry: Path) -> Path:
-        return entry.with_name(entry.name + ".lock")
-
-    def use_lock(self, entry: Path) -> Path:
-        return entry.with_name(entry.name + ".use.lock")
-
-    def stamp_path(self, entry: Path) -> Path:
-        return entry / STAMP_NAME
-
     # ---- reading --------------------------------------------------------------------------------------
 
     def read_record(self, entry: Path, key: CacheKey | None = None) -> BuildRecord | None:
@@ -244,13 +240,6 @@ class DependencyCache:
             with contextlib.suppress(FileNotFoundError):
                 found.extend(sorted(p for p in repo.iterdir() if p.is_dir() and not p.is_symlink()))
         return found
-
-    def last_used(self, entry: Path) -> tuple[float, bool]:
-        """When ``entry`` was last restored or built, and whether that comes from its stamp (else its mtime)."""
-        try:
-            return self.stamp_path(entry).stat().st_mtime, True
-        except FileNotFoundError:
-            return entry.stat().st_mtime, False
 
     # ---- restoring --------------------------------------------------------------------------------------
 

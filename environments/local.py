@@ -232,21 +232,8 @@ class LocalProcessProvider:
         # listing the run's processes see a check that is still running.
         checks = f"{self._run_dir(run_id).name}/checks-{uuid.uuid4().hex}"
         if setup:
-            run_setup(
-                ws,
-                recipe,
-                marker=f"{checks}/setup",
-                log_path=log_path,
-                timeout_s=setup_timeout_s,
-                progress=progress,
-                stop_grace_s=self.stop_grace_s,
-                settings=self.setup,
-                repository=spec.repository,
-                base_lock_hash=spec.dependency_lock_hash,
-                base_revision=spec.base_revision,
-                provider=PROVIDER_NAME,
-                sandbox=self.sandbox,
-                allowed_secrets=self.allowed_secrets,
+            self._setup(
+                ws, spec, marker=f"{checks}/setup", log_path=log_path, timeout_s=setup_timeout_s, progress=progress
             )
         progress(f"running tests: {command_text(command or recipe.test)}")
         return run_tests(
@@ -260,18 +247,17 @@ class LocalProcessProvider:
             marker=f"{checks}/tests",
         )
 
-    def _start(
-        self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path, progress: Progress
-    ) -> EnvironmentHandle:
-        recipe = spec.recipe
-        marker = _marker(run_dir, key)
-        log_path = run_dir / f"{key}.log"
+    def _setup(
+        self, ws: Path, spec: RecoverySpec, *, marker: str, log_path: Path, timeout_s: float, progress: Progress
+    ) -> None:
+        """The recipe's setup in ``ws`` as every caller of this provider runs it: in its sandbox, with its dependency
+        cache and secrets allowlist, its processes marked ``marker`` (see :func:`environments.checks.run_setup`)."""
         run_setup(
             ws,
-            recipe,
+            spec.recipe,
             marker=marker,
             log_path=log_path,
-            timeout_s=self.setup_timeout_s,
+            timeout_s=timeout_s,
             progress=progress,
             stop_grace_s=self.stop_grace_s,
             settings=self.setup,
@@ -282,6 +268,14 @@ class LocalProcessProvider:
             sandbox=self.sandbox,
             allowed_secrets=self.allowed_secrets,
         )
+
+    def _start(
+        self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path, progress: Progress
+    ) -> EnvironmentHandle:
+        recipe = spec.recipe
+        marker = _marker(run_dir, key)
+        log_path = run_dir / f"{key}.log"
+        self._setup(ws, spec, marker=marker, log_path=log_path, timeout_s=self.setup_timeout_s, progress=progress)
         # The port is released before the application binds it; a race with another binder shows up as a
         # readiness failure, never as a wrong environment (the probe goes to the recorded port).
         port = free_port()

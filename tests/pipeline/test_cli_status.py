@@ -11,14 +11,16 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import ActivityType, Payload, Payloads
-from temporalio.api.enums.v1 import PendingActivityState
+from temporalio.api.enums.v1 import PendingActivityState, WorkflowExecutionStatus
 from temporalio.api.failure.v1 import Failure
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import Client
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionResponse
+from temporalio.client import Client, WorkflowExecutionDescription
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from pipeline.cli.status import PendingActivity, decode_pending_activity, pending_activities
+from pipeline.cli.status import NotLive, PendingActivity, decode_pending_activity, pending_activities, recorded_summary
+from pipeline.recorded_state import RecordedState
 
 NOW = datetime(2026, 5, 9, 12, 0, 0, tzinfo=UTC)
 
@@ -121,6 +123,52 @@ async def test_details_the_converter_cannot_read_are_named_not_raised() -> None:
     assert pending.heartbeat_details is None
     assert pending.detail is not None and pending.detail.startswith("(heartbeat details not readable:")
     assert "binary/sealed" in pending.detail
+
+
+async def described(status: WorkflowExecutionStatus.ValueType) -> WorkflowExecutionDescription:
+    """A run as the frontend describes it (a real ``DescribeWorkflowExecutionResponse``)."""
+    raw = DescribeWorkflowExecutionResponse()
+    raw.workflow_execution_info.execution.workflow_id = "repair-acme-shop-7"
+    raw.workflow_execution_info.execution.run_id = "0123456789abcdef"
+    raw.workflow_execution_info.type.name = "repair_bug"
+    raw.workflow_execution_info.status = status
+    return await WorkflowExecutionDescription._from_raw_description(
+        raw, namespace="default", converter=pydantic_data_converter
+    )
+
+
+async def test_a_recorded_state_shows_a_line_for_each_thing_the_run_recorded_and_none_for_the_rest() -> None:
+    description = await described(WorkflowExecutionStatus.WORKFLOW_EXECUTION_STATUS_COMPLETED)
+    full = RecordedState(
+        at=NOW,
+        phase="done",
+        outcome="merged",
+        detail="merged after review",
+        ticket="https://forge/acme/shop/issues/7",
+        branch="durafix/7",
+        commit="c0ffee0123456789abcd",
+        pr="https://forge/acme/shop/pull/8",
+        awaiting="PR #8 head c0ffee01",
+        merged="c0ffee0123456789abcd",
+        cleanup="done",
+        attempts=2,
+    )
+    text = recorded_summary("repair-acme-shop-7", description, NotLive("no worker answered", full), now=NOW)
+    assert text.splitlines()[1:] == [
+        "run        repair-acme-shop-7  (run 01234567)",
+        "status     completed; phase done; outcome merged",
+        "detail     merged after review",
+        "ticket     https://forge/acme/shop/issues/7",
+        "attempts   2",
+        "publish    durafix/7 @ c0ffee012345; PR https://forge/acme/shop/pull/8",
+        "awaiting   approval of PR #8 head c0ffee01",
+        "merged     c0ffee0123456789abcd",
+        "cleanup    done",
+    ]
+
+    sparse = RecordedState(at=NOW, phase="repairing", branch="durafix/7")
+    text = recorded_summary("repair-acme-shop-7", description, NotLive("no worker answered", sparse), now=NOW)
+    assert text.splitlines()[2:] == ["status     completed; phase repairing", "publish    durafix/7 @ -; PR -"]
 
 
 RELEASE: dict[str, asyncio.Event] = {}

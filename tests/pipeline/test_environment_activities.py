@@ -18,7 +18,7 @@ from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
 from pipeline.failures import FailureClass
 from pipeline.services import Services
-from pipeline.steps import PrepareSpecInput, ProvisionInput
+from pipeline.steps import CaptureHeadInput, PrepareSpecInput, ProvisionInput
 from tests.environments.gitrepo import git, make_repo
 
 PRINTED = "installer printed this line"
@@ -118,3 +118,39 @@ def test_redaction_catches_values_across_chunks_and_prefers_the_longest(tmp_path
         monkeypatch.undo()
     found = redaction.worker_secrets({"A": "env:APP_A"}, {"APP_A": "value-of-a", "GITHUB_TOKEN": "ghp_x", "HOME": "/r"})
     assert found == {"A": "value-of-a", "GITHUB_TOKEN": "ghp_x"}
+
+
+def test_a_captured_head_is_stored_as_its_patch_from_the_base_tagged_with_the_head(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    base = git("rev-parse", "HEAD", cwd=repo.work)
+    (repo.work / "PUSHED.md").write_text("pushed by someone else\n")
+    git("add", "PUSHED.md", cwd=repo.work)
+    git("commit", "-qm", "a push the run did not make", cwd=repo.work)
+    git("push", "-q", "origin", "HEAD:refs/heads/fix", cwd=repo.work)
+    head = git("rev-parse", "HEAD", cwd=repo.work)
+
+    root = tmp_path / "evidence"
+    store = LocalArtifactStore(root)
+    activities = Services(
+        DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri())
+    ).environment_activities()
+    env = ActivityEnvironment()
+    spec_ref = env.run(
+        activities.prepare_spec,
+        PrepareSpecInput(run_id="r1", op_id="r1:spec", repository="o/cart", clone_url=repo.url, base_revision=base),
+    )
+    captured = env.run(
+        activities.capture_head, CaptureHeadInput(run_id="r1", spec_ref=spec_ref, head_sha=head, base_revision=base)
+    )
+
+    ref = captured.patch_ref
+    assert (ref.kind, ref.media_type, ref.name, ref.revision, ref.run_id) == (
+        ArtifactKind.PATCH,
+        "text/x-diff",
+        "head.patch",
+        head,
+        "r1",
+    )
+    patch = store.read_bytes(ref).decode()
+    assert "+++ b/PUSHED.md" in patch and "+pushed by someone else" in patch
+    assert captured.descends_from_base and not captured.empty

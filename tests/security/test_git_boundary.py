@@ -281,6 +281,7 @@ GIT_CALL_SITES: dict[str, str] = {
     "repair/patch.py:*": "isolated: a fresh GIT_DIR borrowing the mirror's objects",
     "reviews/claims.py:*": "mirror: claim refs on the forge",
     "reviews/branches.py:*": "mirror: pushes from the worker's repository",
+    "reviews/leased_push.py:leased_push": "mirror: the conditional push of branches.py and claims.py",
     "pipeline/forge_setup.py:*": "operator command: the operator's own checkout",
     "pipeline/demo_run.py:DemoRun._fix_merged": "demo: a fresh clone of the forge's main",
     "pipeline/cli/onboard.py:*": "operator command: the operator's own checkout, before anything ran in it",
