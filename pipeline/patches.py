@@ -66,3 +66,6 @@ HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 # The run upserts its compact recorded state (pipeline/recorded_state.py) into its memo at every phase change,
 # so ``durafix status`` can say what it last recorded with no worker polling; runs recorded before issue none.
 STATE_MEMO_PATCH = "state-in-memo"
+# The review wait continues as new whenever the server suggests it, carrying exactly its state
+# (pipeline/flow/carry.py), so a review of weeks stays inside Temporal's history limits (runs before waited in one).
+REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"

@@ -62,19 +62,26 @@ class RepairBugWorkflow:
     @workflow.init
     def __init__(self, inp: RepairInput) -> None:
         info = workflow.info()
-        state = RunState(
-            workflow_id=info.workflow_id,
-            run_id=info.run_id,
-            repository=inp.repository,
-            issue_number=inp.issue_number,
-            base_branch=inp.base_branch,
-            budgets=Budgets(
-                repair_attempts_max=inp.policy.max_repair_attempts,
-                model_token_budget=inp.policy.model_token_budget,
-                revisions_max=inp.policy.revisions_max,
-            ),
+        carried = inp.resume
+        state = (
+            carried.state.model_copy(update={"run_id": info.run_id})
+            if carried is not None
+            else RunState(
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+                repository=inp.repository,
+                issue_number=inp.issue_number,
+                base_branch=inp.base_branch,
+                budgets=Budgets(
+                    repair_attempts_max=inp.policy.max_repair_attempts,
+                    model_token_budget=inp.policy.model_token_budget,
+                    revisions_max=inp.policy.revisions_max,
+                ),
+            )
         )
         self._ctx = ctx = self.context_type(input=inp, state=state)
+        if carried is not None:
+            ctx.resume(carried)
         self._state = state
         self._decide = Decisions(ctx)
         envs = Environments(ctx)
@@ -184,7 +191,8 @@ class RepairBugWorkflow:
         # Runs started before cancellation waited for active work (and noted the evidence it kept) must
         # replay as they ran: the patch marker is recorded once, at the start of new runs.
         ctx.cancellation_v2 = workflow.patched(CANCELLATION_PATCH)
-        self._state.budgets.deadline = workflow.now() + timedelta(seconds=inp.policy.run_deadline_s)
+        if inp.resume is None:  # a run continued as new keeps the deadline it started with
+            self._state.budgets.deadline = workflow.now() + timedelta(seconds=inp.policy.run_deadline_s)
         outcome, detail = Outcome.NEEDS_HUMAN_TRIAGE, ""
         cancelled = False
         try:
@@ -211,7 +219,10 @@ class RepairBugWorkflow:
         return self._state
 
     async def _pipeline(self) -> tuple[Outcome, str]:
-        """The phases in order; a phase that ends the run raises :class:`RunEnded`."""
+        """The phases in order; a phase that ends the run raises :class:`RunEnded`. A run continued as new
+        (its review wait did) takes up the review wait where it was."""
+        if self._ctx.input.resume is not None:
+            return await self._review_and_merge()
         await self._intake.run()
         await self._ctx.update_ticket()
         if workflow.patched(BASELINE_PATCH):

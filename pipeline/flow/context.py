@@ -28,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     from evidence.interface import ArtifactRef
     from pipeline import accounting, messages, steps
     from pipeline.failures import failure_details, failure_message, worker_lost
+    from pipeline.flow.carry import ReviewCarry
     from pipeline.hosts import host_queue
     from pipeline.inputs import RepairInput
     from pipeline.patches import HOST_WORKER_LOST_PATCH, LATE_COMPLETION_PATCH, MODEL_OUTAGE_PATCH, STATE_MEMO_PATCH
@@ -102,6 +103,44 @@ class RunContext:
     # Ticket updates from a signal handler and from the run never interleave: each body is computed when its
     # turn comes, so the last write carries the latest state. Uncontended, it never yields.
     ticket_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def resume(self, carry: ReviewCarry) -> None:
+        """Take up what the previous execution of the run carried (its state is already :attr:`state`)."""
+        self.report, self.spec_ref, self.procedure_ref = carry.report, carry.spec_ref, carry.procedure_ref
+        self.hosts = list(carry.hosts)
+        self.live_envs = dict(carry.live_envs)
+        self.cancellation_v2 = carry.cancellation_v2
+        self.closing_note = carry.closing_note
+        self.decisions = ReviewDecisions(
+            approval=carry.approval,
+            rejection=carry.rejection,
+            revision_request=carry.revision_request,
+            moved_head=carry.moved_head,
+            review_note=carry.review_note,
+        )
+
+    def carry(self, head: str, renewals: int, continued: int) -> ReviewCarry:
+        """What the next execution of the run continues with (see :mod:`pipeline.flow.carry`)."""
+        assert self.procedure_ref is not None
+        held = self.decisions
+        return ReviewCarry(
+            state=self.state,
+            report=self.the_report,
+            spec_ref=self.spec,
+            procedure_ref=self.procedure_ref,
+            hosts=self.hosts,
+            live_envs=self.live_envs,
+            cancellation_v2=self.cancellation_v2,
+            closing_note=self.closing_note,
+            approval=held.approval,
+            rejection=held.rejection,
+            revision_request=held.revision_request,
+            moved_head=held.moved_head,
+            review_note=held.review_note,
+            head=head,
+            renewals=renewals,
+            continued=continued,
+        )
 
     # ---- facts of the run -----------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ moved head, revise on a request for changes, reject, or merge on an approval tha
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 
@@ -16,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.patches import (
         BASE_MOVED_PATCH,
         MOVED_HEAD_PATCH,
+        REVIEW_CONTINUE_AS_NEW_PATCH,
         REVIEW_ON_FORGE_PATCH,
         REVIEW_TICKET_PATCH,
         REVISIONS_PATCH,
@@ -36,6 +38,10 @@ class ReviewGate:
         self.revisions = revisions
         self.head = ""
         self.renewals = 0
+        # Whether the wait continues as new when the server suggests it (REVIEW_CONTINUE_AS_NEW_PATCH), and
+        # how many times the run has.
+        self.carries = False
+        self.continued = 0
 
     @property
     def publish(self) -> PublishFact:
@@ -50,14 +56,30 @@ class ReviewGate:
         return number
 
     async def run(self) -> Ending:
-        """Rounds of the review wait until one ends the run."""
-        self.head = self.publish.commit
-        self.renewals = 0
+        """Rounds of the review wait until one ends the run, continuing as new between rounds when the server
+        suggests it. A run continued as new starts here, with the head and counters it carried."""
+        carry = self.ctx.input.resume
+        self.head = carry.head if carry is not None else self.publish.commit
+        self.renewals = carry.renewals if carry is not None else 0
+        self.continued = carry.continued if carry is not None else 0
         self.ctx.decisions.gate = workflow.patched(MOVED_HEAD_PATCH)
+        self.carries = workflow.patched(REVIEW_CONTINUE_AS_NEW_PATCH)
         while True:
+            if self._suggested():
+                await self._continue_as_new()
             ending = await self._round()
             if ending is not None:
                 return ending
+
+    def _suggested(self) -> bool:
+        return self.carries and workflow.info().is_continue_as_new_suggested()
+
+    async def _continue_as_new(self) -> NoReturn:
+        """Continue the run as new with exactly the state it needs, once every handler in flight has finished
+        (an Update answered in this execution is recorded in the state carried)."""
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        carry = self.ctx.carry(self.head, self.renewals, self.continued + 1)
+        workflow.continue_as_new(self.ctx.input.model_copy(update={"resume": carry}))
 
     async def _round(self) -> Ending | None:
         """One wait for a decision and what follows it; None: wait again."""
@@ -71,6 +93,8 @@ class ReviewGate:
             return Outcome.REJECTED, "no review before the review deadline"
         if held.gate and held.moved_head is not None and held.rejection is None:
             return None  # the moved head is verified before anything else is decided about the PR
+        if held.approval is None and held.rejection is None and held.revision_request is None:
+            return None  # woken to continue as new: nothing is decided yet
         if held.rejection is None and held.revision_request is not None:
             request, held.revision_request = held.revision_request, None
             if workflow.patched(REVISIONS_PATCH):
@@ -109,6 +133,7 @@ class ReviewGate:
                     or held.rejection is not None
                     or held.revision_request is not None
                     or (held.gate and held.moved_head is not None)
+                    or self._suggested()
                 ),
                 timeout=timedelta(seconds=self.ctx.input.policy.review_timeout_s),
             )
