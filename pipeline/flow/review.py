@@ -84,10 +84,8 @@ class ReviewGate:
     async def _round(self) -> Ending | None:
         """One wait for a decision and what follows it; None: wait again."""
         held = self.ctx.decisions
-        while held.gate and held.moved_head is not None:
-            push, held.moved_head = held.moved_head, None
-            await self.moved.gate_moved_head(push)
-            self.head = self.publish.commit
+        if not await self._verify_moved_heads():
+            return None
         await self._ask()
         if not await self._wait():
             return Outcome.REJECTED, "no review before the review deadline"
@@ -106,6 +104,18 @@ class ReviewGate:
             r = held.rejection
             return Outcome.REJECTED, f"rejected by {r.reviewer}" + (f": {r.reason}" if r.reason else "")
         return await self._merge()
+
+    async def _verify_moved_heads(self) -> bool:
+        """Verify the moved heads seen, the latest first; False when the run is to continue as new first (the
+        moved head is carried and verified by the next execution)."""
+        held = self.ctx.decisions
+        while held.gate and held.moved_head is not None:
+            if self._suggested():
+                return False
+            push, held.moved_head = held.moved_head, None
+            await self.moved.gate_moved_head(push)
+            self.head = self.publish.commit
+        return True
 
     async def _ask(self) -> None:
         """Enter the review wait asking for a review of the head under review."""
