@@ -2,7 +2,7 @@
 
 A head of the run's PR that the run did not push (a maintainer's push to the run's branch, seen by the
 ``head_moved`` signal, by an approval naming it, or by the merge finding the head moved) is verified like any
-candidate before anyone is asked to review it (``RepairBugWorkflow._gate_moved_head``). Everything here is
+candidate before anyone is asked to review it (``pipeline.flow.moved.MovedHeads.gate_moved_head``). Everything here is
 pure (no I/O), so the workflow can call it.
 """
 
@@ -56,7 +56,7 @@ def not_under_review_detail(head: str, pending: str) -> str:
     )
 
 
-# ---- a moved base branch (RepairBugWorkflow._reverify_on_moved_base) -------------------------------------
+# ---- a moved base branch (pipeline.flow.moved, reverify_on_moved_base) ---------------------------------
 
 
 def base_verified_header(head: str, base_branch: str, new_base: str) -> str:

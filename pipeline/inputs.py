@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from pipeline.flow.carry import ReviewCarry
 from pipeline.policies import RunPolicy
 
 
@@ -31,6 +32,8 @@ class RepairInput(BaseModel):
     policy: RunPolicy = Field(default_factory=RunPolicy)
     environment_provider: str | None = None
     report: PinnedReport | None = None
+    # Set only by the run itself when its review wait continues as new: the state it continues with.
+    resume: ReviewCarry | None = None
 
 
 class ApprovalAck(BaseModel):

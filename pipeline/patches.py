@@ -115,6 +115,7 @@ CLEANUP_TICKET_PATCH = "cleanup-incomplete-on-ticket"
 HOST_AFFINITY_PATCH = "host-affinity"
 HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 STATE_MEMO_PATCH = "state-in-memo"
+REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -247,6 +248,14 @@ PATCHES: tuple[Patch, ...] = (
         "issue none.",
         fixtures=("cleanup-incomplete", "host-affinity"),
         shipped=date(2026, 12, 2),
+    ),
+    Patch(
+        REVIEW_CONTINUE_AS_NEW_PATCH,
+        "The review wait continues as new whenever the server suggests it, carrying exactly its state "
+        "(pipeline/flow/carry.py), so a review of weeks stays inside Temporal's history limits; runs recorded "
+        "before waited in one execution.",
+        fixtures=("review-continued-as-new",),
+        shipped=date(2026, 12, 4),
     ),
 )
 

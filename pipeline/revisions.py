@@ -1,7 +1,7 @@
 """Revisions on review: the texts a revision is built from and says on the PR.
 
 A permitted reviewer's ``changes_requested`` review of the head under review starts a revision (see
-``RepairBugWorkflow._revise``): a bounded repair attempt on top of that head, told what the review said (its
+``pipeline.flow.revise.Revisions.revise``): a bounded repair attempt on top of that head, told what the review said (its
 body and line comments, read from the forge), verified like any candidate, and pushed to the same branch as a
 commit on top of the head under review. Everything here is pure (no I/O), so the workflow can call it.
 """

@@ -1,11 +1,11 @@
 """The contract between the workflow and its activities: every step declared once.
 
 A :class:`Step` names an activity, its task queue, its input and output models, the pattern of its
-operation ID and its timeout class. The workflow calls ``self._step(STEP, arg)`` and gets the declared
-output type back; the adapters in ``pipeline/activities/`` register their implementations under
-``STEP.name``; a test checks that the worker registers every step on its queue with exactly these
-annotations. So the workflow never imports a provider (PyGithub, Playwright, Docker, the openai SDK), and a
-call site cannot disagree with its activity.
+operation ID and its timeout class. The workflow's phases call ``ctx.step(STEP, arg)``
+(:class:`pipeline.flow.context.RunContext`) and get the declared output type back; the adapters in
+``pipeline/activities/`` register their implementations under ``STEP.name``; a test checks that the worker
+registers every step on its queue with exactly these annotations. So the workflow never imports a provider
+(PyGithub, Playwright, Docker, the openai SDK), and a call site cannot disagree with its activity.
 
 Activity names and payload shapes are recorded in workflow histories: change one only behind
 ``workflow.patched``.

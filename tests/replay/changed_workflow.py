@@ -16,6 +16,7 @@ histories of the current code replay on this one unchanged (``tests/replay/test_
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TypeVar
 
 from temporalio import workflow
@@ -24,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from pipeline import steps
+    from pipeline.flow.context import RunContext
     from pipeline.inputs import RepairInput
     from pipeline.state import Outcome, RunState
     from pipeline.steps import Step
@@ -38,12 +40,29 @@ NOTICE_KEY = "merge-notice"
 NOTICE_TEXT = "durafix is merging"
 
 
+@dataclass
+class NoticeContext(RunContext):
+    """The run context of the changed code: says the notice before the first merge step."""
+
+    # Whether the notice is still to be said; None until the run enters review (a handler's step may run first).
+    merge_notice: bool | None = None
+
+    async def step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
+        if step is steps.MERGE and self.merge_notice:
+            # Said once, before the first merge attempt: a renewed review's merge says nothing more.
+            self.merge_notice = False
+            approval = self.state.approval
+            assert approval is not None
+            key = f"{self.state.workflow_id}:{NOTICE_KEY}"
+            await self.say_on_pr(key, f"{NOTICE_TEXT} `{approval.head_sha}` approved by {approval.reviewer}.")
+        return await super().step(step, arg, host=host)
+
+
 @workflow.defn(name="repair_bug")
 class ChangedRepairBug(RepairBugWorkflow):
     """``repair_bug`` with the merge notice (see the module's docstring for where its patch is decided)."""
 
-    # Whether the notice is still to be said; None until the run enters review (a handler's step may run first).
-    _merge_notice: bool | None = None
+    context_type = NoticeContext
 
     @workflow.run
     async def run(self, inp: RepairInput) -> RunState:
@@ -51,15 +70,7 @@ class ChangedRepairBug(RepairBugWorkflow):
 
     async def _review_and_merge(self) -> tuple[Outcome, str]:
         # Decided once, in the task that enters review, never in a task after the review wait.
-        self._merge_notice = workflow.patched(MERGE_NOTICE_PATCH)
+        ctx = self._ctx
+        assert isinstance(ctx, NoticeContext)
+        ctx.merge_notice = workflow.patched(MERGE_NOTICE_PATCH)
         return await super()._review_and_merge()
-
-    async def _step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
-        if step is steps.MERGE and self._merge_notice:
-            # Said once, before the first merge attempt: a renewed review's merge says nothing more.
-            self._merge_notice = False
-            approval = self._state.approval
-            assert approval is not None
-            key = f"{self._state.workflow_id}:{NOTICE_KEY}"
-            await self._say_on_pr(key, f"{NOTICE_TEXT} `{approval.head_sha}` approved by {approval.reviewer}.")
-        return await super()._step(step, arg, host=host)

@@ -1,0 +1,241 @@
+"""The stepped agent: one repair attempt (or revision) as recorded steps: model turn, tool batch, ..., then
+the conclusion.
+
+The transcript and the patch so far travel between the steps as stored references, so each completed step is
+in the history and is never run again: a worker lost mid-step costs only that step (a model turn re-sends its
+one request; a tool batch re-runs on base + the patch before it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from evidence.interface import ArtifactRef
+    from pipeline import accounting, steps
+    from pipeline.flow.context import RunContext, RunEnded
+    from pipeline.flow.environments import Environments
+    from pipeline.patches import AGENT_RUN_TOOLS_PATCH
+    from pipeline.state import Outcome, Phase, ReproductionOutcome
+    from pipeline.steps import (
+        AGENT_MAX_TURNS,
+        AgentConcludeInput,
+        AgentRecordInput,
+        AgentRunInput,
+        AgentToolCall,
+        AgentToolResult,
+        AgentToolsInput,
+        AgentTurnInput,
+        ProposalResult,
+    )
+    from repair.context import EarlierAttempt
+    from repair.stepping import Segment, ToolCall, segments
+    from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
+
+
+@dataclass
+class AttemptSpec:
+    """What one stepped attempt is: its number, operation ID, what it is told, and where it starts. A revision
+    starts from ``start_patch`` (the patch under review) and opens with what the review asked for."""
+
+    attempt: int
+    repair_op: str
+    failures: list[EarlierAttempt]
+    token_budget: int
+    start_patch: ArtifactRef | None = None
+    revision: int = 0
+    review_feedback: str = ""
+
+
+@dataclass
+class _Progress:
+    """An attempt's state between its steps."""
+
+    transcript: ArtifactRef | None = None
+    patch: ArtifactRef | None = None
+    prompt: int = 0
+    completion: int = 0
+    model: str = ""
+    summary: str | None = None
+    turn: int = 0
+    tools: list[str] | None = field(default=None)
+
+
+class SteppedAgent:
+    """The stepped engine (see the module docstring)."""
+
+    def __init__(self, ctx: RunContext, envs: Environments) -> None:
+        self.ctx = ctx
+        self.envs = envs
+
+    async def attempt(self, spec: AttemptSpec) -> ProposalResult:
+        """Run the attempt to its conclusion. Tokens are charged to the run after every turn (a failed turn's
+        through its failure, by the caller). The run ends ``repair-budget-exhausted`` when the attempt uses all
+        its turns; a step's failure propagates as the ``ActivityError`` the caller judges."""
+        ctx = self.ctx
+        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if workflow.patched(AGENT_RUN_TOOLS_PATCH) else None
+        progress = _Progress(patch=spec.start_patch, tools=tools)
+        while progress.summary is None:
+            if progress.turn >= AGENT_MAX_TURNS:
+                raise RunEnded(
+                    Outcome.REPAIR_BUDGET_EXHAUSTED,
+                    f"attempt {spec.attempt}: the model used all {AGENT_MAX_TURNS} turns without finishing",
+                )
+            await self._turn(spec, progress)
+        return await ctx.step(
+            steps.AGENT_CONCLUDE,
+            AgentConcludeInput(
+                run_id=ctx.wf,
+                op_id=spec.repair_op,
+                attempt=spec.attempt,
+                spec_ref=ctx.spec,
+                patch_ref=progress.patch,
+                transcript_ref=progress.transcript,
+                summary=progress.summary,
+                prompt_tokens=progress.prompt,
+                completion_tokens=progress.completion,
+                model=progress.model,
+            ),
+        )
+
+    async def _turn(self, spec: AttemptSpec, progress: _Progress) -> None:
+        """One model turn and the calls it made."""
+        ctx = self.ctx
+        report = ctx.the_report
+        progress.turn += 1
+        turn = progress.turn
+        baseline = ctx.state.baseline
+        answer = await ctx.model_step(
+            steps.AGENT_TURN,
+            AgentTurnInput(
+                run_id=ctx.wf,
+                op_id=f"{spec.repair_op}:turn-{turn}",
+                attempt=spec.attempt,
+                turn=turn,
+                issue_title=report.title,
+                issue_body=report.body,
+                previous_failures=[f.line() for f in spec.failures],
+                transcript_ref=progress.transcript,
+                token_budget=spec.token_budget - progress.prompt - progress.completion,
+                tools=progress.tools,
+                patch_ref=progress.patch,
+                compact_above_chars=ctx.input.policy.agent_compact_chars if progress.tools is not None else None,
+                revision=spec.revision,
+                review_feedback=spec.review_feedback,
+                spec_ref=ctx.spec,
+                reproduction=ctx.state.reproduction,
+                baseline_summary=baseline.summary if baseline else None,
+                earlier_attempts=spec.failures,
+            ),
+            spec.attempt,
+        )
+        progress.prompt += answer.prompt_tokens
+        progress.completion += answer.completion_tokens
+        accounting.charge_turn(ctx.state.budgets, spec.attempt, turn, answer)
+        progress.model = answer.model
+        progress.transcript = answer.transcript_ref
+        if not answer.calls:
+            progress.summary = answer.summary or "(the model gave no summary)"
+            return
+        await self._calls(spec, progress, answer.calls, answer.transcript_ref)
+
+    async def _calls(
+        self, spec: AttemptSpec, progress: _Progress, calls: list[AgentToolCall], transcript: ArtifactRef
+    ) -> None:
+        """Carry out one turn's calls in order, each segment where it runs (:func:`repair.stepping.segments`):
+        workspace tools as one ``model.agent_tools`` batch, ``run_tests``/``run`` as ``env.agent_run`` in the
+        sandbox, ``run_reproduction`` as the run's own reproduction on base + the patch so far. Each segment
+        is a recorded step that sees every edit before it; the transcript, the patch and the summary after.
+        Without run tools offered (runs recorded before) every call goes to one batch, as then."""
+        tool_calls = [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls]
+        cut = segments(tool_calls) if progress.tools is not None else [Segment(None, tool_calls)]
+        progress.transcript = transcript
+        summary: str | None = None
+        for k, segment in enumerate(cut, 1):
+            part = [AgentToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in segment.calls]
+            # One segment keeps the operation ID of the whole batch, as before the run tools existed.
+            suffix = "" if len(cut) == 1 else f"-{k}"
+            if segment.run is None:
+                said = await self._tools(spec, progress, part, suffix)
+                summary = said if said is not None else summary
+            elif segment.run == RUN_REPRODUCTION:
+                await self._reproduction(spec, progress, part[0], k)
+            else:
+                await self._run(spec, progress, part[0], k)
+        progress.summary = summary
+
+    async def _tools(
+        self, spec: AttemptSpec, progress: _Progress, part: list[AgentToolCall], suffix: str
+    ) -> str | None:
+        ctx = self.ctx
+        assert progress.transcript is not None
+        ran = await ctx.step(
+            steps.AGENT_TOOLS,
+            AgentToolsInput(
+                run_id=ctx.wf,
+                op_id=f"{spec.repair_op}:tools-{progress.turn}{suffix}",
+                attempt=spec.attempt,
+                turn=progress.turn,
+                spec_ref=ctx.spec,
+                transcript_ref=progress.transcript,
+                patch_ref=progress.patch,
+                calls=part,
+            ),
+        )
+        accounting.count_tools(ctx.state.budgets, spec.attempt, ran)
+        progress.transcript, progress.patch = ran.transcript_ref, ran.patch_ref
+        return ran.summary
+
+    async def _reproduction(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
+        ctx = self.ctx
+        assert progress.transcript is not None
+        content = await self._reproduce(spec.attempt, progress.turn, k, progress.patch)
+        progress.transcript = await ctx.step(
+            steps.AGENT_RECORD,
+            AgentRecordInput(
+                run_id=ctx.wf,
+                attempt=spec.attempt,
+                turn=progress.turn,
+                transcript_ref=progress.transcript,
+                results=[AgentToolResult(id=call.id, content=content)],
+            ),
+        )
+
+    async def _run(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
+        ctx = self.ctx
+        assert progress.transcript is not None
+        done = await ctx.step(
+            steps.AGENT_RUN,
+            AgentRunInput(
+                run_id=ctx.wf,
+                op_id=f"{spec.repair_op}:run-{progress.turn}-{k}",
+                attempt=spec.attempt,
+                turn=progress.turn,
+                spec_ref=ctx.spec,
+                transcript_ref=progress.transcript,
+                patch_ref=progress.patch,
+                call=call,
+            ),
+        )
+        progress.transcript = done.transcript_ref
+        accounting.count_invalid(ctx.state.budgets, spec.attempt, int(done.refused))
+        if done.output_ref is not None:
+            ctx.record(done.output_ref)
+
+    async def _reproduce(self, attempt: int, turn: int, k: int, patch: ArtifactRef | None) -> str:
+        """The report's procedure on the app built from base + ``patch``, told as a tool result. An app that
+        keeps dying is a finding for the model here, not the end of the run."""
+        label = f"agent-{attempt}-{turn}-{k}"
+        try:
+            fact = await self.envs.reproduce_on(
+                self.ctx.the_report.base_revision, patch, label, Phase.REPAIR, Phase.REPAIR
+            )
+        except RunEnded as ended:
+            return f"error: the reproduction could not run: {ended.detail}"
+        self.ctx.enter(Phase.REPAIR)
+        shown = {
+            ReproductionOutcome.REPRODUCED: "the bug still shows on your workspace",
+            ReproductionOutcome.NOT_REPRODUCED: "the bug no longer shows on your workspace",
+        }.get(fact.status, f"the reproduction ended {fact.status}")
+        return f"{shown}: {fact.detail}" if fact.detail else shown

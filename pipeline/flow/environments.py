@@ -1,0 +1,200 @@
+"""Environments: provision a revision (with a patch), reproduce the report there, tear it down; the hosts that
+held them and their share of the cleanup."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from environments.interface import CleanupReport, EnvironmentHandle
+    from evidence.interface import ArtifactRef
+    from pipeline import steps
+    from pipeline.failures import FailureClass, failure_class, failure_message
+    from pipeline.flow.context import RunContext, RunEnded, detail_ref, host_unreachable
+    from pipeline.ids import op_id
+    from pipeline.patches import HOST_AFFINITY_PATCH
+    from pipeline.state import (
+        EnvironmentFact,
+        EnvironmentState,
+        Outcome,
+        Phase,
+        ReproductionFact,
+        ReproductionOutcome,
+    )
+    from pipeline.steps import CleanupRunInput, ProvisionInput, ReproduceInput, ReproduceResult
+
+
+class Environments:
+    """The run's environments (see the module docstring)."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+
+    async def reproduce_on(
+        self,
+        revision: str,
+        patch_ref: ArtifactRef | None,
+        label: str,
+        provisioning: Phase,
+        reproducing: Phase,
+        base: str | None = None,
+    ) -> ReproductionFact:
+        """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
+        (in ``reproducing``), tear down. An environment found dead is provisioned anew, once."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        last_detail = ""
+        for env_attempt in (1, 2):
+            env_op = op_id(ctx.wf, f"env-{label}", env_attempt)
+            ctx.enter(provisioning)
+            handle = await self._provision(env_op, revision, patch_ref, base)
+            if isinstance(handle, ReproductionFact):
+                return handle
+            repro_op = op_id(ctx.wf, f"reproduce-{label}", env_attempt)
+            ctx.enter(reproducing)
+            result = await self._reproduce(handle, repro_op, revision)
+            if isinstance(result, str):
+                last_detail = result
+                continue
+            return self._reproduced(repro_op, revision, result)
+        raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"environment for {label} kept dying: {last_detail}")
+
+    async def _provision(
+        self, env_op: str, revision: str, patch_ref: ArtifactRef | None, base: str | None
+    ) -> EnvironmentHandle | ReproductionFact:
+        """A ready environment, or the finding that the app at ``revision`` never became ready."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        try:
+            handle = await ctx.step(
+                steps.PROVISION,
+                ProvisionInput(
+                    run_id=ctx.wf,
+                    op_id=env_op,
+                    spec_ref=ctx.spec,
+                    patch_ref=patch_ref,
+                    provider=ctx.input.environment_provider,
+                    base_revision=base,
+                ),
+            )
+        except ActivityError as err:
+            if failure_class(err) != FailureClass.NOT_READY:
+                raise
+            # The app at this revision never became ready: a finding about the revision, not a crash.
+            log_ref = detail_ref(err, "log_ref")
+            if log_ref is not None:
+                ctx.record(log_ref)
+            return ReproductionFact(
+                op_id=env_op,
+                revision=revision,
+                status=ReproductionOutcome.APP_NOT_READY,
+                procedure_ref=ctx.procedure_ref,
+                detail=failure_message(err),
+                log_ref=log_ref,
+            )
+        ctx.live_envs[handle.env_id] = handle
+        ctx.state.environment = EnvironmentFact(
+            env_id=handle.env_id,
+            provider=handle.provider,
+            op_id=handle.op_id,
+            revision=revision,
+            spec_ref=ctx.spec,
+            base_url=handle.base_url,
+            last_status=EnvironmentState.READY,
+            sandbox=handle.sandbox,
+            host=handle.host,
+        )
+        return handle
+
+    async def _reproduce(self, handle: EnvironmentHandle, repro_op: str, revision: str) -> ReproduceResult | str:
+        """The procedure run in ``handle``, torn down after; or why the environment is gone (try a new one)."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None and ctx.state.environment is not None
+        host = self.host_of(handle)
+        try:
+            result = await ctx.step(
+                steps.REPRODUCE,
+                ReproduceInput(
+                    run_id=ctx.wf,
+                    op_id=repro_op,
+                    revision=revision,
+                    procedure_ref=ctx.procedure_ref,
+                    environment=handle,
+                    spec_ref=ctx.spec,
+                ),
+                host=host,
+            )
+        except ActivityError as err:
+            if host and host_unreachable(err):
+                # The host is gone or cut off: a teardown there would only wait for it too. What it holds is
+                # its share of the run's cleanup at the end.
+                ctx.state.environment.last_status = EnvironmentState.GONE
+                return f"host {host} holding the environment did not take the reproduction"
+            if failure_class(err) != FailureClass.ENVIRONMENT_GONE:
+                raise
+            ctx.state.environment.last_status = EnvironmentState.GONE
+            await self.teardown(handle)
+            return failure_message(err)
+        await self.teardown(handle)
+        return result
+
+    def _reproduced(self, repro_op: str, revision: str, result: ReproduceResult) -> ReproductionFact:
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        ctx.state.budgets.reproduction_runs += result.runs
+        for ref in result.artifacts:
+            ctx.record(ref)
+        return ReproductionFact(
+            op_id=repro_op,
+            revision=revision,
+            status=ReproductionOutcome.of(result.status),
+            procedure_ref=ctx.procedure_ref,
+            trace_refs=result.trace_refs,
+            screenshot_refs=result.screenshot_refs,
+            video_refs=result.video_refs,
+            log_ref=result.log_ref,
+            detail=result.detail,
+        )
+
+    async def teardown(self, handle: EnvironmentHandle) -> None:
+        ctx = self.ctx
+        host = self.host_of(handle)
+        try:
+            await ctx.step(steps.TEARDOWN, handle, host=host)
+        except ActivityError as err:
+            if not (host and host_unreachable(err)):
+                raise
+            # The host is gone or cut off: what it holds is its share of the run's cleanup (on its queue) at the end.
+            workflow.logger.warning("host %s did not take the teardown of %s", host, handle.env_id)
+            return
+        ctx.live_envs.pop(handle.env_id, None)
+        if ctx.state.environment is not None and ctx.state.environment.env_id == handle.env_id:
+            ctx.state.environment.last_status = EnvironmentState.TORN_DOWN
+
+    def host_of(self, handle: EnvironmentHandle) -> str:
+        """The host the steps reaching ``handle`` must run on (``""``: any; see :mod:`pipeline.hosts`)."""
+        if not handle.host or not workflow.patched(HOST_AFFINITY_PATCH):
+            return ""
+        if handle.host not in self.ctx.hosts:
+            self.ctx.hosts.append(handle.host)
+        return handle.host
+
+    async def cleanup_hosts(self, report: CleanupReport) -> list[str]:
+        """Each host that held an environment of the run removes what it holds (added to ``report``); returns
+        the hosts that did not take their cleanup in time, whose share remains."""
+        unreachable = []
+        for host in self.ctx.hosts:
+            try:
+                part = await self.ctx.step(steps.CLEANUP_RUN, CleanupRunInput(run_id=self.ctx.wf), host=host)
+            except ActivityError as err:
+                if not host_unreachable(err):
+                    raise
+                unreachable.append(host)
+                continue
+            # The general cleanup may have run on this very host: what both report is said once.
+            seen = {(r.kind, r.resource_id) for r in report.remaining}
+            report.removed.extend(part.removed)
+            report.remaining.extend(r for r in part.remaining if (r.kind, r.resource_id) not in seen)
+            report.errors.extend(e for e in part.errors if e not in report.errors)
+        return unreachable

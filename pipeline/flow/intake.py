@@ -1,0 +1,172 @@
+"""Intake, up to the first repair attempt: the report (pinned at its trigger), the ticket, the reproduction
+procedure (drafted by the model when the report has none), the environment spec, the report reproduced on the
+base, and the recipe's tests on the base (the baseline)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from pipeline import messages, steps
+    from pipeline.failures import FailureClass, failure_class, failure_message
+    from pipeline.flow.context import RunContext, RunEnded
+    from pipeline.flow.environments import Environments
+    from pipeline.ids import op_id
+    from pipeline.patches import PINNED_REPORT_PATCH
+    from pipeline.state import BaselineFact, Outcome, Phase, ReportEdit, ReproductionOutcome, TicketFact
+    from pipeline.steps import (
+        BaselineInput,
+        DraftProcedureInput,
+        EnsureTicketInput,
+        PrepareProcedureInput,
+        PrepareSpecInput,
+        ProcedureResult,
+        ReadReportInput,
+        ReportInfo,
+    )
+
+
+class Intake:
+    """The phases before the repair (see the module docstring), in the order :meth:`run` takes them."""
+
+    def __init__(self, ctx: RunContext, envs: Environments) -> None:
+        self.ctx = ctx
+        self.envs = envs
+
+    async def run(self) -> None:
+        """Intake, ticket, procedure, provision and reproduce; the run ends here if the report does not
+        reproduce on its base."""
+        await self.read_report()
+        await self.open_ticket()
+        await self.prepare_procedure()
+        await self.prepare_spec()
+        await self.reproduce_base()
+
+    async def read_report(self) -> ReportInfo:
+        ctx = self.ctx
+        inp = ctx.input
+        ctx.enter(Phase.INTAKE)
+        report = await ctx.step(
+            steps.READ_REPORT,
+            ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
+        )
+        pinned = inp.report
+        if pinned is not None and workflow.patched(PINNED_REPORT_PATCH):
+            changed = [name for name in ("title", "body") if getattr(report, name) != getattr(pinned, name)]
+            if changed and not any(e.source == "intake" for e in ctx.state.report_edits):
+                ctx.state.report_edits.append(ReportEdit(editor="", fields=changed, at=workflow.now(), source="intake"))
+            report = report.model_copy(update={"title": pinned.title, "body": pinned.body})
+        ctx.report = report
+        ctx.state.target_revision = report.base_revision
+        return report
+
+    async def open_ticket(self) -> None:
+        ctx = self.ctx
+        ctx.enter(Phase.TICKET)
+        ticket_op = op_id(ctx.wf, "ticket")
+        ticket = await ctx.step(
+            steps.ENSURE_TICKET,
+            EnsureTicketInput(
+                op_id=ticket_op,
+                repository=ctx.input.repository,
+                issue_number=ctx.input.issue_number,
+                title=ctx.the_report.title,
+                body=messages.ticket_body(ctx.state),
+            ),
+        )
+        ctx.state.ticket = TicketFact(
+            op_id=ticket_op, issue_number=ticket.issue_number, comment_id=ticket.comment_id, url=ticket.url
+        )
+
+    async def prepare_procedure(self) -> None:
+        ctx = self.ctx
+        ctx.enter(Phase.PROCEDURE)
+        procedure = await ctx.step(
+            steps.PREPARE_PROCEDURE,
+            PrepareProcedureInput(run_id=ctx.wf, report_body=ctx.the_report.body),
+        )
+        if procedure.procedure_ref is None and procedure.missing:
+            procedure = await self._draft_procedure()
+        if procedure.procedure_ref is None:
+            raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
+        ctx.procedure_ref = procedure.procedure_ref
+        ctx.record(procedure.procedure_ref)
+
+    async def _draft_procedure(self) -> ProcedureResult:
+        """The report has no procedure block: ask the model to draft one from its prose."""
+        ctx = self.ctx
+        report = ctx.the_report
+        try:
+            drafted = await ctx.model_step(
+                steps.DRAFT_PROCEDURE,
+                DraftProcedureInput(
+                    run_id=ctx.wf,
+                    op_id=op_id(ctx.wf, "draft-procedure"),
+                    issue_title=report.title,
+                    issue_body=report.body,
+                ),
+            )
+        except ActivityError as err:
+            ctx.count_tokens(err)
+            if failure_class(err) not in (FailureClass.PROCEDURE_INVALID, FailureClass.PERMANENT, FailureClass.BUDGET):
+                raise
+            return ProcedureResult(procedure_ref=None, error=failure_message(err))
+        ctx.state.budgets.model_prompt_tokens += drafted.prompt_tokens
+        ctx.state.budgets.model_completion_tokens += drafted.completion_tokens
+        return drafted
+
+    async def prepare_spec(self) -> None:
+        ctx = self.ctx
+        report = ctx.the_report
+        ctx.enter(Phase.PROVISION)
+        spec_ref = await ctx.step(
+            steps.PREPARE_SPEC,
+            PrepareSpecInput(
+                run_id=ctx.wf,
+                op_id=op_id(ctx.wf, "spec"),
+                repository=ctx.input.repository,
+                clone_url=report.clone_url,
+                base_revision=report.base_revision,
+            ),
+        )
+        ctx.spec_ref = spec_ref
+        ctx.record(spec_ref)
+
+    async def reproduce_base(self) -> None:
+        """The base environment is provisioned in PROVISION and the procedure runs in REPRODUCE (both again if
+        the environment dies under the reproduction)."""
+        ctx = self.ctx
+        revision = ctx.the_report.base_revision
+        base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
+        ctx.state.reproduction = base
+        if base.status != ReproductionOutcome.REPRODUCED:
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",
+            )
+
+    async def baseline(self) -> None:
+        """The recipe's tests on the base: a run whose tests cannot run, or fail before any change, ends in
+        triage before the model is asked for anything (a fix could not be judged against them)."""
+        ctx = self.ctx
+        ctx.enter(Phase.BASELINE)
+        baseline_op = op_id(ctx.wf, "baseline")
+        result = await ctx.step(steps.RUN_BASELINE, BaselineInput(run_id=ctx.wf, op_id=baseline_op, spec_ref=ctx.spec))
+        ctx.record(result.test_output_ref)
+        ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump())
+        base = ctx.the_report.base_revision[:12]
+        if not result.runnable:
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
+                "fix `setup`/`test` in durafix.yaml",
+            )
+        if result.passed or result.cases_ref is not None:
+            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
+            return
+        raise RunEnded(
+            Outcome.NEEDS_HUMAN_TRIAGE,
+            f"the recipe's tests already fail on the base revision {base} ({result.summary}); a fix is judged "
+            "against a passing baseline, or per test with a `test_report` (JUnit XML) named in durafix.yaml",
+        )

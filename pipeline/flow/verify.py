@@ -1,0 +1,99 @@
+"""Verification of a candidate of any kind: a fresh workspace, the recipe's tests and the regression policy,
+then the reproduction replayed on it."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from environments.regression import ProofStatus
+    from pipeline import steps
+    from pipeline.flow import candidates
+    from pipeline.flow.context import RunContext
+    from pipeline.flow.environments import Environments
+    from pipeline.state import CandidateFact, Phase, ReproductionOutcome
+    from pipeline.steps import VerifyInput, VerifyResult
+
+
+class Verify:
+    """The verify phase (see the module docstring)."""
+
+    def __init__(self, ctx: RunContext, envs: Environments) -> None:
+        self.ctx = ctx
+        self.envs = envs
+
+    async def judge(self, candidate: CandidateFact) -> str | None:
+        """Verify ``candidate`` and record its verdict; None means passed, else why it failed."""
+        failure = await self.verify(candidate)
+        candidates.record_verdict(candidate, failure)
+        return failure
+
+    async def verify(self, candidate: CandidateFact) -> str | None:
+        """Verify a candidate on a fresh workspace: tests, then the reproduction replayed. None means passed."""
+        ctx = self.ctx
+        report = ctx.the_report
+        baseline = ctx.state.baseline
+        verified = await ctx.step(
+            steps.VERIFY_CANDIDATE,
+            VerifyInput(
+                run_id=ctx.wf,
+                op_id=candidates.verify_op(ctx.wf, candidate),
+                spec_ref=ctx.spec,
+                patch_ref=candidate.patch_ref,
+                message=candidates.commit_message(ctx.state, report.title, candidate),
+                commit_timestamp=candidate.commit_timestamp,
+                baseline_cases_ref=baseline.cases_ref if baseline else None,
+                parent_commit=candidate.parent_commit,
+                base_revision=candidate.base_revision,
+            ),
+        )
+        head_tree = candidate.tree
+        commit = self._take(candidate, verified)
+        failure = self._judged(candidate, verified, head_tree)
+        if failure is not None:
+            return failure
+        replay = await self.envs.reproduce_on(
+            commit,
+            candidate.patch_ref,
+            candidates.label(candidate),
+            Phase.VERIFY,
+            Phase.VERIFY,
+            base=candidate.base_revision,
+        )
+        candidate.replay = replay
+        if replay.status == ReproductionOutcome.REPRODUCED:
+            return "the bug still reproduces on the candidate"
+        if replay.status != ReproductionOutcome.NOT_REPRODUCED:
+            return f"replay on the candidate was {replay.status}: {replay.detail}"
+        return None
+
+    def _take(self, candidate: CandidateFact, verified: VerifyResult) -> str:
+        """Record what the verification found on ``candidate`` and in the run's evidence; the candidate's commit."""
+        # A pushed head is verified as base + its whole change, which must rebuild the head's own tree; the
+        # candidate is then that head (the commit made on the workspace is the verification's, not the PR's).
+        commit = candidate.commit = candidate.pushed_head or verified.commit
+        candidate.tree = verified.tree
+        candidate.tests_passed = verified.tests_passed
+        candidate.test_summary = verified.test_summary
+        candidate.test_output_ref = verified.test_output_ref
+        candidate.bundle_ref = verified.bundle_ref
+        self.ctx.record(verified.test_output_ref)
+        self.ctx.record(verified.bundle_ref)
+        candidate.regression = verified.regression
+        for ref in verified.regression.refs if verified.regression else []:
+            self.ctx.record(ref)
+        return commit
+
+    def _judged(self, candidate: CandidateFact, verified: VerifyResult, head_tree: str | None) -> str | None:
+        """Why the verification's own findings refuse ``candidate`` (before its replay), or None."""
+        if candidate.pushed_head and verified.tree != head_tree:
+            return f"the verified tree {verified.tree} is not the tree {head_tree} of {candidate.pushed_head}"
+        if not verified.tests_passed:
+            return f"tests failed: {verified.test_summary}"
+        proof = verified.regression
+        if self.ctx.input.policy.require_regression_test and (proof is None or proof.status != ProofStatus.PROVEN):
+            said = proof.summary if proof else "no regression proof was run"
+            return (
+                f"no regression test: {said}; the policy asks for a test that fails on the base and passes with the fix"
+            )
+        return None
