@@ -66,3 +66,6 @@ HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 # The run upserts its compact recorded state (pipeline/recorded_state.py) into its memo at every phase change,
 # so ``durafix status`` can say what it last recorded with no worker polling; runs recorded before issue none.
 STATE_MEMO_PATCH = "state-in-memo"
+# The run stores its whole state in the evidence store once it ended (``evidence.record_run``) and answers with a
+# bounded one; runs recorded before issue no such step.
+RUN_RECORD_PATCH = "run-record-stored"

@@ -23,7 +23,7 @@ from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
-from pipeline.state import RegressionFact, ReproductionFact
+from pipeline.state import RegressionFact, ReproductionFact, RunState
 from repair.context import EarlierAttempt
 from reviews.approval_policy import ApprovalPolicy
 
@@ -610,6 +610,15 @@ class AgentCommandInput(BaseModel):
     token_budget: int
 
 
+# ---- the run's record (pipeline/activities/run_record.py) ---------------------------------------------
+
+
+class RecordRunInput(BaseModel):
+    """The run's whole state once it ended, to be stored as its record."""
+
+    state: RunState
+
+
 # Responses a stepped attempt may take without finishing (as many as the engine's own loop allows).
 AGENT_MAX_TURNS = 30
 
@@ -670,6 +679,7 @@ CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCa
 REBUILD_ON_BASE = Step("env.rebuild_on_base", Q.ENVIRONMENTS, RebuildOnBaseInput, RebuiltOnBase, T.ENVIRONMENT)
 CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
 BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
+RECORD_RUN = Step("evidence.record_run", Q.ENVIRONMENTS, RecordRunInput, ArtifactRef, T.ENVIRONMENT)
 
 PREPARE_PROCEDURE = Step("browser.prepare_procedure", Q.BROWSER, PrepareProcedureInput, ProcedureResult, T.BROWSER)
 REPRODUCE = Step(
@@ -720,6 +730,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     RUN_BASELINE,
     CLEANUP_RUN,
     BUILD_EVIDENCE,
+    RECORD_RUN,
     PREPARE_PROCEDURE,
     REPRODUCE,
     DRAFT_PROCEDURE,

@@ -59,6 +59,7 @@ with workflow.unsafe.imports_passed_through():
         REVIEW_ON_FORGE_PATCH,
         REVIEW_TICKET_PATCH,
         REVISIONS_PATCH,
+        RUN_RECORD_PATCH,
         STATE_MEMO_PATCH,
         STEPPED_AGENT_PATCH,
     )
@@ -129,6 +130,7 @@ with workflow.unsafe.imports_passed_through():
         ReadReportInput,
         ReadReviewInput,
         RebuildOnBaseInput,
+        RecordRunInput,
         ReportInfo,
         ReproduceInput,
         RequestReviewInput,
@@ -214,6 +216,12 @@ class RepairBugWorkflow:
     # histories and running clients use: never rename them. Clients call them by method reference.
     @workflow.query
     def state(self) -> RunState:
+        """The run's state, its growing lists cut to their latest entries (:meth:`RunState.bounded`)."""
+        return self._state.bounded()
+
+    @workflow.query
+    def record(self) -> RunState:
+        """The run's whole state, every entry of its lists (a query: nothing of it enters history)."""
         return self._state
 
     @workflow.update
@@ -499,8 +507,10 @@ class RepairBugWorkflow:
                 CancelStep.CANCELLED if self._state.outcome == Outcome.CANCELLED else CancelStep.CLEANUP_INCOMPLETE,
                 self._state.outcome_detail,
             )
+        await self._store_record()
+        if cancelled:
             raise asyncio.CancelledError()
-        return self._state
+        return self._state.bounded()
 
     async def _wind_down_cancelled(self) -> None:
         """The first steps of cancellation; cleanup and the final step follow in ``_finish``.
@@ -1857,6 +1867,13 @@ class RepairBugWorkflow:
             await self._update_ticket(note=self._closing_note, closing=True)
         except ActivityError as err:
             self._state.outcome_detail += f" (final ticket update failed: {failure_message(err)})"
+
+    async def _store_record(self) -> None:
+        """The whole state stored as the run's record, named by ``record_ref`` (the result is bounded). Best
+        effort: the run has ended, and a record it could not store leaves ``record_ref`` unset."""
+        if workflow.patched(RUN_RECORD_PATCH):
+            with contextlib.suppress(ActivityError):
+                self._state.record_ref = await self._step(steps.RECORD_RUN, RecordRunInput(state=self._state))
 
     async def _update_ticket(self, note: str = "", *, closing: bool = False) -> None:
         ticket = self._state.ticket
