@@ -17,7 +17,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+)
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -280,6 +286,17 @@ async def get_state(client: Client, workflow_id: str, rpc_timeout: timedelta | N
     a closed run too. Without one the server fails it (``no poller seen``) or, while it still remembers a
     poller that died, holds it until ``rpc_timeout``. :func:`recorded_state_of` needs no worker."""
     return await handle_for(client, workflow_id).query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
+
+
+async def get_record(client: Client, workflow_id: str, rpc_timeout: timedelta | None = None) -> RunState:
+    """The run's whole state (the ``record`` query: every entry of its lists, which the ``state`` query cuts to
+    the latest, :meth:`RunState.bounded`), for a caller deciding over all of them (the reconciler). A worker
+    running code from before the query fails it: then the ``state`` query answers, whole as it was then."""
+    handle = handle_for(client, workflow_id)
+    try:
+        return await handle.query(RepairBugWorkflow.record, rpc_timeout=rpc_timeout)
+    except WorkflowQueryFailedError:
+        return await handle.query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
 
 
 async def recorded_state_of(description: WorkflowExecutionDescription) -> RecordedState | None:

@@ -116,6 +116,7 @@ HOST_AFFINITY_PATCH = "host-affinity"
 HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 STATE_MEMO_PATCH = "state-in-memo"
 REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"
+RUN_RECORD_PATCH = "run-record-stored"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -255,6 +256,13 @@ PATCHES: tuple[Patch, ...] = (
         "(pipeline/flow/carry.py), so a review of weeks stays inside Temporal's history limits; runs recorded "
         "before waited in one execution.",
         fixtures=("review-continued-as-new",),
+        shipped=date(2026, 12, 4),
+    ),
+    Patch(
+        RUN_RECORD_PATCH,
+        "The run stores its whole state in the evidence store once it ended (evidence.record_run) and answers "
+        "with a bounded one; runs recorded before issue no such step.",
+        fixtures=("review-resumed-merged",),
         shipped=date(2026, 12, 4),
     ),
 )

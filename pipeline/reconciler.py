@@ -161,7 +161,9 @@ async def reconcile_once(client: Client, config: DurafixConfig, *, sent: set[str
 async def _reconcile_run(ctx: _Context, workflow_id: str) -> None:
     try:
         # Bounded: a run no worker answers for must not hold up the pass (the next one asks again).
-        state = await asyncio.wait_for(runs.get_state(ctx.client, workflow_id), timeout=QUERY_TIMEOUT_S)
+        # The whole state: which commits are the run's own and which reviews it revised on is decided over every
+        # candidate, not the latest the ``state`` query shows.
+        state = await asyncio.wait_for(runs.get_record(ctx.client, workflow_id), timeout=QUERY_TIMEOUT_S)
     except (RPCError, WorkflowQueryFailedError, WorkflowQueryRejectedError, TimeoutError) as err:
         ctx.report.errors.append(
             Failure(workflow_id=workflow_id, where="temporal", what="query the run's state", error=repr(err))

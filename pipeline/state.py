@@ -480,7 +480,34 @@ class PhaseMark(BaseModel):
     at: datetime
 
 
+# How many of the latest entries of each growing list the run answers with (its ``state`` query, its result):
+# the rest are counted in :class:`Omitted` and kept in the run's record in the evidence store (``record_ref``).
+SHOWN_DELIVERIES = 50
+SHOWN_CANDIDATES = 20
+SHOWN_EVIDENCE = 100
+SHOWN_HEAD_PUSHES = 20
+
+
+class Omitted(BaseModel):
+    """How many of the earliest entries of each list a bounded :class:`RunState` leaves out: its lists hold the
+    latest ones, the run's record (:attr:`RunState.record_ref`) holds them all."""
+
+    deliveries: int = 0
+    candidates: int = 0
+    evidence: int = 0
+    head_pushes: int = 0
+
+    def total(self, name: str, shown: int) -> int:
+        """The count of list ``name`` in the whole record, of which ``shown`` are in the bounded state."""
+        return shown + int(getattr(self, name))
+
+
 class RunState(BaseModel):
+    """What the workflow knows. The workflow holds every entry of its lists; what it answers with (the ``state``
+    query, its result) is :meth:`bounded`: the latest ``SHOWN_*`` of each, the earlier ones counted in
+    ``omitted``, and, once the run stored it, ``record_ref``: the whole state as JSON in the evidence store
+    (:func:`pipeline.activities.run_record.read_record`)."""
+
     workflow_id: str
     run_id: str
     workflow_version: int = WORKFLOW_VERSION
@@ -510,6 +537,27 @@ class RunState(BaseModel):
     cancellation: list[CancelMark] = Field(default_factory=list)
     timeline: list[PhaseMark] = Field(default_factory=list)
 
+    omitted: Omitted = Field(default_factory=Omitted)
+    record_ref: ArtifactRef | None = None
+
     @property
     def candidate(self) -> CandidateFact | None:
         return self.candidates[-1] if self.candidates else None
+
+    def bounded(self) -> RunState:
+        """A copy whose growing lists keep their latest ``SHOWN_*`` entries, the cut ones added to ``omitted``:
+        its size no longer grows with the deliveries, pushes and attempts a run sees. ``candidate`` (the latest)
+        is unchanged. A pure function of the state (the workflow answers with it deterministically)."""
+        cut: dict[str, Any] = {}
+        omitted = self.omitted.model_copy()
+        for name, keep in (
+            ("deliveries", SHOWN_DELIVERIES),
+            ("candidates", SHOWN_CANDIDATES),
+            ("evidence", SHOWN_EVIDENCE),
+            ("head_pushes", SHOWN_HEAD_PUSHES),
+        ):
+            entries: list[Any] = getattr(self, name)
+            if len(entries) > keep:
+                cut[name] = entries[-keep:]
+                setattr(omitted, name, getattr(omitted, name) + len(entries) - keep)
+        return self.model_copy(update={**cut, "omitted": omitted}) if cut else self

@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
-from pipeline.state import RegressionFact, ReproductionFact
+from pipeline.state import RegressionFact, ReproductionFact, RunState
 from repair.context import EarlierAttempt
 from reviews.approval_policy import ApprovalPolicy
 
@@ -435,7 +435,10 @@ class ProposalResult(BaseModel):
 
 
 class AgentToolCall(BaseModel):
-    """One function call a model turn asked for (its arguments the JSON text the model wrote)."""
+    """One function call a model turn asked for: its ID, its name, and ``arguments``, a reference to the JSON
+    text the model wrote (``durafix-arguments:sha256:<hex>:<chars>``, :mod:`pipeline.activities.agent_calls`),
+    never the text itself: that stays in the stored transcript, whose last answer asked for the call, and may
+    be a whole file (``write_file``). Results recorded before references hold the text itself."""
 
     id: str
     name: str
@@ -447,14 +450,14 @@ class AgentTurnInput(BaseModel):
     attempt's first turn: the opening messages are built from the report and, when the workflow passes
     them, the run's facts: the base reproduction, the spec's test command, the baseline, and the earlier
     attempts; without them, from ``previous_failures``); ``token_budget`` is what the attempt may still
-    spend."""
+    spend. Those facts are carried by the first turn's input only (see ``_opening_facts_once``)."""
 
     run_id: str
     op_id: str
     attempt: int
     turn: int
-    issue_title: str
-    issue_body: str
+    issue_title: str = ""
+    issue_body: str = ""
     previous_failures: list[str] = Field(default_factory=list)
     transcript_ref: ArtifactRef | None = None
     token_budget: int
@@ -474,6 +477,29 @@ class AgentTurnInput(BaseModel):
     reproduction: ReproductionFact | None = None
     baseline_summary: str | None = None
     earlier_attempts: list[EarlierAttempt] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _opening_facts_once(self) -> AgentTurnInput:
+        """The opening facts travel with the first turn alone. Once a transcript exists they are in it (its
+        opening messages, which compaction keeps), so a later turn's input drops them: a caller may build
+        every turn's input alike, and history still holds the report and the facts once per attempt."""
+        if self.transcript_ref is not None:
+            for name in _OPENING_FACTS:
+                setattr(self, name, type(self).model_fields[name].get_default(call_default_factory=True))
+        return self
+
+
+# Read only when the opening messages are built (the first turn): a later turn carries their defaults.
+_OPENING_FACTS = (
+    "issue_title",
+    "issue_body",
+    "previous_failures",
+    "review_feedback",
+    "spec_ref",
+    "reproduction",
+    "baseline_summary",
+    "earlier_attempts",
+)
 
 
 class AgentTurnResult(BaseModel):
@@ -584,6 +610,15 @@ class AgentCommandInput(BaseModel):
     token_budget: int
 
 
+# ---- the run's record (pipeline/activities/run_record.py) ---------------------------------------------
+
+
+class RecordRunInput(BaseModel):
+    """The run's whole state once it ended, to be stored as its record."""
+
+    state: RunState
+
+
 # Responses a stepped attempt may take without finishing (as many as the engine's own loop allows).
 AGENT_MAX_TURNS = 30
 
@@ -644,6 +679,7 @@ CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCa
 REBUILD_ON_BASE = Step("env.rebuild_on_base", Q.ENVIRONMENTS, RebuildOnBaseInput, RebuiltOnBase, T.ENVIRONMENT)
 CLEANUP_RUN = Step("env.cleanup_run", Q.ENVIRONMENTS, CleanupRunInput, CleanupReport, T.ENVIRONMENT)
 BUILD_EVIDENCE = Step("evidence.build", Q.ENVIRONMENTS, BuildEvidenceInput, EvidenceResult, T.ENVIRONMENT)
+RECORD_RUN = Step("evidence.record_run", Q.ENVIRONMENTS, RecordRunInput, ArtifactRef, T.ENVIRONMENT)
 
 PREPARE_PROCEDURE = Step("browser.prepare_procedure", Q.BROWSER, PrepareProcedureInput, ProcedureResult, T.BROWSER)
 REPRODUCE = Step(
@@ -694,6 +730,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     RUN_BASELINE,
     CLEANUP_RUN,
     BUILD_EVIDENCE,
+    RECORD_RUN,
     PREPARE_PROCEDURE,
     REPRODUCE,
     DRAFT_PROCEDURE,

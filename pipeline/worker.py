@@ -70,7 +70,13 @@ def activities_for(queue: TaskQueue, services: Services, host: str = "") -> Sequ
         # Forge calls beat too, so their attempts have a heartbeat timeout shorter than start-to-close.
         return [heartbeating(a) for a in services.forge_activities().all()]
     if queue == TaskQueue.ENVIRONMENTS:
-        return [*services.environment_activities(host).all(), *services.agent_run_activities().all()]
+        from pipeline.activities.run_record import RunRecordActivities
+
+        return [
+            *services.environment_activities(host).all(),
+            *services.agent_run_activities().all(),
+            *RunRecordActivities(services.store).all(),
+        ]
     if queue == TaskQueue.BROWSER:
         return services.browser_activities().all()
     if queue == TaskQueue.MODEL:

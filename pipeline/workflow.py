@@ -101,6 +101,12 @@ class RepairBugWorkflow:
     # histories and running clients use: never rename them. Clients call them by method reference.
     @workflow.query
     def state(self) -> RunState:
+        """The run's state, its growing lists cut to their latest entries (:meth:`RunState.bounded`)."""
+        return self._state.bounded()
+
+    @workflow.query
+    def record(self) -> RunState:
+        """The run's whole state, every entry of its lists (a query: nothing of it enters history)."""
         return self._state
 
     @workflow.update
@@ -215,8 +221,10 @@ class RepairBugWorkflow:
         await self._ending.finish(outcome, detail)
         if cancelled:
             self._ending.cancelled()
+        await self._ending.store_record()
+        if cancelled:
             raise asyncio.CancelledError()
-        return self._state
+        return self._state.bounded()
 
     async def _pipeline(self) -> tuple[Outcome, str]:
         """The phases in order; a phase that ends the run raises :class:`RunEnded`. A run continued as new

@@ -14,11 +14,17 @@ can resume an attempt after any step on any host:
 - :func:`segments` cuts a turn's calls into such batches and single run-tool calls (``run_tests``, ``run``,
   ``run_reproduction``), which run elsewhere, in the sandbox, and are never repeated behind the model's back.
 
+What a caller records between steps is small whatever the model wrote: a call travels as its ID, its name and
+the sha256 and length of its arguments (:func:`arguments_digest`); the arguments themselves (a ``write_file``
+holds a whole file) are read back from the stored transcript, whose last answer asked for the call
+(:func:`call_in_transcript`). Summaries are cut to :data:`MAX_SUMMARY_CHARS` (:func:`bounded_summary`).
+
 :class:`~repair.openai_engine.OpenAIToolEngine` runs the same two functions in one loop in memory.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,13 +34,21 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatComplet
 from pydantic import BaseModel
 
 from repair.context import RepairContext
-from repair.interface import RepairBudgetError, RepairRequest
+from repair.interface import RepairBudgetError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
 from repair.prompts import system_prompt, user_prompt
 from repair.tools import EDITS, ERROR_PREFIX, FINISH, RUN_TOOLS, parse_arguments, run_tool, tool_schemas
 from repair.workspace_tools import ToolRefused, WorkspaceTools
 
 NO_SUMMARY = "(the model gave no summary)"
+# A summary becomes the candidate's description (the pull request's text, the run's state): the model may write
+# any length, so what leaves the attempt is cut here; the whole text stays in the stored transcript.
+MAX_SUMMARY_CHARS = 4_000
+
+
+class TranscriptMismatch(RepairError):
+    """A call's reference names arguments the transcript's last answer does not hold (a transcript that is not
+    the one the call was asked in): nothing is carried out, and retrying cannot help."""
 
 
 class ToolCall(BaseModel):
@@ -101,7 +115,7 @@ def model_turn(
         raise RepairBudgetError(f"{usage.total} tokens used; the budget is {token_budget}", **usage.spent())
     message = first_message(completion, usage)
     calls = function_calls(message, usage)
-    summary = None if calls else ((message.content or "").strip() or NO_SUMMARY)
+    summary = None if calls else bounded_summary((message.content or "").strip() or NO_SUMMARY)
     return TurnOutcome(
         messages=[*messages, cast(dict[str, Any], assistant_param(message, calls))],
         calls=[_call(c) for c in calls],
@@ -120,7 +134,7 @@ def tool_batch(workspace: WorkspaceTools, calls: list[ToolCall]) -> BatchOutcome
     for call in calls:
         result, finished = _carry_out(workspace, call)
         messages.append(tool_message(call.id, result))
-        summary = finished if finished is not None else summary
+        summary = bounded_summary(finished) if finished is not None else summary
         invalid += result.startswith(ERROR_PREFIX)
     return BatchOutcome(messages=messages, summary=summary, invalid_calls=invalid)
 
@@ -160,6 +174,39 @@ def segments(calls: Sequence[ToolCall]) -> list[Segment]:
         else:
             out.append(Segment(None, [call]))
     return out
+
+
+def arguments_digest(arguments: str) -> str:
+    """The sha256 (hex) of a call's arguments text, as UTF-8 (a lone surrogate the model's JSON escaped
+    hashes as itself rather than failing)."""
+    return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def call_in_transcript(messages: list[dict[str, Any]], call_id: str, name: str, sha256: str) -> ToolCall:
+    """The call ``call_id`` of the transcript's last assistant message (the answer of the turn whose calls are
+    being carried out: tool results are appended after it, never another answer) with that ``name`` and
+    arguments hashing to ``sha256``. The digest decides, not the ID alone: a model may give two calls the same
+    ID. :class:`TranscriptMismatch` when no such call is there."""
+    answer = next((m for m in reversed(messages) if m.get("role") == "assistant"), None)
+    for call in (answer or {}).get("tool_calls") or []:
+        function = call.get("function") or {}
+        arguments = function.get("arguments")
+        if (
+            call.get("id") == call_id
+            and function.get("name") == name
+            and isinstance(arguments, str)
+            and arguments_digest(arguments) == sha256
+        ):
+            return ToolCall(id=call_id, name=name, arguments=arguments)
+    raise TranscriptMismatch(f"the transcript's last answer holds no {name} call {call_id!r} with arguments {sha256}")
+
+
+def bounded_summary(summary: str) -> str:
+    """``summary`` cut to :data:`MAX_SUMMARY_CHARS`, saying how much was cut (the transcript holds it all)."""
+    if len(summary) <= MAX_SUMMARY_CHARS:
+        return summary
+    cut = len(summary) - MAX_SUMMARY_CHARS
+    return f"{summary[:MAX_SUMMARY_CHARS]}\n[{cut} more characters of the summary are in the attempt's transcript]"
 
 
 def tool_message(call_id: str, content: str) -> dict[str, Any]:

@@ -35,6 +35,7 @@ from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
+from pipeline.activities.agent_calls import call_ref, carried_call
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.repair_facts import repair_context
@@ -43,7 +44,6 @@ from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
     AgentRecordInput,
-    AgentToolCall,
     AgentToolsInput,
     AgentToolsResult,
     AgentTurnInput,
@@ -56,7 +56,6 @@ from repair.openai_calls import ChatEndpoint
 from repair.patch import PatchCheck, validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.stepping import (
-    ToolCall,
     decode_transcript,
     encode_transcript,
     made_edits,
@@ -138,7 +137,7 @@ class AgentActivities:
         spent = earlier.plus(turn.prompt_tokens, turn.completion_tokens)
         return AgentTurnResult(
             transcript_ref=self._put_transcript(inp.run_id, inp.attempt, f"turn-{inp.turn}", turn.messages),
-            calls=[AgentToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in turn.calls],
+            calls=[call_ref(c) for c in turn.calls],
             summary=turn.summary,
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
@@ -156,6 +155,8 @@ class AgentActivities:
         beat = Heartbeat(f"running {len(inp.calls)} tool call(s) (attempt {inp.attempt}, turn {inp.turn}): {names}")
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
         messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+        with classified():
+            calls = [carried_call(messages, c) for c in inp.calls]
         with beat, classified():
             ws = self.workspaces.rebuild(
                 run_id=inp.run_id,
@@ -166,9 +167,7 @@ class AgentActivities:
                 token=self.git_token.token_for(spec.clone_url),
             )
             try:
-                batch = tool_batch(
-                    WorkspaceTools(ws.path), [ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in inp.calls]
-                )
+                batch = tool_batch(WorkspaceTools(ws.path), calls)
                 after, files = workspace_patch(ws.path, base=spec.base_revision)
             finally:
                 self.workspaces.remove(ws)

@@ -30,6 +30,7 @@ from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
+from pipeline.activities.agent_calls import carried_call
 from pipeline.activities.classify import classified
 from pipeline.activities.environments import (
     SETUP_TIMEOUT_S,
@@ -79,12 +80,12 @@ class AgentRunActivities:
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to run {inp.call.name} for {inp.op_id}")
         messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
+        with classified():
+            call = carried_call(messages, inp.call)
         output_ref: ArtifactRef | None = None
         interrupted = refused = False
         try:
-            command = command_for(
-                inp.call.name, parse_arguments(inp.call.name, inp.call.arguments), run_rules(spec.recipe)
-            )
+            command = command_for(call.name, parse_arguments(call.name, call.arguments), run_rules(spec.recipe))
         except (ToolRefused, RunRefused) as e:
             content, refused = f"error: {e}", True
         else:

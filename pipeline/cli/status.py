@@ -200,6 +200,7 @@ def state_summary(
         lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
     if state.baseline:
         lines.append(f"baseline   recipe tests on base: {state.baseline.summary}")
+    lines.extend(_not_shown(state.omitted.candidates, "attempt"))
     for c in state.candidates:
         lines.append(
             f"attempt {c.attempt}  {c.verification}; commit {c.commit or '-'}" + (f"; {c.failure}" if c.failure else "")
@@ -209,6 +210,7 @@ def state_summary(
         lines.append(f"publish    {p.branch} @ {p.commit[:12]}; PR {p.pr_url or '-'}")
         if p.evidence_digest:
             lines.append(f"evidence   bundle {p.evidence_digest}")
+    lines.extend(_not_shown(state.omitted.head_pushes, "pushed"))
     for push in state.head_pushes:
         by = f" by {push.pusher}" if push.pusher else ""
         lines.append(
@@ -220,7 +222,8 @@ def state_summary(
         lines.append(f"awaiting   approval of PR #{a.pr_number} head {a.head_sha}")
     if state.deliveries:
         last = state.deliveries[-1]
-        lines.append(f"webhooks   {len(state.deliveries)} delivered; last {last.kind.value}: {last.what}")
+        delivered = state.omitted.total("deliveries", len(state.deliveries))
+        lines.append(f"webhooks   {delivered} delivered; last {last.kind.value}: {last.what}")
     if state.approval:
         until = f" until {state.approval.expires_at.isoformat()}" if state.approval.expires_at else ""
         lines.append(f"approved   {state.approval.head_sha[:12]} by {state.approval.reviewer}{until}")
@@ -234,7 +237,9 @@ def state_summary(
         )
     if state.cancellation:
         lines.append("cancel     " + " -> ".join(m.step.value for m in state.cancellation))
-    lines.append(f"artifacts  {len(state.evidence)} stored (sha256-addressed)")
+    lines.append(f"artifacts  {state.omitted.total('evidence', len(state.evidence))} stored (sha256-addressed)")
+    if state.record_ref is not None:
+        lines.append(f"record     the whole state: {state.record_ref.key} (sha256 {state.record_ref.sha256})")
     if status == WorkflowExecutionStatus.TERMINATED:
         lines.append(
             "WARNING    the run was terminated: its own cleanup did not run and the state above is as of the\n"
@@ -336,3 +341,8 @@ def recorded_summary(
             f"{workflow_id}`\n           and clean up with `durafix cleanup --run {workflow_id}`."
         )
     return "\n".join(lines)
+
+
+def _not_shown(count: int, label: str) -> list[str]:
+    """The line saying ``count`` earlier entries were cut from the state (:meth:`RunState.bounded`), if any."""
+    return [f"{label:<10} {count} earlier not shown (the run's record holds them)"] if count else []

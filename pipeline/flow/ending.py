@@ -3,6 +3,8 @@ the honest outcome recorded (and said on the ticket)."""
 
 from __future__ import annotations
 
+import contextlib
+
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -11,9 +13,9 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.failures import FailureClass, failure_class, failure_kind, failure_message
     from pipeline.flow.context import RunContext
     from pipeline.flow.environments import Environments
-    from pipeline.patches import CLEANUP_TICKET_PATCH
+    from pipeline.patches import CLEANUP_TICKET_PATCH, RUN_RECORD_PATCH
     from pipeline.state import CancelStep, CleanupFact, CleanupStatus, Outcome, Phase
-    from pipeline.steps import CleanupRunInput
+    from pipeline.steps import CleanupRunInput, RecordRunInput
 
 
 class Ending:
@@ -86,6 +88,13 @@ class Ending:
             await ctx.update_ticket(note=ctx.closing_note, closing=True)
         except ActivityError as err:
             ctx.state.outcome_detail += f" (final ticket update failed: {failure_message(err)})"
+
+    async def store_record(self) -> None:
+        """The whole state stored as the run's record, named by ``record_ref`` (the result is bounded). Best
+        effort: the run has ended, and a record it could not store leaves ``record_ref`` unset."""
+        if workflow.patched(RUN_RECORD_PATCH):
+            with contextlib.suppress(ActivityError):
+                self.ctx.state.record_ref = await self.ctx.step(steps.RECORD_RUN, RecordRunInput(state=self.ctx.state))
 
     async def _cleanup(self) -> CleanupFact:
         """The run's cleanup, everywhere it holds something: what was removed and what remains."""

@@ -70,6 +70,7 @@ from pipeline.steps import (
     ReadReviewInput,
     RebuildOnBaseInput,
     RebuiltOnBase,
+    RecordRunInput,
     ReportInfo,
     ReproduceInput,
     ReproduceResult,
@@ -135,6 +136,8 @@ class Script:
     stuck_resource: str | None = None
     head: str = CANDIDATE
     calls: list[tuple[str, Any]] = field(default_factory=list)
+    # The whole states the runs stored as their records (``evidence.record_run``).
+    records: list[RunState] = field(default_factory=list)
     live_envs: set[str] = field(default_factory=set)
     # When set, the base reproduction blocks until the event is set and never heartbeats, so a cancellation
     # cannot reach it: it completes normally after the run was cancelled.
@@ -318,6 +321,12 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             cases_ref=ref("baseline-cases") if s.baseline_cases else None,
         )
 
+    @activity.defn(name=steps.RECORD_RUN.name)
+    async def record_run(i: RecordRunInput) -> ArtifactRef:
+        s.calls.append(("record_run", i))
+        s.records.append(i.state)
+        return ref("run-record")
+
     @activity.defn(name=steps.CLEANUP_RUN.name)
     async def cleanup_run(i: CleanupRunInput) -> CleanupReport:
         s.calls.append(("cleanup_run", i))
@@ -484,6 +493,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             cleanup_run,
             build,
             agent_run,
+            record_run,
         ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
         TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude],
@@ -581,7 +591,8 @@ async def test_report_that_does_not_reproduce_needs_triage_and_opens_no_pr(harne
     assert "did not reproduce" in final.outcome_detail
     assert "ensure_draft_pr" not in harness.script.names()
     assert "propose" not in harness.script.names()
-    assert harness.script.names()[-1] == "update_ticket"
+    # The closing ticket update is the last effect; the run then stores its record.
+    assert harness.script.names()[-2:] == ["update_ticket", "record_run"]
 
 
 @pytest.mark.parametrize(
