@@ -50,7 +50,7 @@ lint: venv
 	$(UV) run mypy
 
 bench: setup
-	$(UV) run python -m tests.benchmarks
+	$(UV) run python -m tests.bench
 
 # The benchmarks at their smallest size, checking what they measure (never how fast): each stands up a whole
 # stack, so `make test` leaves them here.

@@ -19,10 +19,10 @@ from pipeline.forge_setup import ForgeApi, set_collaborator
 from pipeline.inputs import RepairInput
 from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from reviews.approval_policy import ApprovalPolicy
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 POLICY = ApprovalPolicy(version=2, required_approvals=2)
 SECOND = "second-reviewer"

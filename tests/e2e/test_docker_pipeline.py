@@ -37,12 +37,12 @@ from pipeline import client as runs
 from pipeline.ids import op_id
 from pipeline.state import Outcome, Phase, RunState
 from tests.conftest import require
-from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
 
-KILLABLE_WORKER = Path(__file__).parent / "killable_docker_worker.py"
+KILLABLE_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "killable_docker.py"
 NOTHING_LEFT: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 
 

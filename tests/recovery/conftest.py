@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.environments.git_http import GitHttpServer
-from tests.environments.gitrepo import make_repo
-from tests.recovery.workers import TOKEN, Remote, Worker
+from tests.support.git_http import GitHttpServer
+from tests.support.gitrepo import make_repo
+from tests.support.recovery_workers import TOKEN, Remote, Worker
 
 
 @pytest.fixture

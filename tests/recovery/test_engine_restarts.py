@@ -40,14 +40,14 @@ from pipeline.state import Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
 from tests.replay.changed_workflow import MERGE_NOTICE_PATCH, NOTICE_TEXT, ChangedRepairBug
 from tests.replay.record import record_history, record_history_to
+from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHANGED_CODE_WORKER = Path(__file__).parent / "changed_code_worker.py"
+CHANGED_CODE_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "changed_code.py"
 CHANGED_CODE_HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "changed-code"
 # How long the engine stays down after a kill: long enough that every poller, heartbeat and completion of the
 # workers fails at least once and has to be retried on a fresh connection.

@@ -1,7 +1,7 @@
 """A model worker SIGKILLed during a model call of a repair attempt: the attempt resumes at its last step.
 
 The real workflow runs on the real Temporal dev server; the model queue is served by real worker processes
-(:mod:`tests.recovery.model_worker`: the stepped attempt's activities, real git workspaces from the mirror,
+(:mod:`tests.support.workers.model`: the stepped attempt's activities, real git workspaces from the mirror,
 the real engine code against the scripted model server over HTTP); the other queues are the recording
 doubles of the workflow-logic tests. The scripted server holds the fourth model request of the attempt;
 while it is held, the worker dies. A new worker on another state directory (a fresh host: no mirror, no
@@ -23,10 +23,13 @@ from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.state import Phase, RunState
 from repair.prompts import ATTEMPT_MARKER
-from tests.environments.gitrepo import Repo, make_repo
-from tests.modelserver.support import Serve, inject_fault, serve
-from tests.pipeline.test_workflow_logic import Harness
-from tests.recovery.stepped import (
+from tests.integration.workflow.test_workflow_logic import Harness
+from tests.replay.record import record_history
+from tests.support.gitrepo import Repo, make_repo
+from tests.support.modelserver import Serve, inject_fault, serve
+from tests.support.repair import CART_SCRIPTS
+from tests.support.repair_context import cart_procedure_json
+from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
@@ -34,11 +37,8 @@ from tests.recovery.stepped import (
     requests_of,
     wait_until_held,
 )
-from tests.repair.context_samples import cart_procedure_json
-from tests.repair.support import CART_SCRIPTS
-from tests.replay.record import record_history
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["serve"]  # the scripted model server's fixture
 

@@ -35,9 +35,9 @@ from evidence.local import LocalArtifactStore
 from evidence.report import render_report
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput
-from tests.browser.apps import serve_static
-from tests.evidence.samples import solid_png, store_cart_bundle
-from tests.proctree import Proc, descendants, is_chromium_browser
+from tests.support.browser_apps import serve_static
+from tests.support.evidence_samples import solid_png, store_cart_bundle
+from tests.support.proctree import Proc, descendants, is_chromium_browser
 
 BASE = "a" * 40
 CANDIDATE = "b" * 40

@@ -16,7 +16,7 @@ import pytest
 from pipeline.demo import issue_text
 from pipeline.reconciler import reconcile_once
 from reviews.markers import COMMENT, find_marker
-from tests.security.harness import (
+from tests.support.security_harness import (
     BOT,
     MAINTAINER,
     OUTSIDER,
@@ -32,7 +32,6 @@ from tests.security.harness import (
 
 __all__ = ["config", "forge", "receiver", "site"]
 
-pytestmark = pytest.mark.e2e
 
 # The forge's timestamps are whole seconds: an edit a little over a second after the label is after it.
 NEXT_SECOND_S = 1.2

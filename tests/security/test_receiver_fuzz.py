@@ -34,7 +34,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from pipeline.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
-from tests.pipeline.test_webhooks import (
+from tests.integration.receiver.test_webhooks import (
     BOT,
     DECISION_EVENTS,
     TRIGGER,
@@ -48,7 +48,7 @@ from tests.pipeline.test_webhooks import (
     receiver,
 )
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["config", "forge", "receiver"]  # fixtures shared with test_webhooks
 

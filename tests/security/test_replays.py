@@ -18,13 +18,12 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as runs
 from pipeline import forge_setup
-from tests.security.harness import (
+from tests.support.security_harness import (
     MAINTAINER,
     OUTSIDER,
     OWNER,
@@ -40,11 +39,10 @@ from tests.security.harness import (
     site,
     workers,
 )
-from tests.stamps import forge_now
+from tests.support.stamps import forge_now
 
 __all__ = ["config", "forge", "receiver", "site"]
 
-pytestmark = pytest.mark.e2e
 
 # The forge's timestamps are whole seconds: an event and a run it must precede are this far apart.
 NEXT_SECOND_S = 1.2

@@ -31,9 +31,9 @@ from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from evidence.s3 import S3ArtifactStore, S3Credentials
 from infra.s3 import SeaweedS3
-from tests.browser.apps import serve_static
 from tests.conftest import unavailable
-from tests.evidence.conftest import s3_server
+from tests.support.browser_apps import serve_static
+from tests.support.evidence_stores import s3_server
 
 __all__ = ["s3_server"]
 

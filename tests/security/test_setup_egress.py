@@ -34,7 +34,7 @@ from environments.local import LocalProcessProvider
 from environments.processes import owned_pids
 from environments.sandbox import Sandbox, bwrap_problem
 from tests.conftest import require, unavailable
-from tests.security.listeners import Listener, listen, worker_address
+from tests.support.listeners import Listener, listen, worker_address
 
 pytestmark = pytest.mark.slow
 
