@@ -1,29 +1,14 @@
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from browser.runner import BrowserRunner
-from tests.conftest import unavailable
 from tests.support.browser_apps import PagesServer, fixed_cart_copy, serve_cart, serve_pages
+from tests.support.chromium import chromium, runner
 
-
-@pytest.fixture(scope="session")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        unavailable("chromium is not installed: the browser tests need it (apt-get install chromium)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def runner(chromium: str) -> Iterator[BrowserRunner]:
-    """One kept browser for the module, as a worker process keeps one."""
-    with BrowserRunner(executable_path=chromium) as kept:
-        yield kept
+__all__ = ["cart_url", "chromium", "fixed_cart_url", "out_dir", "pages", "runner"]
 
 
 @pytest.fixture(scope="module")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 from temporalio.testing import ActivityEnvironment
 
 from browser.results import ReproductionStatus
-from browser.runner import CHROMIUM_ARGS, BrowserRunner
+from browser.runner import BrowserRunner
 from environments.interface import EnvironmentHandle
 from evidence.bundle import EvidenceBundle, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactKind, IntegrityError
@@ -27,8 +27,8 @@ from evidence.serve import make_server
 from pipeline.activities.browser import BrowserActivities
 from pipeline.ids import op_id
 from pipeline.steps import PrepareProcedureInput, ReproduceInput
-from tests.conftest import unavailable
 from tests.support.browser_apps import serve_static
+from tests.support.chromium import launched
 from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, solid_png, store_cart_bundle
 from tests.support.pixels import colourful_pixels
 
@@ -216,13 +216,8 @@ def test_report_refuses_to_show_tampered_evidence(tmp_path: Path) -> None:
 
 @pytest.fixture
 def chromium() -> Iterator[Browser]:
-    executable = shutil.which("chromium")
-    if executable is None:
-        unavailable("Debian chromium is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with launched() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.mark.browser
