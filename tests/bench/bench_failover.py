@@ -2,7 +2,7 @@
 
 Run: ``uv run python -m tests.bench.bench_failover [--kills N] [--holds M] [--hold-s S]`` (defaults: 20
 kills; 4 holds of 120 s). On a fresh Temporal dev server, one supervised ``durafix worker --queues model``
-(:mod:`tests.support.workers.failover`: the real CLI, supervisor and in-flight records, plus the heartbeating
+(``workers/faulty.py failover-probe``: the real CLI, supervisor and in-flight records, plus the heartbeating
 ``probe.hold``), every step with the DEFAULT :class:`~pipeline.policies.RunPolicy`'s browser timeouts (a
 90 s heartbeat):
 

@@ -47,7 +47,6 @@ from tests.support.e2e_stack import E2EStack, combined_model_script, owned_proce
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHANGED_CODE_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "changed_code.py"
 CHANGED_CODE_HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "changed-code"
 # How long the engine stays down after a kill: long enough that every poller, heartbeat and completion of the
 # workers fails at least once and has to be retried on a fresh connection.
@@ -352,7 +351,7 @@ async def test_a_compatible_change_deployed_while_a_run_waits_finishes_it_on_the
     record_history(history, "awaiting-review-before-change")
 
     e2e.stop_workers()
-    e2e.spawn_worker(script=CHANGED_CODE_WORKER, kill_dir=tmp_path / "kills")
+    e2e.spawn_worker(fault="changed-workflow", kill_dir=tmp_path / "kills")
     _, repo_new, issue_new, wf_new = await e2e.open_run()
     new_waiting = await state_when(client, wf_new, awaiting_review)
     assert new_waiting.pending_approval is not None, new_waiting.outcome_detail

@@ -1,7 +1,7 @@
 """A SIGKILLed worker process is failed over at once: its attempts are retried as ``WorkerLost``, not timed out.
 
 Real processes: the Temporal dev server, the GitHub emulator over HTTP, and a supervised ``durafix worker``
-(:mod:`tests.support.workers.failover`: the real CLI, supervisor and activities, plus a heartbeating
+(``workers/faulty.py failover-probe``: the real CLI, supervisor and activities, plus a heartbeating
 ``probe.hold``). The probe workflow runs with the *default* run policy's timeouts (a 90 s heartbeat for the
 held attempt, 60 s for the forge step), so an attempt that was waited out instead of failed over would show
 a timeout as its predecessor's failure. The child killed is the one whose in-flight directory holds the

@@ -37,6 +37,7 @@ from pipeline.ids import workflow_id_for
 from tests.conftest import require
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"
 MODEL_DIR = REPO_ROOT / "examples" / "cart" / "model"
 NEVER_FIXABLE = "never-fixable"
 
@@ -80,20 +81,21 @@ class E2EStack:
         return self.config.state_dir
 
     def spawn_worker(
-        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, script: Path | None = None
+        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, fault: str | None = None
     ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
-        accepted the named adapter operation (once per operation, across processes). ``script`` runs in place
-        of ``python -m pipeline`` (another killable worker); ``kill_dir`` is where kills are noted."""
+        accepted the named adapter operation (once per operation, across processes). ``fault`` runs
+        :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
+        is where kills are noted."""
         n = len(self.workers)
         env = {"PYTHONPATH": str(REPO_ROOT)}
         if kill_after:
             env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
-            script = script or Path(__file__).resolve().parent / "workers" / "killable.py"
-        if script is not None:
+            fault = fault or "kill-after-forge-write"
+        if fault is not None:
             assert kill_dir is not None
             env["DURAFIX_TEST_KILL_DIR"] = str(kill_dir)
-        argv = [sys.executable, str(script)] if script is not None else [sys.executable, "-m", "pipeline"]
+        argv = [sys.executable, str(FAULTY_WORKER), fault] if fault is not None else [sys.executable, "-m", "pipeline"]
         rec = processes.spawn(
             f"worker-{n}",
             [*argv, "--state-dir", str(self.state_dir), "worker"],

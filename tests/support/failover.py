@@ -1,5 +1,5 @@
 """What the failover test and benchmark share: a supervised ``durafix worker`` process (with the ``probe.hold``
-activity of :mod:`tests.support.workers.failover`) on a state directory pointed at a Temporal server (and a
+activity of ``workers/faulty.py failover-probe``) on a state directory pointed at a Temporal server (and a
 forge), a probe workflow that runs held attempts and forge steps with the default :class:`RunPolicy`'s
 timeouts, and the facts read back from the workflow history.
 
@@ -35,7 +35,7 @@ from pipeline.policies import RunPolicy, StepTimeouts
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput, TaskQueue, TicketResult
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-FAILOVER_WORKER = Path(__file__).resolve().parent / "workers" / "failover.py"
+FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"
 PROBE = "probe.hold"
 PROBE_QUEUE = "durafix-failover-probe"
 
@@ -122,7 +122,7 @@ def configure(state: Path, client: Client, **forge: str) -> DurafixConfig:
 
 @dataclass
 class SupervisedWorker:
-    """A ``durafix worker`` (supervised) process running :mod:`tests.support.workers.failover`."""
+    """A supervised ``durafix worker`` process: ``workers/faulty.py failover-probe``."""
 
     state: Path
     proc: subprocess.Popen[bytes]
@@ -193,7 +193,16 @@ async def supervised_worker(state: Path, queues: str = "forge,model") -> AsyncIt
     log = state / "worker.log"
     env = {k: v for k, v in os.environ.items() if k not in config_module._ENV}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    argv = [sys.executable, str(FAILOVER_WORKER), "--state-dir", str(state), "worker", "--queues", queues]
+    argv = [
+        sys.executable,
+        str(FAULTY_WORKER),
+        "failover-probe",
+        "--state-dir",
+        str(state),
+        "worker",
+        "--queues",
+        queues,
+    ]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     worker = SupervisedWorker(state, proc, log)
