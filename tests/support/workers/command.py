@@ -10,12 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
 
 from environments.sandbox import Sandbox
 from environments.workspace import WorkspaceManager
@@ -24,13 +19,13 @@ from pipeline.activities.agent_command import CommandActivities, ModelEndpoint
 from pipeline.steps import TaskQueue
 from repair.mini_swe_agent import MiniSweAgent
 from reviews.git_credentials import NO_GIT_CREDENTIALS
+from tests.support.workers.serving import serve_queue
 
 MODEL = "durafix-scripted"
 API_KEY = "test-key"
 
 
 async def serve(target: str, namespace: str, state: Path, evidence: Path, base_url: str, venv: Path) -> None:
-    client = await Client.connect(target, namespace=namespace, data_converter=pydantic_data_converter)
     agent = MiniSweAgent(venv)
     acts = CommandActivities(
         LocalArtifactStore(evidence),
@@ -40,10 +35,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, base_u
         Sandbox.detect,
         git_token=NO_GIT_CREDENTIALS,
     )
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        worker = Worker(client, task_queue=TaskQueue.MODEL.value, activities=acts.all(), activity_executor=executor)
-        print("ready", flush=True)
-        await worker.run()
+    await serve_queue(target, namespace, TaskQueue.MODEL, acts.all())
 
 
 if __name__ == "__main__":

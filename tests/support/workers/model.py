@@ -15,12 +15,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
 
 from environments.workspace import WorkspaceManager
 from evidence.local import LocalArtifactStore
@@ -32,13 +27,13 @@ from repair.openai_engine import OpenAIToolEngine
 from repair.procedure_draft import ProcedureDrafter
 from repair.workspace_tools import WorkspaceTools
 from reviews.git_credentials import NO_GIT_CREDENTIALS
+from tests.support.workers.serving import serve_queue
 
 MODEL = "durafix-scripted"
 API_KEY = "test-key"
 
 
 async def serve(target: str, namespace: str, state: Path, evidence: Path, base_url: str) -> None:
-    client = await Client.connect(target, namespace=namespace, data_converter=pydantic_data_converter)
     engine = OpenAIToolEngine(base_url, API_KEY, MODEL, timeout_s=120.0)
     model = ModelActivities(
         LocalArtifactStore(evidence),
@@ -47,10 +42,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, base_u
         lambda: ProcedureDrafter(base_url, API_KEY, MODEL, timeout_s=120.0),
         git_token=NO_GIT_CREDENTIALS,
     )
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        worker = Worker(client, task_queue=TaskQueue.MODEL.value, activities=model.all(), activity_executor=executor)
-        print("ready", flush=True)
-        await worker.run()
+    await serve_queue(target, namespace, TaskQueue.MODEL, model.all())
 
 
 def hold_after_first_edit(hold_file: Path) -> None:

@@ -16,14 +16,10 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 from temporalio import activity
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Worker
 
 from environments.interface import EnvironmentProvider, TestRunResult
 from evidence.interface import ArtifactRef
@@ -32,6 +28,7 @@ from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import PrepareSpecInput, TaskQueue
 from tests.integration.workflow.test_workflow_logic import Script, doubles
+from tests.support.workers.serving import serve_queue
 
 
 class HeldProvider:
@@ -49,7 +46,6 @@ class HeldProvider:
 
 
 async def serve(target: str, namespace: str, state: Path, evidence: Path, spec: ArtifactRef, hold: Path | None) -> None:
-    client = await Client.connect(target, namespace=namespace, data_converter=pydantic_data_converter)
     services = Services(DurafixConfig(state_dir=state, evidence_url=evidence.as_uri()))
     runs = services.agent_run_activities()
     if hold is not None:
@@ -61,15 +57,7 @@ async def serve(target: str, namespace: str, state: Path, evidence: Path, spec: 
         return spec
 
     others = [a for a in doubles(Script())[TaskQueue.ENVIRONMENTS] if a.__name__ not in ("prepare_spec", "agent_run")]
-    with ThreadPoolExecutor(max_workers=4) as executor:
-        worker = Worker(
-            client,
-            task_queue=TaskQueue.ENVIRONMENTS.value,
-            activities=[*others, prepare_spec, *runs.all()],
-            activity_executor=executor,
-        )
-        print("ready", flush=True)
-        await worker.run()
+    await serve_queue(target, namespace, TaskQueue.ENVIRONMENTS, [*others, prepare_spec, *runs.all()])
 
 
 if __name__ == "__main__":
