@@ -1,5 +1,8 @@
-"""Fixtures of the security tests that need Chromium."""
+"""Fixtures of the security tests: Chromium, the receiver's trust harness (forge, config, receiver, site) and
+the whole stack; a module defining a fixture of the same name uses its own."""
 
 from tests.support.chromium import chromium, runner
+from tests.support.e2e_stack import e2e_stack, stack_with_worker
+from tests.support.security_harness import config, forge, receiver, site
 
-__all__ = ["chromium", "runner"]
+__all__ = ["chromium", "config", "e2e_stack", "forge", "receiver", "runner", "site", "stack_with_worker"]

@@ -16,22 +16,7 @@ import pytest
 from pipeline.demo import issue_text
 from pipeline.reconciler import reconcile_once
 from reviews.markers import COMMENT, find_marker
-from tests.support.security_harness import (
-    BOT,
-    MAINTAINER,
-    OUTSIDER,
-    TRIAGER,
-    TRIGGER,
-    Forge,
-    Site,
-    config,
-    forge,
-    receiver,
-    site,
-)
-
-__all__ = ["config", "forge", "receiver", "site"]
-
+from tests.support.security_harness import BOT, MAINTAINER, OUTSIDER, TRIAGER, TRIGGER, Forge, Site
 
 # The forge's timestamps are whole seconds: an edit a little over a second after the label is after it.
 NEXT_SECOND_S = 1.2

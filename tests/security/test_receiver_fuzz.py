@@ -43,10 +43,9 @@ from tests.integration.receiver.test_webhooks import (
     Hook,
     config,
     events_of,
-    example,
     forge,
-    receiver,
 )
+from tests.support.security_harness import example, receiver
 
 pytestmark = [pytest.mark.slow]
 

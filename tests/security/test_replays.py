@@ -30,19 +30,12 @@ from tests.support.security_harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
     example,
-    forge,
-    receiver,
     serving,
-    site,
     workers,
 )
 from tests.support.stamps import forge_now
-
-__all__ = ["config", "forge", "receiver", "site"]
-
 
 # The forge's timestamps are whole seconds: an event and a run it must precede are this far apart.
 NEXT_SECOND_S = 1.2

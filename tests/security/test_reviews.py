@@ -36,7 +36,7 @@ from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.replay.record import record_history
-from tests.support.e2e_stack import E2EStack, e2e_stack, stack_with_worker
+from tests.support.e2e_stack import E2EStack
 from tests.support.forge import branch_with, commit_files
 from tests.support.security_harness import (
     BOT,
@@ -47,14 +47,8 @@ from tests.support.security_harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
-    forge,
-    receiver,
-    site,
 )
-
-__all__ = ["config", "e2e_stack", "forge", "receiver", "site", "stack_with_worker"]
 
 
 def started_run(site: Site) -> tuple[int, str]:

@@ -30,18 +30,11 @@ from tests.support.security_harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
     example,
-    forge,
-    receiver,
-    site,
     workers,
 )
 from tests.support.stamps import forge_now
-
-__all__ = ["config", "forge", "receiver", "site"]
-
 
 EDITED_PROCEDURE = """```durafix-repro
 version: 1

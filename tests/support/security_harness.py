@@ -63,9 +63,10 @@ DECISION_EVENTS = (
 )
 
 
-def example(event: str, action: str) -> dict[str, Any]:
-    """GitHub's own example payload for ``event``/``action`` (a fresh copy), stamped as happening now."""
-    payload: dict[str, Any] = json.loads((EXAMPLES / event / f"{action}.payload.json").read_text())
+def example(event: str, action: str | None = None) -> dict[str, Any]:
+    """GitHub's own example payload for ``event`` (and ``action``; a fresh copy), stamped as happening now."""
+    name = f"{action}.payload.json" if action else "payload.json"
+    payload: dict[str, Any] = json.loads((EXAMPLES / event / name).read_text())
     return stamped_now(payload)
 
 

@@ -25,16 +25,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from github import Auth, Github
 from github.Repository import Repository
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from infra.forge.testing import ForgeHandle, running_forge
 from pipeline import client as runs
 from pipeline import forge_setup, steps
 from pipeline.cli import run_command
@@ -50,31 +47,27 @@ from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support.forge import branch_with, commit_files
+from tests.support.security_harness import (
+    BOT,
+    MAINTAINER,
+    OWNER,
+    READER,
+    ROLES,
+    TRIAGER,
+    TRIGGER,
+    Forge,
+    config,
+    forge,
+)
 
 pytestmark = [pytest.mark.slow]
+__all__ = ["config", "forge"]  # fixtures shared with the security tests' harness
 
-OWNER = "acme"
-BOT = "durafix-bot"
-MAINTAINER = "maintainer"
-TRIAGER = "triager"
-READER = "reader"
-TRIGGER = "durafix"
-ROLES = {BOT: "push", MAINTAINER: "push", TRIAGER: "triage", READER: "pull"}
 DECISIONS = (
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED,
 )
-
-
-@dataclass
-class Forge:
-    handle: ForgeHandle
-    tokens: dict[str, str]
-
-    def repo(self, login: str, full_name: str) -> Repository:
-        gh = Github(base_url=self.handle.api_url, auth=Auth.Token(self.tokens[login]), retry=None)
-        return gh.get_repo(full_name)
 
 
 @dataclass
@@ -112,26 +105,6 @@ class Site:
         if labeller is not None:
             self.repo(labeller).get_issue(issue.number).add_to_labels(TRIGGER)
         return issue.number
-
-
-@pytest.fixture(scope="module")
-def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
-    with running_forge(tmp_path_factory.mktemp("forge")) as handle:
-        tokens = {login: handle.create_user(login) for login in (OWNER, BOT, MAINTAINER, TRIAGER, READER)}
-        yield Forge(handle, tokens)
-
-
-@pytest.fixture(scope="module")
-def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
-    return DurafixConfig(
-        state_dir=tmp_path_factory.mktemp("state"),
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        forge_api_url=forge.handle.api_url,
-        forge_git_base=forge.handle.base_url,
-        forge_token=forge.tokens[BOT],
-        webhook_secret=uuid.uuid4().hex,
-        trigger_label=TRIGGER,
-    )
 
 
 @pytest.fixture(scope="module")

@@ -34,17 +34,14 @@ from pipeline.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
 from tests.integration.receiver.test_webhooks import (
     BOT,
-    EXAMPLES,
     TRIGGER,
     Hook,
     config,
     forge,
     hook,
     post,
-    receiver,
-    serving,
-    sign,
 )
+from tests.support.security_harness import EXAMPLES, receiver, serving, sign
 
 __all__ = ["config", "forge", "hook", "receiver"]  # fixtures shared with test_webhooks
 

@@ -34,7 +34,7 @@ from pipeline.state import CancelStep, DeliveryKind, HeadPush, Outcome, Phase, R
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, PULL, find_marker, pull_marker
-from tests.support.e2e_stack import E2EStack, e2e_stack, owned_processes, stack_with_worker, wait_for
+from tests.support.e2e_stack import E2EStack, owned_processes, wait_for
 from tests.support.forge import branch_with, commit_files
 from tests.support.security_harness import (
     BOT,
@@ -45,17 +45,10 @@ from tests.support.security_harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
     example,
-    forge,
-    receiver,
-    site,
     workers,
 )
-
-__all__ = ["config", "e2e_stack", "forge", "receiver", "site", "stack_with_worker"]
-
 
 # ---- the emulator's record of deliveries, through GitHub's hook-delivery API ------------------------------
 

@@ -14,17 +14,13 @@ role on it.
 from __future__ import annotations
 
 import asyncio
-import copy
-import hashlib
-import hmac
 import http.client
 import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -44,9 +40,10 @@ from pipeline.steps import TaskQueue
 from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
-from tests.support.stamps import stamped_now
+from tests.support.security_harness import example, receiver, serving, sign
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "infra" / "forge" / "data" / "webhook-examples"
+__all__ = ["receiver"]  # a fixture of the harness, on this module's own config
+
 TRIGGER = "durafix"
 OWNER = "acme"
 BOT = "durafix-bot"
@@ -60,17 +57,6 @@ DECISION_EVENTS = (
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_COMPLETED,
 )
-
-
-def example(event: str, action: str | None = None) -> dict[str, Any]:
-    """A fresh copy of GitHub's example payload for ``event`` (and ``action``), stamped as happening now."""
-    name = f"{action}.payload.json" if action else "payload.json"
-    payload: dict[str, Any] = json.loads((EXAMPLES / event / name).read_text())
-    return stamped_now(copy.deepcopy(payload))
-
-
-def sign(secret: str, body: bytes) -> str:
-    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -274,22 +260,6 @@ def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: py
         webhook_secret=secrets.token_hex(16),
         trigger_label=TRIGGER,
     )
-
-
-@contextmanager
-def serving(config: DurafixConfig) -> Iterator[WebhookReceiver]:
-    rec = WebhookReceiver(config, "127.0.0.1", 0)
-    rec.start()
-    try:
-        yield rec
-    finally:
-        rec.stop()
-
-
-@pytest.fixture(scope="module")
-def receiver(config: DurafixConfig) -> Iterator[WebhookReceiver]:
-    with serving(config) as rec:
-        yield rec
 
 
 @pytest.fixture
