@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from tests.support.served import served
+
 CART_DIR = Path(__file__).resolve().parents[2] / "examples" / "cart"
 BUGGY_TOTAL = "return sum(item.unit_price_cents for item in items)"
 FIXED_TOTAL = "return sum(line_total(item) for item in items)"
@@ -130,14 +132,8 @@ Promise.allSettled([fetch("/missing-resource"), fetch("http://127.0.0.1:{self.re
 def serve_pages() -> Iterator[PagesServer]:
     """``/flaky`` alternates bad/good; ``/noisy`` logs an error, throws, and makes a 404 and a refused request."""
     server = PagesServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def base_url_of(server: ThreadingHTTPServer) -> str:
@@ -173,11 +169,5 @@ class StaticPages(ThreadingHTTPServer):
 def serve_static(pages: dict[str, str]) -> Iterator[str]:
     """Serve ``pages`` (path -> HTML) until the block exits, as one revision of an app; yields its base URL."""
     server = StaticPages(pages)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield base_url_of(server)
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)

@@ -10,11 +10,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
+import pytest
 from github import Auth, Github, InputGitTreeElement
 from github.Repository import Repository
 
+from infra.forge.gitrepo import GitRepo
 from infra.forge.testing import ForgeHandle
+from tests.support.served import served
 
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -115,14 +119,8 @@ def running_receiver(path: str = "/hook") -> Iterator[Receiver]:
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}{path}")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield state["r"]
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 def commit_files(repo: Repository, parent: str, files: dict[str, str], message: str) -> str:
@@ -137,3 +135,21 @@ def branch_with(repo: Repository, name: str, files: dict[str, str], base: str = 
     sha = commit_files(repo, repo.get_branch(base).commit.sha, files, f"change on {name}")
     repo.create_git_ref(f"refs/heads/{name}", sha)
     return sha
+
+
+def push_lands_during_merge(monkeypatch: pytest.MonkeyPatch, bare: Path, pushed: str, main: str) -> list[bool]:
+    """The next merge on the forge meets a push: ``main`` of the bare repository at ``bare`` moves from ``main``
+    to ``pushed`` after the forge wrote the merge commit and before it moves the base by compare-and-swap,
+    the race GitHub answers with 405 "Base branch was modified". The list returned is empty once it landed."""
+    repo = GitRepo(bare)
+    real_commit_tree = GitRepo.commit_tree
+    armed = [True]
+
+    def commit_tree_then_push(self: GitRepo, *args: Any, **kwargs: Any) -> str:
+        sha = real_commit_tree(self, *args, **kwargs)
+        if armed and armed.pop():
+            assert repo.update_ref("refs/heads/main", pushed, main)
+        return sha
+
+    monkeypatch.setattr(GitRepo, "commit_tree", commit_tree_then_push)
+    return armed

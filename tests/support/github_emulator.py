@@ -24,7 +24,7 @@ from pipeline import config as config_module
 from pipeline.cli import run_command
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import DurafixConfig
-from tests.support.forge import Receiver
+from tests.support.forge import GIT_ENV, Receiver
 from tests.support.forge import running_receiver as forge_receiver
 
 WEBHOOK_SECRET = "onboarding-hook-secret"
@@ -99,16 +99,7 @@ def running_receiver() -> AbstractContextManager[Receiver]:
 
 def git(cwd: Path, *args: str) -> str:
     """The git CLI in ``cwd`` with a fixed identity and no host configuration."""
-    env = {
-        **os.environ,
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_TERMINAL_PROMPT": "0",
-        "GIT_AUTHOR_NAME": "Dev",
-        "GIT_AUTHOR_EMAIL": "dev@example.com",
-        "GIT_COMMITTER_NAME": "Dev",
-        "GIT_COMMITTER_EMAIL": "dev@example.com",
-    }
+    env = {**os.environ, **GIT_ENV}
     done = subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, f"git {' '.join(args)}: {done.stderr}"
     return done.stdout.strip()

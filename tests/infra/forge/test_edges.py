@@ -15,8 +15,7 @@ from github import GithubException, InputGitTreeElement
 from github.PullRequest import PullRequest
 from github.Repository import Repository
 
-from infra.forge.gitrepo import GitRepo
-from tests.support.forge import Team, branch_with, commit_files, git
+from tests.support.forge import Team, branch_with, commit_files, git, push_lands_during_merge
 
 EMPTY = (409, "Git Repository is empty.")
 
@@ -158,18 +157,7 @@ def test_a_push_to_the_base_during_a_merge_is_405_base_branch_modified_and_chang
     number, head = _pull(repo, "raced")
     main = repo.get_branch("main").commit.sha
     pushed = commit_files(repo, main, {"pushed.txt": "p\n"}, "pushed while merging")
-    bare = GitRepo(team.forge.server.forge.repos_root / "alice" / "shop.git")
-    real_commit_tree = GitRepo.commit_tree
-    armed = [True]
-
-    def commit_tree_then_push(self: GitRepo, *args: Any, **kwargs: Any) -> str:
-        # Someone's push lands after the merge commit is written and before the base is moved to it.
-        sha = real_commit_tree(self, *args, **kwargs)
-        if armed and armed.pop():
-            assert bare.update_ref("refs/heads/main", pushed, main)
-        return sha
-
-    monkeypatch.setattr(GitRepo, "commit_tree", commit_tree_then_push)
+    push_lands_during_merge(monkeypatch, team.forge.server.forge.repos_root / "alice" / "shop.git", pushed, main)
     pull = repo.get_pull(number)
     assert _answer(lambda: pull.merge(sha=head)) == (405, "Base branch was modified. Review and try the merge again.")
     assert repo.get_branch("main").commit.sha == pushed and repo.get_pull(number).state == "open"

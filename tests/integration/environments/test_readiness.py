@@ -4,7 +4,6 @@ never used."""
 from __future__ import annotations
 
 import socket
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -13,6 +12,7 @@ import pytest
 
 from environments.interface import ReadinessProbe
 from environments.readiness import answers, probe_once
+from tests.support.served import served
 
 _STATUS_BY_PATH = {"/healthz": 200, "/missing": 404, "/broken": 500, "/moved": 302}
 _PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
@@ -52,14 +52,8 @@ def app(dead_port: int) -> Iterator[str]:
     """The base URL of a threaded HTTP server answering the statuses of ``_STATUS_BY_PATH``."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     server.dead_port = dead_port  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.fixture

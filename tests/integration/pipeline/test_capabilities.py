@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from pipeline.capabilities import Missing, QueueCheck, probe, refusal
 from pipeline.config import DurafixConfig
 from pipeline.steps import TaskQueue
 from tests.conftest import require
+from tests.support.served import served
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -60,13 +60,8 @@ def answering() -> Iterator[tuple[str, list[str | None]]]:
             pass
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 # ---- browser ------------------------------------------------------------------------------------------

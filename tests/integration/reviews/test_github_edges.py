@@ -4,11 +4,8 @@ merge, `mergeable` before GitHub has computed it, and conditional reads."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
-from infra.forge.gitrepo import GitRepo
 from reviews.adapter import GitHubForge
 from reviews.errors import (
     ForgeEmptyRepositoryError,
@@ -17,6 +14,7 @@ from reviews.errors import (
     ForgeTransientError,
 )
 from reviews.markers import run_branch_prefix
+from tests.support.forge import push_lands_during_merge
 from tests.support.review_site import Site, make_config
 
 RUN = "repair-bot-shop-9"
@@ -108,19 +106,7 @@ def test_a_push_to_the_base_during_the_merge_is_read_again_and_retried(
     assert main is not None
     pushed = site.commit("pushed.txt", "landed during the merge\n", parent=main)
     site.push_as_someone_else(site.workdir, pushed, "elsewhere")
-    bare = GitRepo(site.handle.server.forge.repos_root / "bot" / "shop.git")
-    real_commit_tree = GitRepo.commit_tree
-    armed = [True]
-
-    def commit_tree_then_push(self: GitRepo, *args: Any, **kwargs: Any) -> str:
-        # The forge writes the merge commit, then moves the base by compare-and-swap: a push landing between
-        # the two is the race GitHub answers with 405 "Base branch was modified".
-        sha = real_commit_tree(self, *args, **kwargs)
-        if armed and armed.pop():
-            assert bare.update_ref("refs/heads/main", pushed, main)
-        return sha
-
-    monkeypatch.setattr(GitRepo, "commit_tree", commit_tree_then_push)
+    armed = push_lands_during_merge(monkeypatch, site.handle.server.forge.repos_root / "bot" / "shop.git", pushed, main)
     result = site.adapter.merge(number, head)
 
     assert (result.status, result.reconciled) == ("merged", False) and not armed
