@@ -29,8 +29,7 @@ from temporalio import workflow
 from temporalio.client import Client
 
 with workflow.unsafe.imports_passed_through():
-    from environments.spec import build_recovery_spec, canonical_json
-    from evidence.interface import ArtifactKind, ArtifactRef
+    from evidence.interface import ArtifactRef
     from evidence.local import LocalArtifactStore
     from infra.modelserver.server import ScriptedModelServer
     from pipeline import steps
@@ -40,8 +39,14 @@ with workflow.unsafe.imports_passed_through():
     from tests.conftest import start_dev_server, temporal_binary
     from tests.support.gitrepo import make_repo
     from tests.support.repair import CART_SCRIPTS
-    from tests.support.repair_context import cart_procedure_json
-    from tests.support.stepped import model_worker, pipeline_without_model, request_log, requests_of, wait_until_held
+    from tests.support.stepped import (
+        model_worker,
+        pipeline_without_model,
+        request_log,
+        requests_of,
+        stored_cart_run,
+        wait_until_held,
+    )
 
 HEARTBEAT_S = 3.0
 MODEL_TIMEOUTS = StepTimeouts(
@@ -145,11 +150,7 @@ async def bench(kill_points: list[int]) -> None:
         root = Path(tmp)
         repo = make_repo(root / "repo")
         store = LocalArtifactStore(root / "evidence")
-        spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-        spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="bench", name="spec.json")
-        procedure_ref = store.put_bytes(
-            cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="bench", name="procedure.json"
-        )
+        spec_ref, procedure_ref = stored_cart_run(store, repo, "bench")
         server = ScriptedModelServer(CART_SCRIPTS / "fix.yaml", root / "model")
         server.start()
         try:

@@ -17,7 +17,6 @@ import collections
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,8 +26,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
@@ -40,14 +37,12 @@ from tests.support.gitrepo import make_repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.proctree import descendants
 from tests.support.repair import CART_SCRIPTS
-from tests.support.repair_context import cart_procedure_json
-from tests.support.stepped import pipeline_without_model, request_log, wait_until_held
+from tests.support.stepped import pipeline_without_model, request_log, stored_cart_run, wait_until_held, worker_process
 
 pytestmark = [pytest.mark.slow]
 
 __all__ = ["mini_swe_agent", "serve"]
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
 HELD_REQUEST = 2  # of the agent's three: after it looked at the code, while it asks for the fix
 
 
@@ -55,34 +50,9 @@ HELD_REQUEST = 2  # of the agent's three: after it looked at the code, while it 
 def command_worker(
     client: Client, state: Path, evidence: Path, base_url: str, venv: Path
 ) -> Iterator[subprocess.Popen[str]]:
-    log = (state.parent / f"{state.name}.log").open("w")
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.workers.command",
-            client.service_client.config.target_host,
-            client.namespace,
-            str(state),
-            str(evidence),
-            base_url,
-            str(venv),
-        ],
-        cwd=PROJECT_ROOT,
-        env={**os.environ, "PYTHONPATH": str(PROJECT_ROOT)},
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-    )
-    try:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready", (state.parent / f"{state.name}.log").read_text()
+    """A model-queue worker process running the agent from ``venv``; killed (if still alive) at the end."""
+    with worker_process("tests.support.workers.command", client, state, [str(evidence), base_url, str(venv)]) as proc:
         yield proc
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=30)
-        log.close()
 
 
 def agent_processes(venv: Path) -> list[int]:
@@ -106,12 +76,7 @@ async def test_a_worker_killed_while_the_agent_runs_reruns_the_agent_from_the_ba
     server = serve(CART_SCRIPTS / "mini-swe-agent-fix.yaml")
     evidence = tmp_path / "evidence"
     store = LocalArtifactStore(evidence)
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
-
-    procedure_ref = store.put_bytes(
-        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
-    )
+    spec_ref, procedure_ref = stored_cart_run(store, repo)
 
     async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
         wf = "repair:acme/shop#4242"

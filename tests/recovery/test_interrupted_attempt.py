@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.state import Phase, RunState
 from repair.prompts import ATTEMPT_MARKER
@@ -28,13 +26,13 @@ from tests.replay.record import record_history
 from tests.support.gitrepo import Repo, make_repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.repair_context import cart_procedure_json
 from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
     request_log,
     requests_of,
+    stored_cart_run,
     wait_until_held,
 )
 
@@ -63,11 +61,7 @@ async def test_a_worker_killed_during_a_model_call_resumes_without_resending_com
     server = serve(CART_SCRIPTS / "fix.yaml")
     evidence = tmp_path / "evidence"
     store = LocalArtifactStore(evidence)
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
-    procedure_ref = store.put_bytes(
-        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
-    )
+    spec_ref, procedure_ref = stored_cart_run(store, repo)
 
     async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
         with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):

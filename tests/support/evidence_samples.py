@@ -18,11 +18,10 @@ from pathlib import Path
 from typing import Literal
 
 from browser.procedure import parse_procedure
-from browser.recorder import RunRecorder
-from browser.results import AssertionOutcome, ReproductionResult, ReproductionStatus, RunOutcome
-from browser.session import Collected
+from browser.results import ReproductionStatus
 from evidence.bundle import CheckResult, EvidenceBundle, RevisionEvidence
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from tests.support.repair_context import cart_log
 
 RUN_ID = "repair:acme/shop#7"
 BASE = hashlib.sha1(b"base revision").hexdigest()
@@ -69,37 +68,15 @@ def reproduction_log(
 ) -> bytes:
     """The ``log.json`` the runner writes for the cart procedure whose one check saw ``actuals[i]`` in run
     ``i + 1``; screenshots are named as the runner names them."""
-    procedure = parse_procedure(PROCEDURE.read_text())
-    collected = Collected(procedure, "http://127.0.0.1:8000", Path(revision_label))
-    for run, actual in enumerate(actuals, start=1):
-        collected.recorders.append(RunRecorder(collected.base_url))
-        collected.runs.append(
-            RunOutcome(
-                run=run,
-                bug_present=holds,
-                assertions=[
-                    AssertionOutcome(
-                        index=0,
-                        description=procedure.bug_present[0].describe(),
-                        holds=holds,
-                        actual=actual,
-                        screenshot=Path(f"run-{run}-assert-1.png"),
-                        element_screenshot=Path(f"run-{run}-assert-1-element.png"),
-                    )
-                ],
-                duration_s=0.5,
-            )
-        )
-    result = ReproductionResult(
+    return cart_log(
+        actuals,
+        holds,
         status=status,
-        runs=collected.runs,
-        trace_paths=[],
-        screenshot_paths=[],
-        log_path=collected.log_path,
-        duration_s=1.0,
         detail=detail,
+        base_url="http://127.0.0.1:8000",
+        out_dir=Path(revision_label),
+        screenshots=True,
     )
-    return json.dumps(collected.log(result), indent=2).encode()
 
 
 def store_cart_bundle(

@@ -22,29 +22,38 @@ def cart_procedure_json() -> bytes:
     return parse_procedure(PROCEDURE.read_text()).model_dump_json(indent=2).encode()
 
 
-def cart_log(actuals: Sequence[str], holds: bool = True, events: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> bytes:
+def cart_log(
+    actuals: Sequence[str],
+    holds: bool = True,
+    events: Sequence[tuple[str, Mapping[str, Any]]] = (),
+    *,
+    status: ReproductionStatus | None = None,
+    detail: str = "",
+    base_url: str = BASE_URL,
+    out_dir: Path = Path("out"),
+    screenshots: bool = False,
+) -> bytes:
     """The runner's ``log.json`` for the cart procedure: run ``i + 1``'s one check read ``actuals[i]``;
-    ``events`` (kind, fields), as the recorder notes them, happened in run 1."""
+    ``events`` (kind, fields), as the recorder notes them, happened in run 1. With ``screenshots`` each check
+    names its screenshots as the runner names them; ``status`` defaults to what ``holds`` says."""
     procedure = parse_procedure(PROCEDURE.read_text())
-    collected = Collected(procedure, BASE_URL, Path("out"))
+    collected = Collected(procedure, base_url, out_dir)
     for run, actual in enumerate(actuals, start=1):
         recorder = RunRecorder(collected.base_url)
         for kind, fields in events if run == 1 else ():
             recorder.add(kind, **fields)
         collected.recorders.append(recorder)
-        collected.runs.append(
-            RunOutcome(
-                run=run,
-                bug_present=holds,
-                assertions=[
-                    AssertionOutcome(
-                        index=0, description=procedure.bug_present[0].describe(), holds=holds, actual=actual
-                    )
-                ],
-                duration_s=0.5,
-            )
+        check = AssertionOutcome(
+            index=0,
+            description=procedure.bug_present[0].describe(),
+            holds=holds,
+            actual=actual,
+            screenshot=Path(f"run-{run}-assert-1.png") if screenshots else None,
+            element_screenshot=Path(f"run-{run}-assert-1-element.png") if screenshots else None,
         )
-    status = ReproductionStatus.REPRODUCED if holds else ReproductionStatus.NOT_REPRODUCED
+        collected.runs.append(RunOutcome(run=run, bug_present=holds, assertions=[check], duration_s=0.5))
+    if status is None:
+        status = ReproductionStatus.REPRODUCED if holds else ReproductionStatus.NOT_REPRODUCED
     result = ReproductionResult(
         status=status,
         runs=collected.runs,
@@ -52,7 +61,7 @@ def cart_log(actuals: Sequence[str], holds: bool = True, events: Sequence[tuple[
         screenshot_paths=[],
         log_path=collected.log_path,
         duration_s=1.0,
-        detail="",
+        detail=detail,
     )
     return json.dumps(collected.log(result), indent=2).encode()
 

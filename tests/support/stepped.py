@@ -23,14 +23,27 @@ from temporalio import activity
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from evidence.interface import ArtifactRef
+from environments.spec import build_recovery_spec, canonical_json
+from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
+from tests.support.gitrepo import Repo
+from tests.support.repair_context import cart_procedure_json
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def stored_cart_run(store: ArtifactStore, repo: Repo, run_id: str = "r") -> tuple[ArtifactRef, ArtifactRef]:
+    """The cart run's recovery spec (of ``repo``'s base) and procedure in ``store``, as ``env.prepare_spec`` and
+    ``browser.prepare_procedure`` store them: the references the workflow's doubles answer with."""
+    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
+    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run_id, name="spec.json")
+    procedure = cart_procedure_json()
+    procedure_ref = store.put_bytes(procedure, kind=ArtifactKind.PROCEDURE, run_id=run_id, name="procedure.json")
+    return spec_ref, procedure_ref
 
 
 @contextmanager
