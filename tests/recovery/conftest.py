@@ -19,12 +19,8 @@ __all__ = ["chromium", "evidence_dir", "new_worker", "remote"]
 def remote(tmp_path: Path) -> Iterator[Remote]:
     require(shutil.which("git") is not None, "git is not installed")
     repo = make_repo(tmp_path / "repo")
-    server = GitHttpServer(repo.bare.parent, TOKEN)
-    server.start()
-    try:
+    with GitHttpServer(repo.bare.parent, TOKEN) as server:
         yield Remote(repo=repo, server=server)
-    finally:
-        server.stop()
 
 
 @pytest.fixture

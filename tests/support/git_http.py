@@ -79,6 +79,14 @@ class GitHttpServer:
         self._httpd.server_close()
         self._thread.join()
 
+    def __enter__(self) -> GitHttpServer:
+        """Serving until the block exits."""
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
         if handler.headers.get("Authorization") != self.expected:
             self.refused_requests += 1

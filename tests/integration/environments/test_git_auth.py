@@ -17,10 +17,8 @@ TOKEN = "ghs_token-that-must-never-touch-disk"
 
 @pytest.fixture
 def server(repo: Repo) -> Iterator[GitHttpServer]:
-    srv = GitHttpServer(repo.bare.parent, TOKEN)
-    srv.start()
-    yield srv
-    srv.stop()
+    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
+        yield srv
 
 
 def files_containing(root: Path, needle: bytes) -> list[Path]:

@@ -31,10 +31,8 @@ RUN = "repair:acme/cart#7"
 
 @pytest.fixture
 def server(repo: Repo) -> Iterator[GitHttpServer]:
-    srv = GitHttpServer(repo.bare.parent, TOKEN)
-    srv.start()
-    yield srv
-    srv.stop()
+    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
+        yield srv
 
 
 @pytest.fixture
