@@ -29,9 +29,9 @@ from environments.egress import (
 )
 from environments.interface import AppRecipe
 from environments.processes import owned_pids
-from environments.sandbox import Sandbox, bwrap_problem
+from environments.sandbox import Sandbox
 from pipeline.config import load_config
-from tests.conftest import unavailable
+from tests.support.sandbox import require_bubblewrap
 
 
 @pytest.mark.parametrize(
@@ -126,9 +126,7 @@ def test_the_proxy_refuses_before_connecting_logs_each_tunnel_and_leaves_nothing
 
 
 def test_a_setup_without_the_network_gets_no_proxy(tmp_path: Path) -> None:
-    problem = bwrap_problem()
-    if problem is not None:
-        unavailable(problem)
+    require_bubblewrap()
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "probe.py").write_text(
@@ -211,9 +209,7 @@ def test_the_plugin_refuses_a_name_with_any_forbidden_answer(tmp_path: Path, mon
 
 
 def test_a_proxy_left_by_an_earlier_try_is_stopped_and_the_setups_own_is_gone_after_it(tmp_path: Path) -> None:
-    problem = bwrap_problem()
-    if problem is not None:
-        unavailable(problem)
+    require_bubblewrap()
     ws = tmp_path / "ws"
     ws.mkdir()
     marker = f"t/{uuid.uuid4().hex}"

@@ -24,18 +24,12 @@ from environments.spec import load_recipe
 from pipeline import messages
 from pipeline.config import load_config
 from pipeline.state import EnvironmentFact, EnvironmentState
-from tests.conftest import unavailable
 from tests.integration.workflow.test_workflow_logic import ref
 from tests.support.gitrepo import CART_APP
+from tests.support.sandbox import sandbox
 from tests.unit.pipeline.test_messages import state
 
-
-@pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
-    problem = bwrap_problem()
-    if problem is not None:
-        unavailable(problem)
-    return Sandbox.detect()
+__all__ = ["sandbox"]
 
 
 @pytest.fixture
