@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import http.client
-import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
@@ -32,6 +29,7 @@ from tests.support.security_harness import (
     Site,
     eventually,
     example,
+    post_raw,
     serving,
     workers,
 )
@@ -47,16 +45,7 @@ def replay(url: str, recorded: dict[str, Any], guid: str | None = None) -> tuple
     headers = dict(recorded["request"]["headers"])
     if guid is not None:
         headers["X-GitHub-Delivery"] = guid
-    body = recorded["request"]["body"].encode()
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        conn.request("POST", parts.path, body=body, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, json.loads(raw) if raw else {}
-    finally:
-        conn.close()
+    return post_raw(url, recorded["request"]["body"].encode(), headers)
 
 
 async def replayed(url: str, recorded: dict[str, Any], guid: str | None = None) -> tuple[int, dict[str, Any]]:

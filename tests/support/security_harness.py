@@ -75,15 +75,21 @@ def sign(secret: str, body: bytes) -> str:
 
 
 def post(url: str, event: str, body: bytes, signature: str) -> tuple[int, dict[str, Any]]:
+    """A delivery of ``event`` with a fresh GUID, signed with ``signature``: the status and the JSON answer."""
+    headers = {
+        "Content-Type": "application/json",
+        "X-GitHub-Event": event,
+        "X-GitHub-Delivery": str(uuid.uuid4()),
+        "X-Hub-Signature-256": signature,
+    }
+    return post_raw(url, body, headers)
+
+
+def post_raw(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """``body`` POSTed to ``url`` with exactly ``headers``: the status and the JSON answer."""
     parts = urlsplit(url)
     conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
     try:
-        headers = {
-            "Content-Type": "application/json",
-            "X-GitHub-Event": event,
-            "X-GitHub-Delivery": str(uuid.uuid4()),
-            "X-Hub-Signature-256": signature,
-        }
         conn.request("POST", parts.path, body=body, headers=headers)
         resp = conn.getresponse()
         raw = resp.read()
@@ -237,10 +243,9 @@ def receiver(config: DurafixConfig) -> Iterator[WebhookReceiver]:
         yield rec
 
 
-@pytest.fixture
-async def site(
-    forge: Forge, config: DurafixConfig, receiver: WebhookReceiver, temporal_client: Client
-) -> AsyncIterator[Site]:
+def hooked_repository(forge: Forge, hook_url: str, webhook_secret: str) -> str:
+    """A fresh repository of ``acme`` with each role of :data:`ROLES`, the trigger label, and a webhook to
+    ``hook_url`` signed with ``webhook_secret``; its full name."""
     name = f"shop-{uuid.uuid4().hex[:8]}"
     full_name = f"{OWNER}/{name}"
     forge.handle.create_repo(forge.tokens[OWNER], name, auto_init=True)
@@ -248,7 +253,15 @@ async def site(
         forge.handle.add_collaborator(forge.tokens[OWNER], full_name, login, permission)
     owner_api = forge_setup.ForgeApi(forge.handle.api_url, forge.tokens[OWNER])
     forge_setup.ensure_label(owner_api, full_name, TRIGGER)
-    forge_setup.ensure_webhook(owner_api, full_name, receiver.url, config.webhook_secret)
+    forge_setup.ensure_webhook(owner_api, full_name, hook_url, webhook_secret)
+    return full_name
+
+
+@pytest.fixture
+async def site(
+    forge: Forge, config: DurafixConfig, receiver: WebhookReceiver, temporal_client: Client
+) -> AsyncIterator[Site]:
+    full_name = hooked_repository(forge, receiver.url, config.webhook_secret)
     s = Site(forge, config, receiver.url, temporal_client, full_name)
     try:
         yield s

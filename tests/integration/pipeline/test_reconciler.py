@@ -18,7 +18,6 @@ import asyncio
 import io
 import json
 import threading
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, redirect_stdout
 from dataclasses import dataclass, field
@@ -52,12 +51,13 @@ from tests.support.security_harness import (
     MAINTAINER,
     OWNER,
     READER,
-    ROLES,
     TRIAGER,
     TRIGGER,
     Forge,
     config,
     forge,
+    hooked_repository,
+    serving,
 )
 
 pytestmark = [pytest.mark.slow]
@@ -119,26 +119,15 @@ def stopped_receiver_url(config: DurafixConfig) -> str:
 
 @pytest.fixture(scope="module")
 def live_receiver(config: DurafixConfig) -> Iterator[WebhookReceiver]:
-    receiver = WebhookReceiver(config, "127.0.0.1", 0)
-    receiver.start()
-    try:
+    with serving(config) as receiver:
         yield receiver
-    finally:
-        receiver.stop()
 
 
 @pytest.fixture
 async def site(
     forge: Forge, config: DurafixConfig, stopped_receiver_url: str, temporal_client: Client
 ) -> AsyncIterator[Site]:
-    name = f"shop-{uuid.uuid4().hex[:8]}"
-    full_name = f"{OWNER}/{name}"
-    forge.handle.create_repo(forge.tokens[OWNER], name, auto_init=True)
-    for login, permission in ROLES.items():
-        forge.handle.add_collaborator(forge.tokens[OWNER], full_name, login, permission)
-    owner_api = forge_setup.ForgeApi(forge.handle.api_url, forge.tokens[OWNER])
-    forge_setup.ensure_label(owner_api, full_name, TRIGGER)
-    forge_setup.ensure_webhook(owner_api, full_name, stopped_receiver_url, config.webhook_secret)
+    full_name = hooked_repository(forge, stopped_receiver_url, config.webhook_secret)
     s = Site(forge, config, temporal_client, full_name)
     try:
         yield s
