@@ -13,7 +13,7 @@ from pipeline.failures import WORKER_LOST
 from tests.bench import bench_failover
 from tests.conftest import require, temporal_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.bench]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(900)  # minutes on a busy two-core host; it asserts no timing

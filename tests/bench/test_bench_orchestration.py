@@ -24,7 +24,7 @@ from tests.bench import bench_tax, bench_throughput, bench_webhook_pr
 from tests.conftest import require, temporal_binary
 from tests.support.e2e_stack import E2EStack
 
-pytestmark = [pytest.mark.slow, pytest.mark.bench]
+pytestmark = pytest.mark.slow
 
 
 @pytest.mark.timeout(600)  # minutes on a busy two-core host; it asserts no timing

@@ -13,7 +13,7 @@ import pytest
 from tests.bench import bench_parked
 from tests.conftest import require, temporal_binary
 
-pytestmark = [pytest.mark.slow, pytest.mark.bench]
+pytestmark = pytest.mark.slow
 
 SMOKE_N = 20
 
