@@ -42,6 +42,7 @@ from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
+from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now
 
 T = TypeVar("T")
@@ -171,11 +172,7 @@ class Site:
         return desc.status
 
     async def started_input(self, workflow_id: str) -> RepairInput:
-        history = await self.client.get_workflow_handle(workflow_id).fetch_history()
-        attrs = history.events[0].workflow_execution_started_event_attributes
-        [inp] = await self.client.data_converter.decode(attrs.input.payloads, [RepairInput])
-        assert isinstance(inp, RepairInput)
-        return inp
+        return await started_input(self.client, workflow_id)
 
     async def events(self, workflow_id: str, *types: int) -> list[Any]:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()

@@ -36,7 +36,7 @@ from pipeline import forge_setup, steps
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from pipeline.ids import branch_for, workflow_id_for
-from pipeline.inputs import PinnedReport, RepairInput
+from pipeline.inputs import PinnedReport
 from pipeline.policies import RunPolicy
 from pipeline.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
 from pipeline.services import Services
@@ -46,6 +46,7 @@ from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support.forge import branch_with, commit_files
+from tests.support.run_history import started_input
 from tests.support.security_harness import (
     BOT,
     MAINTAINER,
@@ -447,14 +448,6 @@ async def test_a_lost_trigger_is_started_by_durafix_reconcile_once_and_only_for_
     # Run again, the run now exists: nothing is started twice.
     again = await reconcile_once(site.client, watching)
     assert [d for d in again.delivered if d.workflow_id == started] == []
-
-
-async def started_input(client: Client, workflow_id: str) -> RepairInput:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    attrs = history.events[0].workflow_execution_started_event_attributes
-    [inp] = await client.data_converter.decode(attrs.input.payloads, [RepairInput])
-    assert isinstance(inp, RepairInput)
-    return inp
 
 
 # ---- failures ---------------------------------------------------------------------------------------------

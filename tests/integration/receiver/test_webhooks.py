@@ -34,12 +34,12 @@ from temporalio.worker import Worker
 from infra.forge.testing import ForgeHandle, running_forge
 from pipeline.client import handle_for
 from pipeline.config import DurafixConfig
-from pipeline.inputs import RepairInput
 from pipeline.state import Delivered, Phase, Rejection, RunState
 from pipeline.steps import TaskQueue
 from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
+from tests.support.run_history import started_input
 from tests.support.security_harness import example, receiver, serving, sign
 
 __all__ = ["receiver"]  # a fixture of the harness, on this module's own config
@@ -180,15 +180,6 @@ async def describe_status(client: Client, workflow_id: str) -> WorkflowExecution
             return None
         raise
     return desc.status
-
-
-async def started_input(client: Client, workflow_id: str) -> RepairInput:
-    """The input the run was started with, read back from its history."""
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    attrs = history.events[0].workflow_execution_started_event_attributes
-    [inp] = await client.data_converter.decode(attrs.input.payloads, [RepairInput])
-    assert isinstance(inp, RepairInput)
-    return inp
 
 
 async def state_once_running(client: Client, workflow_id: str, timeout_s: float = 20) -> RunState:
