@@ -45,15 +45,7 @@ async def test_a_lost_trigger_on_a_report_its_outsider_author_edited_after_the_l
     site: Site, issue_events: None
 ) -> None:
     # The receiver cannot read the triager's role for either label (the forge answers 503): both are lost.
-    site.forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
-            "action": "status",
-            "status": 503,
-            "count": 2,
-        }
-    )
+    site.fail_role_reads(TRIAGER, 2)
     title, body = issue_text()
     edited = site.repo(OUTSIDER).create_issue(title=title, body=body).number
     untouched = site.repo(OUTSIDER).create_issue(title=title, body=body).number

@@ -146,15 +146,7 @@ async def test_a_trigger_older_than_the_window_starts_nothing(site: Site) -> Non
 
 async def test_a_recent_failed_trigger_redelivered_starts_its_run(site: Site) -> None:
     # The receiver cannot read the labeller's role once (the forge answers 503): it answers 503, starts nothing.
-    site.forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
-            "action": "status",
-            "status": 503,
-            "count": 1,
-        }
-    )
+    site.fail_role_reads(TRIAGER, 1)
     issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
     site.repo(TRIAGER).get_issue(issue.number).add_to_labels(TRIGGER)
     [failed] = site.deliveries("issues", "labeled")

@@ -162,6 +162,18 @@ class Site:
                 found.append(d)
         return found
 
+    def fail_role_reads(self, login: str, count: int) -> None:
+        """The forge answers 503 to the next ``count`` reads of ``login``'s permission on this repository."""
+        self.forge.handle.set_faults(
+            {
+                "method": "GET",
+                "path_regex": rf"/repos/{self.repository}/collaborators/{login}/permission$",
+                "action": "status",
+                "status": 503,
+                "count": count,
+            }
+        )
+
     async def status(self, workflow_id: str) -> WorkflowExecutionStatus | None:
         try:
             desc = await self.client.get_workflow_handle(workflow_id).describe()

@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, redirect_stdout
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from github.Repository import Repository
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
@@ -35,7 +33,7 @@ from pipeline import client as runs
 from pipeline import forge_setup, steps
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
-from pipeline.ids import branch_for, workflow_id_for
+from pipeline.ids import branch_for
 from pipeline.inputs import PinnedReport
 from pipeline.policies import RunPolicy
 from pipeline.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
@@ -45,6 +43,7 @@ from pipeline.steps import PullInfo, ReadPullInput, TaskQueue, VerifyInput, Veri
 from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
+from tests.support import security_harness as harness
 from tests.support.forge import branch_with, commit_files
 from tests.support.run_history import started_input
 from tests.support.security_harness import (
@@ -71,34 +70,14 @@ DECISIONS = (
 )
 
 
-@dataclass
-class Site:
+class Site(harness.Site):
     """One fresh repository whose webhook goes to a stopped receiver, and the runs its test touched."""
-
-    forge: Forge
-    config: DurafixConfig
-    client: Client
-    repository: str
-    touched: set[str] = field(default_factory=set)
-
-    def repo(self, login: str = MAINTAINER) -> Repository:
-        return self.forge.repo(login, self.repository)
-
-    def run_id(self, issue: int) -> str:
-        workflow_id = workflow_id_for(self.repository, issue)
-        self.touched.add(workflow_id)
-        return workflow_id
 
     def failed_deliveries(self, event: str, action: str) -> list[dict[str, Any]]:
         """This repository's deliveries of ``event``/``action`` (all sent by now); each asserted failed."""
-        found = []
-        for d in self.forge.handle.wait_for_deliveries():
-            payload = json.loads(d["request"]["body"])
-            if d["event"] != event or (payload.get("repository") or {}).get("full_name") != self.repository:
-                continue
-            if payload.get("action") == action:
-                assert not 200 <= d["status_code"] < 300, d
-                found.append(d)
+        found = self.deliveries(event, action)
+        for d in found:
+            assert not 200 <= d["status_code"] < 300, d
         return found
 
     def labelled_issue(self, opener: str, labeller: str | None = TRIAGER) -> int:
@@ -129,7 +108,7 @@ async def site(
     forge: Forge, config: DurafixConfig, stopped_receiver_url: str, temporal_client: Client
 ) -> AsyncIterator[Site]:
     full_name = hooked_repository(forge, stopped_receiver_url, config.webhook_secret)
-    s = Site(forge, config, temporal_client, full_name)
+    s = Site(forge, config, stopped_receiver_url, temporal_client, full_name)
     try:
         yield s
     finally:
@@ -404,15 +383,7 @@ async def test_a_lost_trigger_is_started_by_durafix_reconcile_once_and_only_for_
     # it answers 503 and starts nothing, as GitHub would then never deliver again.
     owner_api = forge_setup.ForgeApi(site.forge.handle.api_url, site.forge.tokens[OWNER])
     forge_setup.ensure_webhook(owner_api, site.repository, live_receiver.url, config.webhook_secret)
-    site.forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
-            "action": "status",
-            "status": 503,
-            "count": 2,
-        }
-    )
+    site.fail_role_reads(TRIAGER, 2)
     # The emulator keeps no issue events, so who labelled is read as the issue's author (docs/runbooks).
     permitted = site.labelled_issue(TRIAGER, TRIAGER)
     unlabelled = site.labelled_issue(MAINTAINER, None)
