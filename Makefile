@@ -14,7 +14,7 @@ export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 # e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
 SOAK_ARGS ?=
 
-.PHONY: setup apt venv demo test test-quick lint bench bench-smoke soak clean
+.PHONY: setup apt venv demo test test-quick test-kind lint bench bench-smoke soak clean
 
 setup: apt venv
 
@@ -38,10 +38,15 @@ test: setup
 	$(UV) run ruff format --check .
 	$(UV) run lint-imports
 	$(UV) run mypy
-	$(UV) run pytest -m "not bench" -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(UV) run pytest -m "not bench" -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 test-quick: setup
 	$(UV) run pytest -m "not slow" -x -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# One kind of test (a folder of tests/, see tests/README.md), e.g. `make test-kind KIND=unit`.
+KIND ?= unit
+test-kind: setup
+	$(UV) run pytest -m "$(KIND) and not bench" -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
 
 lint: venv
 	$(UV) run ruff check .
@@ -50,7 +55,7 @@ lint: venv
 	$(UV) run mypy
 
 bench: setup
-	$(UV) run python -m tests.benchmarks
+	$(UV) run python -m tests.bench
 
 # The benchmarks at their smallest size, checking what they measure (never how fast): each stands up a whole
 # stack, so `make test` leaves them here.

@@ -50,7 +50,7 @@ after its patch: a candidate that changes a lock file gets an entry of its own.
 hard link *is* the entry's file: one in-place write in a workspace (``open(..., "r+")``, ``dd conv=notrunc``, a
 tool that does not write aside and rename) changed the entry and every workspace restored from it, and a
 same-size write with its mtime put back slipped past the shape digest, so a candidate's tests could plant code in
-what later runs, of other candidates, install. The alternatives measured (``tests/benchmarks/bench_depcache.py``,
+what later runs, of other candidates, install. The alternatives measured (``tests/bench/bench_depcache.py``,
 ``docs/environments.md`` has the numbers) were verifying every restored file by content (a sha256 of each file
 recorded when stored, checked when restored) and restoring copies. Verifying keeps the hard link, so it only
 finds a write after it has reached the entry (a concurrent workspace has already read it), and it reads every

@@ -10,7 +10,7 @@ worker's mirror, then a detached checkout. This is ``git clone --shared`` withou
 remote: no object is copied, and the repository is self-contained under the workspace directory, so it can
 be built in a temporary directory and renamed atomically. ``git worktree add`` would be as fast but keeps
 its bookkeeping inside the mirror, which a rename breaks and a crash leaves registered; a full ``git
-clone`` copies every object (see ``tests/benchmarks/bench_workspace.py``).
+clone`` copies every object (see ``tests/bench/bench_workspace.py``).
 
 Ownership: each workspace is recorded (run_id, op_id, path) *before* anything is built, under
 ``root/<run>/``; :meth:`WorkspaceManager.cleanup_run` tombstones the run first, so a late ``rebuild`` for it

@@ -74,6 +74,29 @@ async def temporal_client(temporal_env: WorkflowEnvironment) -> Client:
     return temporal_env.client
 
 
+TESTS = Path(__file__).resolve().parent
+
+# The folders of tests/ that are a kind, each its own marker (registered in pyproject.toml): `-m unit` runs the
+# unit tests wherever a test file is added, and a marker cannot disagree with where its test lives.
+KINDS = frozenset({"unit", "integration", "e2e", "recovery", "security", "infra", "bench", "replay"})
+
+
+def kind_of(path: Path) -> str | None:
+    """The kind of the test module at ``path``: its first folder under tests/, when that folder is a kind."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return None
+    return parts[0] if len(parts) > 1 and parts[0] in KINDS else None
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Mark each test with its folder's kind, before ``-m`` selects (which happens after collection)."""
+    kind = kind_of(item.path)
+    if kind is not None:
+        item.add_marker(kind)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Modules with slow tests first, each module's tests in their own order.
 

@@ -16,13 +16,13 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from pipeline.config import DurafixConfig
 from pipeline.demo import ensure_user
 from pipeline.forge_setup import ForgeApi, set_collaborator
-from pipeline.inputs import RepairInput
 from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from reviews.approval_policy import ApprovalPolicy
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack, wait_for
+from tests.support.run_history import started_input
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 POLICY = ApprovalPolicy(version=2, required_approvals=2)
 SECOND = "second-reviewer"
@@ -41,14 +41,6 @@ def two_approvals_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2
     ) as stack:
         stack.spawn_worker()
         yield stack
-
-
-async def started_input(client: Client, workflow_id: str) -> RepairInput:
-    history = await client.get_workflow_handle(workflow_id).fetch_history()
-    attrs = history.events[0].workflow_execution_started_event_attributes
-    [inp] = await client.data_converter.decode(attrs.input.payloads, [RepairInput])
-    assert isinstance(inp, RepairInput)
-    return inp
 
 
 async def accepted_approvals(client: Client, workflow_id: str) -> list[Approval]:

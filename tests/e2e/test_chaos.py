@@ -24,9 +24,9 @@ import pytest
 
 from environments.processes import live_processes
 from tests.conftest import require
-from tests.e2e.conftest import REPO_ROOT
+from tests.support.e2e_stack import REPO_ROOT
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RUNS = 6
 SEED = 20261202

@@ -23,10 +23,10 @@ from pipeline import client as runs
 from pipeline.cli.runs import operator_identity
 from pipeline.ids import workflow_id_for
 from pipeline.state import Phase, RunState
-from tests.e2e.conftest import REPO_ROOT, E2EStack, owned_processes, wait_for
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_workspaces, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 # A setup command that outlasts the test that shows it in `durafix status`.
 SLOW_SETUP = "sleep 600"
@@ -109,7 +109,7 @@ async def test_cli_starts_attaches_reports_and_merges_only_the_reviewed_head(sta
     refused = cli.run("approve", wf, "--sha", wrong)
     assert refused.returncode == EXIT_FAIL, refused
     assert "approval refused" in refused.stderr and head in refused.stderr
-    # The stack allows operator approvals (tests/e2e/conftest.py); the approval records who ran the command.
+    # The stack allows operator approvals (tests/support/e2e_stack.py); the approval records who ran the command.
     approved = cli.ok("approve", wf, "--sha", head)
     assert f"approved {head} by operator:{operator_identity()}" in approved.stdout
 

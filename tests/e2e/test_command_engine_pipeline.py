@@ -19,13 +19,13 @@ import pytest
 import yaml
 
 from pipeline.state import Phase
-from tests.agents.support import mini_swe_agent
 from tests.conftest import require
-from tests.e2e.conftest import MODEL_DIR, E2EStack, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, state_when
 from tests.replay.record import record_history
+from tests.support.command_engine import mini_swe_agent
+from tests.support.e2e_stack import MODEL_DIR, E2EStack, running_e2e_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 __all__ = ["mini_swe_agent"]
 

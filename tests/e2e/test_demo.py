@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 def demo(state: Path) -> dict[str, Any]:

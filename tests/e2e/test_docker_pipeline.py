@@ -37,12 +37,11 @@ from pipeline import client as runs
 from pipeline.ids import op_id
 from pipeline.state import Outcome, Phase, RunState
 from tests.conftest import require
-from tests.e2e.conftest import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
 
-KILLABLE_WORKER = Path(__file__).parent / "killable_docker_worker.py"
 NOTHING_LEFT: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 
 
@@ -208,7 +207,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     client, repository, _, wf = await stack.open_run()
     kills = provisioning_ops(wf)
     most_per_op = 0
-    worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
+    worker = stack.spawn_worker(fault="kill-after-docker-create", kill_dir=tmp_path)
 
     async def drive(until_review: bool) -> RunState | None:
         """Keep one worker alive (replacing killed ones) and sample the engine until the run gets there."""
@@ -220,7 +219,7 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
                 # Each kill costs one worker; more deaths than kills means workers die for another reason.
                 assert len(stack.workers) <= len(kills), processes.log_tail(Path(worker.log))
                 kill(worker)  # whatever the dead worker had started (a browser) goes with it
-                worker = stack.spawn_worker(script=KILLABLE_WORKER, kill_dir=tmp_path)
+                worker = stack.spawn_worker(fault="kill-after-docker-create", kill_dir=tmp_path)
             most_per_op = max(most_per_op, *containers_per_op(engine, wf).values(), 0)
             try:
                 status, state = await runs.status_and_state(client, wf)

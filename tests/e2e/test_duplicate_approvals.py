@@ -28,11 +28,11 @@ from temporalio.client import Client
 from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
-from tests.forge.helpers import Received, running_receiver
+from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack, wait_for
+from tests.support.forge import Received, running_receiver
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 FORWARDED = (
     "Content-Type",

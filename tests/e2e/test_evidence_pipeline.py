@@ -45,12 +45,11 @@ from pipeline import steps
 from pipeline.services import Services
 from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
-from tests.proctree import Proc, descendants, is_chromium_browser
+from tests.support.e2e_stack import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
+from tests.support.proctree import Proc, descendants, is_chromium_browser
 
 pytestmark = [
-    pytest.mark.e2e,
     pytest.mark.slow,
     pytest.mark.s3,
     pytest.mark.browser,

@@ -29,10 +29,10 @@ from pipeline.demo import OWNER, ensure_user, issue_text
 from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome
-from tests.e2e.conftest import E2EStack, combined_model_script, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 APP_ID = 31337
 SLUG = "durafix-fixer"

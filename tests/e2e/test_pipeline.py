@@ -29,10 +29,10 @@ from pipeline.demo import issue_text
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, Rejection, RunState
-from tests.e2e.conftest import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
 from tests.replay.record import record_history
+from tests.support.e2e_stack import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RUN_TIMEOUT_S = 300
 

@@ -1,4 +1,4 @@
-"""Two projects of our own, shaped like real ones (:mod:`tests.e2e.real_projects`: an npm app with ``is-number``,
+"""Two projects of our own, shaped like real ones (:mod:`tests.support.real_projects`: an npm app with ``is-number``,
 a pip app with ``humanize``, each with 55 tagged commits), onboarded with ``durafix dev onboard`` as a new user
 would, and each sent two reports through the webhooks on the embedded stack:
 
@@ -31,8 +31,10 @@ from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, owned_processes, running_e2e_stack
-from tests.e2e.real_projects import (
+from tests.e2e.test_cli import Cli
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
+from tests.support.e2e_stack import E2EStack, owned_processes, running_e2e_stack
+from tests.support.real_projects import (
     HISTORY_COMMITS,
     PROJECTS,
     Project,
@@ -41,10 +43,8 @@ from tests.e2e.real_projects import (
     model_script,
     pull_and_commit,
 )
-from tests.e2e.test_cli import Cli
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,10 @@ from pipeline import client as runs
 from pipeline.demo import maintainer_git_env
 from pipeline.ids import branch_for
 from pipeline.state import HeadPush, RunState
-from tests.e2e.conftest import E2EStack
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
+from tests.support.e2e_stack import E2EStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 # A test the maintainer's push adds: it fails on any cart, so the pushed head's tests fail.
 BREAKING_TEST = """import unittest

@@ -10,10 +10,10 @@ from __future__ import annotations
 import pytest
 
 from pipeline.ids import branch_for
-from tests.e2e.conftest import E2EStack
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
+from tests.support.e2e_stack import E2EStack
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 COMMENT_LINE = "    # Each line counts its quantity: line_total is the unit price times the quantity.\n"
 

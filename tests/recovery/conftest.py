@@ -7,21 +7,20 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import require
-from tests.environments.git_http import GitHttpServer
-from tests.environments.gitrepo import make_repo
-from tests.recovery.workers import TOKEN, Remote, Worker
+from tests.support.chromium import chromium
+from tests.support.git_http import GitHttpServer
+from tests.support.gitrepo import make_repo
+from tests.support.recovery_workers import TOKEN, Remote, Worker
+
+__all__ = ["chromium", "evidence_dir", "new_worker", "remote"]
 
 
 @pytest.fixture
 def remote(tmp_path: Path) -> Iterator[Remote]:
     require(shutil.which("git") is not None, "git is not installed")
     repo = make_repo(tmp_path / "repo")
-    server = GitHttpServer(repo.bare.parent, TOKEN)
-    server.start()
-    try:
+    with GitHttpServer(repo.bare.parent, TOKEN) as server:
         yield Remote(repo=repo, server=server)
-    finally:
-        server.stop()
 
 
 @pytest.fixture
@@ -42,11 +41,3 @@ def new_worker(tmp_path: Path, evidence_dir: Path) -> Iterator[Callable[[str], W
     yield start
     for worker in started:
         worker.close()
-
-
-@pytest.fixture
-def chromium() -> str:
-    path = shutil.which("chromium")
-    require(path is not None, "chromium is not installed (apt-get install chromium)")
-    assert path is not None
-    return path

@@ -3,8 +3,8 @@ first patch from their failure, and a worker SIGKILLed during a ``run_tests`` ca
 batch is recovered as each tool's replay policy says.
 
 The real workflow runs on the real Temporal dev server; the model queue is served by real worker processes
-(:mod:`tests.recovery.model_worker`) talking to the scripted model server over HTTP; where a test needs the
-run tools, the environments queue is a real worker process too (:mod:`tests.recovery.run_worker`: the real
+(:mod:`tests.support.workers.model`) talking to the scripted model server over HTTP; where a test needs the
+run tools, the environments queue is a real worker process too (:mod:`tests.support.workers.run`: the real
 ``env.agent_run``, workspaces from the mirror, the local provider's bubblewrap sandbox). The other queues are
 the recording doubles of the workflow-logic tests.
 """
@@ -25,10 +25,12 @@ from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.state import Phase, RunState
 from repair.tools import INTERRUPTED
-from tests.environments.gitrepo import Repo, make_repo
-from tests.modelserver.support import Serve, serve
-from tests.pipeline.test_workflow_logic import Harness
-from tests.recovery.stepped import (
+from tests.integration.workflow.test_workflow_logic import Harness
+from tests.support.gitrepo import Repo, make_repo
+from tests.support.modelserver import Serve, serve
+from tests.support.repair import CART_SCRIPTS
+from tests.support.repair_context import cart_procedure_json
+from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
@@ -37,10 +39,8 @@ from tests.recovery.stepped import (
     run_worker,
     wait_for_file,
 )
-from tests.repair.context_samples import cart_procedure_json
-from tests.repair.support import CART_SCRIPTS
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["serve"]  # the scripted model server's fixture
 

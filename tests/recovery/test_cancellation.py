@@ -39,7 +39,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy
 from pipeline.state import CleanupStatus, Outcome, Phase, RunState
 from tests.conftest import require
-from tests.e2e.conftest import (
+from tests.support.e2e_stack import (
     REPO_ROOT,
     E2EStack,
     combined_model_script,
@@ -47,9 +47,9 @@ from tests.e2e.conftest import (
     running_e2e_stack,
     wait_for,
 )
-from tests.proctree import Proc, descendants
+from tests.support.proctree import Proc, descendants
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 RUN_TIMEOUT_S = 120.0
 # What the activity may take beyond one heartbeat interval to end once its cancellation reached it: the heartbeat

@@ -10,8 +10,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from tests.proctree import descendant_pids, is_chromium_browser, wait_dead
-from tests.recovery.workers import Remote, Worker
+from tests.support.proctree import descendant_pids, is_chromium_browser, wait_dead
+from tests.support.recovery_workers import Remote, Worker
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

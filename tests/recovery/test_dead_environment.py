@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from environments.interface import EnvironmentHandle
-from tests.proctree import wait_dead
-from tests.recovery.workers import Remote, Worker, app_pid
+from tests.support.proctree import wait_dead
+from tests.support.recovery_workers import Remote, Worker, app_pid
 
 
 def kill_app(handle: EnvironmentHandle) -> None:

@@ -40,14 +40,13 @@ from pipeline.state import Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.conftest import require
-from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack, wait_for
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
 from tests.replay.changed_workflow import MERGE_NOTICE_PATCH, NOTICE_TEXT, ChangedRepairBug
 from tests.replay.record import record_history, record_history_to
+from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHANGED_CODE_WORKER = Path(__file__).parent / "changed_code_worker.py"
 CHANGED_CODE_HISTORIES = Path(__file__).resolve().parents[1] / "replay" / "changed-code"
 # How long the engine stays down after a kill: long enough that every poller, heartbeat and completion of the
 # workers fails at least once and has to be retried on a fresh connection.
@@ -352,7 +351,7 @@ async def test_a_compatible_change_deployed_while_a_run_waits_finishes_it_on_the
     record_history(history, "awaiting-review-before-change")
 
     e2e.stop_workers()
-    e2e.spawn_worker(script=CHANGED_CODE_WORKER, kill_dir=tmp_path / "kills")
+    e2e.spawn_worker(fault="changed-workflow", kill_dir=tmp_path / "kills")
     _, repo_new, issue_new, wf_new = await e2e.open_run()
     new_waiting = await state_when(client, wf_new, awaiting_review)
     assert new_waiting.pending_approval is not None, new_waiting.outcome_detail

@@ -1,7 +1,7 @@
 """A SIGKILLed worker process is failed over at once: its attempts are retried as ``WorkerLost``, not timed out.
 
 Real processes: the Temporal dev server, the GitHub emulator over HTTP, and a supervised ``durafix worker``
-(:mod:`tests.recovery.failover_worker`: the real CLI, supervisor and activities, plus a heartbeating
+(``workers/faulty.py failover-probe``: the real CLI, supervisor and activities, plus a heartbeating
 ``probe.hold``). The probe workflow runs with the *default* run policy's timeouts (a 90 s heartbeat for the
 held attempt, 60 s for the forge step), so an attempt that was waited out instead of failed over would show
 a timeout as its predecessor's failure. The child killed is the one whose in-flight directory holds the
@@ -32,7 +32,7 @@ from pipeline.failures import WORKER_LOST
 from pipeline.inflight import Attempt, InflightDir, dead_dirs, inflight_root
 from pipeline.policies import RunPolicy
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
-from tests.recovery.failover import (
+from tests.support.failover import (
     PROBE,
     PROBE_QUEUE,
     Hold,
@@ -47,7 +47,6 @@ from tests.recovery.failover import (
 
 
 @pytest.mark.slow
-@pytest.mark.e2e
 @pytest.mark.timeout(600)
 async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_and_the_run_completes(
     tmp_path: Path, temporal_client: Client

@@ -15,9 +15,9 @@ from environments.interface import EnvironmentHandle
 from environments.readiness import answers
 from evidence.interface import ArtifactRef
 from pipeline.steps import CleanupRunInput, ProvisionInput, VerifyInput
-from tests.environments.gitrepo import fixed_cart_source
-from tests.proctree import wait_dead
-from tests.recovery.workers import RUN_ID, Remote, Worker, app_pid, run_processes
+from tests.support.gitrepo import fixed_cart_source
+from tests.support.proctree import wait_dead
+from tests.support.recovery_workers import RUN_ID, Remote, Worker, app_pid, run_processes
 
 
 def late_provision(worker: Worker, spec_ref: ArtifactRef, _patch_ref: ArtifactRef, op_id: str) -> object:

@@ -1,7 +1,7 @@
 """A model worker SIGKILLed during a model call of a repair attempt: the attempt resumes at its last step.
 
 The real workflow runs on the real Temporal dev server; the model queue is served by real worker processes
-(:mod:`tests.recovery.model_worker`: the stepped attempt's activities, real git workspaces from the mirror,
+(:mod:`tests.support.workers.model`: the stepped attempt's activities, real git workspaces from the mirror,
 the real engine code against the scripted model server over HTTP); the other queues are the recording
 doubles of the workflow-logic tests. The scripted server holds the fourth model request of the attempt;
 while it is held, the worker dies. A new worker on another state directory (a fresh host: no mirror, no
@@ -18,27 +18,25 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.state import Phase, RunState
 from repair.prompts import ATTEMPT_MARKER
-from tests.environments.gitrepo import Repo, make_repo
-from tests.modelserver.support import Serve, inject_fault, serve
-from tests.pipeline.test_workflow_logic import Harness
-from tests.recovery.stepped import (
+from tests.integration.workflow.test_workflow_logic import Harness
+from tests.replay.record import record_history
+from tests.support.gitrepo import Repo, make_repo
+from tests.support.modelserver import Serve, inject_fault, serve
+from tests.support.repair import CART_SCRIPTS
+from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
     request_log,
     requests_of,
+    stored_cart_run,
     wait_until_held,
 )
-from tests.repair.context_samples import cart_procedure_json
-from tests.repair.support import CART_SCRIPTS
-from tests.replay.record import record_history
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["serve"]  # the scripted model server's fixture
 
@@ -63,11 +61,7 @@ async def test_a_worker_killed_during_a_model_call_resumes_without_resending_com
     server = serve(CART_SCRIPTS / "fix.yaml")
     evidence = tmp_path / "evidence"
     store = LocalArtifactStore(evidence)
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
-    procedure_ref = store.put_bytes(
-        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
-    )
+    spec_ref, procedure_ref = stored_cart_run(store, repo)
 
     async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
         with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):

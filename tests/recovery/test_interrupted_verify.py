@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.steps import VerifyInput
-from tests.environments.gitrepo import Repo, fixed_cart_source, git
-from tests.recovery.workers import RUN_ID, Remote, Worker
+from tests.support.gitrepo import Repo, fixed_cart_source, git
+from tests.support.recovery_workers import RUN_ID, Remote, Worker
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,14 @@ def kill_while_applying(worker: Worker, inp: VerifyInput, scratch: Path) -> Path
     log = scratch / "worker.log"
     with log.open("wb") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.recovery.interrupted_verify", str(config_json), str(input_json), str(ready)],
+            [
+                sys.executable,
+                "-m",
+                "tests.support.workers.interrupted_verify",
+                str(config_json),
+                str(input_json),
+                str(ready),
+            ],
             cwd=PROJECT_ROOT,
             stdout=subprocess.DEVNULL,
             stderr=stderr,

@@ -21,14 +21,14 @@ from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.policies import StepTimeouts
 from pipeline.state import Outcome, Phase
-from tests.environments.gitrepo import Repo, make_repo
-from tests.modelserver.support import Serve, inject_fault, serve
-from tests.recovery.stepped import model_worker, pipeline_without_model, request_log, requests_of
-from tests.repair.context_samples import cart_procedure_json
-from tests.repair.support import CART_SCRIPTS
 from tests.replay.record import record_history
+from tests.support.gitrepo import Repo, make_repo
+from tests.support.modelserver import Serve, inject_fault, serve
+from tests.support.repair import CART_SCRIPTS
+from tests.support.repair_context import cart_procedure_json
+from tests.support.stepped import model_worker, pipeline_without_model, request_log, requests_of
 
-pytestmark = [pytest.mark.slow, pytest.mark.e2e]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["serve"]  # the scripted model server's fixture
 

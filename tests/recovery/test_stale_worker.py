@@ -7,7 +7,7 @@ cleanup, the run's tombstone; and Temporal refuses its stale task token.
 The stack is the embedded one of the end-to-end tests (Temporal dev server, GitHub emulator, scripted model,
 real git and Chromium, the real receiver); the run is started by the trigger label's webhook. One ``durafix
 worker`` serves every queue but the forge's; the forge queue is served by a worker process that stops itself
-at the named point (:mod:`tests.recovery.stoppable_worker`) and, once it is stopped, by a successor. Asserted:
+at the named point (``workers/faulty.py stop-mid-step``) and, once it is stopped, by a successor. Asserted:
 the forge as PyGithub reads it (one ticket, PR, branch and evidence comment; the ticket's final text), the
 run's history (the step's one completion is the successor's attempt) and the disk (no process or workspace of
 the run left).
@@ -39,14 +39,14 @@ from pipeline import steps
 from pipeline.ids import branch_for
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
-from tests.e2e.conftest import REPO_ROOT, E2EStack, e2e_stack, owned_processes
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, e2e_stack, owned_processes
 
 __all__ = ["e2e_stack"]
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-STOPPABLE = Path(__file__).parent / "stoppable_worker.py"
+FAULTY_WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "faulty.py"
 NOT_FORGE = "orchestration,environments,browser,model"
 
 
@@ -64,7 +64,7 @@ class Workers:
         argv = [sys.executable, "-m", "pipeline"]
         if stop_at is not None:
             env |= {"DURAFIX_TEST_STOP_AT": stop_at, "DURAFIX_TEST_STOP_DIR": str(self.stop_dir)}
-            argv = [sys.executable, str(STOPPABLE)]
+            argv = [sys.executable, str(FAULTY_WORKER), "stop-mid-step"]
         rec = processes.spawn(
             f"stale-worker-{n}",
             # Unsupervised: the process that stops itself is the one recorded (a stopped worker is alive, so a

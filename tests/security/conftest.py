@@ -1,26 +1,8 @@
-"""Fixtures of the security tests that need Chromium."""
+"""Fixtures of the security tests: Chromium, the receiver's trust harness (forge, config, receiver, site) and
+the whole stack; a module defining a fixture of the same name uses its own."""
 
-from __future__ import annotations
+from tests.support.chromium import chromium, runner
+from tests.support.e2e_stack import e2e_stack, stack_with_worker
+from tests.support.security_harness import config, forge, receiver, site
 
-import shutil
-from collections.abc import Iterator
-
-import pytest
-
-from browser.runner import BrowserRunner
-from tests.conftest import unavailable
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    path = shutil.which("chromium")
-    if path is None:
-        unavailable("chromium is not installed: the browser security tests need it (apt-get install chromium)")
-    return path
-
-
-@pytest.fixture(scope="module")
-def runner(chromium: str) -> Iterator[BrowserRunner]:
-    """One kept browser for the module, as a worker process keeps one."""
-    with BrowserRunner(executable_path=chromium) as kept:
-        yield kept
+__all__ = ["chromium", "config", "e2e_stack", "forge", "receiver", "runner", "site", "stack_with_worker"]

@@ -18,7 +18,6 @@ import json
 import uuid
 from typing import Any
 
-import pytest
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
@@ -27,25 +26,8 @@ from pipeline.services import Services
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.approval_policy import ApprovalPolicy
-from tests.security.harness import (
-    BOT,
-    MAINTAINER,
-    OWNER,
-    READER,
-    Site,
-    config,
-    forge,
-    post,
-    receiver,
-    serving,
-    sign,
-    site,
-)
 from tests.security.test_reviews import approve, bot_pr, decisions, started_run
-
-__all__ = ["config", "forge", "receiver", "site"]
-
-pytestmark = pytest.mark.e2e
+from tests.support.security_harness import BOT, MAINTAINER, OWNER, READER, Site, post, serving, sign
 
 
 def real_review_delivery(site: Site, number: int, head: str, reviewer: str = MAINTAINER) -> dict[str, Any]:

@@ -35,9 +35,10 @@ from evidence.local import LocalArtifactStore
 from evidence.report import render_report
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput
-from tests.browser.apps import serve_static
-from tests.evidence.samples import solid_png, store_cart_bundle
-from tests.proctree import Proc, descendants, is_chromium_browser
+from tests.support.browser_apps import serve_static
+from tests.support.evidence_samples import solid_png, store_cart_bundle
+from tests.support.proctree import Proc, descendants, is_chromium_browser
+from tests.support.served import served
 
 BASE = "a" * 40
 CANDIDATE = "b" * 40
@@ -118,14 +119,8 @@ class _Answer(BaseHTTPRequestHandler):
 @contextmanager
 def counting_server() -> Iterator[CountingServer]:
     server = CountingServer()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(server):
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 # ---- origins ------------------------------------------------------------------------------------------------

@@ -24,8 +24,8 @@ from environments.sandbox import Sandbox, bwrap_problem
 from environments.spec import build_recovery_spec
 from environments.workspace import Workspace, WorkspaceManager
 from tests.conftest import require
-from tests.environments.gitrepo import Repo, make_repo
-from tests.environments.projects import write_project
+from tests.support.gitrepo import Repo, make_repo
+from tests.support.projects import write_project
 
 RUN = "repair:acme/poison#1"
 GOOD = "module.exports = 'GOOD';\n"

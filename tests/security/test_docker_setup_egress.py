@@ -41,9 +41,9 @@ from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, Recov
 from environments.processes import owned_pids
 from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
-from tests.environments.docker.conftest import docker_client, docker_engine, image_cache
-from tests.environments.docker.containers import sh_in_image
-from tests.security.listeners import Listener, listen, worker_address
+from tests.support.containers import sh_in_image
+from tests.support.docker import docker_client, docker_engine, image_cache
+from tests.support.listeners import Listener, listen, worker_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 

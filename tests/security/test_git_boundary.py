@@ -39,11 +39,11 @@ from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import AgentRunInput, AgentToolCall, PrepareSpecInput, VerifyInput
 from repair.agent_command import ShellAgent
-from tests.agents.test_command_engine import activity_env, attempt_input
-from tests.agents.test_command_engine import engine as command_engine
-from tests.environments.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo
-from tests.modelserver.support import Serve, serve
-from tests.repair.support import CART_SCRIPTS
+from tests.integration.repair.test_command_engine import activity_env, attempt_input
+from tests.integration.repair.test_command_engine import engine as command_engine
+from tests.support.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo
+from tests.support.modelserver import Serve, serve
+from tests.support.repair import CART_SCRIPTS
 
 __all__ = ["serve"]
 

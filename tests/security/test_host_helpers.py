@@ -27,11 +27,11 @@ from environments.sandbox import Sandbox, bwrap_problem
 from environments.spec import build_recovery_spec
 from environments.workspace import WorkspaceManager
 from repair.agent_command import ShellAgent
-from tests.agents.test_command_engine import MODEL, activity_env, attempt_input, engine
 from tests.conftest import require
-from tests.environments.gitrepo import CART_APP, Repo, git, make_repo
-from tests.modelserver.support import Serve, serve
-from tests.repair.support import CART_SCRIPTS
+from tests.integration.repair.test_command_engine import MODEL, activity_env, attempt_input, engine
+from tests.support.gitrepo import CART_APP, Repo, git, make_repo
+from tests.support.modelserver import Serve, serve
+from tests.support.repair import CART_SCRIPTS
 
 __all__ = ["serve"]
 

@@ -16,23 +16,7 @@ import pytest
 from pipeline.demo import issue_text
 from pipeline.reconciler import reconcile_once
 from reviews.markers import COMMENT, find_marker
-from tests.security.harness import (
-    BOT,
-    MAINTAINER,
-    OUTSIDER,
-    TRIAGER,
-    TRIGGER,
-    Forge,
-    Site,
-    config,
-    forge,
-    receiver,
-    site,
-)
-
-__all__ = ["config", "forge", "receiver", "site"]
-
-pytestmark = pytest.mark.e2e
+from tests.support.security_harness import BOT, MAINTAINER, OUTSIDER, TRIAGER, TRIGGER, Forge, Site
 
 # The forge's timestamps are whole seconds: an edit a little over a second after the label is after it.
 NEXT_SECOND_S = 1.2
@@ -61,15 +45,7 @@ async def test_a_lost_trigger_on_a_report_its_outsider_author_edited_after_the_l
     site: Site, issue_events: None
 ) -> None:
     # The receiver cannot read the triager's role for either label (the forge answers 503): both are lost.
-    site.forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
-            "action": "status",
-            "status": 503,
-            "count": 2,
-        }
-    )
+    site.fail_role_reads(TRIAGER, 2)
     title, body = issue_text()
     edited = site.repo(OUTSIDER).create_issue(title=title, body=body).number
     untouched = site.repo(OUTSIDER).create_issue(title=title, body=body).number

@@ -23,7 +23,7 @@ import pytest
 
 from infra.modelserver.server import ScriptedModelServer
 from repair.model_proxy import ModelProxy
-from tests.modelserver.support import Serve, inject_fault, recorded, serve
+from tests.support.modelserver import Serve, inject_fault, recorded, serve
 
 __all__ = ["serve"]
 

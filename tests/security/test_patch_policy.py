@@ -36,11 +36,11 @@ from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
 from reviews.git_credentials import NO_GIT_CREDENTIALS
-from tests.environments.gitrepo import Repo, fixed_cart_source, git, make_repo
-from tests.modelserver.support import Serve, recorded, serve, tool_turn
-from tests.pipeline.test_workflow_logic import Harness, Script, doubles
-from tests.repair.context_samples import cart_procedure_json
-from tests.repair.support import CART_SCRIPTS, engine_for
+from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
+from tests.support.gitrepo import Repo, fixed_cart_source, git, make_repo
+from tests.support.modelserver import Serve, recorded, serve, tool_turn
+from tests.support.repair import CART_SCRIPTS, engine_for
+from tests.support.repair_context import cart_procedure_json
 
 RUN = "repair:acme/cart#10"
 __all__ = ["serve"]  # the scripted model server's fixture
@@ -373,7 +373,6 @@ def refused_then_fixed_script() -> dict[str, Any]:
     }
 
 
-@pytest.mark.e2e
 @pytest.mark.slow
 async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve

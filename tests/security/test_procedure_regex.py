@@ -34,7 +34,7 @@ from evidence.local import LocalArtifactStore
 from pipeline import steps
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput, ReproduceResult
-from tests.browser.apps import serve_static
+from tests.support.browser_apps import serve_static
 
 CATASTROPHIC = "(x+x+)+y"
 LONG_PATH = "/" + "x" * 1_900  # a goto path is at most 2,000 characters
@@ -228,7 +228,6 @@ def app() -> Iterator[str]:
 
 
 @pytest.mark.browser
-@pytest.mark.e2e
 @pytest.mark.slow
 async def test_another_activitys_heartbeats_keep_reaching_the_server_while_the_check_runs(
     temporal_client: Client,

@@ -26,8 +26,6 @@ from pipeline.config import DurafixConfig
 from pipeline.webhook_server import ReceiverLimits
 from pipeline.webhooks import WebhookReceiver
 
-pytestmark = pytest.mark.e2e
-
 LIMITS = ReceiverLimits(max_body=64 * 1024, max_connections=60, read_timeout_s=1.5)
 PING = json.dumps({"zen": "Design for failure.", "hook_id": 1}).encode()
 

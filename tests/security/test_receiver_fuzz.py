@@ -34,7 +34,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from pipeline.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
-from tests.pipeline.test_webhooks import (
+from tests.integration.receiver.test_webhooks import (
     BOT,
     DECISION_EVENTS,
     TRIGGER,
@@ -43,12 +43,11 @@ from tests.pipeline.test_webhooks import (
     Hook,
     config,
     events_of,
-    example,
     forge,
-    receiver,
 )
+from tests.support.security_harness import example, receiver
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 __all__ = ["config", "forge", "receiver"]  # fixtures shared with test_webhooks
 

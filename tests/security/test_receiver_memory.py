@@ -32,7 +32,7 @@ from temporalio.testing import WorkflowEnvironment
 from environments.ports import free_port
 from pipeline.receiver_limits import MIB, ReceiverLimits
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+pytestmark = [pytest.mark.slow]
 
 DEFAULTS = ReceiverLimits()
 ATTACKERS = 64

@@ -10,41 +10,30 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import http.client
-import json
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit
 
-import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as runs
 from pipeline import forge_setup
-from tests.security.harness import (
+from tests.support.security_harness import (
     MAINTAINER,
     OUTSIDER,
     OWNER,
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
     example,
-    forge,
-    receiver,
+    post_raw,
     serving,
-    site,
     workers,
 )
-from tests.stamps import forge_now
-
-__all__ = ["config", "forge", "receiver", "site"]
-
-pytestmark = pytest.mark.e2e
+from tests.support.stamps import forge_now
 
 # The forge's timestamps are whole seconds: an event and a run it must precede are this far apart.
 NEXT_SECOND_S = 1.2
@@ -56,16 +45,7 @@ def replay(url: str, recorded: dict[str, Any], guid: str | None = None) -> tuple
     headers = dict(recorded["request"]["headers"])
     if guid is not None:
         headers["X-GitHub-Delivery"] = guid
-    body = recorded["request"]["body"].encode()
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=30)
-    try:
-        conn.request("POST", parts.path, body=body, headers=headers)
-        resp = conn.getresponse()
-        raw = resp.read()
-        return resp.status, json.loads(raw) if raw else {}
-    finally:
-        conn.close()
+    return post_raw(url, recorded["request"]["body"].encode(), headers)
 
 
 async def replayed(url: str, recorded: dict[str, Any], guid: str | None = None) -> tuple[int, dict[str, Any]]:
@@ -166,15 +146,7 @@ async def test_a_trigger_older_than_the_window_starts_nothing(site: Site) -> Non
 
 async def test_a_recent_failed_trigger_redelivered_starts_its_run(site: Site) -> None:
     # The receiver cannot read the labeller's role once (the forge answers 503): it answers 503, starts nothing.
-    site.forge.handle.set_faults(
-        {
-            "method": "GET",
-            "path_regex": rf"/repos/{site.repository}/collaborators/{TRIAGER}/permission$",
-            "action": "status",
-            "status": 503,
-            "count": 1,
-        }
-    )
+    site.fail_role_reads(TRIAGER, 1)
     issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
     site.repo(TRIAGER).get_issue(issue.number).add_to_labels(TRIGGER)
     [failed] = site.deliveries("issues", "labeled")

@@ -12,7 +12,6 @@ Content-Security-Policy, which is why S3 stores link through the server when ``p
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -24,16 +23,15 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, sync_playwright
+from playwright.sync_api import Browser
 
-from browser.runner import CHROMIUM_ARGS
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from evidence.s3 import S3ArtifactStore, S3Credentials
 from infra.s3 import SeaweedS3
-from tests.browser.apps import serve_static
-from tests.conftest import unavailable
-from tests.evidence.conftest import s3_server
+from tests.support.browser_apps import serve_static
+from tests.support.chromium import launched
+from tests.support.evidence_stores import s3_server
 
 __all__ = ["s3_server"]
 
@@ -152,13 +150,8 @@ def test_an_s3_store_links_through_the_server_and_a_tampered_object_is_refused(
 
 @pytest.fixture
 def chromium() -> Iterator[Browser]:
-    executable = shutil.which("chromium")
-    if executable is None:
-        unavailable("Debian chromium is not installed")
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=executable, args=CHROMIUM_ARGS)
+    with launched() as browser:
         yield browser
-        browser.close()
 
 
 def framed_text(chromium: Browser, report_url: str) -> tuple[str, list[str]]:

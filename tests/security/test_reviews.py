@@ -35,10 +35,10 @@ from pipeline.state import Approval, Delivered, Outcome, Phase
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import COMMENT, find_marker, pull_marker
-from tests.e2e.conftest import E2EStack, e2e_stack, stack_with_worker
-from tests.forge.helpers import branch_with, commit_files
 from tests.replay.record import record_history
-from tests.security.harness import (
+from tests.support.e2e_stack import E2EStack
+from tests.support.forge import branch_with, commit_files
+from tests.support.security_harness import (
     BOT,
     DECISION_EVENTS,
     MAINTAINER,
@@ -47,16 +47,8 @@ from tests.security.harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
-    forge,
-    receiver,
-    site,
 )
-
-__all__ = ["config", "e2e_stack", "forge", "receiver", "site", "stack_with_worker"]
-
-pytestmark = pytest.mark.e2e
 
 
 def started_run(site: Site) -> tuple[int, str]:

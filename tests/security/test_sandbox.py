@@ -52,10 +52,10 @@ from pipeline.steps import (
 from repair.stepping import decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.conftest import require, unavailable
-from tests.e2e.conftest import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
-from tests.environments.docker.conftest import docker_engine, image_cache
-from tests.environments.gitrepo import CART_APP, Repo, make_repo
+from tests.support.docker import docker_engine, image_cache
+from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack
+from tests.support.gitrepo import CART_APP, Repo, make_repo
 
 pytestmark = pytest.mark.slow
 
@@ -403,7 +403,6 @@ def hostile_stack(tmp_path: Path) -> Iterator[E2EStack]:
         yield stack
 
 
-@pytest.mark.e2e
 @pytest.mark.browser
 @pytest.mark.usefixtures("sandboxed")
 async def test_a_hostile_repository_through_the_whole_pipeline_publishes_and_records_no_secret(

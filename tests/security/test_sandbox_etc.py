@@ -23,11 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from environments.sandbox import Sandbox, bwrap_problem
+from environments.sandbox import Sandbox
 from environments.sandbox_etc import CURATED_ETC, STUB_FILES, account_stubs, etc_entries, stub_texts
 from pipeline.config import DurafixConfig
 from pipeline.sandbox_exposure import exposures
-from tests.conftest import require, unavailable
+from tests.conftest import require
+from tests.support.sandbox import sandbox
 
 # Host files no sandboxed command may see; each one present on the host is asserted absent inside.
 FORBIDDEN = (
@@ -48,12 +49,7 @@ FORBIDDEN = (
 )
 
 
-@pytest.fixture(scope="module")
-def sandbox() -> Sandbox:
-    problem = bwrap_problem()
-    if problem is not None:
-        unavailable(problem)
-    return Sandbox.detect()
+__all__ = ["sandbox"]
 
 
 def inside(sandbox: Sandbox, workspace: Path, script: str) -> subprocess.CompletedProcess[str]:

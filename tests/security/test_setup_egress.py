@@ -32,9 +32,10 @@ from environments.files import path_key
 from environments.interface import AppRecipe, ReadinessProbe, RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import owned_pids
-from environments.sandbox import Sandbox, bwrap_problem
-from tests.conftest import require, unavailable
-from tests.security.listeners import Listener, listen, worker_address
+from environments.sandbox import Sandbox
+from tests.conftest import require
+from tests.support.listeners import Listener, listen, worker_address
+from tests.support.sandbox import require_bubblewrap
 
 pytestmark = pytest.mark.slow
 
@@ -97,9 +98,7 @@ json.dump(seen, open("tests.json", "w"))
 
 @pytest.fixture(scope="module")
 def sandbox() -> Sandbox:
-    problem = bwrap_problem()
-    if problem is not None:
-        unavailable(problem)
+    require_bubblewrap()
     require(Path(SOCAT).exists(), f"{SOCAT} is missing: setup's egress bridge needs it (apt-get install socat)")
     require(shutil.which("npm") is not None, "npm is not installed")
     return Sandbox.detect()

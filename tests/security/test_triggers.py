@@ -21,7 +21,7 @@ from pipeline.services import Services
 from pipeline.state import Phase
 from reviews.markers import COMMENT, find_marker
 from tests.replay.record import record_history
-from tests.security.harness import (
+from tests.support.security_harness import (
     BOT,
     DECISION_EVENTS,
     MAINTAINER,
@@ -30,19 +30,11 @@ from tests.security.harness import (
     TRIAGER,
     TRIGGER,
     Site,
-    config,
     eventually,
     example,
-    forge,
-    receiver,
-    site,
     workers,
 )
-from tests.stamps import forge_now
-
-__all__ = ["config", "forge", "receiver", "site"]
-
-pytestmark = pytest.mark.e2e
+from tests.support.stamps import forge_now
 
 EDITED_PROCEDURE = """```durafix-repro
 version: 1

@@ -22,11 +22,11 @@ from environments.untrusted_files import UntrustedFileError, read_beneath, unlin
 from repair.agent_command import SUMMARY_FILE, ShellAgent
 from repair.mini_swe_agent import TRAJECTORY, MiniSweAgent
 from repair.workspace_tools import ToolRefused, WorkspaceTools
-from tests.agents.test_command_engine import activity_env, attempt_input
-from tests.agents.test_command_engine import engine as command_engine
-from tests.environments.gitrepo import fixed_cart_source, make_repo
-from tests.modelserver.support import Serve, serve
-from tests.repair.support import CART_SCRIPTS
+from tests.integration.repair.test_command_engine import activity_env, attempt_input
+from tests.integration.repair.test_command_engine import engine as command_engine
+from tests.support.gitrepo import fixed_cart_source, make_repo
+from tests.support.modelserver import Serve, serve
+from tests.support.repair import CART_SCRIPTS
 
 __all__ = ["serve"]
 

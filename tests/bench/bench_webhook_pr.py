@@ -1,0 +1,202 @@
+"""Benchmark: from the ``issues.labeled`` webhook to the draft PR on the forge, for the sample app.
+
+Run: ``uv run python -m tests.bench.bench_webhook_pr [--runs N] [--quick]`` (default N=3; ``--quick``
+is one). On the embedded e2e stack (:func:`tests.support.e2e_stack.running_e2e_stack`: the GitHub emulator, the
+scripted model server, the evidence server, a real Temporal dev server, the webhook receiver) with one
+``durafix worker`` process, each run:
+
+1. seeds a fresh repository with the sample app (``examples/cart``) and opens its report without the trigger
+   label (the receiver ignores it);
+2. adds the label through the forge's API: the clock starts. The forge POSTs the signed ``issues.labeled``
+   delivery (``X-Hub-Signature-256``) to the receiver, which starts ``repair_bug``;
+3. polls the forge (every 0.1 s) for a draft PR from the run's branch: the clock stops when it is visible.
+
+Phases, where the records make them easy to read: the forge's delivery record (when it sent the delivery and
+how long the receiver took to answer), the run's history (its start, and the completion of the steps that
+end each stage: ticket, base reproduction, baseline, repair, verification, the PR), and the poll. Each
+run is then cancelled (its cleanup awaited) before the next one starts. One unmeasured run first warms the
+worker (imports, the browser, the mirror and dependency caches). Medians over the runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from pipeline import client as runs
+from pipeline import steps
+from pipeline.ids import branch_for, workflow_id_for
+from tests.bench.bench_tax import e2e_stack
+from tests.support.e2e_stack import E2EStack
+
+DEFAULT_RUNS = 3
+POLL_S = 0.1
+TIMEOUT_S = 1200.0  # a loaded two-core host has taken over 10 minutes to reach the PR
+
+# The step whose completion ends each stage of a run up to its PR (the stage's name, the step, which one).
+MILESTONES: list[tuple[str, str, int]] = [
+    ("ticket posted", steps.ENSURE_TICKET.name, 1),
+    ("base reproduced", steps.REPRODUCE.name, 1),
+    ("baseline tests", steps.RUN_BASELINE.name, 1),
+    ("repair (model steps)", steps.AGENT_CONCLUDE.name, 1),
+    ("verified (tests, replay)", steps.REPRODUCE.name, 2),
+    ("evidence built", steps.BUILD_EVIDENCE.name, 1),
+    ("branch pushed", steps.PUBLISH_BRANCH.name, 1),
+    ("draft PR opened", steps.ENSURE_DRAFT_PR.name, 1),
+]
+
+
+@dataclass
+class Measured:
+    """One run: seconds from the label to the draft PR seen on the forge, and its phases (seconds each)."""
+
+    workflow_id: str
+    total_s: float
+    phases: dict[str, float] = field(default_factory=dict)
+    receiver_s: float = 0.0  # the receiver's answer to the forge's POST (the forge's record of the delivery)
+    draft: bool = False
+
+
+class WebhookToPr:
+    def __init__(self, stack: E2EStack, client: Client) -> None:
+        self.stack = stack
+        self.client = client
+
+    def labeled_delivery(self, repository: str, issue: int) -> dict[str, Any]:
+        """The forge's record of the ``issues.labeled`` delivery for ``issue`` (sent and answered)."""
+        owner = self.stack.github(self.stack.owner_token())
+        requester = owner.requester
+        (hook,) = list(owner.get_repo(repository).get_hooks())
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            _, listed = requester.requestJsonAndCheck("GET", f"{hook.url}/deliveries?per_page=100")
+            for row in listed:
+                if row["event"] != "issues" or row["action"] != "labeled" or row["status"] == "pending":
+                    continue
+                _, full = requester.requestJsonAndCheck("GET", f"{hook.url}/deliveries/{row['id']}")
+                if full["request"]["payload"]["issue"]["number"] == issue:
+                    return dict(full)
+            time.sleep(0.2)
+        raise TimeoutError(f"no issues.labeled delivery recorded for #{issue} in {repository}")
+
+    async def one(self) -> Measured:
+        stack = self.stack
+        repository = stack.new_repository()
+        issue = stack.open_report(repository, labelled=False)
+        workflow_id = workflow_id_for(repository, issue)
+        branch = branch_for(workflow_id)
+        repo = stack.github().get_repo(repository)
+        gh_issue = repo.get_issue(issue)
+        await asyncio.sleep(1)  # the "opened" delivery (ignored) is not what is timed
+
+        wall0 = time.time()
+        started = time.monotonic()
+        gh_issue.add_to_labels(stack.config.trigger_label)
+        draft = False
+        while True:
+            pulls = await asyncio.to_thread(lambda: [p for p in repo.get_pulls(state="open") if p.head.ref == branch])
+            if pulls:
+                draft = bool(pulls[0].draft)
+                break
+            if time.monotonic() - started > TIMEOUT_S:
+                raise TimeoutError(f"no PR from {branch} within {TIMEOUT_S:.0f}s; receiver: {stack.deliveries_log()}")
+            await asyncio.sleep(POLL_S)
+        total = time.monotonic() - started
+        seen = wall0 + total
+
+        # The forge records when it finished a delivery to the second only, but its duration to the millisecond.
+        delivery = await asyncio.to_thread(self.labeled_delivery, repository, issue)
+        handle = self.client.get_workflow_handle(workflow_id)
+        marks: list[tuple[str, float]] = []
+        scheduled: dict[int, str] = {}
+        count: dict[str, int] = {}
+        done: dict[tuple[str, int], float] = {}
+        async for event in handle.fetch_history_events():
+            at = event.event_time.ToDatetime(tzinfo=UTC).timestamp()
+            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+                marks.append(("label -> run started (forge POST, receiver)", at))
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+                scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+                name = scheduled[event.activity_task_completed_event_attributes.scheduled_event_id]
+                count[name] = count.get(name, 0) + 1
+                done[(name, count[name])] = at
+        marks += [(stage, done[(name, k)]) for stage, name, k in MILESTONES if (name, k) in done]
+        marks.append(("PR seen on the forge (poll)", seen))
+        phases: dict[str, float] = {}
+        before = wall0
+        for stage, at in marks:
+            phases[stage] = at - before
+            before = at
+
+        await runs.cancel(self.client, workflow_id)
+        deadline = time.monotonic() + 120
+        while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
+            await asyncio.sleep(0.5)
+        return Measured(
+            workflow_id=workflow_id, total_s=total, phases=phases, receiver_s=float(delivery["duration"]), draft=draft
+        )
+
+
+def bench(n: int, *, warm: bool = True) -> list[Measured]:
+    """``n`` measured runs (see the module) on one fresh e2e stack with one worker process. Synchronous: the
+    stack starts and stops outside any event loop."""
+    with tempfile.TemporaryDirectory(prefix="durafix-bench-webhook-") as tmp, e2e_stack(Path(tmp)) as stack:
+        stack.spawn_worker()
+        return asyncio.run(on_stack(stack, n, warm=warm))
+
+
+async def on_stack(stack: E2EStack, n: int, *, warm: bool) -> list[Measured]:
+    bench = WebhookToPr(stack, await runs.connect(stack.config))
+    if warm:
+        print("warming up: one run (not measured)", file=sys.stderr, flush=True)
+        await bench.one()
+    out = []
+    for i in range(n):
+        m = await bench.one()
+        print(f"  run {i + 1}: {m.total_s:.1f}s", file=sys.stderr, flush=True)
+        out.append(m)
+    return out
+
+
+def report(results: list[Measured], command: str) -> None:
+    total = statistics.median(m.total_s for m in results)
+    print(f"$ {command}")
+    print(
+        "the sample app's report labelled on the forge -> signed issues.labeled delivery -> receiver -> repair_bug "
+        f"-> draft PR seen on the forge; medians of {len(results)} run(s)"
+    )
+    stages = list(results[0].phases)
+    rows = [(f"  {stage}", statistics.median(m.phases.get(stage, 0.0) for m in results)) for stage in stages]
+    receiver = ("    of which the receiver answering the POST", statistics.median(m.receiver_s for m in results))
+    width = max(len(label) for label, _ in [*rows, receiver])
+    print(f"{'label added -> draft PR visible':<{width}}  {total:7.2f} s")
+    for i, (label, seconds) in enumerate(rows):
+        print(f"{label:<{width}}  {seconds:7.2f} s  ({seconds / total:5.1%})")
+        if i == 0:
+            print(f"{receiver[0]:<{width}}  {receiver[1]:7.2f} s  (the forge's record of the delivery)")
+    print(f"draft PRs: {sum(m.draft for m in results)} of {len(results)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--runs", type=int, default=None, help=f"measured runs (default {DEFAULT_RUNS})")
+    parser.add_argument("--quick", action="store_true", help="one measured run")
+    args = parser.parse_args()
+    n = args.runs or (1 if args.quick else DEFAULT_RUNS)
+    report(bench(n), f"python -m tests.bench.bench_webhook_pr --runs {n}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from tests.support.modelserver import serve
+
+__all__ = ["serve"]

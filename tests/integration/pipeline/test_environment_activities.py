@@ -1,0 +1,156 @@
+"""The environments queue's activities on real parts: a real git repository, the local provider, a real store.
+
+What a failed setup or an app that never got ready leaves behind: the environment's log stored as evidence
+(so a run that ends here still has it after cleanup) and a failure that names it instead of quoting it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.local import LocalArtifactStore
+from pipeline.config import DurafixConfig
+from pipeline.failures import FailureClass
+from pipeline.services import Services
+from pipeline.steps import CaptureHeadInput, PrepareSpecInput, ProvisionInput
+from tests.support.gitrepo import git, make_repo
+
+PRINTED = "installer printed this line"
+# Printed by computing it, so the command's own text (which a failure may name) does not hold it.
+PRINT = "python3 -c \"print('installer ' + 'printed this line')\""
+
+
+def failed_provision(
+    tmp_path: Path, change: dict[str, object], **settings: object
+) -> tuple[ApplicationError, LocalArtifactStore]:
+    """Provision the cart sample with ``change`` made to its recipe, expecting it to fail; the failure and the
+    store."""
+    repo = make_repo(tmp_path / "repo")
+    recipe = yaml.safe_load((repo.work / "durafix.yaml").read_text())
+    recipe.update(change)
+    (repo.work / "durafix.yaml").write_text(yaml.safe_dump(recipe))
+    git("commit", "-qam", "a recipe that cannot start", cwd=repo.work)
+    git("push", "-q", "origin", "HEAD:main", cwd=repo.work)
+    base = git("rev-parse", "HEAD", cwd=repo.work)
+
+    root = tmp_path / "evidence"
+    store = LocalArtifactStore(root)
+    config = DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri(), **settings)  # type: ignore[arg-type]
+    activities = Services(config).environment_activities()
+    env = ActivityEnvironment()
+    spec_ref = env.run(
+        activities.prepare_spec,
+        PrepareSpecInput(run_id="r1", op_id="r1:spec", repository="o/cart", clone_url=repo.url, base_revision=base),
+    )
+    with pytest.raises(ApplicationError) as raised:
+        env.run(
+            activities.provision,
+            ProvisionInput(run_id="r1", op_id="r1:env-base:1", spec_ref=spec_ref, patch_ref=None, provider="local"),
+        )
+    return raised.value, store
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"setup": [f"{PRINT}; exit 3"]}, "setup failed: setup command"),
+        (
+            {"start": f"{PRINT}; sleep 30", "readiness": {"path": "/healthz", "deadline_s": 2}},
+            "did not answer",
+        ),
+    ],
+    ids=["setup-fails", "never-ready"],
+)
+def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it(
+    tmp_path: Path, change: dict[str, object], said: str
+) -> None:
+    err, store = failed_provision(tmp_path, change)
+    assert err.type == FailureClass.NOT_READY.value and err.non_retryable
+    assert said in err.message and "its output is in environment.log" in err.message
+    assert PRINTED not in err.message  # the repository's output is not quoted into the run's state
+    (details,) = err.details
+    assert isinstance(details, dict)
+    log_ref = ArtifactRef.model_validate(details["log_ref"])
+    assert log_ref.kind == ArtifactKind.LOG and log_ref.revision is not None and len(log_ref.revision) == 40
+    assert PRINTED in store.read_bytes(log_ref).decode()
+
+
+SECRET = "cart-secret-value-4242"
+
+
+@pytest.mark.slow
+def test_a_secret_the_app_prints_is_redacted_from_the_stored_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CART_SECRET", SECRET)
+    change: dict[str, object] = {
+        "secrets": {"CART_TOKEN": "env:CART_SECRET"},
+        "start": 'echo "the token is $CART_TOKEN"; sleep 30',
+        "readiness": {"path": "/healthz", "deadline_s": 2},
+    }
+    # The operator lets the recipe's secret reach the app (the sandbox gives it nothing else).
+    err, store = failed_provision(tmp_path, change, secret_allowlist=["CART_SECRET"])
+    log = store.read_bytes(ArtifactRef.model_validate(err.details[0]["log_ref"])).decode()
+    assert "the token is [redacted CART_TOKEN]" in log
+    assert SECRET not in log and SECRET not in err.message
+
+
+def test_redaction_catches_values_across_chunks_and_prefers_the_longest(tmp_path: Path) -> None:
+    from environments import redaction
+
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(redaction, "_CHUNK", 7)
+    try:
+        redactor = redaction.Redactor({"SHORT": "abcdefgh", "LONG": "abcdefgh-and-more", "TINY": "xy"})
+        source = tmp_path / "in.log"
+        source.write_bytes(b"1234abcdefgh-and-more 56abcdefgh 78 xy\n" * 3)
+        out = redactor.file(source, tmp_path / "out.log").read_text()
+        assert out == "1234[redacted LONG] 56[redacted SHORT] 78 xy\n" * 3
+        assert redactor.text("-abcdefgh-") == "-[redacted SHORT]-"
+    finally:
+        monkeypatch.undo()
+    found = redaction.worker_secrets({"A": "env:APP_A"}, {"APP_A": "value-of-a", "GITHUB_TOKEN": "ghp_x", "HOME": "/r"})
+    assert found == {"A": "value-of-a", "GITHUB_TOKEN": "ghp_x"}
+
+
+def test_a_captured_head_is_stored_as_its_patch_from_the_base_tagged_with_the_head(tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    base = git("rev-parse", "HEAD", cwd=repo.work)
+    (repo.work / "PUSHED.md").write_text("pushed by someone else\n")
+    git("add", "PUSHED.md", cwd=repo.work)
+    git("commit", "-qm", "a push the run did not make", cwd=repo.work)
+    git("push", "-q", "origin", "HEAD:refs/heads/fix", cwd=repo.work)
+    head = git("rev-parse", "HEAD", cwd=repo.work)
+
+    root = tmp_path / "evidence"
+    store = LocalArtifactStore(root)
+    activities = Services(
+        DurafixConfig(state_dir=tmp_path / "state", evidence_url=root.as_uri())
+    ).environment_activities()
+    env = ActivityEnvironment()
+    spec_ref = env.run(
+        activities.prepare_spec,
+        PrepareSpecInput(run_id="r1", op_id="r1:spec", repository="o/cart", clone_url=repo.url, base_revision=base),
+    )
+    captured = env.run(
+        activities.capture_head, CaptureHeadInput(run_id="r1", spec_ref=spec_ref, head_sha=head, base_revision=base)
+    )
+
+    ref = captured.patch_ref
+    assert (ref.kind, ref.media_type, ref.name, ref.revision, ref.run_id) == (
+        ArtifactKind.PATCH,
+        "text/x-diff",
+        "head.patch",
+        head,
+        "r1",
+    )
+    patch = store.read_bytes(ref).decode()
+    assert "+++ b/PUSHED.md" in patch and "+pushed by someone else" in patch
+    assert captured.descends_from_base and not captured.empty

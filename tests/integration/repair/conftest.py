@@ -1,0 +1,4 @@
+from tests.support.modelserver import serve
+from tests.support.repair import cart_repo
+
+__all__ = ["cart_repo", "serve"]

@@ -1,0 +1,217 @@
+"""Drafting a reproduction procedure from a report's prose, against the scripted model server over real HTTP."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from browser.procedure import ExpectText, Step, extract_procedure, parse_procedure
+from browser.results import ReproductionStatus
+from browser.runner import BrowserRunner
+from repair.config import ModelConfig
+from repair.interface import ModelPermanentError, ModelTransientError
+from repair.procedure_draft import (
+    EXAMPLE_PROCEDURE,
+    DraftResult,
+    ProcedureDrafter,
+    ProcedureDraftError,
+    draft_procedure,
+    schema_summary,
+)
+from tests.conftest import require
+from tests.support.browser_apps import fixed_cart_copy, serve_cart
+from tests.support.modelserver import Serve, inject_fault, recorded, tool_turn
+from tests.support.repair import CART, CART_SCRIPTS
+
+DRAFT = CART_SCRIPTS / "draft-procedure.yaml"
+OP_ID = "repair:shop/cart#7:draft-procedure"
+VALID = (
+    "version: 1\nname: total\nsteps:\n  - {action: goto}\nbug_present:\n  - {action: expect_visible, selector: '#x'}\n"
+)
+UNKNOWN_ACTION = "version: 1\nname: total\nsteps:\n  - {action: teleport}\nbug_present:\n  - {action: goto}\n"
+
+
+def cart_report_prose() -> tuple[str, str]:
+    """The cart report's title and body with its durafix-repro block taken out, as a reporter might write it."""
+    title, _, body = (CART / "ISSUE.md").read_text().partition("\n")
+    prose = re.sub(r"```durafix-repro\n.*?```\n?", "", body, flags=re.DOTALL)
+    assert extract_procedure(prose) is None
+    return title, prose
+
+
+def drafter_for(base_url: str, **options: Any) -> ProcedureDrafter:
+    settings: dict[str, Any] = {"api_key": "test-key", "model": "durafix-scripted", "timeout_s": 10.0, **options}
+    return ProcedureDrafter(base_url, **settings)
+
+
+def script_of(*turns: dict[str, Any]) -> dict[str, Any]:
+    return {"conversations": [{"name": "draft", "match": {"system": "durafix-task: draft-procedure"}, "turns": turns}]}
+
+
+def submit(text: str) -> dict[str, Any]:
+    return tool_turn("submit_procedure", yaml=text)
+
+
+def tool_answers(request: dict[str, Any]) -> list[str]:
+    return [m["content"] for m in request["body"]["messages"] if m["role"] == "tool"]
+
+
+def test_invalid_submission_gets_its_error_back_and_the_corrected_one_is_kept(serve: Serve) -> None:
+    server = serve(DRAFT)
+    title, prose = cart_report_prose()
+    config = ModelConfig(base_url=server.base_url, api_key="test-key", model="durafix-scripted", timeout_s=10)
+
+    result = draft_procedure(config, title, prose, op_id=OP_ID)
+
+    assert (result.rounds, result.model) == (2, "durafix-scripted")
+    assert result.procedure == parse_procedure(result.procedure_yaml)
+    assert DraftResult.model_validate_json(result.model_dump_json()) == result  # crosses activity boundaries as JSON
+    assert [s.action for s in result.procedure.steps] == ["goto", "wait_for"]
+    assert result.procedure.bug_present == [ExpectText(action="expect_text", selector="#total", not_equals="$40.00")]
+    first, second = recorded(server)
+    assert [r["headers"]["x-durafix-op-id"] for r in (first, second)] == [OP_ID, OP_ID]
+    assert title in first["body"]["messages"][1]["content"]
+    assert "durafix-repro" not in first["body"]["messages"][1]["content"]
+    assert [t["function"]["name"] for t in first["body"]["tools"]] == ["submit_procedure"]
+    (refusal,) = tool_answers(second)
+    assert refusal.startswith("error: the procedure is not valid: line 6: steps.1: ")
+    assert "'check_total'" in refusal
+
+
+def test_model_that_never_submits_a_valid_procedure_fails_after_max_rounds(serve: Serve) -> None:
+    server = serve(script_of(*[submit(UNKNOWN_ACTION)] * 5))
+
+    with pytest.raises(ProcedureDraftError, match="no valid procedure in 3 rounds") as caught:
+        drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID, max_rounds=3)
+
+    assert caught.value.rounds == 3
+    assert caught.value.last_error.startswith("the procedure is not valid: line 4: steps.0: ")
+    assert len(recorded(server)) == 3
+    assert caught.value.prompt_tokens > 0 and caught.value.completion_tokens > 0
+
+
+def test_answer_without_a_tool_call_costs_a_round_and_is_told_to_submit(serve: Serve) -> None:
+    server = serve(script_of({"content": "The total looks wrong to me."}, submit(VALID)))
+
+    result = drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+    assert result.rounds == 2
+    told = recorded(server)[1]["body"]["messages"][-1]
+    assert told["role"] == "user"
+    assert told["content"] == "error: the answer made no tool call; call submit_procedure with the whole procedure"
+
+
+def test_other_tools_malformed_arguments_and_several_calls_are_each_refused_with_a_reason(serve: Serve) -> None:
+    two_calls = {"tool_calls": [submit(VALID)["tool_calls"][0]] * 2}
+    server = serve(
+        script_of(
+            tool_turn("open_browser", url="/"), tool_turn("submit_procedure", text=VALID), two_calls, submit(VALID)
+        )
+    )
+
+    result = drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID, max_rounds=4)
+
+    assert result.rounds == 4
+    requests = recorded(server)
+    assert tool_answers(requests[1]) == ["error: unknown tool 'open_browser'; the only tool is submit_procedure"]
+    assert tool_answers(requests[2])[-1] == 'error: the arguments must be exactly {"yaml": "<the whole procedure>"}'
+    assert (
+        tool_answers(requests[3])[-2:]
+        == ["error: answer with exactly one submit_procedure call (this answer made 2)"] * 2
+    )
+
+
+def test_tokens_are_summed_over_every_round(serve: Serve) -> None:
+    server = serve(script_of({"content": "one two three"}, {"content": "four", **submit(VALID)}))
+
+    result = drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+    # The server counts one token per whitespace-separated word: the prompt's texts and tool-call arguments,
+    # and the answer's text plus each call's name and JSON arguments.
+    def words(message: dict[str, Any]) -> int:
+        args = " ".join(c["function"]["arguments"] for c in message.get("tool_calls") or [])
+        return len(f"{message.get('content') or ''} {args}".split())
+
+    prompts = [sum(words(m) for m in r["body"]["messages"]) for r in recorded(server)]
+    assert len(prompts) == 2
+    assert result.prompt_tokens == sum(prompts)
+    second_answer = f"four submit_procedure {json.dumps({'yaml': VALID})}"
+    assert result.completion_tokens == 3 + len(second_answer.split())  # 3: "one two three"
+
+
+def test_rate_limit_is_transient_and_carries_retry_after(serve: Serve) -> None:
+    server = serve(DRAFT)
+    inject_fault(server, status=429, retry_after=7)
+
+    with pytest.raises(ModelTransientError) as caught:
+        drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+    assert (caught.value.status, caught.value.retry_after) == (429, 7.0)
+    assert len(recorded(server)) == 1  # the SDK did not retry on its own
+
+
+def test_timeout_is_transient(serve: Serve) -> None:
+    server = serve(DRAFT)
+    inject_fault(server, delay_s=30)
+
+    with pytest.raises(ModelTransientError, match=r"timed out after 0\.5s"):
+        drafter_for(server.base_url, timeout_s=0.5).draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+
+def test_failure_in_a_later_round_carries_the_tokens_already_spent(serve: Serve) -> None:
+    # The script holds one answer, so the second round is refused as past the conversation's end.
+    server = serve(script_of(submit(UNKNOWN_ACTION)))
+
+    with pytest.raises(ModelPermanentError, match="conversation 'draft' has 1 turns") as caught:
+        drafter_for(server.base_url).draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+    first = recorded(server)[0]
+    assert caught.value.status == 400
+    assert caught.value.prompt_tokens == sum(len(str(m["content"]).split()) for m in first["body"]["messages"])
+    assert caught.value.completion_tokens > 0
+
+
+def test_wrong_api_key_is_permanent(serve: Serve, tmp_path: Path) -> None:
+    script = tmp_path / "keyed.yaml"
+    script.write_text(DRAFT.read_text() + "api_key: the-real-key\n")
+    server = serve(script)
+
+    with pytest.raises(ModelPermanentError) as caught:
+        drafter_for(server.base_url, api_key="a-wrong-key").draft("Cart total wrong", "The total is wrong.", OP_ID)
+
+    assert caught.value.status == 401
+
+
+def test_schema_summary_names_every_step_shape_and_the_example_is_valid() -> None:
+    shapes = typing.get_args(typing.get_args(Step)[0])
+    tags = [typing.get_args(shape.model_fields["action"].annotation)[0] for shape in shapes]
+    summary = schema_summary()
+
+    assert all(f"- action: {tag};" in summary for tag in tags), summary
+    assert parse_procedure(EXAMPLE_PROCEDURE).bug_present
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_drafted_procedure_reproduces_the_cart_bug_and_not_on_a_fixed_copy(serve: Serve, tmp_path: Path) -> None:
+    chromium = shutil.which("chromium")
+    require(chromium is not None, "chromium is not installed")
+    title, prose = cart_report_prose()
+    drafted = drafter_for(serve(DRAFT).base_url).draft(title, prose, OP_ID).procedure
+
+    with BrowserRunner(executable_path=chromium) as runner:
+        with serve_cart() as buggy_url:
+            buggy = runner.run(drafted, buggy_url, tmp_path / "buggy")
+        with serve_cart(fixed_cart_copy(tmp_path / "fixed-app")) as fixed_url:
+            fixed = runner.run(drafted, fixed_url, tmp_path / "fixed")
+
+    assert buggy.status == ReproductionStatus.REPRODUCED, buggy.detail
+    assert buggy.runs[0].assertions[0].actual == "$23.75"
+    assert fixed.status == ReproductionStatus.NOT_REPRODUCED, fixed.detail
+    assert fixed.runs[0].assertions[0].actual == "$40.00"

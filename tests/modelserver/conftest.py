@@ -1,3 +1,0 @@
-from tests.modelserver.support import serve
-
-__all__ = ["serve"]

@@ -1,4 +1,0 @@
-from tests.modelserver.support import serve
-from tests.repair.support import cart_repo
-
-__all__ = ["cart_repo", "serve"]

@@ -1,0 +1,118 @@
+"""A real Docker engine for the provider tests, started once per session and stopped at its end.
+
+Each session starts its own engine (state in the session's temporary directory), so parallel sessions never
+stop each other's engine. The image cache (the Debian root filesystem tarball) lives in
+``$DURAFIX_DOCKER_IMAGE_CACHE`` (default ``~/.cache/durafix/docker-images``), so it is bootstrapped once and
+later sessions only import it. With ``CI=true`` a missing or failing engine fails the tests with the reason;
+elsewhere they are skipped with it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import yaml
+
+from environments.docker import DockerProvider
+from environments.interface import AppRecipe, RecoverySpec
+from infra.docker.engine import DockerEngine, EngineError
+from tests.conftest import unavailable
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CART = REPO_ROOT / "examples" / "cart"
+_TOOLS = ("dockerd", "containerd", "runc", "debootstrap")
+
+
+def _missing_prerequisite() -> str | None:
+    if os.geteuid() != 0:
+        return "dockerd and debootstrap need root"
+    missing = [tool for tool in _TOOLS if shutil.which(tool) is None]
+    return f"not installed: {', '.join(missing)}" if missing else None
+
+
+@pytest.fixture(scope="session")
+def image_cache() -> Path:
+    default = Path.home() / ".cache" / "durafix" / "docker-images"
+    return Path(os.environ.get("DURAFIX_DOCKER_IMAGE_CACHE", default)).absolute()
+
+
+@pytest.fixture(scope="session")
+def docker_engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DockerEngine]:
+    reason = _missing_prerequisite()
+    if reason is not None:
+        unavailable(reason)
+    engine = DockerEngine(tmp_path_factory.mktemp("engine"))
+    try:
+        engine.ensure_running()
+    except EngineError as exc:
+        unavailable(str(exc))
+    yield engine
+    if engine.started_here:
+        engine.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_client(docker_engine: DockerEngine) -> Iterator[docker.DockerClient]:
+    client = docker.DockerClient(base_url=docker_engine.docker_host, timeout=300)
+    yield client
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def cart_recipe() -> AppRecipe:
+    return AppRecipe.model_validate(yaml.safe_load((CART / "durafix.yaml").read_text()))
+
+
+@pytest.fixture(scope="session")
+def cart_workspace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean copy of the sample app (no interpreter caches), shared so its app image is built once."""
+    dest = tmp_path_factory.mktemp("cart") / "workspace"
+    shutil.copytree(CART, dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return dest
+
+
+def make_spec(recipe: AppRecipe) -> RecoverySpec:
+    return RecoverySpec(
+        repository="example/cart",
+        clone_url="https://forge.invalid/example/cart.git",
+        base_revision="0" * 40,
+        recipe=recipe,
+    )
+
+
+@pytest.fixture(scope="session")
+def cart_spec(cart_recipe: AppRecipe) -> RecoverySpec:
+    return make_spec(cart_recipe)
+
+
+@pytest.fixture(scope="session")
+def provider_state(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("provider")
+
+
+@pytest.fixture
+def provider(docker_engine: DockerEngine, provider_state: Path, image_cache: Path) -> Iterator[DockerProvider]:
+    provider = DockerProvider(provider_state, docker_engine.docker_host, image_cache_dir=image_cache, stop_timeout_s=5)
+    yield provider
+    provider.close()
+
+
+@pytest.fixture
+def new_run(provider: DockerProvider) -> Iterator[Callable[[], str]]:
+    """Fresh run IDs; every run handed out is cleaned up (and must clean up completely) after the test."""
+    runs: list[str] = []
+
+    def make() -> str:
+        run_id = f"test-{uuid.uuid4().hex[:12]}"
+        runs.append(run_id)
+        return run_id
+
+    yield make
+    leftovers = [report for report in map(provider.cleanup_run, runs) if not report.complete]
+    assert not leftovers, f"runs not cleaned up: {leftovers}"

@@ -1,0 +1,280 @@
+"""End-to-end fixtures: the embedded stack (real Temporal dev server, GitHub emulator, scripted model server,
+evidence server) started as real processes, workers and the webhook receiver as subprocesses.
+
+Each test gets its own repository in the emulator, so runs never share forge state.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+import yaml
+from github import Auth, Github
+from temporalio.client import Client
+
+from environments.files import path_key
+from environments.processes import MARKER_VAR
+from infra import processes, stack
+from infra.processes import ServiceRecord
+from pipeline import client as runs
+from pipeline.config import DurafixConfig
+from pipeline.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
+from pipeline.ids import workflow_id_for
+from tests.conftest import require
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"
+MODEL_DIR = REPO_ROOT / "examples" / "cart" / "model"
+NEVER_FIXABLE = "never-fixable"
+
+
+def combined_model_script(dest: Path) -> Path:
+    """Procedure drafting as scripted; revisions on review get the scripted revision; reports whose text says
+    ``never-fixable`` get the bad fix; every other report gets the real fix."""
+    revision = yaml.safe_load((MODEL_DIR / "revision.yaml").read_text())
+    bad = yaml.safe_load((MODEL_DIR / "bad-fix.yaml").read_text())
+    good = yaml.safe_load((MODEL_DIR / "fix.yaml").read_text())
+    draft = yaml.safe_load((MODEL_DIR / "draft-procedure.yaml").read_text())
+    conversations = [*draft["conversations"], *revision["conversations"]]
+    for conv in bad["conversations"]:
+        conv = dict(conv)
+        conv["match"] = {**(conv.get("match") or {}), "user": NEVER_FIXABLE}
+        conversations.append(conv)
+    conversations.extend(good["conversations"])
+    dest.write_text(yaml.safe_dump({"model": good.get("model", "durafix-scripted"), "conversations": conversations}))
+    return dest
+
+
+class OpenedRun(NamedTuple):
+    """A report opened on a fresh repository, and the ID of the run that handles it."""
+
+    client: Client
+    repository: str
+    issue: int
+    workflow_id: str
+
+
+@dataclass
+class E2EStack:
+    config: DurafixConfig
+    admin_token: str
+    reviewer_token: str
+    receiver: ServiceRecord
+    workers: list[ServiceRecord] = field(default_factory=list)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.config.state_dir
+
+    def spawn_worker(
+        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, fault: str | None = None
+    ) -> ServiceRecord:
+        """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
+        accepted the named adapter operation (once per operation, across processes). ``fault`` runs
+        :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
+        is where kills are noted."""
+        n = len(self.workers)
+        env = {"PYTHONPATH": str(REPO_ROOT)}
+        if kill_after:
+            env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
+            fault = fault or "kill-after-forge-write"
+        if fault is not None:
+            assert kill_dir is not None
+            env["DURAFIX_TEST_KILL_DIR"] = str(kill_dir)
+        argv = [sys.executable, str(FAULTY_WORKER), fault] if fault is not None else [sys.executable, "-m", "pipeline"]
+        rec = processes.spawn(
+            f"worker-{n}",
+            [*argv, "--state-dir", str(self.state_dir), "worker"],
+            log=self.state_dir / "logs" / f"test-worker-{n}.log",
+            port=0,
+            url="",
+            env=env,
+        )
+        self.workers.append(rec)
+        return rec
+
+    def stop_workers(self) -> None:
+        for rec in self.workers:
+            processes.stop(rec, grace_s=15)
+        self.workers.clear()
+
+    def new_repository(self) -> str:
+        return seed_repository(
+            self.config, self.admin_token, "reviewer", self.receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
+        )
+
+    def push_files(self, repository: str, files: dict[str, str], message: str) -> str:
+        """Commit ``files`` (path -> text) on top of ``main`` as the repositories' owner and push; the new head."""
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp) / "work"
+            env = maintainer_git_env(self.owner_token(), Path(tmp))
+            url = f"{self.config.forge_git_base}/{repository}.git"
+
+            def git(*args: str) -> str:
+                return subprocess.run(
+                    ["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True
+                ).stdout.strip()
+
+            subprocess.run(["git", "clone", "-q", url, str(work)], env=env, check=True, capture_output=True)
+            for rel, text in files.items():
+                (work / rel).parent.mkdir(parents=True, exist_ok=True)
+                (work / rel).write_text(text)
+            git("add", "-A")
+            git("commit", "-q", "-m", message)
+            git("push", "-q", "origin", "HEAD:main")
+            return git("rev-parse", "HEAD")
+
+    def open_report(
+        self, repository: str, title: str | None = None, body: str | None = None, *, labelled: bool = True
+    ) -> int:
+        """The sample report (or ``title``/``body``), with the trigger label unless ``labelled`` is false (then
+        the receiver ignores it)."""
+        default_title, default_body = issue_text()
+        labels = [self.config.trigger_label] if labelled else []
+        issue = (
+            self.github()
+            .get_repo(repository)
+            .create_issue(title=title or default_title, body=body or default_body, labels=labels)
+        )
+        assert [label.name for label in issue.labels] == labels
+        return int(issue.number)
+
+    async def open_run(self, title: str | None = None, body: str | None = None, *, labelled: bool = True) -> OpenedRun:
+        """A Temporal client, a fresh repository and a report opened on it (see :meth:`open_report`)."""
+        client = await runs.connect(self.config)
+        repository = self.new_repository()
+        issue = self.open_report(repository, title, body, labelled=labelled)
+        return OpenedRun(client, repository, issue, workflow_id_for(repository, issue))
+
+    def owner_token(self) -> str:
+        """A token of the repositories' owner (it administers their hooks)."""
+        return ensure_user(self.config, self.admin_token, OWNER)
+
+    def github(self, token: str | None = None) -> Github:
+        return Github(base_url=self.config.forge_api_url, auth=Auth.Token(token or self.config.forge_token), retry=None)
+
+    def approve_on_forge(self, repository: str, pr_number: int, head: str) -> None:
+        """The reviewer approves ``head`` of the PR with a review on the forge, as a real reviewer does; the
+        forge's webhook carries the approval to the run."""
+        repo = self.github(self.reviewer_token).get_repo(repository)
+        repo.get_pull(pr_number).create_review(commit=repo.get_commit(head), event="APPROVE", body="LGTM")
+
+    def deliveries_log(self) -> str:
+        return processes.log_tail(Path(self.receiver.log), 40)
+
+
+@contextmanager
+def running_e2e_stack(
+    state: Path,
+    *,
+    warm: Callable[[DurafixConfig], None] | None = None,
+    configure: Callable[[DurafixConfig], None] | None = None,
+    receiver_ready_s: float = 120,
+    **up: Any,
+) -> Iterator[E2EStack]:
+    """The embedded stack (``infra.stack.up(state, **up)``) with fast timeouts and a webhook receiver.
+
+    ``warm`` runs once the stack is up (e.g. importing a cached base image); ``configure`` changes the saved
+    config before the receiver starts. A stack that cannot start fails the test under CI with the reason
+    (skips elsewhere); everything started is stopped at the end.
+    """
+    try:
+        config = stack.up(state, quiet=True, **up)
+        if warm is not None:
+            warm(config)
+    except Exception as err:
+        stack.down(state, quiet=True)
+        require(False, f"the embedded stack could not start: {err}")
+        raise
+    except BaseException:
+        stack.down(state, quiet=True)
+        raise
+    config.fast_timeouts = True
+    config.max_repair_attempts = 2
+    # The CLI and evidence-digest tests approve as operators (`durafix approve`); every other approval is a
+    # review on the forge, which the merge checks whatever this says (tests/security/test_reviews.py).
+    config.operator_approval = True
+    if configure is not None:
+        configure(config)
+    config.save()
+    st = stack.read_stack(state)
+    port = processes.free_port()
+    receiver = processes.spawn(
+        "receiver",
+        [sys.executable, "-m", "pipeline", "--state-dir", str(state), "serve", "--port", str(port)],
+        log=state / "logs" / "test-receiver.log",
+        port=port,
+        url=f"http://127.0.0.1:{port}/webhook",
+    )
+    e2e = E2EStack(config=config, admin_token=st.admin_token, reviewer_token=st.reviewer_token, receiver=receiver)
+    try:
+        # A loaded host imports the receiver slowly; the wait only bounds a receiver that never comes up.
+        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", port), receiver_ready_s)
+        yield e2e
+    finally:
+        e2e.stop_workers()
+        processes.stop(receiver)
+        stack.down(state, quiet=True)
+
+
+@pytest.fixture(scope="session")
+def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    require(shutil.which("git") is not None, "git is not installed")
+    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    state = tmp_path_factory.mktemp("durafix-e2e")
+    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+        yield e2e
+
+
+@pytest.fixture
+def stack_with_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
+    e2e_stack.spawn_worker()
+    try:
+        yield e2e_stack
+    finally:
+        e2e_stack.stop_workers()
+
+
+def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.3) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def owned_processes(run_id: str) -> list[int]:
+    """PIDs of live processes carrying the run's ownership marker in their environment."""
+    needle = f"{MARKER_VAR}={path_key(run_id)}/".encode()
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ:
+            found.append(int(proc.name))
+    return found
+
+
+def kill(rec: ServiceRecord) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(rec.pid, signal.SIGKILL)

@@ -1,0 +1,52 @@
+"""A worker process for the scale-out benchmark: ``repair_bug`` and the workflow-logic tests' doubles on every
+activity queue (each answers at once), on the Temporal server at ``argv[1]``, until SIGTERM.
+
+The orchestration worker has the production settings that matter here (:func:`pipeline.worker.build_workers`'
+sticky-queue timeout); every activity queue takes 8 tasks at once, as by default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Worker
+
+from pipeline.steps import TaskQueue
+from pipeline.worker import STICKY_SCHEDULE_TO_START
+from pipeline.workflow import RepairBugWorkflow
+from tests.integration.workflow.test_workflow_logic import Script, doubles
+from tests.support.workers.parked import AlwaysMerged, Forgetful
+
+
+async def serve(address: str) -> None:
+    client = await Client.connect(address, data_converter=pydantic_data_converter)
+    script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
+    built = [
+        Worker(
+            client,
+            task_queue=TaskQueue.ORCHESTRATION.value,
+            workflows=[RepairBugWorkflow],
+            sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+        )
+    ]
+    built += [
+        Worker(client, task_queue=queue.value, activities=activities, max_concurrent_activities=8)
+        for queue, activities in doubles(script).items()
+    ]
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    tasks = [asyncio.create_task(w.run()) for w in built]
+    print("ready", flush=True)
+    await stop.wait()
+    await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(sys.argv[1]))

@@ -1,0 +1,200 @@
+"""A real ``durafix worker`` with one test fault installed, then the product's CLI: every launcher of a faulty
+worker in one place.
+
+``python tests/support/workers/faulty.py FAULT --state-dir STATE worker [...]`` installs ``FAULT`` and runs
+``durafix`` with the rest of the command line. A supervised worker starts its children with this same
+command line, so they carry the fault too. The faults (all test-only, none in the product):
+
+``kill-after-forge-write``
+    the named ``GitHubForge`` methods (``DURAFIX_TEST_KILL_AFTER``, comma-separated) SIGKILL the process the
+    first time each returns: the forge applied the mutation, the activity has not completed. One marker file
+    per operation in ``DURAFIX_TEST_KILL_DIR`` makes each kill happen once across successive processes.
+``kill-after-docker-create``
+    ``DockerProvider._create`` SIGKILLs the process the first time it returns for an operation, before the
+    provider starts the container, probes it or reports anything: the engine holds a created container nobody
+    recorded, and ``env.provision`` never completed (one marker per op in ``DURAFIX_TEST_KILL_DIR``).
+``failover-probe``
+    the model queue also serves ``probe.hold`` (:mod:`tests.support.failover`): a heartbeating synchronous
+    activity that holds ``first_s`` on its first attempt (the one a test kills) and ``later_s`` on any later
+    one, answering which process ran which attempt.
+``stop-mid-step``
+    ``DURAFIX_TEST_STOP_AT`` names where the process SIGSTOPs itself, once across processes:
+    ``activity:<ForgeActivities method>`` as the attempt begins (before any check the activity makes),
+    ``adapter:<GitHubForge method>`` inside the activity just before the forge write. The first stop writes
+    ``stopped.json`` (activity ID, attempt, task token in base64, pid) to ``DURAFIX_TEST_STOP_DIR``; after a
+    SIGCONT the call goes on as it would have, and ``resumed.json`` says how it ended (its result or error, and
+    whether the worker cancelled the attempt meanwhile).
+``changed-workflow``
+    :class:`tests.replay.changed_workflow.ChangedRepairBug` is registered in place of the current
+    ``repair_bug`` (same name, same queues, every activity as in the product).
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+
+from environments.docker.provider import DockerProvider
+from environments.files import path_key
+from environments.interface import AppRecipe
+from pipeline import worker
+from pipeline.activities.forge import ForgeActivities
+from pipeline.activities.heartbeat import Heartbeat
+from pipeline.services import Services
+from pipeline.steps import TaskQueue
+from reviews.adapter import GitHubForge
+from tests.support.failover import PROBE, Held, Hold
+
+
+def _dying_after(name: str, original: Callable[..., Any], marker_dir: Path) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(self: GitHubForge, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        marker = marker_dir / name
+        if not marker.exists():
+            marker.write_text(repr(result))
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    return wrapper
+
+
+def kill_after_forge_write() -> None:
+    marker_dir = Path(os.environ["DURAFIX_TEST_KILL_DIR"])
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    for name in os.environ["DURAFIX_TEST_KILL_AFTER"].split(","):
+        setattr(GitHubForge, name, _dying_after(name, getattr(GitHubForge, name), marker_dir))
+
+
+def kill_after_docker_create() -> None:
+    marker_dir = Path(os.environ["DURAFIX_TEST_KILL_DIR"])
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    create = DockerProvider._create
+
+    @functools.wraps(create)
+    def create_then_die(
+        self: DockerProvider, name: str, image: str, network: str, run_id: str, op_id: str, recipe: AppRecipe
+    ) -> Any:
+        container = create(self, name, image, network, run_id, op_id, recipe)
+        marker = marker_dir / path_key(op_id)
+        if not marker.exists():
+            marker.write_text(op_id)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return container
+
+    DockerProvider._create = create_then_die  # type: ignore[method-assign]
+
+
+@activity.defn(name=PROBE)
+def hold(inp: Hold) -> Held:
+    info = activity.info()
+    seconds = inp.first_s if info.attempt == 1 else inp.later_s
+    with Heartbeat(f"holding {seconds:.0f} s"):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            time.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+    return Held(pid=os.getpid(), attempt=info.attempt)
+
+
+def failover_probe() -> None:
+    real = worker.activities_for
+
+    def with_probe(queue: TaskQueue, services: Services, host: str = "") -> Sequence[Callable[..., object]]:
+        found = real(queue, services, host)
+        return [*found, hold] if queue == TaskQueue.MODEL else found
+
+    worker.activities_for = with_probe
+
+
+def _stopping(original: Callable[..., Any], marker_dir: Path) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(self: object, *args: Any, **kwargs: Any) -> Any:
+        stopped = marker_dir / "stopped.json"
+        if stopped.exists():
+            return original(self, *args, **kwargs)
+        info = activity.info()
+        stopped.write_text(
+            json.dumps(
+                {
+                    "activity_id": info.activity_id,
+                    "activity_type": info.activity_type,
+                    "attempt": info.attempt,
+                    "task_token": base64.b64encode(info.task_token).decode(),
+                    "pid": os.getpid(),
+                }
+            )
+        )
+        # Shielded from the SDK's in-thread cancellation: waking, the worker finds its attempt timed out and
+        # cancels it, but a write already on the wire (a thread blocked in a socket call) is not stopped by
+        # that. The shield makes the late call always run, so that what meets it is the forge's guards and the
+        # run's fence alone; the cancellation is raised when the block ends.
+        with activity.shield_thread_cancel_exception():
+            # Directed at this thread, not the process: a process-directed SIGSTOP may be taken by another
+            # thread, and this one would run on (past the activity's checks, into its write) until that
+            # thread's group stop reached it. Sent to itself, the calling thread stops as the call returns.
+            signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+            woke_at = time.time()
+
+            def note(outcome: dict[str, Any]) -> None:
+                outcome["cancelled_meanwhile"] = activity.is_cancelled()
+                outcome["woke_at"] = woke_at
+                (marker_dir / "resumed.json").write_text(json.dumps(outcome))
+
+            try:
+                result = original(self, *args, **kwargs)
+            except Exception as err:
+                note({"error": type(err).__name__, "detail": str(err)})
+                raise
+            note({"result": repr(result)})
+            return result
+
+    return wrapper
+
+
+def stop_mid_step() -> None:
+    marker_dir = Path(os.environ["DURAFIX_TEST_STOP_DIR"])
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    where, name = os.environ["DURAFIX_TEST_STOP_AT"].split(":", 1)
+    owner: type = {"activity": ForgeActivities, "adapter": GitHubForge}[where]
+    # functools.wraps keeps the activity definition, so the worker registers the wrapper under the same name.
+    setattr(owner, name, _stopping(getattr(owner, name), marker_dir))
+
+
+def changed_workflow() -> None:
+    from tests.replay.changed_workflow import ChangedRepairBug
+
+    worker.RepairBugWorkflow = ChangedRepairBug  # type: ignore[attr-defined]
+
+
+FAULTS: dict[str, Callable[[], None]] = {
+    "kill-after-forge-write": kill_after_forge_write,
+    "kill-after-docker-create": kill_after_docker_create,
+    "failover-probe": failover_probe,
+    "stop-mid-step": stop_mid_step,
+    "changed-workflow": changed_workflow,
+}
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in FAULTS:
+        raise SystemExit(f"usage: faulty.py {{{','.join(FAULTS)}}} DURAFIX_ARGS...")
+    FAULTS[argv[0]]()
+    from pipeline.cli import main as durafix
+
+    durafix(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # run by path: the checkout's packages
+    main(sys.argv[1:])

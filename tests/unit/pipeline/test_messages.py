@@ -1,0 +1,53 @@
+"""The texts a run writes to the forge: subjects end on a word, the PR closes its issue, the ticket's
+first line matches whether the run is still working."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import messages
+from pipeline.state import Budgets, CandidateFact, Outcome, RunState
+from tests.integration.workflow.test_workflow_logic import ref
+
+
+def state(**update: object) -> RunState:
+    base = RunState(
+        workflow_id="repair:acme/shop#12",
+        run_id="r",
+        repository="acme/shop",
+        issue_number=12,
+        base_branch="main",
+        budgets=Budgets(repair_attempts_max=3, model_token_budget=1000),
+    )
+    return base.model_copy(update=update)
+
+
+@pytest.mark.parametrize(
+    ("title", "subject"),
+    [
+        ("Cart total ignores quantities", "Fix #12: Cart total ignores quantities"),
+        (
+            "The cart total shown at checkout ignores the quantity of every line item entirely",
+            "Fix #12: The cart total shown at checkout ignores the quantity of every",
+        ),
+        ("x" * 100, "Fix #12: " + "x" * 63),
+        ("A  title\nwith\tbreaks", "Fix #12: A title with breaks"),
+    ],
+)
+def test_commit_subjects_are_one_line_of_at_most_72_characters_ending_on_a_word(title: str, subject: str) -> None:
+    first = messages.commit_message(state(), title, "summary").splitlines()[0]
+    assert first == subject
+    assert len(first) <= messages.SUBJECT_LIMIT
+
+
+def test_the_pr_body_closes_the_issue_unless_the_keyword_is_empty() -> None:
+    candidate = CandidateFact(attempt=1, op_id="o", patch_ref=ref("patch"), summary="fixed", commit_timestamp=0)
+    assert messages.pr_body(state(), candidate).startswith("Fixes #12\n\n")
+    assert messages.pr_body(state(), candidate, "Closes").startswith("Closes #12\n\n")
+    assert "#12\n\nAutomated" not in messages.pr_body(state(), candidate, "")
+
+
+def test_the_ticket_says_working_until_an_outcome_and_finished_after() -> None:
+    assert "is working on this report" in messages.ticket_body(state())
+    done = messages.ticket_body(state(outcome=Outcome.MERGED, merged_sha="m" * 40))
+    assert "has finished with this report" in done and "working" not in done
