@@ -8,7 +8,7 @@ or one whose admin token is in ``$DURAFIX_FORGE_ADMIN_TOKEN``), a token minted f
 who is created if needed. The worker's own token (``DURAFIX_FORGE_TOKEN``, the bot's) never administers a
 repository here: it is the one being given access.
 
-Every command is idempotent (see :mod:`pipeline.forge_setup`). Exit codes: 0 done, 1 the forge refused or
+Every command is idempotent (see :mod:`pipeline.ops.forge_setup`). Exit codes: 0 done, 1 the forge refused or
 did not answer, 2 usage (no token to act with, no webhook secret), 3 ``tokens`` without a local stack.
 """
 
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import forge_setup
 from pipeline.cli.command import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, AddArguments, CliError, needs_source_checkout
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
-from pipeline.forge_setup import ForgeApi, ForgeSetupError
+from pipeline.ops import forge_setup
+from pipeline.ops.forge_setup import ForgeApi, ForgeSetupError
 
 OWNER_TOKEN_ENV = "DURAFIX_FORGE_OWNER_TOKEN"
 ADMIN_TOKEN_ENV = "DURAFIX_FORGE_ADMIN_TOKEN"

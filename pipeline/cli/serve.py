@@ -1,5 +1,5 @@
 """The commands that run durafix's long-lived processes: ``durafix worker`` (the pollers of one or more task
-queues, under :mod:`pipeline.supervisor`) and ``durafix serve`` (the GitHub webhook receiver)."""
+queues, under :mod:`pipeline.worker.supervisor`) and ``durafix serve`` (the GitHub webhook receiver)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,24 @@ from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, C
 from pipeline.config import DurafixConfig
 
 if TYPE_CHECKING:
-    from pipeline.queue_settings import Overrides
     from pipeline.steps import TaskQueue
+    from pipeline.worker.queue_settings import Overrides
 
 _Number = TypeVar("_Number", int, float)
 
 
 def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     """Run a worker on ``--queues`` until interrupted; a configured secret file readable inside the sandbox
-    (:mod:`pipeline.sandbox_exposure`), an unknown queue, invalid queue settings or a queue this host cannot
-    serve (:mod:`pipeline.capabilities`: no Chromium for ``browser``, ...) is a usage error (exit 2), found
+    (:mod:`pipeline.worker.sandbox_exposure`), an unknown queue, invalid queue settings or a queue this host cannot
+    serve (:mod:`pipeline.worker.capabilities`: no Chromium for ``browser``, ...) is a usage error (exit 2), found
     once, here, before any child is started or Temporal is reached. ``--check`` prints what each queue needs
     and what was found (and each exposed file), and exits 1 if any queue cannot be served or a file is
-    exposed. The pollers run in a child process under :mod:`pipeline.supervisor` (exit 1 when its children
+    exposed. The pollers run in a child process under :mod:`pipeline.worker.supervisor` (exit 1 when its children
     keep dying); ``--no-supervise`` runs them in this process."""
     from browser.video import VideoUnavailable
-    from pipeline.queue_settings import Overrides
-    from pipeline.supervisor import is_child, supervise
-    from pipeline.worker import parse_queues, run_worker
+    from pipeline.worker.queue_settings import Overrides
+    from pipeline.worker.runner import parse_queues, run_worker
+    from pipeline.worker.supervisor import is_child, supervise
 
     try:
         queues = parse_queues(args.queues)
@@ -52,13 +52,13 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: Overrides, *, report: bool) -> bool:
-    """Check that no configured secret file is visible inside the sandbox (:mod:`pipeline.sandbox_exposure`),
+    """Check that no configured secret file is visible inside the sandbox (:mod:`pipeline.worker.sandbox_exposure`),
     validate the queues' settings and probe this host for them. ``report``: print the table (and each exposed
     file) and return whether every queue can be served and nothing is exposed. Else refuse (exit 2) an exposed
     file or what cannot be served for good, warn of what did not answer, and advertise what was found; True."""
-    from pipeline import capabilities
-    from pipeline.queue_settings import worker_limits
-    from pipeline.sandbox_exposure import exposures
+    from pipeline.worker import capabilities
+    from pipeline.worker.queue_settings import worker_limits
+    from pipeline.worker.sandbox_exposure import exposures
 
     # Before anything else (and before Temporal is reached): a secret file a sandboxed command could read.
     exposed = [exposure.describe() for exposure in exposures(config)]
@@ -83,7 +83,7 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
 
 def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
     """Serve the webhook receiver until interrupted; without a webhook secret it refuses (exit 2)."""
-    from pipeline.webhooks import WebhookReceiver
+    from pipeline.receiver.webhooks import WebhookReceiver
 
     if not config.webhook_secret:
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)

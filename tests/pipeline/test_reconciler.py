@@ -36,17 +36,18 @@ from temporalio.worker import Worker
 
 from infra.forge.testing import ForgeHandle, running_forge
 from pipeline import client as runs
-from pipeline import forge_setup, steps
+from pipeline import steps
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.inputs import PinnedReport, RepairInput
+from pipeline.ops import forge_setup
+from pipeline.ops.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
 from pipeline.policies import RunPolicy
-from pipeline.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
+from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.state import Approval, HeadPush, Outcome, Phase, Rejection, RunState
 from pipeline.steps import PullInfo, ReadPullInput, TaskQueue, VerifyInput, VerifyResult
-from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.forge.helpers import branch_with, commit_files
 from tests.pipeline.test_workflow_logic import Script, doubles

@@ -39,9 +39,9 @@ from infra.forge.testing import ForgeHandle, running_forge
 from pipeline.client import handle_for
 from pipeline.config import DurafixConfig
 from pipeline.inputs import RepairInput
+from pipeline.receiver.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.state import Delivered, Phase, Rejection, RunState
 from pipeline.steps import TaskQueue
-from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
 from tests.stamps import stamped_now

@@ -13,8 +13,8 @@ from pathlib import Path
 
 if __name__ == "__main__":
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from pipeline import worker
     from pipeline.cli import main
+    from pipeline.worker import runner as worker
     from tests.replay.changed_workflow import ChangedRepairBug
 
     worker.RepairBugWorkflow = ChangedRepairBug  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 queue: a heartbeating activity that holds its first attempt, for the failover test and benchmark.
 
 Test-only, in the manner of :mod:`tests.e2e.killable_worker`: ``python tests/recovery/failover_worker.py
---state-dir STATE worker --queues forge,model`` installs the probe into :func:`pipeline.worker.activities_for`
+--state-dir STATE worker --queues forge,model`` installs the probe into :func:`pipeline.worker.runner.activities_for`
 and runs the CLI. The supervisor starts its children with this same command line, so they serve the probe too.
 
 ``probe.hold`` (a synchronous activity, run in the worker's thread pool as the real ones are) beats with
@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 
 from temporalio import activity
 
-from pipeline import worker
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
+from pipeline.worker import runner as worker
 from tests.recovery.failover import PROBE, Held, Hold
 
 

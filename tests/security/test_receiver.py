@@ -23,8 +23,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from pipeline.config import DurafixConfig
-from pipeline.webhook_server import ReceiverLimits
-from pipeline.webhooks import WebhookReceiver
+from pipeline.receiver.server import ReceiverLimits
+from pipeline.receiver.webhooks import WebhookReceiver
 
 pytestmark = pytest.mark.e2e
 

@@ -15,7 +15,7 @@ Contract:
 - ``issues`` ``edited`` (title or body) for an issue with a live run becomes the ``report_edited`` signal:
   the ticket says so, and the run keeps the pinned text. (A signal: an edit is a note, the run keeps one per
   delivery, ``source`` ``webhook:<delivery>``, and it needs no worker to be heard.)
-- ``issue_comment`` ``created`` whose body starts with ``/durafix <command>`` (:mod:`pipeline.commands`), on
+- ``issue_comment`` ``created`` whose body starts with ``/durafix <command>`` (:mod:`pipeline.receiver.commands`), on
   the issue or on durafix's own PR (marker and bot author, as below), by a sender with ``trigger_permission``
   (403 otherwise, nothing done; the bot's own comments are ignored): ``status`` answers in a comment with the
   run's phase, outcome, PR, pending head and budgets; ``cancel`` cancels the live run; ``retry`` starts the
@@ -42,7 +42,7 @@ Contract:
   handling`` in ``RunState.deliveries``. A duplicate is answered ``{"duplicate": true, "first_handled":
   {...}}`` and nothing is done again (no second ``head_moved``, no second cancellation). A start is deduped by
   the workflow ID, and a redelivered trigger by the trigger recorded in the memo of each of the issue's runs.
-- A replay starts and cancels nothing (:mod:`pipeline.replays`; the GUID is a header outside the signature, so
+- A replay starts and cancels nothing (:mod:`pipeline.receiver.replays`; the GUID is a header outside the signature, so
   the signed payload's own time is judged too): a trigger, ``closed``/``unlabeled`` or command whose event is
   older than ``delivery_max_age_s`` (3 days), a cancel older than the live run's start, and a trigger older
   than the start of the issue's newest, ended run are answered 409 ``{"stale": true, ...}``. The GUID records
@@ -54,8 +54,8 @@ Contract:
   a forge that cannot answer now gives 503, a repository or user the forge does not know (named by the
   payload) 422, a forge that refuses the read otherwise (a bad token) 502, a receiver without a forge token
   500. In every one of these cases nothing is sent.
-- The HTTP side is bounded (``pipeline.webhook_server``, ``pipeline.receiver_protocol``,
-  ``pipeline.receiver_app``): ``Content-Length`` missing (411), malformed or negative (400) or over
+- The HTTP side is bounded (``pipeline.receiver.server``, ``pipeline.receiver.protocol``,
+  ``pipeline.receiver.app``): ``Content-Length`` missing (411), malformed or negative (400) or over
   ``MAX_BODY`` (413) is refused before the body is read; the request head and then the body must arrive
   within ``ReceiverLimits.read_timeout_s`` (closed, resp. 408); at most ``ReceiverLimits.max_connections``
   connections are served at once, one more gets 503 with ``Retry-After``. So connections that send headers and
@@ -84,15 +84,16 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
-from pipeline.commands import CommandName, help_text, no_run_text, parse_command, status_text
 from pipeline.config import DurafixConfig
 from pipeline.ids import is_run_of, parse_run_id, workflow_id_for
 from pipeline.inputs import PinnedReport
-from pipeline.receiver_app import ReceiverApp
-from pipeline.receiver_logs import delivery_logger
-from pipeline.receiver_metrics import ReceiverMetrics
-from pipeline.reconciler import Reconciler
-from pipeline.replays import before_run, event_time, stale_answer, too_old
+from pipeline.ops.reconciler import Reconciler
+from pipeline.receiver.app import ReceiverApp
+from pipeline.receiver.commands import CommandName, help_text, no_run_text, parse_command, status_text
+from pipeline.receiver.logs import delivery_logger
+from pipeline.receiver.metrics import ReceiverMetrics
+from pipeline.receiver.replays import before_run, event_time, stale_answer, too_old
+from pipeline.receiver.server import ReceiverLimits, ReceiverServer
 from pipeline.services import Services
 from pipeline.state import (
     Approval,
@@ -105,7 +106,6 @@ from pipeline.state import (
     Withdrawal,
 )
 from pipeline.temporal_connection import connect_options
-from pipeline.webhook_server import ReceiverLimits, ReceiverServer
 from reviews.adapter import GitHubForge
 from reviews.errors import ForgeError, ForgeNotFoundError, ForgeTransientError
 from reviews.markers import PULL, find_marker
@@ -131,7 +131,7 @@ class EngineUnreachable(Exception):
 class WebhookReceiver:
     """The dispatcher behind ``POST /webhook``, and the receiver process around it.
 
-    The transport is :mod:`pipeline.webhook_server` (uvicorn, guarded) and :mod:`pipeline.receiver_app`
+    The transport is :mod:`pipeline.receiver.server` (uvicorn, guarded) and :mod:`pipeline.receiver.app`
     (Starlette routes: ``/webhook``, ``/healthz``, ``/readyz``, ``/metrics``). This class owns an asyncio loop
     on a thread for the Temporal client: the dispatcher runs on the app's worker threads and talks to Temporal
     only through :meth:`_run`, which submits to that loop. The client is connected in the background at start
@@ -185,7 +185,7 @@ class WebhookReceiver:
         self._server.serve_forever()
 
     def start_reconciler(self, interval_s: float | None = None) -> None:
-        """Run the reconciler (:mod:`pipeline.reconciler`) on the receiver's loop: a pass as soon as Temporal is
+        """Run the reconciler (:mod:`pipeline.ops.reconciler`) on the receiver's loop: a pass as soon as Temporal is
         connected, then every ``interval_s`` (default ``config.reconcile_interval_s``). Each finished pass is
         reported to ``metrics`` (``durafix_reconciler_lag_seconds``), so a stuck reconciler shows as a growing
         lag. While Temporal cannot be reached the connection is tried again every few seconds."""
@@ -279,7 +279,7 @@ class WebhookReceiver:
         with Services(self.config).forge(READINESS_REPOSITORY) as forge:
             forge.login()
 
-    # ---- request handling (``pipeline.receiver_app.Delivery``) -----------------------------------------
+    # ---- request handling (``pipeline.receiver.app.Delivery``) -----------------------------------------
 
     def verified(self, body: bytes | bytearray, signature: str | None) -> bool:
         return signature_ok(self.config.webhook_secret, body, signature)
@@ -400,7 +400,8 @@ class WebhookReceiver:
         return self._start(delivery, repository, number, sender, pinned_from(issue, sender), at)
 
     def _too_old(self, what: str, at: datetime | None) -> tuple[int, dict[str, Any]] | None:
-        """The 409 for a delivery whose event is older than ``delivery_max_age_s`` (:mod:`pipeline.replays`)."""
+        """The 409 for a delivery whose event is older than ``delivery_max_age_s``
+        (:mod:`pipeline.receiver.replays`)."""
         max_age = self.config.delivery_max_age_s
         if at is None or not too_old(at, datetime.now(UTC), max_age):
             return None

@@ -40,12 +40,12 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``dev up`` starts the stack's services that are not running, each on the port ``stack.json`` recorded
     for it (its clients already use it), and prints its services; ``dev status`` exits 1 unless every
     recorded service (``demo --keep``'s worker and receiver included) is alive; ``dev down`` stops them (exit
-    1 naming any that would not stop); ``dev onboard`` is :mod:`pipeline.cli.onboard`. ``dev up`` with
+    1 naming any that would not stop); ``dev onboard`` is :mod:`infra.cli.onboard`. ``dev up`` with
     options other than the running stack's is refused (exit 2, nothing started or changed:
     :class:`infra.stack.StackConflict`); a dead service's port held by another process is exit 1
     (:class:`infra.stack.PortTaken`, naming the holder; nothing moved to another port)."""
     if args.action == "onboard":
-        from pipeline.cli.onboard import run_onboard
+        from infra.cli.onboard import run_onboard
 
         return run_onboard(args, config, local_forge(config))
     with _source_checkout("dev"):
@@ -88,8 +88,8 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """The whole pipeline on the embedded stack; exit 0 only when the run merged (see :mod:`pipeline.demo`)."""
-    from pipeline.demo import run_demo
+    """The whole pipeline on the embedded stack; exit 0 only when the run merged (see :mod:`infra.cli.demo`)."""
+    from infra.cli.demo import run_demo
 
     with _source_checkout("demo"):
         from infra.stack import StackConflict
