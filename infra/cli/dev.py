@@ -12,28 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError, Spec, needs_source_checkout
+from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError, Spec
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
 
 if TYPE_CHECKING:
     from pipeline.cli.forge import LocalForge
-
-
-@contextmanager
-def _source_checkout(command: str) -> Iterator[None]:
-    # While this module is still inside pipeline/, infra/ may be absent; the move into infra/ retires this.
-    try:
-        yield
-    except ModuleNotFoundError as err:
-        if err.name is None or err.name.partition(".")[0] != "infra":
-            raise
-        raise needs_source_checkout(command) from err
 
 
 def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
@@ -48,8 +35,7 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
         from infra.cli.onboard import run_onboard
 
         return run_onboard(args, config, local_forge(config))
-    with _source_checkout("dev"):
-        from infra import stack
+    from infra import stack
 
     if args.action == "up":
         try:
@@ -90,9 +76,8 @@ def cmd_dev(args: argparse.Namespace, config: DurafixConfig) -> int:
 def cmd_demo(args: argparse.Namespace, config: DurafixConfig) -> int:
     """The whole pipeline on the embedded stack; exit 0 only when the run merged (see :mod:`infra.cli.demo`)."""
     from infra.cli.demo import run_demo
+    from infra.stack import StackConflict
 
-    with _source_checkout("demo"):
-        from infra.stack import StackConflict
     try:
         return run_demo(
             config,
@@ -113,8 +98,7 @@ def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
 
     if forge.handles(args.rest):
         return forge.run(args.rest, config, lambda: local_forge(config))
-    with _source_checkout("forge"):
-        from infra.forge import cli
+    from infra.forge import cli
 
     return cli.main(args.rest)
 
@@ -130,12 +114,9 @@ def local_forge(config: DurafixConfig) -> LocalForge | None:
 
 
 def _stack_forge(config: DurafixConfig, admin_token: str) -> LocalForge | None:
+    from infra import processes, stack
     from pipeline.cli.forge import LocalForge
 
-    try:
-        from infra import processes, stack
-    except ModuleNotFoundError:
-        return None
     recorded = stack.read_stack(config.state_dir)
     rec = recorded.services.get("forge")
     if rec is None or f"{rec.url}/api/v3" != config.forge_api_url.rstrip("/"):
@@ -155,8 +136,7 @@ def _stack_forge(config: DurafixConfig, admin_token: str) -> LocalForge | None:
 
 def cmd_model(args: argparse.Namespace, config: DurafixConfig) -> int:
     """``durafix model ARGS``: the scripted model server's own command line (``python -m infra.modelserver``)."""
-    with _source_checkout("model"):
-        from infra.modelserver import cli
+    from infra.modelserver import cli
 
     return cli.main(args.rest)
 
