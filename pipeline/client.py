@@ -27,8 +27,8 @@ from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.receiver.replays import before_run
 from pipeline.recorded_state import STATE_MEMO, RecordedState, parse_recorded
+from pipeline.replays import before_run
 from pipeline.state import (
     Approval,
     Delivered,

@@ -124,7 +124,7 @@ class DurafixConfig(BaseModel):
     reconcile_interval_s: float = Field(default=60.0, gt=0)
     reconcile_repositories: list[str] = Field(default_factory=list)
     # The webhook receiver: how old (by the time its payload says it happened) a delivery may be and still start
-    # or cancel anything (pipeline/receiver/replays.py; default 3 days; keep it within the namespace's retention), and
+    # or cancel anything (pipeline/replays.py; default 3 days; keep it within the namespace's retention), and
     # the body bytes all connections together may hold before their signature is checked (pipeline/receiver/limits.py).
     delivery_max_age_s: float = Field(default=3 * 24 * 3600.0, gt=0)
     receiver_buffer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)

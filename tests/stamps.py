@@ -1,7 +1,7 @@
 """Crafted webhook payloads stamped as events that just happened.
 
 The receiver refuses a trigger, a cancel or a command whose payload says it happened longer ago than its window
-(:mod:`pipeline.receiver.replays`), as it would refuse a replay. GitHub's example payloads are from 2019: a test sending
+(:mod:`pipeline.replays`), as it would refuse a replay. GitHub's example payloads are from 2019: a test sending
 one as a fresh event stamps it with now, as the forge stamps what it sends (whole seconds, UTC).
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.receiver.replays import STAMPS
+from pipeline.replays import STAMPS
 
 
 def forge_now() -> str:

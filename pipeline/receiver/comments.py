@@ -12,7 +12,7 @@ from pipeline.inputs import PinnedReport
 from pipeline.receiver.commands import CommandName, help_text, no_run_text, parse_command, status_text
 from pipeline.receiver.handling import pinned_from
 from pipeline.receiver.issues import IssueEvents
-from pipeline.receiver.replays import event_time
+from pipeline.replays import event_time
 from reviews.markers import PULL, find_marker
 
 

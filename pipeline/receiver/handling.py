@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.inputs import PinnedReport
-from pipeline.receiver.replays import stale_answer, too_old
+from pipeline.replays import stale_answer, too_old
 from pipeline.services import Services
 from pipeline.state import (
     Delivered,
@@ -145,7 +145,7 @@ class Handling:
 
     def _too_old(self, what: str, at: datetime | None) -> tuple[int, dict[str, Any]] | None:
         """The 409 for a delivery whose event is older than ``delivery_max_age_s``
-        (:mod:`pipeline.receiver.replays`)."""
+        (:mod:`pipeline.replays`)."""
         max_age = self.config.delivery_max_age_s
         if at is None or not too_old(at, datetime.now(UTC), max_age):
             return None

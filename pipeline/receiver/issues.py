@@ -13,7 +13,7 @@ from pipeline import client as runs
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import PinnedReport
 from pipeline.receiver.handling import Handling, Refused, pinned_from
-from pipeline.receiver.replays import before_run, event_time, stale_answer
+from pipeline.replays import before_run, event_time, stale_answer
 from pipeline.state import (
     Delivered,
     DeliveryKind,

@@ -42,7 +42,7 @@ Contract:
   handling`` in ``RunState.deliveries``. A duplicate is answered ``{"duplicate": true, "first_handled":
   {...}}`` and nothing is done again (no second ``head_moved``, no second cancellation). A start is deduped by
   the workflow ID, and a redelivered trigger by the trigger recorded in the memo of each of the issue's runs.
-- A replay starts and cancels nothing (:mod:`pipeline.receiver.replays`; the GUID is a header outside the signature, so
+- A replay starts and cancels nothing (:mod:`pipeline.replays`; the GUID is a header outside the signature, so
   the signed payload's own time is judged too): a trigger, ``closed``/``unlabeled`` or command whose event is
   older than ``delivery_max_age_s`` (3 days), a cancel older than the live run's start, and a trigger older
   than the start of the issue's newest, ended run are answered 409 ``{"stale": true, ...}``. The GUID records
