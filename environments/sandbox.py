@@ -21,7 +21,7 @@ whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` wi
   (``config.json``, tokens, other runs' workspaces), not the Docker socket, not the worker's home or its
   virtual environment, not ``/sys``. :meth:`Sandbox.visible` lists what every command can read and
   :meth:`Sandbox.exposes` says whether a host path is among it: ``durafix worker`` refuses to start when a
-  secret file it is configured with is (``pipeline/sandbox_exposure.py``);
+  secret file it is configured with is (``pipeline/worker/sandbox_exposure.py``);
 - ``--die-with-parent`` and the PID namespace: when the step's first process ends (or bwrap is killed), the
   namespace's init dies and the kernel kills every process left in it, so nothing a step starts survives it;
 - the caller's process group (its own session, without a terminal, so there is none to inject input into) and

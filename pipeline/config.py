@@ -119,13 +119,13 @@ class DurafixConfig(BaseModel):
     unsandboxed: bool = False
     # Worker variables a recipe's ``secrets`` may name; DURAFIX_* and OPENAI_* never (environments/secrets.py).
     secret_allowlist: list[str] = Field(default_factory=list)
-    # The reconciler (pipeline/reconciler.py): seconds between its passes, and the repositories ("OWNER/REPO",
+    # The reconciler (pipeline/ops/reconciler.py): seconds between its passes, and the repositories ("OWNER/REPO",
     # comma-separated in the variable) whose labelled issues it checks for a lost trigger besides those of open runs.
     reconcile_interval_s: float = Field(default=60.0, gt=0)
     reconcile_repositories: list[str] = Field(default_factory=list)
     # The webhook receiver: how old (by the time its payload says it happened) a delivery may be and still start
-    # or cancel anything (pipeline/replays.py; default 3 days; keep it within the namespace's retention), and the
-    # body bytes all connections together may hold before their signature is checked (pipeline/receiver_limits.py).
+    # or cancel anything (pipeline/replays.py; default 3 days; keep it within the namespace's retention), and
+    # the body bytes all connections together may hold before their signature is checked (pipeline/receiver/limits.py).
     delivery_max_age_s: float = Field(default=3 * 24 * 3600.0, gt=0)
     receiver_buffer_bytes: int = Field(default=64 * 1024 * 1024, gt=0)
     # How many runs the workflow worker keeps in memory between their tasks (the SDK's sticky cache; 1000 is the
@@ -135,7 +135,7 @@ class DurafixConfig(BaseModel):
     # This worker host's identity (pipeline/hosts.py): the environments it provisions are reached through its own
     # task queue. Empty: the host name. Worker processes on one host share it; separate hosts must not.
     host_id: str = ""
-    # Per-queue worker limits (pipeline/queue_settings.py): JSON text or a mapping, kept as given and validated
+    # Per-queue worker limits (pipeline/worker/queue_settings.py): JSON text or a mapping, kept as given and validated
     # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
     queue_settings: str | dict[str, object] = ""
     extra: dict[str, str] = Field(default_factory=dict)

@@ -66,7 +66,7 @@ REFUSED = "refused"
 
 WORKER_LOST = "WorkerLost"
 """The ``ApplicationError`` type of an attempt failed because its worker process died (retryable): the failure
-is said by the dead worker's supervisor (``pipeline.supervisor``), so the host it ran on was alive to say it."""
+is said by the dead worker's supervisor (``pipeline.worker.supervisor``), so the host it ran on was alive to say it."""
 
 _RETRYABLE = frozenset({FailureClass.TRANSIENT, FailureClass.AMBIGUOUS, FailureClass.INFRASTRUCTURE})
 

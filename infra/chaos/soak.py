@@ -45,10 +45,10 @@ from environments.inventory import clean_run, open_holders, take_inventory
 from infra import processes, stack
 from infra.chaos.audit import ForgeCount, HistoryFacts, count_on_forge, leaked_resources, read_history
 from infra.chaos.faults import Fault, WorkerPool, restart_server, strays_of
+from infra.cli.demo import seed_repository
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import seed_repository
 from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy, StepTimeouts
 from pipeline.state import RunState
@@ -220,7 +220,7 @@ class Soak:
         return rec
 
     def _open_reports(self, config: DurafixConfig, st: stack.StackState, receiver: ServiceRecord) -> None:
-        from pipeline.demo import issue_text
+        from infra.cli.demo import issue_text
 
         title, body = issue_text()
         bot = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)

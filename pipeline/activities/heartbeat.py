@@ -15,7 +15,7 @@ sub-state of its own) silences the outer one while it lasts: the details are alw
 and an inner block's carry is never overwritten by the outer text.
 
 How often beats reach the server is the worker's throttle (``max_heartbeat_throttle_interval`` in
-:mod:`pipeline.worker`), well inside every heartbeat timeout of :class:`pipeline.policies.RunPolicy`.
+:mod:`pipeline.worker.runner`), well inside every heartbeat timeout of :class:`pipeline.policies.RunPolicy`.
 """
 
 from __future__ import annotations

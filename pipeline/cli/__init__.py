@@ -1,4 +1,5 @@
-"""The ``durafix`` command line: one argparse tree over the command modules of this package.
+"""The ``durafix`` command line: one argparse tree over the command modules of this package, and the commands
+the ``durafix.commands`` entry points add (the local stack's: see :mod:`pipeline.cli.command`).
 
 Exit codes: 0 success, 1 a run or command failed, 2 usage error (or a setting that cannot be used, such as a
 Temporal client certificate without its key), 3 the run or service was not found (each command's module states
@@ -14,38 +15,44 @@ import sys
 from pathlib import Path
 from typing import cast
 
-from pipeline.cli.command import EXIT_OK, EXIT_USAGE, Check, CliError, Command, Commands, Spec
+from pipeline.cli.command import EXIT_OK, EXIT_USAGE, Check, CliError, Command, Commands, Spec, with_plugins
 from pipeline.config import SettingsError, load_config
 
-__all__ = ["COMMANDS", "build_parser", "main", "run_command"]
+__all__ = ["COMMANDS", "build_parser", "command_specs", "main", "run_command"]
 
 COMMANDS: dict[str, Spec] = {
-    "init": Spec("init", "write a starter durafix.yaml for a repository"),
-    "dev": Spec("dev", "the embedded local stack (up, status, down), and onboarding a checkout into it"),
-    "worker": Spec("dev", "run a worker"),
-    "serve": Spec("dev", "run the GitHub webhook receiver"),
-    "start": Spec("runs", "start (or attach to) the run for a bug report"),
-    "status": Spec("runs", "a run's state"),
-    "history": Spec("runs", "a run's event history"),
-    "list": Spec("runs", "list runs"),
-    "approve": Spec("runs", "approve a run's PR at a head SHA"),
-    "reject": Spec("runs", "reject a run's PR"),
-    "cancel": Spec("runs", "cancel a run (its owned resources are cleaned up)"),
-    "reconcile": Spec("reconcile", "deliver to runs what lost webhook events would have told them (--once: one pass)"),
-    "demo": Spec("dev", "run the whole pipeline offline on the embedded stack"),
-    "chaos": Spec("chaos", "soak the embedded stack: runs under worker and Temporal server kills, then what they left"),
+    "init": Spec("pipeline.cli.init", "write a starter durafix.yaml for a repository"),
+    "worker": Spec("pipeline.cli.serve", "run a worker"),
+    "serve": Spec("pipeline.cli.serve", "run the GitHub webhook receiver"),
+    "start": Spec("pipeline.cli.runs", "start (or attach to) the run for a bug report"),
+    "status": Spec("pipeline.cli.runs", "a run's state"),
+    "history": Spec("pipeline.cli.runs", "a run's event history"),
+    "list": Spec("pipeline.cli.runs", "list runs"),
+    "approve": Spec("pipeline.cli.runs", "approve a run's PR at a head SHA"),
+    "reject": Spec("pipeline.cli.runs", "reject a run's PR"),
+    "cancel": Spec("pipeline.cli.runs", "cancel a run (its owned resources are cleaned up)"),
+    "reconcile": Spec(
+        "pipeline.cli.reconcile", "deliver to runs what lost webhook events would have told them (--once: one pass)"
+    ),
     "forge": Spec(
-        "dev",
-        "set repositories up (create-repo, add-collaborator, add-webhook, tokens); serve the GitHub emulator",
+        "pipeline.cli.forge",
+        "set repositories up (create-repo, add-collaborator, add-webhook, tokens) on the configured forge",
         passes_through=True,
     ),
-    "model": Spec("dev", "the scripted model server (see `durafix model --help`)", passes_through=True),
-    "evidence": Spec("evidence", "the evidence store: serve it, apply retention"),
-    "cleanup": Spec("cleanup", "remove what a run owns, or what ended and unknown runs left (dry run unless --yes)"),
-    "resources": Spec("resources", "list the resources runs own (read-only)"),
-    "cache": Spec("cache", "a worker's caches: prune what nobody has used for a while"),
+    "evidence": Spec("pipeline.cli.evidence", "the evidence store: serve it, apply retention"),
+    "cleanup": Spec(
+        "pipeline.cli.cleanup", "remove what a run owns, or what ended and unknown runs left (dry run unless --yes)"
+    ),
+    "resources": Spec("pipeline.cli.resources", "list the resources runs own (read-only)"),
+    "cache": Spec("pipeline.cli.cache", "a worker's caches: prune what nobody has used for a while"),
 }
-"""Every ``durafix`` command: the module holding it, and its line in ``durafix --help``."""
+"""The product's ``durafix`` commands: the module holding each, and its line in ``durafix --help``."""
+
+
+def command_specs() -> dict[str, Spec]:
+    """Every ``durafix`` command: the product's, then those the entry points add (one of the same name, such as
+    the local stack's ``forge``, replaces the product's in place)."""
+    return with_plugins(COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,7 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="durafix", description="Durable bug-repair pipeline on Temporal.")
     parser.add_argument("--state-dir", help="state directory (default $DURAFIX_STATE_DIR or ./.durafix)")
     commands = cast(Commands, parser.add_subparsers(dest="command", required=True, action=Commands))
-    for name, spec in COMMANDS.items():
+    for name, spec in command_specs().items():
         commands.add_command(name, spec)
     return parser
 

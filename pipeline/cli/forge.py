@@ -8,7 +8,7 @@ or one whose admin token is in ``$DURAFIX_FORGE_ADMIN_TOKEN``), a token minted f
 who is created if needed. The worker's own token (``DURAFIX_FORGE_TOKEN``, the bot's) never administers a
 repository here: it is the one being given access.
 
-Every command is idempotent (see :mod:`pipeline.forge_setup`). Exit codes: 0 done, 1 the forge refused or
+Every command is idempotent (see :mod:`pipeline.ops.forge_setup`). Exit codes: 0 done, 1 the forge refused or
 did not answer, 2 usage (no token to act with, no webhook secret), 3 ``tokens`` without a local stack.
 """
 
@@ -21,11 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline import forge_setup
-from pipeline.cli.command import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, CliError
+from pipeline.cli.command import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, AddArguments, CliError, needs_source_checkout
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
-from pipeline.forge_setup import ForgeApi, ForgeSetupError
+from pipeline.ops import forge_setup
+from pipeline.ops.forge_setup import ForgeApi, ForgeSetupError
 
 OWNER_TOKEN_ENV = "DURAFIX_FORGE_OWNER_TOKEN"
 ADMIN_TOKEN_ENV = "DURAFIX_FORGE_ADMIN_TOKEN"
@@ -50,6 +50,32 @@ class LocalForge:
 
 
 LocalForgeLookup = Callable[[], LocalForge | None]
+
+
+def named_forge(config: DurafixConfig) -> LocalForge | None:
+    """The configured forge as an emulator durafix administers when ``$DURAFIX_FORGE_ADMIN_TOKEN`` holds its
+    admin token; None otherwise (the local stack's own emulator is found by the stack's ``forge`` command)."""
+    admin_token = os.environ.get(ADMIN_TOKEN_ENV, "")
+    if not admin_token:
+        return None
+    return LocalForge(
+        api_url=config.forge_api_url,
+        admin_token=admin_token,
+        source=f"${ADMIN_TOKEN_ENV}",
+        running=None,
+        bot_login=None,
+        reviewer_login="reviewer",
+        reviewer_token="",
+    )
+
+
+def cmd_forge(args: argparse.Namespace, config: DurafixConfig) -> int:
+    """``durafix forge`` of an installed durafix: the repository-setup commands against the forge named by the
+    environment; the emulator's own sub-commands (``serve``) need the local stack, which replaces this
+    command with its own where it is present."""
+    if not handles(args.rest):
+        raise needs_source_checkout("forge")
+    return run(args.rest, config, lambda: named_forge(config))
 
 
 def handles(rest: list[str]) -> bool:
@@ -248,3 +274,6 @@ def _parser() -> argparse.ArgumentParser:
     for sub in (create, collaborator, hook, tokens):
         sub.add_argument("--json", action="store_true", help="print one JSON object")
     return parser
+
+
+ARGUMENTS: dict[str, AddArguments] = {"forge": lambda parser: parser.set_defaults(fn=cmd_forge)}

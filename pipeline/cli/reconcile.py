@@ -1,6 +1,6 @@
 """``durafix reconcile``: deliver to runs what lost webhook deliveries would have told them.
 
-- ``--once``: one pass (:func:`pipeline.reconciler.reconcile_once`); prints its report as JSON (``delivered``:
+- ``--once``: one pass (:func:`pipeline.ops.reconciler.reconcile_once`); prints its report as JSON (``delivered``:
   what went to which run; ``skipped``: what was left alone and why; ``errors``: forge and Temporal failures).
   Exit 0 when nothing failed, 1 when any read or delivery failed (the report names each).
 - without it: a pass at start and every ``--interval`` seconds (default ``reconcile_interval_s``, 60) until
@@ -19,7 +19,7 @@ from pipeline.cli.command import EXIT_FAIL, EXIT_OK, AddArguments
 from pipeline.cli.output import print_json
 from pipeline.cli.runs import _with_client
 from pipeline.config import DurafixConfig
-from pipeline.reconciler import Reconciler, ReconcileReport, reconcile_once
+from pipeline.ops.reconciler import Reconciler, ReconcileReport, reconcile_once
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:

@@ -57,14 +57,14 @@ DEFAULT_N = 1000
 QUICK_N = 50
 QUICK_ROUNDS = 3
 ONE_ROUND_FROM = 200
-# The Python SDK's default, which the production orchestration worker (pipeline.worker) runs with.
+# The Python SDK's default, which the production orchestration worker (pipeline.worker.runner) runs with.
 DEFAULT_CACHE = 1000
 WARMUP_RUNS = 5
 CONCURRENCY = 32
 # Runs start in waves, each parked before the next starts: a burst of a thousand first workflow tasks on one
 # worker process outlasts the 10 s workflow task timeout on a small host, and the retried tasks thrash.
 WAVE = 100
-# Workflow tasks the worker runs at once. The SDK's default (100, which pipeline.worker runs with) lets a wave's
+# Workflow tasks the worker runs at once. The SDK's default (100, which pipeline.worker.runner runs with) lets a wave's
 # first tasks share one GIL on a busy host until each outlasts the 10 s workflow task timeout: the server
 # hands them out again and the wave never parks. Fewer at once wait on the server, where no timeout runs.
 WORKFLOW_TASKS = 10

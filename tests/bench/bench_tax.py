@@ -6,12 +6,12 @@ scripted model server, the evidence server, a real Temporal dev server), each ro
 report (``examples/cart``) twice, each time on a fresh repository seeded with the sample, to the merge:
 
 - *plain*: :class:`PlainRun` calls the real activity implementations (the production worker's, from
-  :func:`pipeline.worker.activities_for` over one :class:`~pipeline.services.Services`) one after another in
+  :func:`pipeline.worker.runner.activities_for` over one :class:`~pipeline.services.Services`) one after another in
   this process, in the order ``repair_bug`` calls them on its happy path, with the inputs it would build;
   each call runs under :class:`temporalio.testing.ActivityEnvironment` (the adapters read
   ``activity.info()`` and heartbeat), so there is no server, no serialization and no task queue;
 - *temporal*: the same report through ``repair_bug`` (:func:`pipeline.client.start_run`) with the
-  production workers (:func:`pipeline.worker.build_workers`) in this process, approved as an operator
+  production workers (:func:`pipeline.worker.runner.build_workers`) in this process, approved as an operator
   (:func:`pipeline.client.approve`) once it awaits review, awaited to ``merged``.
 
 The two take turns (which goes first alternates by round) after one unmeasured warm-up of each (the mirror
@@ -103,7 +103,7 @@ from pipeline.steps import (
     UpdateTicketInput,
     VerifyInput,
 )
-from pipeline.worker import ALL_QUEUES, activities_for, build_workers
+from pipeline.worker.runner import ALL_QUEUES, activities_for, build_workers
 from repair.stepping import ToolCall, segments
 from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack

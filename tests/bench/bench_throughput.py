@@ -202,7 +202,7 @@ class Bench:
 
 
 def workers(client: Client, watcher: EvidencePosted) -> list[Worker]:
-    """The orchestration worker (the production settings of :func:`pipeline.worker.build_workers`), the
+    """The orchestration worker (the production settings of :func:`pipeline.worker.runner.build_workers`), the
     doubles on every activity queue, and the floor's workflow and activity on a queue of its own."""
     script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
     built = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]

@@ -13,9 +13,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from infra.cli.demo import ensure_user
 from pipeline.config import DurafixConfig
-from pipeline.demo import ensure_user
-from pipeline.forge_setup import ForgeApi, set_collaborator
+from pipeline.ops.forge_setup import ForgeApi, set_collaborator
 from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from reviews.approval_policy import ApprovalPolicy
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when

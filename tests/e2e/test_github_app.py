@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from temporalio.api.enums.v1 import EventType
 
 from infra import stack as local_stack
+from infra.cli.demo import OWNER, ensure_user, issue_text
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import OWNER, ensure_user, issue_text
 from pipeline.ids import workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome

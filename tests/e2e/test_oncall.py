@@ -24,9 +24,9 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from infra import processes, stack
+from infra.cli.demo import seed_repository
 from pipeline import client as runs
 from pipeline.cli.status import QUERY_TIMEOUT
-from pipeline.demo import seed_repository
 from pipeline.ids import workflow_id_for
 from pipeline.state import RunState
 from reviews.markers import TICKET, find_marker

@@ -24,8 +24,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from browser.procedure import Procedure
 from infra import processes
+from infra.cli.demo import issue_text
 from pipeline import client as runs
-from pipeline.demo import issue_text
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, Rejection, RunState

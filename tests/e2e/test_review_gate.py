@@ -21,8 +21,8 @@ import pytest
 from github.Repository import Repository
 from temporalio.client import Client
 
+from infra.cli.demo import maintainer_git_env
 from pipeline import client as runs
-from pipeline.demo import maintainer_git_env
 from pipeline.ids import branch_for
 from pipeline.state import HeadPush, RunState
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when

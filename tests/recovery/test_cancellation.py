@@ -31,10 +31,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from environments.files import path_key
+from infra.cli.demo import issue_text
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.cli.status import PendingActivity, pending_activities
-from pipeline.demo import issue_text
 from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy
 from pipeline.state import CleanupStatus, Outcome, Phase, RunState

@@ -29,9 +29,9 @@ from temporalio.worker import Worker
 from infra.forge.testing import running_forge
 from pipeline.activities.heartbeat import Heartbeat, heartbeating
 from pipeline.failures import WORKER_LOST
-from pipeline.inflight import Attempt, InflightDir, dead_dirs, inflight_root
 from pipeline.policies import RunPolicy
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
+from pipeline.worker.inflight import Attempt, InflightDir, dead_dirs, inflight_root
 from tests.support.failover import (
     PROBE,
     PROBE_QUEUE,

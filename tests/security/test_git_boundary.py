@@ -282,12 +282,13 @@ GIT_CALL_SITES: dict[str, str] = {
     "reviews/claims.py:*": "mirror: claim refs on the forge",
     "reviews/branches.py:*": "mirror: pushes from the worker's repository",
     "reviews/leased_push.py:leased_push": "mirror: the conditional push of branches.py and claims.py",
-    "pipeline/forge_setup.py:*": "operator command: the operator's own checkout",
-    "pipeline/demo_run.py:DemoRun._fix_merged": "demo: a fresh clone of the forge's main",
-    "pipeline/cli/onboard.py:*": "operator command: the operator's own checkout, before anything ran in it",
+    "pipeline/ops/forge_setup.py:*": "operator command: the operator's own checkout",
+    "infra/cli/demo_run.py:DemoRun._fix_merged": "demo: a fresh clone of the forge's main",
+    "infra/cli/onboard.py:*": "operator command: the operator's own checkout, before anything ran in it",
 }
 _GIT_FUNCS = {"run_git", "run_git_bytes", "_git", "git", "isolated_git"}
-_PRODUCT = ("environments", "repair", "reviews", "browser", "evidence", "pipeline")
+# The product, and the local stack's commands (which run git in an operator's checkout and the demo's clone).
+_PRODUCT = ("environments", "repair", "reviews", "browser", "evidence", "pipeline", "infra/cli")
 
 
 def _git_call_sites() -> set[str]:

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from pipeline.demo import issue_text
-from pipeline.reconciler import reconcile_once
+from infra.cli.demo import issue_text
+from pipeline.ops.reconciler import reconcile_once
 from reviews.markers import COMMENT, find_marker
 from tests.support.security_harness import BOT, MAINTAINER, OUTSIDER, TRIAGER, TRIGGER, Forge, Site
 

@@ -23,8 +23,8 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from pipeline.config import DurafixConfig
-from pipeline.webhook_server import ReceiverLimits
-from pipeline.webhooks import WebhookReceiver
+from pipeline.receiver.server import ReceiverLimits
+from pipeline.receiver.webhooks import WebhookReceiver
 
 LIMITS = ReceiverLimits(max_body=64 * 1024, max_connections=60, read_timeout_s=1.5)
 PING = json.dumps({"zen": "Design for failure.", "hook_id": 1}).encode()

@@ -32,7 +32,7 @@ from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from pipeline.webhooks import WebhookReceiver
+from pipeline.receiver.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
 from tests.integration.receiver.test_webhooks import (
     BOT,

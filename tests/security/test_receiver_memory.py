@@ -30,7 +30,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from environments.ports import free_port
-from pipeline.receiver_limits import MIB, ReceiverLimits
+from pipeline.receiver.limits import MIB, ReceiverLimits
 
 pytestmark = [pytest.mark.slow]
 

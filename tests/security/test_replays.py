@@ -19,7 +19,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as runs
-from pipeline import forge_setup
+from pipeline.ops import forge_setup
 from tests.support.security_harness import (
     MAINTAINER,
     OUTSIDER,

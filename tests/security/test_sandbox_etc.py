@@ -26,7 +26,7 @@ import pytest
 from environments.sandbox import Sandbox
 from environments.sandbox_etc import CURATED_ETC, STUB_FILES, account_stubs, etc_entries, stub_texts
 from pipeline.config import DurafixConfig
-from pipeline.sandbox_exposure import exposures
+from pipeline.worker.sandbox_exposure import exposures
 from tests.conftest import require
 from tests.support.sandbox import sandbox
 

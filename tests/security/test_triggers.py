@@ -15,8 +15,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
 from browser.procedure import extract_procedure
+from infra.cli.demo import issue_text
 from pipeline import client as runs
-from pipeline.demo import issue_text
 from pipeline.services import Services
 from pipeline.state import Phase
 from reviews.markers import COMMENT, find_marker

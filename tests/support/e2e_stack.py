@@ -29,10 +29,10 @@ from temporalio.client import Client
 from environments.files import path_key
 from environments.processes import MARKER_VAR
 from infra import processes, stack
+from infra.cli.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
 from pipeline.ids import workflow_id_for
 from tests.conftest import require
 

@@ -30,9 +30,9 @@ from temporalio.client import Client
 from infra.processes import free_port
 from pipeline import config as config_module
 from pipeline.config import DurafixConfig
-from pipeline.inflight import Attempt, InflightDir, inflight_root
 from pipeline.policies import RunPolicy, StepTimeouts
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput, TaskQueue, TicketResult
+from pipeline.worker.inflight import Attempt, InflightDir, inflight_root
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"

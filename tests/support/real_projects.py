@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from pipeline.forge_setup import maintainer_git_env
+from pipeline.ops.forge_setup import maintainer_git_env
 from tests.support.gitrepo import git
 from tests.support.projects import IS_NUMBER_LOCK
 

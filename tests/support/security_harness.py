@@ -35,12 +35,12 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from infra.forge.testing import ForgeHandle, running_forge
-from pipeline import forge_setup
 from pipeline.config import DurafixConfig
 from pipeline.inputs import RepairInput
+from pipeline.ops import forge_setup
+from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
-from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now

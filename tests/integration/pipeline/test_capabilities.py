@@ -17,10 +17,10 @@ import pytest
 
 from environments.sandbox import bwrap_problem
 from infra.processes import free_port
-from pipeline import capabilities
-from pipeline.capabilities import Missing, QueueCheck, probe, refusal
 from pipeline.config import DurafixConfig
 from pipeline.steps import TaskQueue
+from pipeline.worker import capabilities
+from pipeline.worker.capabilities import Missing, QueueCheck, probe, refusal
 from tests.conftest import require
 from tests.support.served import served
 

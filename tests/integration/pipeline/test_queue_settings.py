@@ -12,15 +12,15 @@ import pytest
 from temporalio.client import Client
 
 from pipeline.config import DurafixConfig, SettingsError, load_config
-from pipeline.queue_settings import (
+from pipeline.steps import TaskQueue
+from pipeline.worker.queue_settings import (
     DEFAULT_MAX_CONCURRENT_ACTIVITIES,
     Overrides,
     WorkerLimits,
     parse_queue_settings,
     worker_limits,
 )
-from pipeline.steps import TaskQueue
-from pipeline.worker import activity_threads, build_workers
+from pipeline.worker.runner import activity_threads, build_workers
 
 
 def config_with(tmp_path: Path, settings: object, **extra: object) -> DurafixConfig:

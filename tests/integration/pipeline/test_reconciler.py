@@ -30,17 +30,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
 from pipeline import client as runs
-from pipeline import forge_setup, steps
+from pipeline import steps
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
 from pipeline.ids import branch_for
 from pipeline.inputs import PinnedReport
+from pipeline.ops import forge_setup
+from pipeline.ops.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
 from pipeline.policies import RunPolicy
-from pipeline.reconciler import Reconciler, ReconcileReport, reconcile_once, start_in_background
+from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.state import Approval, HeadPush, Outcome, Phase, Rejection, RunState
 from pipeline.steps import PullInfo, ReadPullInput, TaskQueue, VerifyInput, VerifyResult
-from pipeline.webhooks import WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support import security_harness as harness

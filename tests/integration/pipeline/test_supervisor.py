@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import supervisor
 from pipeline.config import DurafixConfig
-from pipeline.supervisor import MAX_QUICK_DEATHS, Supervisor
+from pipeline.worker import supervisor
+from pipeline.worker.supervisor import MAX_QUICK_DEATHS, Supervisor
 
 # The first child comes up and polls until its stdin closes; the ones after it die at once, as a spare does
 # that cannot reach Temporal from a host cut off the network. With FAIL_ALL every child dies at once.

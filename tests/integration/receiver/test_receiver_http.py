@@ -29,8 +29,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infra.forge.testing import running_forge
 from pipeline.config import DurafixConfig
-from pipeline.receiver_logs import LOGGER_NAME
-from pipeline.webhooks import WebhookReceiver
+from pipeline.receiver.logs import LOGGER_NAME
+from pipeline.receiver.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
 from tests.integration.receiver.test_webhooks import (
     BOT,

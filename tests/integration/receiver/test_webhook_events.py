@@ -27,8 +27,8 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.worker import Worker
 
 from pipeline import client as runs
-from pipeline.commands import CommandName, parse_command
 from pipeline.ids import branch_for, is_run_of, parse_run_id, parse_workflow_id, workflow_id_for
+from pipeline.receiver.commands import CommandName, parse_command
 from pipeline.services import Services
 from pipeline.state import CancelStep, DeliveryKind, HeadPush, Outcome, Phase, RunState
 from pipeline.steps import TaskQueue

@@ -34,9 +34,9 @@ from temporalio.worker import Worker
 from infra.forge.testing import ForgeHandle, running_forge
 from pipeline.client import handle_for
 from pipeline.config import DurafixConfig
+from pipeline.receiver.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.state import Delivered, Phase, Rejection, RunState
 from pipeline.steps import TaskQueue
-from pipeline.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
 from tests.support.run_history import started_input

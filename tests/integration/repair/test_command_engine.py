@@ -25,9 +25,9 @@ from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
+from infra.cli.demo import issue_text
 from infra.modelserver.server import ScriptedModelServer
 from pipeline.activities.agent_command import CommandActivities, ModelEndpoint
-from pipeline.demo import issue_text
 from pipeline.steps import AgentCommandInput
 from repair.agent_command import AgentCommand, ShellAgent
 from repair.mini_swe_agent import MiniSweAgent

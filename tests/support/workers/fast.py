@@ -1,7 +1,7 @@
 """A worker process for the scale-out benchmark: ``repair_bug`` and the workflow-logic tests' doubles on every
 activity queue (each answers at once), on the Temporal server at ``argv[1]``, until SIGTERM.
 
-The orchestration worker has the production settings that matter here (:func:`pipeline.worker.build_workers`'
+The orchestration worker has the production settings that matter here (:func:`pipeline.worker.runner.build_workers`'
 sticky-queue timeout); every activity queue takes 8 tasks at once, as by default.
 """
 
@@ -16,7 +16,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from pipeline.steps import TaskQueue
-from pipeline.worker import STICKY_SCHEDULE_TO_START
+from pipeline.worker.runner import STICKY_SCHEDULE_TO_START
 from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support.workers.parked import AlwaysMerged, Forgetful

@@ -48,11 +48,11 @@ from temporalio import activity
 from environments.docker.provider import DockerProvider
 from environments.files import path_key
 from environments.interface import AppRecipe
-from pipeline import worker
 from pipeline.activities.forge import ForgeActivities
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
+from pipeline.worker import runner as worker
 from reviews.adapter import GitHubForge
 from tests.support.failover import PROBE, Held, Hold
 

@@ -2,7 +2,7 @@
 
 ``python -m tests.support.workers.parked TARGET NAMESPACE STATE METRICS_ADDRESS CACHE_SIZE WORKFLOW_TASKS``
 polls every durafix task queue: the orchestration queue with :class:`~pipeline.workflow.RepairBugWorkflow`
-(the production worker's settings, :func:`pipeline.worker.build_workers`, except the workflow cache size,
+(the production worker's settings, :func:`pipeline.worker.runner.build_workers`, except the workflow cache size,
 ``CACHE_SIZE``, and the workflow tasks it runs at once, ``WORKFLOW_TASKS``), the other queues with the
 workflow-logic tests' doubles (:func:`tests.integration.workflow.test_workflow_logic.doubles`). It prints ``ready``
 once its workers are built and runs until SIGTERM (graceful shutdown) or SIGKILL. ``STATE`` is unused (the
@@ -88,7 +88,7 @@ class _Counting(ActivityInboundInterceptor):
 
 
 def build_workers(client: Client, runtime: Runtime, cache_size: int, workflow_tasks: int) -> list[Worker]:
-    """One worker per task queue, with :func:`pipeline.worker.build_workers`'s settings but for the cache."""
+    """One worker per task queue, with :func:`pipeline.worker.runner.build_workers`'s settings but for the cache."""
     gauge = runtime.metric_meter.create_gauge(RUNNING_GAUGE, "activities executing in this process")
     gauge.set(0)
     counting = RunningActivities(gauge)

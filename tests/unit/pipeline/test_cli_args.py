@@ -11,7 +11,7 @@ import pytest
 
 from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
-from pipeline.cli import COMMANDS, build_parser, run_command
+from pipeline.cli import COMMANDS, build_parser, command_specs, run_command
 from pipeline.cli.command import CliError
 from pipeline.cli.durations import parse_duration
 from pipeline.cli.run_ids import is_run_id, run_id_from, run_ref
@@ -45,7 +45,7 @@ def test_approve_takes_a_validity(capsys: pytest.CaptureFixture[str]) -> None:
     assert "bad duration 'later'" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", sorted(COMMANDS))
+@pytest.mark.parametrize("command", sorted(command_specs()))
 def test_every_command_answers_help_with_its_own_usage(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:
         run_command([command, "--help"])
@@ -109,3 +109,49 @@ def test_without_the_local_stack_the_dev_commands_say_they_run_from_a_source_che
 
     assert refused.value.code == 1
     assert f"`durafix {argv[0]}` needs the local stack" in str(refused.value)
+
+
+def _distribution(root: Path, entry_points: dict[str, str]) -> None:
+    """A distribution on ``root`` whose only content is its ``durafix.commands`` entry points."""
+    info = root / "durafix_plugin_probe-0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: durafix-plugin-probe\nVersion: 0\n")
+    lines = "".join(f"{name} = {module}\n" for name, module in entry_points.items())
+    (info / "entry_points.txt").write_text(f"[durafix.commands]\n{lines}")
+
+
+def test_the_local_stacks_commands_come_from_entry_points_and_replace_the_products_forge() -> None:
+    specs = command_specs()
+
+    assert {"dev", "demo", "model", "chaos"} <= set(specs)
+    assert specs["dev"].module == specs["demo"].module == specs["model"].module == "infra.cli.dev"
+    assert specs["chaos"].module == "infra.cli.chaos"
+    assert specs["forge"].module == "infra.cli.dev"
+    # The product's own table names no module of the local stack.
+    assert not any(spec.module.startswith("infra.") for spec in COMMANDS.values())
+
+
+def test_a_command_whose_module_is_missing_is_listed_and_refuses_but_never_hides_a_product_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _distribution(tmp_path, {"ghost": "absent_stack.cli", "reconcile": "absent_stack.cli"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    specs = command_specs()
+
+    assert specs["ghost"].passes_through
+    assert specs["reconcile"].module == "pipeline.cli.reconcile"
+    with pytest.raises(CliError, match="`durafix ghost` needs the local stack") as refused:
+        run_command(["--state-dir", str(tmp_path), "ghost", "up", "--fast"])
+    assert refused.value.code == 1
+
+
+def test_a_command_module_that_fails_to_import_something_else_is_an_error_not_an_absent_stack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_stack_probe.py").write_text("import a_module_nobody_installed_probe\n")
+    _distribution(tmp_path, {"broken": "broken_stack_probe"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    with pytest.raises(ModuleNotFoundError, match="a_module_nobody_installed_probe"):
+        command_specs()

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from evidence.interface import ArtifactKind, ArtifactRef
-from pipeline.reconcile_decisions import Decision, RunTruth, Skip, decide_run, deciding_reviewers, unpinnable
+from pipeline.ops.reconcile_decisions import Decision, RunTruth, Skip, decide_run, deciding_reviewers, unpinnable
 from pipeline.state import ApprovalRequest, Budgets, CandidateFact, Phase, PublishFact, RunState
 from reviews.issues import IssueInfo, LabelAdded
 from reviews.models import PullState, ReviewInfo

@@ -12,7 +12,7 @@ from temporalio import activity
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import STEPS, TaskQueue
-from pipeline.worker import activities_for
+from pipeline.worker.runner import activities_for
 
 
 def registered(tmp_path: Path) -> dict[str, tuple[TaskQueue, typing.Callable[..., object]]]:

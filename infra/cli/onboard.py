@@ -26,12 +26,12 @@ from urllib.parse import urlsplit
 import httpx
 
 from environments.spec import RECIPE_FILE, RecipeError, load_recipe
-from pipeline import forge_setup
 from pipeline.cli.command import EXIT_OK, EXIT_USAGE, CliError
 from pipeline.cli.forge import LocalForge, local_tokens
 from pipeline.cli.output import print_json
 from pipeline.config import DurafixConfig
-from pipeline.forge_setup import ForgeApi, ForgeSetupError, GitError
+from pipeline.ops import forge_setup
+from pipeline.ops.forge_setup import ForgeApi, ForgeSetupError, GitError
 
 DEFAULT_OWNER = "maintainer"
 DEFAULT_RECEIVER_URL = "http://127.0.0.1:8787/webhook"

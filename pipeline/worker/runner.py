@@ -5,14 +5,14 @@ Chromium is installed, ``--queues environments`` where the apps run. The workflo
 orchestration queue. On SIGTERM/SIGINT the worker stops polling and gives running activities a grace period
 (activities heartbeat, so cancellation reaches them).
 
-``durafix worker`` runs the pollers below in a child of :mod:`pipeline.supervisor` (``--no-supervise``: in
+``durafix worker`` runs the pollers below in a child of :mod:`pipeline.worker.supervisor` (``--no-supervise``: in
 the command's own process). Every activity attempt is recorded in the process's in-flight directory while it
-runs (:mod:`pipeline.inflight`), so that when the process dies its attempts are failed and retried at once;
+runs (:mod:`pipeline.worker.inflight`), so that when the process dies its attempts are failed and retried at once;
 a worker process that starts also fails whatever dead worker processes left on its state directory.
 
-Each queue's worker takes its limits from ``queue_settings`` (:mod:`pipeline.queue_settings`): tasks at
+Each queue's worker takes its limits from ``queue_settings`` (:mod:`pipeline.worker.queue_settings`): tasks at
 once, activities started per second, the orchestration worker's sticky cache. Before any of this, the
-command checks that this host can serve the queues asked for (:mod:`pipeline.capabilities`).
+command checks that this host can serve the queues asked for (:mod:`pipeline.worker.capabilities`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ from pipeline.activities.heartbeat import heartbeating
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.hosts import host_id, host_queue, serves_host_queue
-from pipeline.inflight import InflightDir, InflightInterceptor, note, sweep
-from pipeline.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
-from pipeline.supervisor import GO, READY, supervisor_pid
 from pipeline.temporal_connection import connect_options
+from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
+from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
+from pipeline.worker.supervisor import GO, READY, supervisor_pid
 from pipeline.workflow import RepairBugWorkflow
 
 ALL_QUEUES = [q for q in TaskQueue]
@@ -95,7 +95,7 @@ def build_workers(
     services: Services | None = None,
     overrides: Overrides = NO_OVERRIDES,
 ) -> list[Worker]:
-    """One worker per queue, limited as :func:`pipeline.queue_settings.worker_limits` says (``overrides``: the
+    """One worker per queue, limited as :func:`pipeline.worker.queue_settings.worker_limits` says (``overrides``: the
     command's flags); ``interceptors`` wrap every activity (the in-flight records). ``services``: the
     collaborators to serve with (built from ``config`` when not given); whoever passes them closes them.
     Invalid queue settings: :class:`~pipeline.config.SettingsError`, before anything is built."""
@@ -210,7 +210,7 @@ async def run_worker(
     config: DurafixConfig, queues: Sequence[TaskQueue], *, standby: bool = False, overrides: Overrides = NO_OVERRIDES
 ) -> None:
     """Poll ``queues`` until SIGTERM/SIGINT. ``standby``: a supervised child, which builds everything, says
-    ``ready`` and polls only once its supervisor says ``go`` (see :mod:`pipeline.supervisor`). ``overrides``:
+    ``ready`` and polls only once its supervisor says ``go`` (see :mod:`pipeline.worker.supervisor`). ``overrides``:
     the command's limits for every queue of this process."""
     threads = activity_threads(config, queues, overrides)
     stop = asyncio.Event()

@@ -3,7 +3,7 @@
 Contract of ``POST /webhook``, in this order, each step before the next is tried:
 1. ``Content-Length`` judged (``body_length``): missing ``411``, malformed ``400``, over ``max_body`` ``413``;
    nothing of the body has been read yet (the connection guard judged it once already, see
-   :mod:`pipeline.receiver_protocol`; this holds for any server the app runs under).
+   :mod:`pipeline.receiver.protocol`; this holds for any server the app runs under).
 2. Room for the declared body in the budget of unverified bytes (``BodyBudget``, ``buffer_budget`` across
    all connections): ``503`` with ``Retry-After`` when there is none, before a byte of the body is read. The
    room is held until the signature was checked.
@@ -15,7 +15,7 @@ Contract of ``POST /webhook``, in this order, each step before the next is tried
    at most ``max_connections`` at once. It answers ``(status, body)``; an exception it lets out is a bug and
    is answered ``500`` with a generic message (logged with its type, never the payload).
 Every answer (Starlette's 404 and 405 too) is JSON, carries ``Connection: close`` (one delivery per connection,
-as GitHub sends them), is counted in :class:`~pipeline.receiver_metrics.ReceiverMetrics` and logged as one JSON
+as GitHub sends them), is counted in :class:`~pipeline.receiver.metrics.ReceiverMetrics` and logged as one JSON
 line.
 
 ``GET /healthz`` is ``200`` while the process serves. ``GET /readyz`` runs every readiness probe at once, each
@@ -40,16 +40,16 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from pipeline.receiver_limits import BodyBudget, BodyRefused, ReceiverLimits, body_length
-from pipeline.receiver_logs import log_delivery
-from pipeline.receiver_metrics import ReceiverMetrics, label
+from pipeline.receiver.limits import BodyBudget, BodyRefused, ReceiverLimits, body_length
+from pipeline.receiver.logs import log_delivery
+from pipeline.receiver.metrics import ReceiverMetrics, label
 
 Probe = Callable[[], Awaitable[None]]
 CLOSE = {"Connection": "close"}
 
 
 class Delivery(Protocol):
-    """What the app hands a verified, parsed delivery to (``pipeline.webhooks.WebhookReceiver``)."""
+    """What the app hands a verified, parsed delivery to (``pipeline.receiver.webhooks.WebhookReceiver``)."""
 
     def verified(self, body: bytes | bytearray, signature: str | None) -> bool: ...
 

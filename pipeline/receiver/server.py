@@ -8,7 +8,7 @@ Contract:
   re-raises them after shutting down, so ``KeyboardInterrupt`` still reaches the caller). ``stop()`` is
   idempotent; connections still open are given ``SHUTDOWN_GRACE_S`` and then dropped.
 - uvicorn runs with its pure-Python parts only (asyncio loop, h11 wrapped by
-  :mod:`pipeline.receiver_protocol`, no websockets, no lifespan, no logging config of its own, no access log:
+  :mod:`pipeline.receiver.protocol`, no websockets, no lifespan, no logging config of its own, no access log:
   the app logs one JSON line per delivery). The limits are :class:`ReceiverLimits`, enforced by the guard
   (connections, request head, ``Content-Length``) and the app (body deadline, signature, dispatch).
 """
@@ -22,8 +22,8 @@ import threading
 import uvicorn
 from starlette.types import ASGIApp
 
-from pipeline.receiver_limits import BodyRefused, ReceiverLimits, body_length
-from pipeline.receiver_protocol import Refusal, guarded_protocol
+from pipeline.receiver.limits import BodyRefused, ReceiverLimits, body_length
+from pipeline.receiver.protocol import Refusal, guarded_protocol
 
 __all__ = ["BodyRefused", "ReceiverLimits", "ReceiverServer", "body_length"]
 

@@ -30,8 +30,8 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pipeline.config import DurafixConfig
-from pipeline.queue_settings import short_name
 from pipeline.steps import TaskQueue
+from pipeline.worker.queue_settings import short_name
 
 REQUEST_TIMEOUT_S = 3.0
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "::1")

@@ -4,12 +4,12 @@ The supervisor is a small process that runs no activity itself. It starts the wo
 command line run again with :data:`CHILD_ENV` set, so whatever the command's script set up runs in the child
 too) and keeps a second child warm: imported, connected and its workers built, waiting on its stdin for
 ``go`` before it polls. Whether this host can serve the queues asked for is checked once, by ``durafix worker``
-in the supervisor's process before any child starts (:mod:`pipeline.capabilities`): a host that cannot is
+in the supervisor's process before any child starts (:mod:`pipeline.worker.capabilities`): a host that cannot is
 refused there, not by children dying in a loop. When the polling child dies (``waitpid`` reports it, SIGKILL included):
 
 1. the warm spare is told ``go`` at once, so a poller exists again within milliseconds (a cold start of the
    worker takes seconds, more on a loaded host);
-2. every activity attempt the dead child recorded in its in-flight directory (:mod:`pipeline.inflight`) is
+2. every activity attempt the dead child recorded in its in-flight directory (:mod:`pipeline.worker.inflight`) is
    failed through its task token with a retryable ``WorkerLost`` error and an almost-zero retry delay: the
    server starts the next attempt at once, on the promoted child, instead of waiting for the heartbeat or
    start-to-close timeout. The runs those attempts belong to get their sticky queue reset, so the workflow
@@ -24,7 +24,7 @@ refused there, not by children dying in a loop. When the polling child dies (``w
 
 Every :data:`SWEEP_EVERY_S`, and once at start, the supervisor also fails the attempts left by any dead
 worker process on the same state directory (a supervisor killed together with its child, an unsupervised
-worker): :func:`pipeline.inflight.sweep`.
+worker): :func:`pipeline.worker.inflight.sweep`.
 
 An attempt failed here can never record a result: the server refuses its task token from then on, so a
 child that were somehow still alive could not complete it (its result is dropped with ``NOT_FOUND``).
@@ -51,7 +51,7 @@ from temporalio.client import Client
 
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
-from pipeline.inflight import InflightDir, fail_dir, note, sweep
+from pipeline.worker.inflight import InflightDir, fail_dir, note, sweep
 
 CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
 """Set (to the supervisor's pid) in a child's environment: the process is a supervised worker child."""
@@ -214,7 +214,7 @@ class Supervisor:
                 delay = min(delay * 2, 10.0)
 
     async def _fail_left(self, child: Child, code: int | None) -> None:
-        """Fail the attempts the dead child left (see :mod:`pipeline.inflight`)."""
+        """Fail the attempts the dead child left (see :mod:`pipeline.worker.inflight`)."""
         if not child.inflight.path.exists():
             return
         client = await self.client()

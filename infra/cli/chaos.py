@@ -9,8 +9,8 @@ summary; the report is also written to DIR/chaos-report.json.
 
 Exit codes: 0 every run ended within the deadline of its start with an honest outcome, one of each object on
 the forge and nothing leaked; 1 any of those failed (the summary names each); 2 usage error, or DIR holds a
-running stack. Like ``dev`` and ``demo``, it needs the local stack (a source checkout) and imports it inside the
-command.
+running stack. Like ``dev`` and ``demo``, it is the local stack's, added to ``durafix`` by a ``durafix.commands``
+entry point; it imports the soak inside the command.
 """
 
 from __future__ import annotations
@@ -26,8 +26,7 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
 
-from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
-from pipeline.cli.dev import _source_checkout
+from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError, Spec
 from pipeline.config import DurafixConfig
 
 T = TypeVar("T")
@@ -95,8 +94,7 @@ def _arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_chaos(args: argparse.Namespace, config: DurafixConfig) -> int:
-    with _source_checkout("chaos"):
-        from infra.chaos import Soak, SoakPlan, StateDirInUse, as_json, render
+    from infra.chaos import Soak, SoakPlan, StateDirInUse, as_json, render
 
     seed = args.seed if args.seed is not None else secrets.randbelow(2**31)
     state_dir = Path(args.chaos_state_dir) if args.chaos_state_dir else Path(tempfile.mkdtemp(prefix="durafix-chaos-"))
@@ -136,5 +134,12 @@ async def _until_terminated(soak: Coroutine[Any, Any, T]) -> T:
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
     return await task
 
+
+SPECS: dict[str, Spec] = {
+    "chaos": Spec(
+        __name__, "soak the embedded stack: runs under worker and Temporal server kills, then what they left"
+    ),
+}
+"""The command this module adds to ``durafix`` (named by a ``durafix.commands`` entry point)."""
 
 ARGUMENTS: dict[str, AddArguments] = {"chaos": _arguments}

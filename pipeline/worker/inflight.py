@@ -3,7 +3,7 @@
 A worker process records every activity attempt it starts (:class:`InflightInterceptor`) as one small JSON
 file in its own directory, ``STATE/inflight/<pid>-<start time>/`` (:class:`InflightDir`), and removes the
 file when the attempt's function returns. When the process dies (SIGKILL included) the files of the attempts
-it was running are left behind; the supervisor that waited for it (:mod:`pipeline.supervisor`), or any worker
+it was running are left behind; the supervisor that waited for it (:mod:`pipeline.worker.supervisor`), or any worker
 that later starts on the state directory (:func:`sweep`), fails each of them through Temporal's async
 activity handle with a retryable :data:`WORKER_LOST` error and an almost-zero retry delay, so the server
 starts the next attempt at once instead of after the heartbeat or start-to-close timeout.

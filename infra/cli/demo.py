@@ -20,9 +20,9 @@ import tempfile
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline import forge_setup
 from pipeline.config import DurafixConfig
-from pipeline.forge_setup import ForgeApi, maintainer_git_env
+from pipeline.ops import forge_setup
+from pipeline.ops.forge_setup import ForgeApi, maintainer_git_env
 
 __all__ = [
     "OWNER",
@@ -35,7 +35,7 @@ __all__ = [
     "unused_repository_name",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = REPO_ROOT / "examples" / "cart"
 SAMPLE_FILES = ["app.py", "cart.py", "durafix.yaml", "README.md", "tests/__init__.py", "tests/test_cart.py"]
 OWNER = "maintainer"
@@ -62,7 +62,7 @@ def seed_repository(
     config: DurafixConfig, admin_token: str, reviewer: str, webhook_url: str, name: str = REPO_NAME
 ) -> str:
     """``maintainer/<name>`` with the sample app on ``main``, ``durafix-bot`` and ``reviewer`` as push
-    collaborators and the webhook to ``webhook_url``. Idempotent (see :mod:`pipeline.forge_setup`): the sample
+    collaborators and the webhook to ``webhook_url``. Idempotent (see :mod:`pipeline.ops.forge_setup`): the sample
     is pushed only into a repository without ``main``."""
     owner = ForgeApi(config.forge_api_url, ensure_user(config, admin_token, OWNER))
     repository = forge_setup.ensure_repository(owner, f"{OWNER}/{name}").full_name
@@ -118,7 +118,7 @@ def run_demo(
     video: bool = False,
 ) -> int:
     from infra import processes, stack
-    from pipeline.demo_run import DemoRun
+    from infra.cli.demo_run import DemoRun
 
     state_dir = config.state_dir
     _log(f"booting the embedded stack in {state_dir}")

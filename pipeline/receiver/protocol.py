@@ -31,7 +31,7 @@ from typing import Any
 
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from pipeline.receiver_limits import BodyRefused, ReceiverLimits, body_length
+from pipeline.receiver.limits import BodyRefused, ReceiverLimits, body_length
 
 MAX_HEAD = 16 * 1024  # h11's own limit for an incomplete event: a head larger than this is never parsed
 BUSY_LINGER_S = 1.0

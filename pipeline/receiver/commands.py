@@ -2,7 +2,7 @@
 
 A command is a comment whose body starts with ``/durafix`` followed by the command's name (``/durafix status``);
 what follows the name on its line is its argument text, ignored by the commands there are. Pure functions:
-the receiver (``pipeline.webhooks``) decides who may command and what is done.
+the receiver (``pipeline.receiver.webhooks``) decides who may command and what is done.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ request for changes, a closed PR or issue, or a trigger until someone redelivers
 (:func:`reconcile_once`) lists the open ``repair_bug`` runs (Temporal visibility), queries each one's
 ``RunState``, reads its issue and (awaiting review) its PR, the bot's login and the permissions of the
 reviewers who could decide, and delivers what the run has not seen, by the rules of
-:mod:`pipeline.reconcile_decisions` (the receiver's own). Then it looks for lost triggers: open issues
+:mod:`pipeline.ops.reconcile_decisions` (the receiver's own). Then it looks for lost triggers: open issues
 carrying the trigger label, in the repositories of open runs and ``config.reconcile_repositories``, that have
 no run at all, started when the label's adder (or, on a forge keeping no issue events, the issue's author)
 holds ``trigger_permission``. Such a run pins the issue's text as it is now, not as the lost delivery carried
 it, so it is started only when that text could not have been edited after the label by someone below
-``trigger_permission`` (:func:`pipeline.reconcile_decisions.unpinnable`); otherwise the issue is told why no
+``trigger_permission`` (:func:`pipeline.ops.reconcile_decisions.unpinnable`); otherwise the issue is told why no
 run started and how to start one (a comment keyed by the label's event, written once).
 
 Contract:
@@ -52,7 +52,7 @@ from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.ids import parse_workflow_id, workflow_id_for
 from pipeline.inputs import PinnedReport
-from pipeline.reconcile_decisions import (
+from pipeline.ops.reconcile_decisions import (
     SOURCE,
     Decision,
     RunTruth,

@@ -1,0 +1,1 @@
+"""The GitHub webhook receiver: verifying, parsing and answering deliveries, and its HTTP server."""

@@ -1,0 +1,1 @@
+"""The worker host: the pollers of the task queues, their supervisor, what a host can serve."""
