@@ -28,6 +28,12 @@ with workflow.unsafe.imports_passed_through():
 # How a phase that may end the run says so: the outcome and its detail; None means the run goes on.
 Ending = tuple[Outcome, str]
 
+# The review wait's own bound on one execution's history, well inside Temporal's (51,200 events, 50 MB) and
+# below the point where the server suggests continuing as new (about 4,096 events or 4 MiB by default): a wait
+# of weeks, with hundreds of pushes and deliveries, continues as new at whichever comes first.
+REVIEW_HISTORY_EVENTS = 2_000
+REVIEW_HISTORY_BYTES = 2 * 1024 * 1024
+
 
 class ReviewGate:
     """The review wait and the merge (see the module docstring). ``head`` is the head under review."""
@@ -72,7 +78,16 @@ class ReviewGate:
                 return ending
 
     def _suggested(self) -> bool:
-        return self.carries and workflow.info().is_continue_as_new_suggested()
+        """Whether the wait continues as new now: the server suggests it, or this execution's history passed
+        the wait's own bound (:data:`REVIEW_HISTORY_EVENTS`, :data:`REVIEW_HISTORY_BYTES`)."""
+        if not self.carries:
+            return False
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= REVIEW_HISTORY_EVENTS
+            or info.get_current_history_size() >= REVIEW_HISTORY_BYTES
+        )
 
     async def _continue_as_new(self) -> NoReturn:
         """Continue the run as new with exactly the state it needs, once every handler in flight has finished
