@@ -16,6 +16,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client, WorkflowExecutionStatus
 
+HEAVIEST = 4
+
 
 @dataclass(frozen=True)
 class Execution:
@@ -31,6 +33,8 @@ class Execution:
     # IDs of the Updates the run accepted, and the workflow IDs of the child workflows it started.
     accepted_updates: tuple[str, ...]
     children: tuple[str, ...]
+    # The event types holding the most bytes: (type, events, bytes), largest first (what to shrink next).
+    heaviest: tuple[tuple[str, int, int], ...]
 
     @property
     def bytes(self) -> int:
@@ -41,7 +45,8 @@ class Execution:
         return (
             f"{self.workflow_type} run {self.run_id}: {self.status.name}, {self.events} events, "
             f"{self.server_bytes} bytes (server) / {self.fetched_bytes} bytes (fetched), "
-            f"{len(self.accepted_updates)} accepted updates, {len(self.children)} child workflows"
+            f"{len(self.accepted_updates)} accepted updates, {len(self.children)} child workflows; heaviest: "
+            + ", ".join(f"{kind} {n} events {size} bytes" for kind, n, size in self.heaviest)
         )
 
 
@@ -60,6 +65,12 @@ async def read_execution(client: Client, workflow_id: str, run_id: str) -> Execu
         for e in history.events
         if e.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED
     )
+    by_type: dict[str, tuple[int, int]] = {}
+    for e in history.events:
+        kind = EventType.Name(e.event_type).removeprefix("EVENT_TYPE_")
+        n, size = by_type.get(kind, (0, 0))
+        by_type[kind] = (n + 1, size + e.ByteSize())
+    heaviest = sorted(((k, n, size) for k, (n, size) in by_type.items()), key=lambda t: -t[2])[:HEAVIEST]
     assert described.status is not None
     return Execution(
         run_id=run_id,
@@ -70,6 +81,7 @@ async def read_execution(client: Client, workflow_id: str, run_id: str) -> Execu
         fetched_bytes=History(events=history.events).ByteSize(),
         accepted_updates=updates,
         children=children,
+        heaviest=tuple(heaviest),
     )
 
 

@@ -105,7 +105,7 @@ class Remarks:
         self._issue.create_comment("/durafix status")
 
 
-@pytest.mark.timeout(3600)
+@pytest.mark.timeout(1800)
 async def test_300_deliveries_and_30_moved_heads_in_one_review_wait_merge_with_bounded_histories(
     stack_with_worker: E2EStack,
 ) -> None:

@@ -85,14 +85,14 @@ def answered_turns(stack: E2EStack) -> dict[str, int]:
     return counts
 
 
-@pytest.mark.timeout(1800)
+@pytest.mark.timeout(900)
 async def test_three_attempts_of_30_turns_leave_the_parent_history_under_1000_events(
     long_repair_stack: E2EStack,
 ) -> None:
     stack = long_repair_stack
     started = time.monotonic()
     client, repository, _, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review, timeout_s=1500)
+    state = await state_when(client, wf, awaiting_review, timeout_s=600)
     assert state.pending_approval is not None, state.outcome_detail
     repaired_s = time.monotonic() - started
     assert state.budgets.repair_attempts_used == ATTEMPTS, state.budgets
