@@ -7,8 +7,9 @@ branch, told to the run by the forge's own ``synchronize`` delivery, and verifie
 for a review again; the other deliveries are the forge's own (signed, sent by its webhook thread to the
 receiver, which sends each to the run as a ``deliver`` Update): a reviewer's request for changes of a head
 long replaced (recorded, not acted on) and the owner's dismissal of it (a withdrawal of nothing held), plus a
-``/durafix status`` command per head, which the receiver answers from the run's state. Then the reviewer
-approves the last head and the run merges it.
+``/durafix status`` command per head, which the receiver answers from the run's state. The forge then
+redelivers the first push and the first remark (answered in an earlier run once the wait continued as new):
+each is answered as a duplicate. Then the reviewer approves the last head and the run merges it.
 
 What is asserted is the server's view: every run of the workflow ID listed through visibility, each one's
 event count (``describe()``) and history bytes (the server's count and the fetched history serialised), more
@@ -17,6 +18,7 @@ than one run with every earlier one closed ``CONTINUED_AS_NEW``; the forge's del
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -82,6 +84,20 @@ class HookLog:
         newest = self._page(1)
         return not newest or bool(newest[0]["status_code"])
 
+    def redelivered(self, guid: str) -> tuple[int, dict[str, Any]]:
+        """Redeliver ``guid`` through the hook-delivery API, as a maintainer does; the receiver's answer to the
+        copy (status and body)."""
+        [original] = [d for d in self.all() if d["guid"] == guid and not d["redelivery"]]
+        self._gh.requester.requestJsonAndCheck("POST", f"{self._base}/{original['id']}/attempts")
+        copy = wait_for(
+            lambda: next((d for d in self.all() if d["guid"] == guid and d["redelivery"] and d["status_code"]), None),
+            60,
+            f"the answer to the redelivered {guid}",
+        )
+        _, full = self._gh.requester.requestJsonAndCheck("GET", f"{self._base}/{copy['id']}")
+        answer: dict[str, Any] = json.loads(full["response"]["payload"])
+        return int(copy["status_code"]), answer
+
 
 class Remarks:
     """The deliveries made between moved heads: the reviewer requests changes of a head long replaced (the run
@@ -137,6 +153,11 @@ async def test_300_deliveries_and_30_moved_heads_in_one_review_wait_merge_with_b
     # Every delivery answered before the approval: none may reach a run that has ended.
     wait_for(hook.drained, 300, "the forge's deliveries to the receiver")
     loaded_s = time.monotonic() - started - opened_s
+    # The first push and the first stale remark, answered long ago (in an earlier run once the wait continued
+    # as new), redelivered by the forge: each is answered as the duplicate it is, nothing done again.
+    ours = [d for d in hook.all() if d["guid"] not in before and (d["event"], d["action"]) in ANSWERED]
+    early = [next(d["guid"] for d in ours if d["event"] == event) for event in ("pull_request", "pull_request_review")]
+    again = [hook.redelivered(guid) for guid in early]
 
     stack.approve_on_forge(repository, number, head)
     final = await state_when(client, wf, finished)
@@ -149,12 +170,12 @@ async def test_300_deliveries_and_30_moved_heads_in_one_review_wait_merge_with_b
     print(measured)
 
     # The premise, from the forge: the deliveries about the run were made and the receiver answered each 200.
-    ours = [d for d in hook.all() if d["guid"] not in before and (d["event"], d["action"]) in ANSWERED]
     assert len(ours) >= DELIVERIES, f"{len(ours)} deliveries\n{measured}"
     assert all(d["status_code"] == 200 for d in ours), [d for d in ours if d["status_code"] != 200]
     # ... and from the server: each reached a run of the workflow ID as an accepted Update.
     accepted = {u for r in runs for u in r.accepted_updates}
     assert all(f"delivery:{d['guid']}" in accepted for d in ours), measured
+    assert all(status == 200 and answer.get("duplicate") is True for status, answer in again), again
 
     assert final.outcome == "merged", f"{final.outcome_detail}\n{measured}"
     assert final.merged_sha is not None and owner.get_branch("main").commit.sha == final.merged_sha
