@@ -26,10 +26,10 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus
 
 from pipeline.ids import branch_for
-from tests.e2e.conftest import E2EStack, wait_for
 from tests.e2e.history_size import executions, report
 from tests.e2e.test_pipeline import file_on_main, finished, state_when
 from tests.e2e.test_review_gate import opened_for_review, push_to_branch, review_of
+from tests.support.e2e_stack import E2EStack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 

@@ -23,9 +23,9 @@ import yaml
 
 from pipeline.config import DurafixConfig
 from tests.conftest import require
-from tests.e2e.conftest import MODEL_DIR, E2EStack, running_e2e_stack
 from tests.e2e.history_size import executions, report
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.e2e_stack import MODEL_DIR, E2EStack, running_e2e_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
