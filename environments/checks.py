@@ -55,7 +55,7 @@ from environments.interface import AppRecipe, EnvironmentError, Progress, TestRu
 from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
-from environments.sandbox import Egress, Network, Sandbox
+from environments.sandbox import WORKSPACE, Egress, Network, Sandbox
 from environments.spec import dependency_lock_hash
 
 _log = logging.getLogger(__name__)
@@ -278,7 +278,9 @@ def _set_up(
         return SetupOutcome(ran=True, egress=run())
     if not repository:
         raise ValueError("run_setup with a dependency cache needs the repository")
-    key = cache.key_for(ws_path, recipe, repository=repository, provider=provider)
+    # Sandboxed, setup saw the workspace at the sandbox's fixed path: restored entries are used unchanged.
+    mount = WORKSPACE if run.sandbox is not None and run.sandbox.sandboxed else ""
+    key = cache.key_for(ws_path, recipe, repository=repository, provider=provider, mount=mount)
     uncached = key if isinstance(key, str) else cache.occupied(key, ws_path)
     if uncached or isinstance(key, str):
         _note(log_path, uncached)
