@@ -37,7 +37,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from environments.commands import command_env, run_to_completion, tail
 from environments.depcache import BuildRecord, DependencyCache
@@ -56,7 +56,7 @@ from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
 from environments.sandbox import WORKSPACE, Egress, Network, Sandbox
-from environments.spec import dependency_lock_hash
+from environments.spec import dependency_lock_hash, lock_files
 
 _log = logging.getLogger(__name__)
 
@@ -64,11 +64,21 @@ _log = logging.getLogger(__name__)
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
 PACKAGE_CACHE_VARS = {
     "npm_config_cache": "npm",
+    # Yarn classic's cache, and yarn berry's when a project turns the global cache off (its cacheFolder).
     "YARN_CACHE_FOLDER": "yarn",
+    # Yarn berry's global folder, which holds its cache by default (enableGlobalCache); else under HOME, which the
+    # sandbox empties for every command.
+    "YARN_GLOBAL_FOLDER": "yarn-berry",
     "PIP_CACHE_DIR": "pip",
     "UV_CACHE_DIR": "uv",
     "POETRY_CACHE_DIR": "poetry",
 }
+# pnpm's package store and metadata cache, for a workspace with a pnpm lock file only: npm warns about every
+# npm_config_ variable it does not know. Without an explicit store, pnpm keeps one on the project's own
+# filesystem, which in the sandbox is the workspace's mount: /workspace/.pnpm-store, in the checkout, so setup
+# changed more than the cached paths and nothing was cached.
+PNPM_STORE_VARS = {"npm_config_store_dir": "pnpm-store", "npm_config_cache_dir": "pnpm-cache"}
+PNPM_LOCK = "pnpm-lock.yaml"
 
 
 # A candidate's own package cache, beside the repositories'; held by a lock beside it while in use, so one a
@@ -110,17 +120,21 @@ class SetupSettings:
             return None
         return self.package_caches.absolute() / path_key(repository)
 
-    def worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> dict[str, str]:
+    def worker_env(
+        self, environ: Mapping[str, str], packages: Path | None = None, *, pnpm: bool = False
+    ) -> dict[str, str]:
         """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
-        return self.screen_worker_env(environ, packages).env
+        return self.screen_worker_env(environ, packages, pnpm=pnpm).env
 
-    def screen_worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> Screened:
-        """The package managers' cache variables pointing into ``packages`` (created here) and the passed-through
-        variables, with the names of those withheld for credentials in their value
-        (:func:`environments.passthrough.screen`)."""
+    def screen_worker_env(
+        self, environ: Mapping[str, str], packages: Path | None = None, *, pnpm: bool = False
+    ) -> Screened:
+        """The package managers' cache variables pointing into ``packages`` (created here; pnpm's store and cache
+        too when ``pnpm``: the workspace has a pnpm lock file) and the passed-through variables, with the names of
+        those withheld for credentials in their value (:func:`environments.passthrough.screen`)."""
         env: dict[str, str] = {}
         if packages is not None:
-            for variable, name in PACKAGE_CACHE_VARS.items():
+            for variable, name in {**PACKAGE_CACHE_VARS, **(PNPM_STORE_VARS if pnpm else {})}.items():
                 directory = packages / name
                 directory.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(directory)
@@ -168,6 +182,11 @@ class SetupSettings:
                     remove_tree(throwaway)
         finally:
             lock.unlink(missing_ok=True)
+
+
+def _uses_pnpm(ws: Path, recipe: AppRecipe) -> bool:
+    """Whether one of ``ws``'s lock files is pnpm's."""
+    return any(PurePosixPath(name).name == PNPM_LOCK for name in lock_files(ws, recipe))
 
 
 def _is_base_tree(ws: Path, base_revision: str) -> bool:
@@ -248,7 +267,7 @@ def run_setup(
     # A workspace whose staged tree is not the base revision's holds a candidate's change.
     candidate = base_revision is not None and not _is_base_tree(ws_path, base_revision)
     with settings.packages_for(ws_path, recipe, repository, base_lock_hash, candidate) as packages:
-        worker = settings.screen_worker_env(os.environ, packages)
+        worker = settings.screen_worker_env(os.environ, packages, pnpm=_uses_pnpm(ws_path, recipe))
         for warning in worker.warnings():
             # The worker's log, the run's progress and the setup log all say it: a setup that then fails for want
             # of its index is explained where whoever reads any of them looks.
