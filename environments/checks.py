@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from environments.commands import command_env, run_to_completion, tail
-from environments.depcache import BuildRecord, DependencyCache
+from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.egress import (
     ALLOWED_PORTS,
     DEFAULT_REGISTRY_HOSTS,
@@ -249,7 +249,9 @@ def run_setup(
     (``progress`` hears ``setup: restoring <paths> from the dependency cache`` when there is an entry to try). On
     a miss the commands run (``setup: <command>`` each; first ``setup: waiting for another build ...`` while
     another builder of the same key finishes), then what they produced is stored (``setup: storing <paths> in
-    the dependency cache``). A restored workspace is not trusted more than one set up anew: the caller checks it
+    the dependency cache``). A recipe's ``setup_check`` runs after each restore (``setup: checking the restored
+    environment: <command>``): failing, the restored paths are removed, the entry is discarded and the commands
+    run, as the log says. A restored workspace is not trusted more than one set up anew: the caller checks it
     the same way (readiness when provisioning, the tests when verifying). What the cache did is written to
     ``log_path`` (``# dependency cache: ...`` lines) and returned; a cache that cannot be used never fails
     setup, it only means the commands run. Setup commands with effects outside the workspace (a database, a
@@ -306,11 +308,14 @@ def _set_up(
         return SetupOutcome(ran=True, cache=uncached, egress=run())
     if cache.entry_path(key).is_dir():
         progress(f"setup: restoring {', '.join(key.paths)} from the dependency cache")
-    restored = cache.restore(key, ws_path)
+    restored, rejected = _restore_checked(cache, key, run)
     if isinstance(restored, str):
         with cache.building(key, progress) as exclusive:
+            if rejected and exclusive:
+                # Under the build lock, so the setup about to run stores its result in the entry's place.
+                cache.discard(key)
             # Another builder may have finished while this one waited for the lock.
-            again = cache.restore(key, ws_path) if exclusive else restored
+            again = _restore_checked(cache, key, run)[0] if exclusive and not rejected else restored
             if isinstance(again, str):
                 if candidate:
                     # What a candidate's setup produced is the model's doing: restored from, never stored.
@@ -335,6 +340,21 @@ def _set_up(
     )
     _note(log_path, note)
     return SetupOutcome(ran=False, restored=restored.record, cache=note)
+
+
+def _restore_checked(cache: DependencyCache, key: CacheKey, run: _Runner) -> tuple[Restored | str, bool]:
+    """Restore ``key``'s entry into the workspace and run the recipe's ``setup_check`` there; (the restore or why
+    there is none, whether the check rejected it). A rejected restore is removed from the workspace again."""
+    restored = cache.restore(key, run.ws_path)
+    if isinstance(restored, str) or not run.recipe.setup_check:
+        return restored, False
+    failed = run.check()
+    if not failed:
+        return restored, False
+    for path in key.paths:
+        remove_tree(run.ws_path / path)
+    reason = f"entry {key.key[:12]} failed the recipe's setup_check ({failed}); discarded it"
+    return reason, True
 
 
 @dataclass(frozen=True)
@@ -369,21 +389,36 @@ class _Runner:
             self._run(Egress(proxy.socket_path), proxy)
             return tuple(proxy.events())
 
+    def check(self) -> str:
+        """Run the recipe's ``setup_check`` as the tests run (no network, the workspace its only writable
+        tree); how it failed, or ``""``."""
+        command = self.recipe.setup_check or "true"
+        self.progress(f"setup: checking the restored environment: {command_text(command)}")
+        code = self._one(command, Network.NONE, writable=[])
+        if code == 0:
+            return ""
+        return "timed out" if code is None else f"exited {code}"
+
+    def _one(self, command: str, network: Network | Egress, *, writable: list[Path]) -> int | None:
+        """One command in the workspace, logged, in the sandbox; its exit code (``None``: timed out)."""
+        code, _ = run_to_completion(
+            command,
+            cwd=self.ws_path,
+            env=self.env,
+            log_path=self.log_path,
+            timeout_s=self.timeout_s,
+            sandbox=self.sandbox,
+            writable=writable,
+            network=network,
+        )
+        return code
+
     def _run(self, network: Network | Egress, proxy: EgressProxy | None = None) -> None:
         writable = [self.packages] if self.packages is not None else []
         logged = 0
         for command in self.recipe.setup:
             self.progress(f"setup: {command_text(command)}")
-            code, _ = run_to_completion(
-                command,
-                cwd=self.ws_path,
-                env=self.env,
-                log_path=self.log_path,
-                timeout_s=self.timeout_s,
-                sandbox=self.sandbox,
-                writable=writable,
-                network=network,
-            )
+            code = self._one(command, network, writable=writable)
             if proxy is not None:
                 logged = self._log_egress(proxy, logged)
             if code != 0:

@@ -421,6 +421,21 @@ class DependencyCache(CacheEntries):
             return self._replace(entry, tmp, record)
         return record
 
+    def discard(self, key: CacheKey) -> bool:
+        """Remove ``key``'s entry (one that failed its recipe's ``setup_check``), unless it is being restored from
+        right now; whether it is gone. The caller holds the key's build lock (:meth:`building`)."""
+        entry = self.entry_path(key)
+        with try_locked(self.use_lock(entry)) as free:
+            if not free:
+                return False
+            doomed = entry.with_name(f".{entry.name}{REMOVING_MARK}{uuid.uuid4().hex}")
+            try:
+                os.rename(entry, doomed)
+            except FileNotFoundError:
+                return True
+        remove_tree(doomed)
+        return True
+
     def _replace(self, entry: Path, tmp: Path, record: BuildRecord) -> BuildRecord | str:
         """Swap a damaged entry for the one just built, unless it is being restored from right now."""
         with try_locked(self.use_lock(entry)) as free:

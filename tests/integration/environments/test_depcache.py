@@ -356,3 +356,34 @@ def test_leftovers_of_dead_builders_are_removed_by_the_next_build_and_a_live_one
     assert outcome.stored is not None
     assert not dead.exists() and live.is_dir()
     assert setups.cache.read_record(entry) == outcome.stored
+
+
+def test_a_restore_failing_the_recipes_setup_check_is_discarded_and_setup_runs(tmp_path: Path, counter: Path) -> None:
+    # The check fails in a workspace holding `broken` (untracked, made before setup): there the restored tree is
+    # not trusted.
+    repo = shell_project(tmp_path, counter, setup_check="test -x node_modules/.bin/dep && test ! -e broken")
+    setups = Setups(tmp_path, repo, DependencyCache(tmp_path / "deps"))
+    first = setups.workspace("a")
+    stored = setups.setup(first).stored
+    assert stored is not None and counter_lines(counter) == 1
+    entry = setups.cache.entry_path(setups.key(first))
+
+    second = setups.workspace("b")
+    (second.path / "broken").touch()
+    heard: list[str] = []
+    outcome = setups.setup(second, heard)
+
+    assert outcome.ran and outcome.restored is None and counter_lines(counter) == 2
+    check = "setup: checking the restored environment: test -x node_modules/.bin/dep && test ! -e broken"
+    assert heard[:2] == ["setup: restoring node_modules from the dependency cache", check]
+    log = setups.log(second).read_text()
+    assert f"# dependency cache: miss (entry {stored.key[:12]} failed the recipe's setup_check (exited 1); " in log
+    assert "discarded it); running setup" in log
+    # Setup's own result replaced the discarded entry.
+    assert outcome.stored is not None and outcome.stored.created > stored.created
+    assert setups.cache.read_record(entry) == outcome.stored
+    assert (second.path / "node_modules" / ".bin" / "dep").exists()
+
+    third = setups.workspace("c")
+    again = setups.setup(third)
+    assert not again.ran and again.restored == outcome.stored and counter_lines(counter) == 2
