@@ -112,8 +112,8 @@ class AppRecipe(BaseModel):
     )
     setup_check: str | None = Field(
         default=None,
-        description="a cheap command proving a restored setup works in this workspace, e.g. `.venv/bin/python -c "
-        "'import pkg'`: run (sandboxed, no network) after the dependency cache restored setup's result instead of "
+        description="a cheap command proving a restored setup works in this workspace, e.g. `.venv/bin/python -I "
+        "-c 'import pkg'`: run (sandboxed, no network) after the dependency cache restored setup's result instead of "
         "running setup; failing, the entry is discarded and setup runs (the environment log says so)",
     )
     cache: list[str] | None = Field(

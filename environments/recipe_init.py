@@ -331,7 +331,7 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         check.append("no lock file: every run resolves dependencies anew; pin them (a lock or requirements file)")
         module = _own_module(repo_dir, pyproject)
         if module is not None:
-            setup_check = f'.venv/bin/python -c "import {module}"'
+            setup_check = f'.venv/bin/python -I -c "import {module}"'
             guessed.append(f"setup_check: {setup_check} (the editable install's package, {module})")
     elif any(repo_dir.glob("*.py")):
         tool = _PythonTool(

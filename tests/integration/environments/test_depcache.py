@@ -387,3 +387,39 @@ def test_a_restore_failing_the_recipes_setup_check_is_discarded_and_setup_runs(t
     third = setups.workspace("c")
     again = setups.setup(third)
     assert not again.ran and again.restored == outcome.stored and counter_lines(counter) == 2
+
+
+def test_a_binary_file_naming_the_workspace_path_is_never_stored(tmp_path: Path, counter: Path) -> None:
+    native = "printf 'ELF\\000built in %s\\000' \"$(pwd -P)\" > node_modules/dep/native.node"
+    repo = shell_project(tmp_path, counter, setup=[*SHELL_SETUP, native])
+    setups = Setups(tmp_path, repo, DependencyCache(tmp_path / "deps"))
+
+    first = setups.setup(setups.workspace("a"))
+
+    assert first.ran and first.stored is None
+    assert first.cache == (
+        "not cached: node_modules/dep/native.node is a binary file naming the workspace path, which cannot be relocated"
+    )
+    assert [p for p in setups.cache.entries() if not p.name.startswith(".")] == []
+
+
+def test_a_relocated_file_changed_in_the_entry_is_refused_even_with_its_size_and_mtime_kept(
+    setups: Setups, counter: Path
+) -> None:
+    first = setups.workspace("a")
+    record = setups.setup(first).stored
+    assert record is not None and "node_modules/dep/bin/dep" in record.relocate
+    stored = setups.cache.entry_path(setups.key(first)) / TREE_NAME / "node_modules" / "dep" / "bin" / "dep"
+    st = stored.stat()
+    text = stored.read_text()
+    stored.write_text(text.replace("echo dep", "echo own"))
+    os.utime(stored, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    second = setups.workspace("b")
+    outcome = setups.setup(second)
+
+    assert outcome.ran and counter_lines(counter) == 2
+    log = setups.log(second).read_text()
+    assert f"entry {setups.cache.entry_path(setups.key(first)).name} changed since it was built" in log
+    assert "(node_modules/dep/bin/dep); not used" in log
+    assert "echo own" not in (second.path / "node_modules" / "dep" / "bin" / "dep").read_text()

@@ -302,7 +302,7 @@ def test_an_editable_pip_project_gets_a_setup_check_importing_its_own_package(tm
 
     recipe = load_recipe(repo)
     assert recipe.setup == ["python3 -m venv .venv && .venv/bin/pip install -e ."]
-    assert recipe.setup_check == '.venv/bin/python -c "import shop_tools"'
+    assert recipe.setup_check == '.venv/bin/python -I -c "import shop_tools"'
     assert "setup_check:" in (repo / "durafix.yaml").read_text()
 
 
