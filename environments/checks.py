@@ -249,10 +249,12 @@ def run_setup(
     (``progress`` hears ``setup: restoring <paths> from the dependency cache`` when there is an entry to try). On
     a miss the commands run (``setup: <command>`` each; first ``setup: waiting for another build ...`` while
     another builder of the same key finishes), then what they produced is stored (``setup: storing <paths> in
-    the dependency cache``). A recipe's ``setup_check`` runs after each restore (``setup: checking the restored
-    environment: <command>``): failing, the restored paths are removed, the entry is discarded and the commands
-    run, as the log says. A restored workspace is not trusted more than one set up anew: the caller checks it
-    the same way (readiness when provisioning, the tests when verifying). What the cache did is written to
+    the dependency cache``). A recipe's ``setup_check`` runs after each restore (``setup: checking the
+    environment: <command>``): failing, the restored paths are removed, the entry is discarded (unless the
+    workspace is a candidate's, whose patch may be what fails) and the commands run, as the log says. It runs
+    after the commands of a miss too: failing there, nothing is stored. A restored workspace is not trusted more
+    than one set up anew: the caller checks it the same way (readiness when provisioning, the tests when
+    verifying). What the cache did is written to
     ``log_path`` (``# dependency cache: ...`` lines) and returned; a cache that cannot be used never fails
     setup, it only means the commands run. Setup commands with effects outside the workspace (a database, a
     file elsewhere) run once per entry, not once per workspace.
@@ -311,8 +313,9 @@ def _set_up(
     restored, rejected = _restore_checked(cache, key, run)
     if isinstance(restored, str):
         with cache.building(key, progress) as exclusive:
-            if rejected and exclusive:
-                # Under the build lock, so the setup about to run stores its result in the entry's place.
+            if rejected and exclusive and not candidate:
+                # Under the build lock, so the setup about to run stores its result in the entry's place. A
+                # candidate's failing check may be its patch's doing: the base's entry stays.
                 cache.discard(key)
             # Another builder may have finished while this one waited for the lock.
             again = _restore_checked(cache, key, run)[0] if exclusive and not rejected else restored
@@ -325,6 +328,12 @@ def _set_up(
                 _note(log_path, f"miss ({again}); running setup")
                 before = cache.checkout_state(ws_path)
                 egress = run()
+                failed = run.check() if recipe.setup_check else ""
+                if failed:
+                    # An entry this check rejects would be discarded at every restore: not stored at all.
+                    note = f"not cached: the recipe's setup_check failed after setup itself ({failed})"
+                    _note(log_path, note)
+                    return SetupOutcome(ran=True, cache=note, egress=egress)
                 progress(f"setup: storing {', '.join(key.paths)} in the dependency cache")
                 stored = cache.store(key, ws_path, before, exclusive=exclusive)
                 if isinstance(stored, str):
@@ -393,7 +402,7 @@ class _Runner:
         """Run the recipe's ``setup_check`` as the tests run (no network, the workspace its only writable
         tree); how it failed, or ``""``."""
         command = self.recipe.setup_check or "true"
-        self.progress(f"setup: checking the restored environment: {command_text(command)}")
+        self.progress(f"setup: checking the environment: {command_text(command)}")
         code = self._one(command, Network.NONE, writable=[])
         if code == 0:
             return ""

@@ -359,8 +359,7 @@ def test_leftovers_of_dead_builders_are_removed_by_the_next_build_and_a_live_one
 
 
 def test_a_restore_failing_the_recipes_setup_check_is_discarded_and_setup_runs(tmp_path: Path, counter: Path) -> None:
-    # The check fails in a workspace holding `broken` (untracked, made before setup): there the restored tree is
-    # not trusted.
+    # The check fails in a workspace holding `broken` (untracked, made before setup), restored or set up anew.
     repo = shell_project(tmp_path, counter, setup_check="test -x node_modules/.bin/dep && test ! -e broken")
     setups = Setups(tmp_path, repo, DependencyCache(tmp_path / "deps"))
     first = setups.workspace("a")
@@ -374,19 +373,25 @@ def test_a_restore_failing_the_recipes_setup_check_is_discarded_and_setup_runs(t
     outcome = setups.setup(second, heard)
 
     assert outcome.ran and outcome.restored is None and counter_lines(counter) == 2
-    check = "setup: checking the restored environment: test -x node_modules/.bin/dep && test ! -e broken"
+    check = "setup: checking the environment: test -x node_modules/.bin/dep && test ! -e broken"
     assert heard[:2] == ["setup: restoring node_modules from the dependency cache", check]
+    assert heard.count(check) == 2, "after the restore, and after setup itself"
     log = setups.log(second).read_text()
     assert f"# dependency cache: miss (entry {stored.key[:12]} failed the recipe's setup_check (exited 1); " in log
     assert "discarded it); running setup" in log
-    # Setup's own result replaced the discarded entry.
-    assert outcome.stored is not None and outcome.stored.created > stored.created
-    assert setups.cache.read_record(entry) == outcome.stored
+    # What setup made there fails the check too: not stored, and the rejected entry is gone.
+    assert outcome.stored is None
+    assert outcome.cache == "not cached: the recipe's setup_check failed after setup itself (exited 1)"
+    assert not entry.exists()
     assert (second.path / "node_modules" / ".bin" / "dep").exists()
 
     third = setups.workspace("c")
-    again = setups.setup(third)
-    assert not again.ran and again.restored == outcome.stored and counter_lines(counter) == 2
+    rebuilt = setups.setup(third)
+    assert rebuilt.ran and rebuilt.stored is not None and counter_lines(counter) == 3
+    assert "# dependency cache: miss (no entry yet); running setup" in setups.log(third).read_text()
+    fourth = setups.workspace("d")
+    again = setups.setup(fourth)
+    assert not again.ran and again.restored == rebuilt.stored and counter_lines(counter) == 3
 
 
 def test_a_binary_file_naming_the_workspace_path_is_never_stored(tmp_path: Path, counter: Path) -> None:
