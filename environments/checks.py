@@ -37,10 +37,10 @@ import tempfile
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from environments.commands import command_env, run_to_completion, tail
-from environments.depcache import BuildRecord, DependencyCache
+from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.egress import (
     ALLOWED_PORTS,
     DEFAULT_REGISTRY_HOSTS,
@@ -55,8 +55,8 @@ from environments.interface import AppRecipe, EnvironmentError, Progress, TestRu
 from environments.passthrough import Screened, check_patterns, screen
 from environments.processes import stop_owned
 from environments.progress import command_text, ignore
-from environments.sandbox import Egress, Network, Sandbox
-from environments.spec import dependency_lock_hash
+from environments.sandbox import WORKSPACE, Egress, Network, Sandbox
+from environments.spec import dependency_lock_hash, lock_files
 
 _log = logging.getLogger(__name__)
 
@@ -64,11 +64,21 @@ _log = logging.getLogger(__name__)
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
 PACKAGE_CACHE_VARS = {
     "npm_config_cache": "npm",
+    # Yarn classic's cache, and yarn berry's when a project turns the global cache off (its cacheFolder).
     "YARN_CACHE_FOLDER": "yarn",
+    # Yarn berry's global folder, which holds its cache by default (enableGlobalCache); else under HOME, which the
+    # sandbox empties for every command.
+    "YARN_GLOBAL_FOLDER": "yarn-berry",
     "PIP_CACHE_DIR": "pip",
     "UV_CACHE_DIR": "uv",
     "POETRY_CACHE_DIR": "poetry",
 }
+# pnpm's package store and metadata cache, for a workspace with a pnpm lock file only: npm warns about every
+# npm_config_ variable it does not know. Without an explicit store, pnpm keeps one on the project's own
+# filesystem, which in the sandbox is the workspace's mount: /workspace/.pnpm-store, in the checkout, so setup
+# changed more than the cached paths and nothing was cached.
+PNPM_STORE_VARS = {"npm_config_store_dir": "pnpm-store", "npm_config_cache_dir": "pnpm-cache"}
+PNPM_LOCK = "pnpm-lock.yaml"
 
 
 # A candidate's own package cache, beside the repositories'; held by a lock beside it while in use, so one a
@@ -110,17 +120,21 @@ class SetupSettings:
             return None
         return self.package_caches.absolute() / path_key(repository)
 
-    def worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> dict[str, str]:
+    def worker_env(
+        self, environ: Mapping[str, str], packages: Path | None = None, *, pnpm: bool = False
+    ) -> dict[str, str]:
         """What setup commands get from the worker on top of the neutral variables (see :func:`command_env`)."""
-        return self.screen_worker_env(environ, packages).env
+        return self.screen_worker_env(environ, packages, pnpm=pnpm).env
 
-    def screen_worker_env(self, environ: Mapping[str, str], packages: Path | None = None) -> Screened:
-        """The package managers' cache variables pointing into ``packages`` (created here) and the passed-through
-        variables, with the names of those withheld for credentials in their value
-        (:func:`environments.passthrough.screen`)."""
+    def screen_worker_env(
+        self, environ: Mapping[str, str], packages: Path | None = None, *, pnpm: bool = False
+    ) -> Screened:
+        """The package managers' cache variables pointing into ``packages`` (created here; pnpm's store and cache
+        too when ``pnpm``: the workspace has a pnpm lock file) and the passed-through variables, with the names of
+        those withheld for credentials in their value (:func:`environments.passthrough.screen`)."""
         env: dict[str, str] = {}
         if packages is not None:
-            for variable, name in PACKAGE_CACHE_VARS.items():
+            for variable, name in {**PACKAGE_CACHE_VARS, **(PNPM_STORE_VARS if pnpm else {})}.items():
                 directory = packages / name
                 directory.mkdir(parents=True, exist_ok=True)
                 env[variable] = str(directory)
@@ -168,6 +182,11 @@ class SetupSettings:
                     remove_tree(throwaway)
         finally:
             lock.unlink(missing_ok=True)
+
+
+def _uses_pnpm(ws: Path, recipe: AppRecipe) -> bool:
+    """Whether one of ``ws``'s lock files is pnpm's."""
+    return any(PurePosixPath(name).name == PNPM_LOCK for name in lock_files(ws, recipe))
 
 
 def _is_base_tree(ws: Path, base_revision: str) -> bool:
@@ -230,8 +249,12 @@ def run_setup(
     (``progress`` hears ``setup: restoring <paths> from the dependency cache`` when there is an entry to try). On
     a miss the commands run (``setup: <command>`` each; first ``setup: waiting for another build ...`` while
     another builder of the same key finishes), then what they produced is stored (``setup: storing <paths> in
-    the dependency cache``). A restored workspace is not trusted more than one set up anew: the caller checks it
-    the same way (readiness when provisioning, the tests when verifying). What the cache did is written to
+    the dependency cache``). A recipe's ``setup_check`` runs after each restore (``setup: checking the
+    environment: <command>``): failing, the restored paths are removed, the entry is discarded (unless the
+    workspace is a candidate's, whose patch may be what fails) and the commands run, as the log says. It runs
+    after the commands of a miss too: failing there, nothing is stored. A restored workspace is not trusted more
+    than one set up anew: the caller checks it the same way (readiness when provisioning, the tests when
+    verifying). What the cache did is written to
     ``log_path`` (``# dependency cache: ...`` lines) and returned; a cache that cannot be used never fails
     setup, it only means the commands run. Setup commands with effects outside the workspace (a database, a
     file elsewhere) run once per entry, not once per workspace.
@@ -248,7 +271,7 @@ def run_setup(
     # A workspace whose staged tree is not the base revision's holds a candidate's change.
     candidate = base_revision is not None and not _is_base_tree(ws_path, base_revision)
     with settings.packages_for(ws_path, recipe, repository, base_lock_hash, candidate) as packages:
-        worker = settings.screen_worker_env(os.environ, packages)
+        worker = settings.screen_worker_env(os.environ, packages, pnpm=_uses_pnpm(ws_path, recipe))
         for warning in worker.warnings():
             # The worker's log, the run's progress and the setup log all say it: a setup that then fails for want
             # of its index is explained where whoever reads any of them looks.
@@ -278,18 +301,24 @@ def _set_up(
         return SetupOutcome(ran=True, egress=run())
     if not repository:
         raise ValueError("run_setup with a dependency cache needs the repository")
-    key = cache.key_for(ws_path, recipe, repository=repository, provider=provider)
+    # Sandboxed, setup saw the workspace at the sandbox's fixed path: restored entries are used unchanged.
+    mount = WORKSPACE if run.sandbox is not None and run.sandbox.sandboxed else ""
+    key = cache.key_for(ws_path, recipe, repository=repository, provider=provider, mount=mount)
     uncached = key if isinstance(key, str) else cache.occupied(key, ws_path)
     if uncached or isinstance(key, str):
         _note(log_path, uncached)
         return SetupOutcome(ran=True, cache=uncached, egress=run())
     if cache.entry_path(key).is_dir():
         progress(f"setup: restoring {', '.join(key.paths)} from the dependency cache")
-    restored = cache.restore(key, ws_path)
+    restored, rejected = _restore_checked(cache, key, run)
     if isinstance(restored, str):
         with cache.building(key, progress) as exclusive:
+            if rejected and exclusive and not candidate:
+                # Under the build lock, so the setup about to run stores its result in the entry's place. A
+                # candidate's failing check may be its patch's doing: the base's entry stays.
+                cache.discard(key)
             # Another builder may have finished while this one waited for the lock.
-            again = cache.restore(key, ws_path) if exclusive else restored
+            again = _restore_checked(cache, key, run)[0] if exclusive and not rejected else restored
             if isinstance(again, str):
                 if candidate:
                     # What a candidate's setup produced is the model's doing: restored from, never stored.
@@ -299,6 +328,12 @@ def _set_up(
                 _note(log_path, f"miss ({again}); running setup")
                 before = cache.checkout_state(ws_path)
                 egress = run()
+                failed = run.check() if recipe.setup_check else ""
+                if failed:
+                    # An entry this check rejects would be discarded at every restore: not stored at all.
+                    note = f"not cached: the recipe's setup_check failed after setup itself ({failed})"
+                    _note(log_path, note)
+                    return SetupOutcome(ran=True, cache=note, egress=egress)
                 progress(f"setup: storing {', '.join(key.paths)} in the dependency cache")
                 stored = cache.store(key, ws_path, before, exclusive=exclusive)
                 if isinstance(stored, str):
@@ -314,6 +349,21 @@ def _set_up(
     )
     _note(log_path, note)
     return SetupOutcome(ran=False, restored=restored.record, cache=note)
+
+
+def _restore_checked(cache: DependencyCache, key: CacheKey, run: _Runner) -> tuple[Restored | str, bool]:
+    """Restore ``key``'s entry into the workspace and run the recipe's ``setup_check`` there; (the restore or why
+    there is none, whether the check rejected it). A rejected restore is removed from the workspace again."""
+    restored = cache.restore(key, run.ws_path)
+    if isinstance(restored, str) or not run.recipe.setup_check:
+        return restored, False
+    failed = run.check()
+    if not failed:
+        return restored, False
+    for path in key.paths:
+        remove_tree(run.ws_path / path)
+    reason = f"entry {key.key[:12]} failed the recipe's setup_check ({failed}); discarded it"
+    return reason, True
 
 
 @dataclass(frozen=True)
@@ -348,21 +398,36 @@ class _Runner:
             self._run(Egress(proxy.socket_path), proxy)
             return tuple(proxy.events())
 
+    def check(self) -> str:
+        """Run the recipe's ``setup_check`` as the tests run (no network, the workspace its only writable
+        tree); how it failed, or ``""``."""
+        command = self.recipe.setup_check or "true"
+        self.progress(f"setup: checking the environment: {command_text(command)}")
+        code = self._one(command, Network.NONE, writable=[])
+        if code == 0:
+            return ""
+        return "timed out" if code is None else f"exited {code}"
+
+    def _one(self, command: str, network: Network | Egress, *, writable: list[Path]) -> int | None:
+        """One command in the workspace, logged, in the sandbox; its exit code (``None``: timed out)."""
+        code, _ = run_to_completion(
+            command,
+            cwd=self.ws_path,
+            env=self.env,
+            log_path=self.log_path,
+            timeout_s=self.timeout_s,
+            sandbox=self.sandbox,
+            writable=writable,
+            network=network,
+        )
+        return code
+
     def _run(self, network: Network | Egress, proxy: EgressProxy | None = None) -> None:
         writable = [self.packages] if self.packages is not None else []
         logged = 0
         for command in self.recipe.setup:
             self.progress(f"setup: {command_text(command)}")
-            code, _ = run_to_completion(
-                command,
-                cwd=self.ws_path,
-                env=self.env,
-                log_path=self.log_path,
-                timeout_s=self.timeout_s,
-                sandbox=self.sandbox,
-                writable=writable,
-                network=network,
-            )
+            code = self._one(command, network, writable=writable)
             if proxy is not None:
                 logged = self._log_egress(proxy, logged)
             if code != 0:

@@ -3,9 +3,11 @@ worker and restored into fresh workspaces instead of running setup again.
 
 **Key.** The sha256 of the canonical JSON of everything the result of setup depends on that durafix can name:
 the repository, the provider (where setup ran: ``local`` for the worker's own processes), the worker's platform,
-the setup commands, the recipe's ``env`` and secret *references* (never values), the cached paths, and the sha256
-of each lock file (:func:`environments.spec.lock_files`). All of it is read from the workspace being set up,
-after its patch: a candidate that changes a lock file gets an entry of its own.
+the setup commands, the recipe's ``env`` and secret *references* (never values), the cached paths, the sha256
+of each lock file (:func:`environments.spec.lock_files`), and the path setup saw the workspace at (``mount``:
+the sandbox's fixed ``/workspace``, or empty for a setup that ran at the workspace's own path). All of it is
+read from the workspace being set up, after its patch: a candidate that changes a lock file gets an entry of its
+own.
 
 **Layout** under ``root`` (``STATE/cache/deps``)::
 
@@ -37,14 +39,24 @@ after its patch: a candidate that changes a lock file gets an entry of its own.
   first builds, the others then find the entry and restore it. One that gives up waiting builds without the
   lock; if an entry appeared meanwhile its rename fails and it drops its own copy, harmlessly.
 - *Restoring* copies each cached path into a staging directory inside the workspace — reflinks where the
-  filesystem has them, else plain copies (``restore="copy"``: plain copies always) — checks
-  the digest, rewrites the files that name the building workspace's path (shebangs of ``.venv/bin``,
-  ``pyvenv.cfg``, ``.pth`` files) and symlinks pointing into it, then renames each path into place. A failed
-  restore removes what it put there and reports why; the caller runs setup instead.
+  filesystem has them, else plain copies (``restore="copy"``: plain copies always) — checks the digest, and
+  renames each path into place. A failed restore removes what it put there and reports why; the caller runs
+  setup instead.
+- *No relocation in the sandbox.* Setup in bubblewrap sees every workspace at ``/workspace``
+  (:data:`environments.sandbox.WORKSPACE`), and so do the app, its fixtures and the tests: what setup wrote
+  (shebangs, ``pyvenv.cfg``, ``.pth`` files, editable installs' finders and their bytecode, ``node_modules/.bin``
+  links) is valid in every workspace as it is, and is restored byte for byte. Such a tree naming the
+  workspace's host path is not stored.
+- *Exact relocation elsewhere* (an ``unsandboxed`` worker, where setup ran at the workspace's own path): the
+  text files naming the building workspace (each spelling, :func:`_workspace_names`) are rewritten to name the
+  new one, after their stored bytes are checked against the sha256 the record holds, and get a fresh mtime;
+  symlinks into it are relinked; bytecode naming it, and the bytecode of every rewritten source, is dropped
+  (Python compiles it again). The relocated tree's shape is then checked against the record before use. A
+  binary file naming the building workspace (other than bytecode) cannot be relocated: such a tree is not
+  stored, and the reason is reported.
 - *Storing* only what reproduces setup: every cached path must exist afterwards, and setup must not have
   changed anything else in the checkout (``git status`` before and after; ``__pycache__`` aside), else nothing is
-  stored and the reason is reported. A binary file naming the building workspace (other than ``.pyc``) cannot
-  be relocated, so such a tree is not stored either.
+  stored and the reason is reported.
 
 **Why copies, not hard links.** Hard links made a restore cheap on filesystems without reflinks (ext4), but a
 hard link *is* the entry's file: one in-place write in a workspace (``open(..., "r+")``, ``dd conv=notrunc``, a
@@ -87,9 +99,10 @@ from environments.git import GitError, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress
 from environments.spec import cached_paths, dependency_lock_hash, lock_file_digests
 
-# 2: entries stored by copies (format 1 entries were stored by hard links, which may still share a workspace's
-# inodes: never read).
-FORMAT: Literal[2] = 2
+# 3: keyed by the path setup saw the workspace at (``mount``), relocations exact (format 2 entries were built at
+# each workspace's own path and relocated with their bytecode stale: never read). 2: entries stored by copies
+# (format 1 entries were stored by hard links, which may still share a workspace's inodes: never read).
+FORMAT: Literal[3] = 3
 RECORD_NAME, TREE_NAME, STAMP_NAME = "record.json", "tree", "last-used"
 TMP_MARK, REMOVING_MARK = ".tmp-", ".removing-"
 RestoreMode = Literal["auto", "copy"]
@@ -98,8 +111,10 @@ RESTORE_MODES: tuple[RestoreMode, ...] = ("auto", "copy")
 # ioctl(FICLONE): share the source's extents copy-on-write (btrfs, XFS); refused elsewhere.
 _FICLONE = 0x40049409
 _NO_REFLINK = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.EBADF, errno.ENOSYS}
-# Bytecode names its source file only for tracebacks; a stale path there breaks nothing.
-_RELOCATION_EXEMPT = (".pyc", ".pyo")
+# Bytecode that names the building workspace is dropped when relocating, never rewritten: a compiled module's
+# constants (an editable install's finder maps its package to a path) would still name the old workspace, and
+# bytecode whose source was rewritten in place of the same size and second would pass Python's staleness check.
+_BYTECODE = (".pyc", ".pyo")
 
 
 class CacheKey(BaseModel):
@@ -117,6 +132,10 @@ class CacheKey(BaseModel):
     paths: list[str]
     lock_files: dict[str, str]
     lock_hash: str
+    # The path setup saw the workspace at when it is the same for every workspace (the sandbox's /workspace,
+    # :data:`environments.sandbox.WORKSPACE`): nothing is relocated. Empty: setup ran at the workspace's own path
+    # (unsandboxed), and a restore relocates exactly (see the module).
+    mount: str
 
 
 class BuildRecord(CacheKey):
@@ -125,10 +144,15 @@ class BuildRecord(CacheKey):
 
     model_config = ConfigDict(frozen=False, extra="forbid")
 
-    format: Literal[2]
+    format: Literal[3]
     built_in: str
     built_in_real: str
-    relocate: list[str]
+    # Relocation (``mount`` empty only): the text files naming the building workspace, with the sha256 of their
+    # stored bytes (checked before they are rewritten); the bytecode dropped on restore; and the digest of the
+    # tree as a restore must leave it (:func:`_restored_digest`), checked before the tree is used.
+    relocate: dict[str, str]
+    drop: list[str]
+    restored_digest: str
     tree_digest: str
     files: int
     size_bytes: int
@@ -173,9 +197,12 @@ class DependencyCache(CacheEntries):
 
     # ---- keys and paths -------------------------------------------------------------------------------
 
-    def key_for(self, ws: Path, recipe: AppRecipe, *, repository: str, provider: str) -> CacheKey | str:
+    def key_for(
+        self, ws: Path, recipe: AppRecipe, *, repository: str, provider: str, mount: str = ""
+    ) -> CacheKey | str:
         """The key of ``ws``'s setup, or why it is not cached (no lock file, nothing to cache). Reads the lock
-        files of ``ws`` as they are now."""
+        files of ``ws`` as they are now. ``mount``: the fixed path setup sees every workspace at (``""``: its
+        own path; see :class:`CacheKey`)."""
         try:
             lock_files = lock_file_digests(ws, recipe)
             lock_hash = dependency_lock_hash(ws, recipe)
@@ -199,6 +226,7 @@ class DependencyCache(CacheEntries):
             paths=paths,
             lock_files=lock_files,
             lock_hash=lock_hash,
+            mount=mount,
         )
         fields = {"format": FORMAT, **unkeyed.model_dump(exclude={"key"})}
         canonical = json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
@@ -258,10 +286,14 @@ class DependencyCache(CacheEntries):
             moved: list[Path] = []
             try:
                 copier = self._copier()
-                digest = _copy_paths(entry / TREE_NAME, staging, record.paths, copier, _relinker(record, ws))
+                relink = None if record.mount else _relinker(record, ws)
+                digest = _copy_paths(entry / TREE_NAME, staging, record.paths, copier, relink)
                 if digest != record.tree_digest:
                     return f"entry {entry.name} changed since it was built; not used"
-                _relocate(staging, record, ws)
+                if not record.mount:
+                    problem = _relocate(staging, record, ws)
+                    if problem:
+                        return f"entry {entry.name} {problem}; not used"
                 for path in record.paths:
                     (ws / path).parent.mkdir(parents=True, exist_ok=True)
                     os.rename(staging / path, ws / path)
@@ -349,19 +381,13 @@ class DependencyCache(CacheEntries):
             tmp_lock.unlink(missing_ok=True)
 
     def _build(self, key: CacheKey, ws: Path, entry: Path, tmp: Path, *, exclusive: bool) -> BuildRecord | str:
-        names = _workspace_names(ws)
         copier = self._copier()
         tree = tmp / TREE_NAME
         os.mkdir(tmp)
-        relocate: list[str] = []
-        for rel, st in _walk(ws, key.paths):
-            if not stat.S_ISREG(st.st_mode) or not st.st_size:
-                continue
-            mention = _mention(ws / rel, names)
-            if mention == "text":
-                relocate.append(rel)
-            elif mention == "binary" and not rel.endswith(_RELOCATION_EXEMPT):
-                return f"not cached: {rel} is a binary file naming the workspace path, which cannot be relocated"
+        plan = _plan_relocation(ws, key)
+        if isinstance(plan, str):
+            return plan
+        relocate, drop, restored_digest = plan
         _copy_paths(ws, tree, key.paths, copier, relink=None)
         files, size = _count(tree, key.paths)
         now = time.time()
@@ -371,6 +397,8 @@ class DependencyCache(CacheEntries):
             built_in=str(ws),
             built_in_real=os.path.realpath(ws),
             relocate=relocate,
+            drop=drop,
+            restored_digest=restored_digest,
             tree_digest=_digest(tree, key.paths),
             files=files,
             size_bytes=size,
@@ -392,6 +420,21 @@ class DependencyCache(CacheEntries):
                 return "not cached: a damaged entry is in the way and another builder holds the lock"
             return self._replace(entry, tmp, record)
         return record
+
+    def discard(self, key: CacheKey) -> bool:
+        """Remove ``key``'s entry (one that failed its recipe's ``setup_check``), unless it is being restored from
+        right now; whether it is gone. The caller holds the key's build lock (:meth:`building`)."""
+        entry = self.entry_path(key)
+        with try_locked(self.use_lock(entry)) as free:
+            if not free:
+                return False
+            doomed = entry.with_name(f".{entry.name}{REMOVING_MARK}{uuid.uuid4().hex}")
+            try:
+                os.rename(entry, doomed)
+            except FileNotFoundError:
+                return True
+        remove_tree(doomed)
+        return True
 
     def _replace(self, entry: Path, tmp: Path, record: BuildRecord) -> BuildRecord | str:
         """Swap a damaged entry for the one just built, unless it is being restored from right now."""
@@ -599,19 +642,99 @@ def _mention(path: Path, names: list[bytes]) -> Literal["none", "text", "binary"
         return "binary" if data.find(b"\0") != -1 else "text"
 
 
-def _relocate(staging: Path, record: BuildRecord, ws: Path) -> None:
-    """Rewrite the files that name the building workspace so they name ``ws``; each is replaced by a new file
-    (written aside, renamed over), never written in place, so a reflinked file's clone is never half-written."""
+def _plan_relocation(ws: Path, key: CacheKey) -> tuple[dict[str, str], list[str], str] | str:
+    """What a restore of ``ws``'s cached paths must rewrite (text files naming ``ws``, with their sha256) and drop
+    (bytecode naming it, and the bytecode of every rewritten source), and the digest the restored tree must then
+    have; or why the tree cannot be stored.
+
+    With a fixed ``mount`` nothing is relocated: a file naming the workspace's host path (which setup never saw)
+    is refused rather than stored with a path only this workspace has."""
+    names = _workspace_names(ws)
+    relocate: dict[str, str] = {}
+    drop: set[str] = set()
+    for rel, st in _walk(ws, key.paths):
+        if not stat.S_ISREG(st.st_mode) or not st.st_size:
+            continue
+        mention = _mention(ws / rel, names)
+        if mention == "none":
+            continue
+        if key.mount:
+            return f"not cached: {rel} names the workspace's host path, not {key.mount} where setup ran"
+        if rel.endswith(_BYTECODE):
+            drop.add(rel)
+        elif mention == "text":
+            relocate[rel] = hashlib.sha256((ws / rel).read_bytes()).hexdigest()
+        else:
+            return f"not cached: {rel} is a binary file naming the workspace path, which cannot be relocated"
+    if key.mount:
+        return {}, [], ""
+    for rel in relocate:
+        source = PurePosixPath(rel)
+        if source.suffix == ".py":
+            cache_dir = ws / source.parent / "__pycache__"
+            if cache_dir.is_dir() and not cache_dir.is_symlink():
+                drop.update(str(source.parent / "__pycache__" / p.name) for p in cache_dir.glob(f"{source.stem}.*.pyc"))
+    links = _links_into(ws, key.paths, names)
+    return relocate, sorted(drop), _restored_digest(ws, key.paths, set(relocate) | links, set(drop))
+
+
+def _links_into(root: Path, paths: Sequence[str], names: list[bytes]) -> set[str]:
+    """The symlinks under ``root``'s ``paths`` whose target is at or under one of ``names`` (they are relinked)."""
+    found = set()
+    for rel, st in _walk(root, paths):
+        if stat.S_ISLNK(st.st_mode):
+            target = os.fsencode(os.readlink(root / rel))
+            if any(target == name or target.startswith(name + b"/") for name in names):
+                found.add(rel)
+    return found
+
+
+def _restored_digest(root: Path, paths: Sequence[str], loose: set[str], dropped: set[str]) -> str:
+    """The shape digest of a tree as a relocating restore leaves it: ``dropped`` files absent, and for the
+    ``loose`` ones (rewritten files, relinked symlinks) only their type, path and mode, since their size, time and
+    target depend on the new workspace's path."""
+    digest = hashlib.sha256()
+    for rel, st in _walk(root, paths):
+        if rel in dropped:
+            continue
+        if rel in loose:
+            kind = "l" if stat.S_ISLNK(st.st_mode) else "f"
+            digest.update(f"{kind} {rel} {stat.S_IMODE(st.st_mode):o} relocated\n".encode())
+        else:
+            digest.update(_line(root, rel, st))
+    return digest.hexdigest()
+
+
+def _relocate(staging: Path, record: BuildRecord, ws: Path) -> str:
+    """Relocate a restored tree in ``staging`` to ``ws`` exactly; or say why it cannot be used.
+
+    Each rewritten file's stored bytes are checked against the record first; it is then replaced by a new file
+    (written aside, renamed over, never written in place, so a reflinked file's clone is never half-written) with
+    its mode and a fresh mtime, so nothing judging staleness by time takes it for what was built. The bytecode the
+    record lists is removed (Python compiles it again from the relocated sources). Last the tree's shape is
+    checked against the record's :attr:`BuildRecord.restored_digest`."""
     pairs = _relinker(record, ws)
-    for rel in record.relocate:
+    for rel, sha in record.relocate.items():
         path = staging / rel
         data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != sha:
+            return f"changed since it was built ({rel})"
         for old, new in pairs.items():
             data = data.replace(old.encode(), new.encode())
         tmp = path.with_name(f".{path.name}.relocate-{uuid.uuid4().hex}")
         tmp.write_bytes(data)
-        shutil.copystat(path, tmp)
+        os.chmod(tmp, stat.S_IMODE(os.lstat(path).st_mode))
         os.replace(tmp, path)
+    for rel in record.drop:
+        (staging / rel).unlink(missing_ok=True)
+    names = _workspace_names(ws)
+    links = _links_into(staging, record.paths, names)
+    if (
+        _restored_digest(staging, record.paths, set(record.relocate) | links, set(record.drop))
+        != record.restored_digest
+    ):
+        return "does not match its build record once relocated"
+    return ""
 
 
 _STATUS_ARGS = ("--porcelain=v1", "-z", "--ignored=traditional", "-unormal")

@@ -110,6 +110,12 @@ class AppRecipe(BaseModel):
         "run, like the tests, with no network at all. On the local provider setup then reaches the package "
         "registries only, through an egress proxy (DURAFIX_SETUP_EGRESS; docs/security.md, Sandbox)",
     )
+    setup_check: str | None = Field(
+        default=None,
+        description="a cheap command proving a restored setup works in this workspace, e.g. `.venv/bin/python -I "
+        "-c 'import pkg'`: run (sandboxed, no network) after the dependency cache restored setup's result instead of "
+        "running setup; failing, the entry is discarded and setup runs (the environment log says so)",
+    )
     cache: list[str] | None = Field(
         default=None,
         description="paths (relative to the repository root) that setup creates and that are cached per lock hash, "

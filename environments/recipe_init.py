@@ -95,9 +95,13 @@ def render_recipe(guess: RecipeGuess) -> str:
     ordered: dict[str, Any] = {
         key: data[key] for key in ("setup", "start", "port", "readiness", "test", "fixtures", "env", "secrets")
     }
+    after_setup: dict[str, Any] = {}
     if guess.recipe.setup_network:
         # Right after setup, where a reader looks for why an install can reach the registry.
-        ordered = {"setup": ordered.pop("setup"), "setup_network": True, **ordered}
+        after_setup["setup_network"] = True
+    if guess.recipe.setup_check:
+        after_setup["setup_check"] = guess.recipe.setup_check
+    ordered = {"setup": ordered.pop("setup"), **after_setup, **ordered}
     ordered["lock_files"] = guess.recipe.lock_files
     ordered["image"] = guess.recipe.image.model_dump(mode="json")
     header = [
@@ -278,6 +282,7 @@ class _PythonTool:
 
 def _guess_python(repo_dir: Path) -> RecipeGuess | None:
     pyproject = _read_pyproject(repo_dir)
+    setup_check: str | None = None
     guessed: list[str] = []
     check: list[str] = []
     requirements = sorted(p.name for p in repo_dir.glob("requirements*.txt") if p.is_file())
@@ -324,6 +329,10 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
             ["python3", "python3-venv"],
         )
         check.append("no lock file: every run resolves dependencies anew; pin them (a lock or requirements file)")
+        module = _own_module(repo_dir, pyproject)
+        if module is not None:
+            setup_check = f'.venv/bin/python -I -c "import {module}"'
+            guessed.append(f"setup_check: {setup_check} (the editable install's package, {module})")
     elif any(repo_dir.glob("*.py")):
         tool = _PythonTool(
             "Python project (no dependencies declared)", [], "python3", "python3 -m pytest", [], ["python3"]
@@ -358,6 +367,7 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
     recipe = AppRecipe(
         setup=tool.setup,
         setup_network=bool(tool.setup),
+        setup_check=setup_check,
         start=start,
         port=port,
         readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
@@ -366,6 +376,21 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         image=ImageRecipe(packages=tool.packages),
     )
     return RecipeGuess(tool.project, recipe, guessed, check)
+
+
+def _own_module(repo_dir: Path, pyproject: dict[str, Any] | None) -> str | None:
+    """The import name of the project's own package, when its ``[project] name`` (normalized: lower case, ``-``
+    and ``.`` as ``_``) is a package or module at the root or under ``src/``; else ``None`` (no guess)."""
+    name = (pyproject or {}).get("project", {}).get("name")
+    if not isinstance(name, str):
+        return None
+    module = re.sub(r"[-.]+", "_", name).lower()
+    if not module.isidentifier():
+        return None
+    for base in (repo_dir, repo_dir / "src"):
+        if (base / module / "__init__.py").is_file() or (base / f"{module}.py").is_file():
+            return module
+    return None
 
 
 def _read_pyproject(repo_dir: Path) -> dict[str, Any] | None:

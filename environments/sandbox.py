@@ -15,11 +15,15 @@ whatever they run. Each such command runs as ``bwrap ... /bin/sh -c COMMAND`` wi
   the worker's real uid, so only not mounting protects the rest of the host's ``/etc`` (``shadow-``,
   ``ssl/private``, SSH host keys, an operator's keys under ``/etc/durafix/``). Then a private ``/proc`` of the
   new PID namespace, a minimal ``/dev``, and private tmpfs mounts on ``/tmp``, ``/var/tmp``, ``/run``,
-  ``/home`` and ``/root`` (so ``HOME`` is an empty writable directory); the workspace read-write at its own
-  path (so absolute paths recorded by ``npm`` or a ``.venv`` keep working) and the few directories a step must
-  write besides it (setup's package caches). Nothing else of the host exists inside: not the state directory
-  (``config.json``, tokens, other runs' workspaces), not the Docker socket, not the worker's home or its
-  virtual environment, not ``/sys``. :meth:`Sandbox.visible` lists what every command can read and
+  ``/home`` and ``/root`` (so ``HOME`` is an empty writable directory); the workspace read-write at
+  :data:`WORKSPACE` (``/workspace``), the same path for every workspace of every run, and the few directories
+  a step must write besides it (setup's package caches, at their own paths). The fixed path is what lets the
+  dependency cache (:mod:`environments.depcache`) put what one workspace's setup built into another unchanged:
+  the absolute paths setup records (a ``.venv``'s shebangs and ``pyvenv.cfg``, ``.pth`` files and editable
+  installs' finders, ``node_modules/.bin`` links) name ``/workspace`` and hold in every workspace, so nothing is
+  rewritten and no workspace's files ever name another's. Nothing else of the host exists inside: not the
+  state directory (``config.json``, tokens, other runs' workspaces), not the Docker socket, not the worker's
+  home or its virtual environment, not ``/sys``. :meth:`Sandbox.visible` lists what every command can read and
   :meth:`Sandbox.exposes` says whether a host path is among it: ``durafix worker`` refuses to start when a
   secret file it is configured with is (``pipeline/worker/sandbox_exposure.py``);
 - ``--die-with-parent`` and the PID namespace: when the step's first process ends (or bwrap is killed), the
@@ -47,6 +51,9 @@ from environments.interface import EnvironmentError
 from environments.sandbox_etc import REMOUNT_ETC, account_stubs, etc_args, etc_sources
 
 BWRAP = "/usr/bin/bwrap"
+# Where every sandboxed command sees its workspace (see the module): never a path of the worker's, so nothing a
+# command writes or prints names the workspace's host path, and what setup built is valid in every workspace.
+WORKSPACE = "/workspace"
 SANDBOXED = "bubblewrap"
 UNSANDBOXED = "unsandboxed"
 
@@ -137,6 +144,12 @@ class Sandbox:
                 return str(root)
         return None
 
+    def inside(self, workspace: Path) -> Path:
+        """Where a command run by :meth:`wrap` sees ``workspace``: :data:`WORKSPACE` in bubblewrap, its own
+        (absolute) path unsandboxed. Anything that hands the sandboxed command a path of the workspace (an
+        argument, a variable) hands it this one."""
+        return Path(WORKSPACE) if self.sandboxed else Path(workspace).absolute()
+
     def wrap(
         self,
         argv: Sequence[str],
@@ -145,11 +158,15 @@ class Sandbox:
         writable: Sequence[Path] = (),
         network: Network | Egress = Network.NONE,
     ) -> list[str]:
-        """``argv`` as it runs in this sandbox with ``workspace`` (its working directory) and ``writable``
-        read-write, on ``network``; unchanged when unsandboxed (then ``network`` is the worker's: the operator
-        chose to run without the sandbox)."""
+        """``argv`` as it runs in this sandbox with ``workspace`` read-write at :data:`WORKSPACE` (its working
+        directory) and ``writable`` read-write at their own paths, on ``network``; unchanged when unsandboxed (then
+        ``network`` is the worker's: the operator chose to run without the sandbox). A ``writable`` or read-only
+        path at or under :data:`WORKSPACE` would be hidden by the workspace: refused."""
         if not self.sandboxed:
             return list(argv)
+        for extra in [*writable, *self.read_only]:
+            if Path(extra).absolute().is_relative_to(WORKSPACE):
+                raise EnvironmentError(f"{extra} would be hidden by the workspace, bound at {WORKSPACE} in the sandbox")
         args = [
             self.bwrap,
             "--die-with-parent",
@@ -180,7 +197,8 @@ class Sandbox:
         for extra in self.read_only:
             args += ["--ro-bind-try", str(extra), str(extra)]
         args += REMOUNT_ETC
-        for path in [workspace, *writable]:
+        args += ["--bind", str(Path(workspace).absolute()), WORKSPACE]
+        for path in writable:
             resolved = str(Path(path).absolute())
             args += ["--bind", resolved, resolved]
         # Over the writable bind: the workspace's git metadata is the worker's, read-only to what runs inside. A
@@ -189,7 +207,7 @@ class Sandbox:
         if dot_git.is_symlink() or (dot_git.exists() and not dot_git.is_dir()):
             raise EnvironmentError(f"{dot_git} is not a directory the worker made; refusing to run a command there")
         if dot_git.is_dir():
-            args += ["--ro-bind", str(dot_git), str(dot_git)]
+            args += ["--ro-bind", str(dot_git), f"{WORKSPACE}/.git"]
         if isinstance(network, Egress):
             # After the /run tmpfs, which would hide it; read-only (connecting needs no write access to the mount,
             # and the setup cannot chmod or replace it). bwrap's --setenv wins over the recipe's variables.
@@ -197,7 +215,7 @@ class Sandbox:
             for name, value in egress.PROXY_ENV.items():
                 args += ["--setenv", name, value]
             argv = egress.bridged(argv)
-        args += ["--chdir", str(Path(workspace).absolute()), "--", *argv]
+        args += ["--chdir", WORKSPACE, "--", *argv]
         return args
 
 

@@ -5,8 +5,9 @@ environment it runs with. The caller (``model.agent_command``) runs it in the sa
 working directory; whatever the CLI changed in the workspace is the proposal, judged by the same patch policy
 and verification as the built-in engine's. The contract for any CLI:
 
-- working directory: the workspace, at the base revision, read-write; ``DURAFIX_AGENT_DIR``: a writable
-  directory outside it for the CLI's own files (trajectories, caches, its ``HOME``);
+- working directory: the workspace (``/workspace`` in the sandbox), at the base revision, read-write;
+  ``DURAFIX_AGENT_DIR``: a writable directory outside it for the CLI's own files (trajectories, caches, its
+  ``HOME``);
 - ``OPENAI_BASE_URL`` / ``OPENAI_API_KEY`` / ``OPENAI_MODEL``: the attempt's model endpoint (a proxy holding
   the real key, :mod:`repair.model_proxy`), a key valid for this attempt only, and the model name;
 - ``DURAFIX_TASK``: the task (the report and what earlier attempts got wrong), also in the file

@@ -232,7 +232,8 @@ class CommandActivities:
             port = INNER_PORT if sandbox.sandboxed else proxy.port
             inv = agent.invocation(
                 request,
-                workspace=workspace,
+                # The path the CLI sees its working directory at (the sandbox's fixed one).
+                workspace=sandbox.inside(workspace),
                 agent_dir=agent_dir,
                 base_url=f"http://127.0.0.1:{port}/v1",
                 api_key=proxy.key,

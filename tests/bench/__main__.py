@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
-``python -m tests.bench [NAME ...]`` runs a subset (names: workspace, depcache, browser, evidence, docker,
-agent, parked, failover, forge_writes, tax, throughput, webhook_pr, hosts).
+``python -m tests.bench [NAME ...]`` runs a subset (names: workspace, depcache, depcache_pnpm, browser, evidence,
+docker, agent, parked, failover, forge_writes, tax, throughput, webhook_pr, hosts).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import importlib
 import sys
 import time
 
-BENCHMARKS = ["workspace", "depcache", "browser", "evidence", "docker", "agent", "parked"]
+BENCHMARKS = ["workspace", "depcache", "depcache_pnpm", "browser", "evidence", "docker", "agent", "parked"]
 BENCHMARKS += ["failover", "forge_writes"]  # recovery: resume after a kill, writes per effectively-once object
 BENCHMARKS += ["tax", "throughput", "webhook_pr"]  # orchestration: the durability tax, throughput, webhook to PR
 BENCHMARKS += ["hosts"]  # scale-out: runs/min on 1 worker host vs 3 (network namespaces, root)

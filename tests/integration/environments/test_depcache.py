@@ -356,3 +356,75 @@ def test_leftovers_of_dead_builders_are_removed_by_the_next_build_and_a_live_one
     assert outcome.stored is not None
     assert not dead.exists() and live.is_dir()
     assert setups.cache.read_record(entry) == outcome.stored
+
+
+def test_a_restore_failing_the_recipes_setup_check_is_discarded_and_setup_runs(tmp_path: Path, counter: Path) -> None:
+    # The check fails in a workspace holding `broken` (untracked, made before setup), restored or set up anew.
+    repo = shell_project(tmp_path, counter, setup_check="test -x node_modules/.bin/dep && test ! -e broken")
+    setups = Setups(tmp_path, repo, DependencyCache(tmp_path / "deps"))
+    first = setups.workspace("a")
+    stored = setups.setup(first).stored
+    assert stored is not None and counter_lines(counter) == 1
+    entry = setups.cache.entry_path(setups.key(first))
+
+    second = setups.workspace("b")
+    (second.path / "broken").touch()
+    heard: list[str] = []
+    outcome = setups.setup(second, heard)
+
+    assert outcome.ran and outcome.restored is None and counter_lines(counter) == 2
+    check = "setup: checking the environment: test -x node_modules/.bin/dep && test ! -e broken"
+    assert heard[:2] == ["setup: restoring node_modules from the dependency cache", check]
+    assert heard.count(check) == 2, "after the restore, and after setup itself"
+    log = setups.log(second).read_text()
+    assert f"# dependency cache: miss (entry {stored.key[:12]} failed the recipe's setup_check (exited 1); " in log
+    assert "discarded it); running setup" in log
+    # What setup made there fails the check too: not stored, and the rejected entry is gone.
+    assert outcome.stored is None
+    assert outcome.cache == "not cached: the recipe's setup_check failed after setup itself (exited 1)"
+    assert not entry.exists()
+    assert (second.path / "node_modules" / ".bin" / "dep").exists()
+
+    third = setups.workspace("c")
+    rebuilt = setups.setup(third)
+    assert rebuilt.ran and rebuilt.stored is not None and counter_lines(counter) == 3
+    assert "# dependency cache: miss (no entry yet); running setup" in setups.log(third).read_text()
+    fourth = setups.workspace("d")
+    again = setups.setup(fourth)
+    assert not again.ran and again.restored == rebuilt.stored and counter_lines(counter) == 3
+
+
+def test_a_binary_file_naming_the_workspace_path_is_never_stored(tmp_path: Path, counter: Path) -> None:
+    native = "printf 'ELF\\000built in %s\\000' \"$(pwd -P)\" > node_modules/dep/native.node"
+    repo = shell_project(tmp_path, counter, setup=[*SHELL_SETUP, native])
+    setups = Setups(tmp_path, repo, DependencyCache(tmp_path / "deps"))
+
+    first = setups.setup(setups.workspace("a"))
+
+    assert first.ran and first.stored is None
+    assert first.cache == (
+        "not cached: node_modules/dep/native.node is a binary file naming the workspace path, which cannot be relocated"
+    )
+    assert [p for p in setups.cache.entries() if not p.name.startswith(".")] == []
+
+
+def test_a_relocated_file_changed_in_the_entry_is_refused_even_with_its_size_and_mtime_kept(
+    setups: Setups, counter: Path
+) -> None:
+    first = setups.workspace("a")
+    record = setups.setup(first).stored
+    assert record is not None and "node_modules/dep/bin/dep" in record.relocate
+    stored = setups.cache.entry_path(setups.key(first)) / TREE_NAME / "node_modules" / "dep" / "bin" / "dep"
+    st = stored.stat()
+    text = stored.read_text()
+    stored.write_text(text.replace("echo dep", "echo own"))
+    os.utime(stored, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    second = setups.workspace("b")
+    outcome = setups.setup(second)
+
+    assert outcome.ran and counter_lines(counter) == 2
+    log = setups.log(second).read_text()
+    assert f"entry {setups.cache.entry_path(setups.key(first)).name} changed since it was built" in log
+    assert "(node_modules/dep/bin/dep); not used" in log
+    assert "echo own" not in (second.path / "node_modules" / "dep" / "bin" / "dep").read_text()

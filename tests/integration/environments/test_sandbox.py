@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from environments.commands import run_to_completion
-from environments.interface import RecoverySpec
+from environments.interface import EnvironmentError, RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import MARKER_VAR, owned_pids
-from environments.sandbox import UNSANDBOXED, Network, Sandbox, SandboxUnavailableError, bwrap_problem
+from environments.sandbox import UNSANDBOXED, WORKSPACE, Network, Sandbox, SandboxUnavailableError, bwrap_problem
 from environments.secrets import SecretRefusedError, check_allowlist, resolve_secrets
 from environments.spec import load_recipe
 from pipeline import messages
@@ -68,6 +68,21 @@ def run(sandbox: Sandbox, ws: Path, command: str, *, network: Network = Network.
     code, _ = run_to_completion(command, cwd=ws, env=env, log_path=log, timeout_s=30, sandbox=sandbox, network=network)
     assert code is not None
     return log.read_text()
+
+
+def test_every_workspace_is_at_the_one_fixed_path_inside_and_its_host_path_does_not_exist(
+    sandbox: Sandbox, workspace: Path, tmp_path: Path
+) -> None:
+    other = tmp_path / "elsewhere" / "a-longer-workspace-path"
+    other.mkdir(parents=True)
+    for ws, name in [(workspace, "first"), (other, "second")]:
+        (ws / "mine").write_text(name + "\n")
+        out = run(sandbox, ws, f"pwd; pwd -P; cat {WORKSPACE}/mine; ls {ws} 2>&1 || echo no-host-path")
+        assert out.splitlines()[1:4] == [WORKSPACE, WORKSPACE, name], out
+        assert "no-host-path" in out
+    assert sandbox.inside(workspace) == sandbox.inside(other) == Path(WORKSPACE)
+    with pytest.raises(EnvironmentError, match="hidden by the workspace"):
+        sandbox.wrap(["true"], workspace=workspace, writable=[Path(WORKSPACE) / "cache"])
 
 
 def test_inside_only_the_workspace_is_writable_and_the_state_directory_does_not_exist(

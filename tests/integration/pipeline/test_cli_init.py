@@ -282,3 +282,39 @@ def test_json_names_the_file_the_recipe_and_the_checks(tmp_path: Path, capsys: p
     assert doc["project"] == "Python project (no dependencies declared)"
     assert AppRecipe.model_validate(doc["recipe"]) == load_recipe(repo)
     assert any(line.startswith("start: `python3 app.py` must serve the app on $PORT") for line in doc["check"])
+
+
+def test_an_editable_pip_project_gets_a_setup_check_importing_its_own_package(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "tool",
+        {
+            "pyproject.toml": """
+                [project]
+                name = "Shop-Tools"
+                version = "0.1.0"
+                dependencies = []
+            """,
+            "src/shop_tools/__init__.py": "VERSION = '0.1.0'\n",
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    recipe = load_recipe(repo)
+    assert recipe.setup == ["python3 -m venv .venv && .venv/bin/pip install -e ."]
+    assert recipe.setup_check == '.venv/bin/python -I -c "import shop_tools"'
+    assert "setup_check:" in (repo / "durafix.yaml").read_text()
+
+
+def test_no_setup_check_is_guessed_when_the_package_is_not_where_its_name_says(tmp_path: Path) -> None:
+    repo = write(
+        tmp_path / "tool",
+        {
+            "pyproject.toml": '[project]\nname = "shop-tools"\nversion = "0.1.0"\n',
+            "lib/other/__init__.py": "",
+        },
+    )
+
+    assert init(tmp_path, str(repo)) == 0
+
+    assert load_recipe(repo).setup_check is None
