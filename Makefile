@@ -4,7 +4,7 @@
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
-APT_PACKAGES := git chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat
+APT_PACKAGES := git nodejs chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat
 PYTEST_ARGS ?=
 # Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay.
 # Whole modules go to one process (module fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
