@@ -117,6 +117,7 @@ HOST_WORKER_LOST_PATCH = "host-step-worker-lost-sent-again"
 STATE_MEMO_PATCH = "state-in-memo"
 REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"
 RUN_RECORD_PATCH = "run-record-stored"
+ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -264,6 +265,14 @@ PATCHES: tuple[Patch, ...] = (
         "with a bounded one; runs recorded before issue no such step.",
         fixtures=("review-resumed-merged",),
         shipped=date(2026, 12, 4),
+    ),
+    Patch(
+        ATTEMPT_CHILD_PATCH,
+        "Each stepped repair attempt and revision runs as a child workflow (repair_attempt, "
+        "pipeline/flow/attempt.py), so its turns stay out of the run's history; runs recorded before ran "
+        "every turn in their own.",
+        fixtures=("repair-attempts-as-children",),
+        shipped=date(2026, 12, 5),
     ),
 )
 

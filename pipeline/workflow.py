@@ -24,6 +24,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from pipeline.flow.agent import SteppedAgent
+    from pipeline.flow.attempt import RepairAttemptWorkflow
     from pipeline.flow.context import RunContext, RunEnded, is_cancellation
     from pipeline.flow.decisions import Decisions
     from pipeline.flow.ending import Ending
@@ -244,3 +245,7 @@ class RepairBugWorkflow:
     async def _review_and_merge(self) -> tuple[Outcome, str]:
         """The review gate, to the merge or another ending (a later release may extend it: see ``context_type``)."""
         return await self._review.run()
+
+
+# Every workflow a worker of the orchestration queue must host: a run and its attempts' child workflows.
+WORKFLOWS: tuple[type, ...] = (RepairBugWorkflow, RepairAttemptWorkflow)

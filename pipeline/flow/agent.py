@@ -7,16 +7,26 @@ one request; a tool batch re-runs on base + the patch before it)."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from evidence.interface import ArtifactRef
     from pipeline import accounting, steps
+    from pipeline.flow.attempt_carry import (
+        ATTEMPT_STEP_FAILED,
+        ATTEMPT_WORKFLOW,
+        AttemptInput,
+        AttemptOrder,
+        AttemptOutcome,
+        attempt_workflow_id,
+    )
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
-    from pipeline.patches import AGENT_RUN_TOOLS_PATCH
+    from pipeline.patches import AGENT_RUN_TOOLS_PATCH, ATTEMPT_CHILD_PATCH
     from pipeline.state import Outcome, Phase, ReproductionOutcome
     from pipeline.steps import (
         AGENT_MAX_TURNS,
@@ -47,6 +57,29 @@ class AttemptSpec:
     revision: int = 0
     review_feedback: str = ""
 
+    def order(self) -> AttemptOrder:
+        return AttemptOrder(
+            attempt=self.attempt,
+            repair_op=self.repair_op,
+            failures=list(self.failures),
+            token_budget=self.token_budget,
+            start_patch=self.start_patch,
+            revision=self.revision,
+            review_feedback=self.review_feedback,
+        )
+
+    @classmethod
+    def of(cls, order: AttemptOrder) -> AttemptSpec:
+        return cls(
+            order.attempt,
+            order.repair_op,
+            list(order.failures),
+            order.token_budget,
+            start_patch=order.start_patch,
+            revision=order.revision,
+            review_feedback=order.review_feedback,
+        )
+
 
 @dataclass
 class _Progress:
@@ -72,7 +105,73 @@ class SteppedAgent:
     async def attempt(self, spec: AttemptSpec) -> ProposalResult:
         """Run the attempt to its conclusion. Tokens are charged to the run after every turn (a failed turn's
         through its failure, by the caller). The run ends ``repair-budget-exhausted`` when the attempt uses all
-        its turns; a step's failure propagates as the ``ActivityError`` the caller judges."""
+        its turns; a step's failure propagates as the ``ActivityError`` the caller judges.
+
+        New runs run it as a child workflow (:mod:`pipeline.flow.attempt_carry`), with the same steps, outcome
+        and charges as here; runs recorded before ran it in their own history, and replay so."""
+        if workflow.patched(ATTEMPT_CHILD_PATCH):
+            return await self._in_child(spec)
+        return await self.attempt_here(spec)
+
+    async def _in_child(self, spec: AttemptSpec) -> ProposalResult:
+        """:meth:`attempt_here` in the child workflow ``repair_attempt``; what it changed of the run's state is
+        taken back whichever way it ended, then it ends here as it ended there."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        inp = AttemptInput(
+            run=ctx.input.model_copy(update={"resume": None}),
+            state=ctx.state,
+            report=ctx.the_report,
+            spec_ref=ctx.spec,
+            procedure_ref=ctx.procedure_ref,
+            hosts=ctx.hosts,
+            live_envs=ctx.live_envs,
+            cancellation_v2=ctx.cancellation_v2,
+            order=spec.order(),
+        )
+        try:
+            outcome: AttemptOutcome = await workflow.execute_child_workflow(
+                ATTEMPT_WORKFLOW,
+                inp,
+                id=attempt_workflow_id(ctx.wf, spec.attempt),
+                task_queue=steps.TaskQueue.ORCHESTRATION.value,
+                result_type=AttemptOutcome,
+            )
+        except ChildWorkflowError as err:
+            wrapper = err.cause
+            if not (isinstance(wrapper, ApplicationError) and wrapper.type == ATTEMPT_STEP_FAILED):
+                raise
+            self._take_back(AttemptOutcome.model_validate(wrapper.details[0]))
+            step_failure = wrapper.__cause__
+            if isinstance(step_failure, ActivityError):
+                raise step_failure from None
+            raise
+        self._take_back(outcome)
+        if outcome.cancelled:
+            raise asyncio.CancelledError()
+        if outcome.ended is not None:
+            raise RunEnded(outcome.ended, outcome.ended_detail)
+        assert outcome.proposal is not None
+        return outcome.proposal
+
+    def _take_back(self, outcome: AttemptOutcome) -> None:
+        """The parts of the run's state an attempt changes, as the child left them (the rest is the run's: its
+        handlers may have changed it meanwhile)."""
+        ctx, after = self.ctx, outcome.state
+        # In place: the phases hold the budgets object and the lists while an attempt runs.
+        for name in type(after.budgets).model_fields:
+            setattr(ctx.state.budgets, name, getattr(after.budgets, name))
+        ctx.state.evidence[:] = after.evidence
+        ctx.state.timeline[:] = after.timeline
+        ctx.state.phase = after.phase
+        ctx.state.environment = after.environment
+        ctx.hosts[:] = outcome.hosts
+        ctx.live_envs.clear()
+        ctx.live_envs.update(outcome.live_envs)
+        ctx.record_state()
+
+    async def attempt_here(self, spec: AttemptSpec) -> ProposalResult:
+        """:meth:`attempt` in this workflow's own history (the child's, or a run recorded before children)."""
         ctx = self.ctx
         tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if workflow.patched(AGENT_RUN_TOOLS_PATCH) else None
         progress = _Progress(patch=spec.start_patch, tools=tools)

@@ -40,7 +40,7 @@ from pipeline.temporal_connection import connect_options
 from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
 from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.worker.supervisor import GO, READY, supervisor_pid
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 
 ALL_QUEUES = [q for q in TaskQueue]
 # A run's next workflow task waits this long on the sticky queue of the process that last ran it before the
@@ -129,7 +129,7 @@ def build_workers(
                 Worker(
                     client,
                     task_queue=queue.value,
-                    workflows=[RepairBugWorkflow],
+                    workflows=list(WORKFLOWS),
                     identity=identity,
                     sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
                     max_cached_workflows=limits[queue].sticky_cache or 0,

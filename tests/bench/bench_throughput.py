@@ -51,7 +51,7 @@ from pipeline.config import DurafixConfig
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from pipeline.steps import TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.bench.bench_parked import REPOSITORY, bounded
 from tests.conftest import start_dev_server, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE, Script, doubles
@@ -205,7 +205,7 @@ def workers(client: Client, watcher: EvidencePosted) -> list[Worker]:
     """The orchestration worker (the production settings of :func:`pipeline.worker.runner.build_workers`), the
     doubles on every activity queue, and the floor's workflow and activity on a queue of its own."""
     script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
-    built = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+    built = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
     for queue, activities in doubles(script).items():
         built.append(
             Worker(

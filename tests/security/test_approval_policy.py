@@ -24,7 +24,7 @@ from temporalio.worker import Worker
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from reviews.approval_policy import ApprovalPolicy
 from tests.security.test_reviews import approve, bot_pr, decisions, started_run
 from tests.support.security_harness import BOT, MAINTAINER, OWNER, READER, Site, post, serving, sign
@@ -57,7 +57,7 @@ async def test_a_reviewer_outside_the_allow_list_is_refused_naming_the_policy(si
     number, head = bot_pr(site, workflow_id)
     policy = ApprovalPolicy(version=3, allowed_users=(OWNER,))
     # A workflow worker answers the deliveries' Updates; the forge calls run off its event loop.
-    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         payload = await asyncio.to_thread(real_review_delivery, site, number, head)
         sent_before = await decisions(site, workflow_id)
         with serving(site.config.model_copy(update={"approval_policy": policy})) as strict:
@@ -91,7 +91,7 @@ async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site:
     _, workflow_id = started_run(site)
     number, head = bot_pr(site, workflow_id)
     policy = ApprovalPolicy(version=7, allowed_teams=(f"{org}/approvers",))
-    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         payload = await asyncio.to_thread(real_review_delivery, site, number, head)
         sent_before = await decisions(site, workflow_id)
         with serving(site.config.model_copy(update={"approval_policy": policy})) as by_team:

@@ -31,7 +31,7 @@ from pipeline.activities.model import ModelActivities
 from pipeline.config import load_config
 from pipeline.state import Phase
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
@@ -413,7 +413,7 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     acts[TaskQueue.BROWSER].append(prepare_procedure)
     acts[TaskQueue.MODEL] = list(model.all())
     with ThreadPoolExecutor(max_workers=4) as executor:
-        workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+        workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
         workers += [
             Worker(temporal_client, task_queue=queue.value, activities=a, activity_executor=executor)
             for queue, a in acts.items()

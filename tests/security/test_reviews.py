@@ -33,7 +33,7 @@ from pipeline.config import DurafixConfig
 from pipeline.services import Services
 from pipeline.state import Approval, Delivered, Outcome, Phase
 from pipeline.steps import MergeInput, MergeStatus, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack
@@ -110,7 +110,7 @@ async def test_the_bots_own_review_reaches_no_run(site: Site) -> None:
     # The forge refuses the bot an approval of its own PR, as GitHub does; what a forge can still deliver is
     # a review in the bot's name (another integration sharing its login): the maintainer's real delivery,
     # with the bot as its reviewer.
-    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         # Off the event loop: the worker on it must answer the receiver's Update while the forge calls wait.
         await asyncio.to_thread(approve, site.repo(MAINTAINER), number, head, "REQUEST_CHANGES")
         [delivery] = await asyncio.to_thread(site.deliveries, "pull_request_review")
@@ -130,7 +130,7 @@ async def test_the_bots_own_review_reaches_no_run(site: Site) -> None:
 async def test_a_dismissal_withdraws_the_approval_it_carried(site: Site, temporal_client: Client) -> None:
     _, workflow_id = started_run(site)
     number, head = bot_pr(site, workflow_id)
-    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         await eventually(lambda: _answers_queries(site.client, workflow_id), 60, "the workflow's first task")
         # Off the event loop: the worker on it must answer the receiver's Update while the forge calls wait.
         review_id = await asyncio.to_thread(approve, site.repo(MAINTAINER), number, head)

@@ -41,7 +41,7 @@ from pipeline.ops import forge_setup
 from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now
 
@@ -288,7 +288,7 @@ async def workers(client: Client, config: DurafixConfig, *, procedure: bool = Fa
     services = Services(config)
     with ThreadPoolExecutor(max_workers=4) as pool:
         queues = [
-            Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]),
+            Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)),
             Worker(
                 client,
                 task_queue=TaskQueue.FORGE.value,

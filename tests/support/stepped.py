@@ -28,7 +28,7 @@ from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
 from tests.support.gitrepo import Repo
 from tests.support.repair_context import cart_procedure_json
@@ -134,7 +134,7 @@ async def pipeline_without_model(
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
     acts[TaskQueue.BROWSER].append(prepare_procedure)
-    workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow, *workflows])]
+    workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[*WORKFLOWS, *workflows])]
     workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
     runs = [asyncio.create_task(w.run()) for w in workers]
     try:

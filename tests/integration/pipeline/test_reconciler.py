@@ -42,7 +42,7 @@ from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.state import Approval, HeadPush, Outcome, Phase, Rejection, RunState
 from pipeline.steps import PullInfo, ReadPullInput, TaskQueue, VerifyInput, VerifyResult
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support import security_harness as harness
 from tests.support.forge import branch_with, commit_files
@@ -204,7 +204,7 @@ def pr_doubles(script: Script, pr_number: int, head: str) -> dict[TaskQueue, lis
 async def workers(client: Client, queues: dict[TaskQueue, list[Callable[..., Any]]]) -> AsyncIterator[None]:
     async with AsyncExitStack() as stack:
         await stack.enter_async_context(
-            Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])
+            Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))
         )
         for queue, acts in queues.items():
             await stack.enter_async_context(Worker(client, task_queue=queue.value, activities=acts))

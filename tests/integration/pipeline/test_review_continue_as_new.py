@@ -23,7 +23,7 @@ from temporalio.worker import Worker
 from pipeline.client import recorded_state_of
 from pipeline.state import Delivered, DeliveryAck, DeliveryKind, Outcome, Phase, Rejection
 from pipeline.steps import TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
 from tests.conftest import DEV_SERVER_STARTUP, require, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE, Harness, Script, approve, doubles
 from tests.replay.record import record_history
@@ -55,7 +55,7 @@ async def suggesting_client() -> AsyncIterator[Client]:
 @pytest.fixture
 async def harness(suggesting_client: Client) -> AsyncIterator[Harness]:
     script = Script()
-    workers = [Worker(suggesting_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+    workers = [Worker(suggesting_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
     for queue, acts in doubles(script).items():
         workers.append(Worker(suggesting_client, task_queue=queue.value, activities=acts))
     runs = [asyncio.create_task(w.run()) for w in workers]

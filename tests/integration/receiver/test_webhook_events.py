@@ -32,7 +32,7 @@ from pipeline.receiver.commands import CommandName, parse_command
 from pipeline.services import Services
 from pipeline.state import CancelStep, DeliveryKind, HeadPush, Outcome, Phase, RunState
 from pipeline.steps import TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from reviews.markers import COMMENT, PULL, find_marker, pull_marker
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack, owned_processes, wait_for
@@ -124,7 +124,7 @@ def deliveries_of(site: Site) -> Deliveries:
 @asynccontextmanager
 async def workflows(client: Client) -> AsyncIterator[None]:
     """The workflow worker alone: runs stay in intake and answer Updates and queries."""
-    async with Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         yield
 
 

@@ -37,7 +37,7 @@ from pipeline.config import DurafixConfig
 from pipeline.receiver.webhooks import MAX_BODY, WebhookReceiver
 from pipeline.state import Delivered, Phase, Rejection, RunState
 from pipeline.steps import TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
 from reviews.markers import pull_marker
 from tests.support.run_history import started_input
 from tests.support.security_harness import example, receiver, serving, sign
@@ -226,7 +226,7 @@ async def rejections(client: Client, workflow_id: str) -> list[Rejection]:
 @asynccontextmanager
 async def workflows_running(client: Client) -> AsyncIterator[None]:
     """The workflow worker alone: runs stay in intake (no activity worker), and answer Updates and queries."""
-    async with Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         yield
 
 
@@ -450,7 +450,7 @@ async def test_approval_for_a_run_not_awaiting_review_is_refused_with_the_valida
     # Only the workflow itself runs (no activity worker), so the run stays in intake; its approve
     # validator is what refuses, and a refused Update never enters the history.
     workflow_id = hook.run_id(13)
-    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         body = await hook.started_run(13)
         state = await state_once_running(temporal_client, workflow_id)
         assert state.phase == Phase.INTAKE
@@ -487,7 +487,7 @@ async def test_reader_can_neither_approve_nor_request_changes(hook: Hook, tempor
     # The workflow runs, so an approval let through would reach its validator (409) and a rejection would
     # be a delivery in its history; the writer's rejection at the end shows that history does record one.
     workflow_id = hook.run_id(20)
-    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow]):
+    async with Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         body = await hook.started_run(20)
         await state_once_running(temporal_client, workflow_id)
         for state in ("approved", "changes_requested"):

@@ -42,7 +42,7 @@ from pipeline.steps import (
     ReproduceResult,
     TaskQueue,
 )
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from repair.procedure_draft import ProcedureDrafter
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.integration.workflow.test_workflow_logic import BASE, Harness, Script, doubles
@@ -176,7 +176,7 @@ async def pipeline(
         git_token=NO_GIT_CREDENTIALS,
     )
     with ThreadPoolExecutor(max_workers=2) as executor:
-        workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+        workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
         workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
         workers.append(
             Worker(client, task_queue=TaskQueue.MODEL.value, activities=model.all(), activity_executor=executor)

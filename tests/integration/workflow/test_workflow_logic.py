@@ -83,7 +83,7 @@ from pipeline.steps import (
     VerifyInput,
     VerifyResult,
 )
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
 from tests.replay.record import record_history
 
 BASE = "a" * 40
@@ -544,7 +544,7 @@ class Harness:
 @pytest.fixture
 async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
     script = Script()
-    workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
+    workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
     for queue, acts in doubles(script).items():
         workers.append(Worker(temporal_client, task_queue=queue.value, activities=acts))
     runs = [asyncio.create_task(w.run()) for w in workers]

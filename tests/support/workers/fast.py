@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 from pipeline.steps import TaskQueue
 from pipeline.worker.runner import STICKY_SCHEDULE_TO_START
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support.workers.parked import AlwaysMerged, Forgetful
 
@@ -29,7 +29,7 @@ async def serve(address: str) -> None:
         Worker(
             client,
             task_queue=TaskQueue.ORCHESTRATION.value,
-            workflows=[RepairBugWorkflow],
+            workflows=list(WORKFLOWS),
             sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
         )
     ]

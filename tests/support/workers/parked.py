@@ -40,7 +40,7 @@ from temporalio.worker import (
 )
 
 from pipeline.steps import MergeStatus, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
+from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 
 RUNNING_GAUGE = "durafix_bench_activities_running"
@@ -97,7 +97,7 @@ def build_workers(client: Client, runtime: Runtime, cache_size: int, workflow_ta
         Worker(
             client,
             task_queue=TaskQueue.ORCHESTRATION.value,
-            workflows=[RepairBugWorkflow],
+            workflows=list(WORKFLOWS),
             max_cached_workflows=cache_size,
             max_concurrent_workflow_tasks=workflow_tasks,
         )

@@ -1,0 +1,74 @@
+"""What one repair attempt's child workflow (``repair_attempt``) is given and gives back.
+
+A stepped attempt is up to :data:`pipeline.steps.AGENT_MAX_TURNS` model turns, each with its tool steps: in the
+run's own history, three such attempts would be thousands of events. So each attempt (and each revision) runs
+as a child workflow of the run (ATTEMPT_CHILD_PATCH): the parent's history holds the child's start and its one
+result, the turns stay in the child's, and the agent's own changes are confined to a workflow that lives
+for minutes.
+
+The child works on a copy of the run's state and gives back the parts an attempt changes (budgets, evidence,
+timeline, environment, hosts, live environments), in every ending: with its proposal, with the run's ending
+(:class:`AttemptOutcome.ended`), cancelled, or, when a step failed, as the first detail of an
+``ApplicationError`` of type :data:`ATTEMPT_STEP_FAILED` whose cause is the step's own failure, which the
+parent raises again as it was. Operation IDs are the run's (the child's state names the run's workflow ID), so
+every step stays idempotent across a retried child exactly as inside the run. Pure values: no Temporal here.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from environments.interface import EnvironmentHandle
+from evidence.interface import ArtifactRef
+from pipeline.inputs import RepairInput
+from pipeline.state import Outcome, RunState
+from pipeline.steps import ProposalResult, ReportInfo
+from repair.context import EarlierAttempt
+
+ATTEMPT_WORKFLOW = "repair_attempt"
+# The type of the failure a child ends with when one of its steps failed: its cause is that step's failure.
+ATTEMPT_STEP_FAILED = "AttemptStepFailed"
+
+
+def attempt_workflow_id(run_workflow_id: str, attempt: int) -> str:
+    """The child's workflow ID: one per attempt number of the run (revisions have numbers of their own)."""
+    return f"{run_workflow_id}:attempt-{attempt}"
+
+
+class AttemptOrder(BaseModel):
+    """One attempt as the run orders it (:class:`pipeline.flow.agent.AttemptSpec` as a value)."""
+
+    attempt: int
+    repair_op: str
+    failures: list[EarlierAttempt]
+    token_budget: int
+    start_patch: ArtifactRef | None = None
+    revision: int = 0
+    review_feedback: str = ""
+
+
+class AttemptInput(BaseModel):
+    """What the child starts with: the run's input (without a carried review state), a copy of its state, and
+    what every step of an attempt needs."""
+
+    run: RepairInput
+    state: RunState
+    report: ReportInfo
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
+    hosts: list[str] = Field(default_factory=list)
+    live_envs: dict[str, EnvironmentHandle] = Field(default_factory=dict)
+    cancellation_v2: bool = True
+    order: AttemptOrder
+
+
+class AttemptOutcome(BaseModel):
+    """How the attempt ended, and the state it leaves (see the module docstring)."""
+
+    state: RunState
+    hosts: list[str] = Field(default_factory=list)
+    live_envs: dict[str, EnvironmentHandle] = Field(default_factory=dict)
+    proposal: ProposalResult | None = None
+    ended: Outcome | None = None
+    ended_detail: str = ""
+    cancelled: bool = False
