@@ -35,7 +35,6 @@ per-file cost shows, median of ``--runs`` each and the ratio to the first, measu
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import os
@@ -52,6 +51,7 @@ from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.spec import build_recovery_spec, load_recipe
 from environments.workspace import WorkspaceManager
+from tests.bench.report import argument_parser
 from tests.support.gitrepo import Repo
 from tests.support.projects import npm_project
 
@@ -315,7 +315,7 @@ def times(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--files", type=int, default=10_000, help="generated files added for the restore comparison")
     args = parser.parse_args()
