@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 CLONE_NEWNET = 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
@@ -135,20 +136,30 @@ def main(argv: list[str]) -> int:
     if netns is None:
         print("app_forwarder: the sandbox's network namespace was not found", file=sys.stderr)
         child.kill()
-        code = child.wait()
-        _reap_all()
-        return code
+        return reaped_exit_code(child)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+
+    serve_in_background(listener, lambda client: _serve(client, netns, home, target_port))
+    return reaped_exit_code(child)
+
+
+def serve_in_background(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+    """Hand every connection ``listener`` accepts to ``handle``, each on a thread of its own; the accepting thread
+    runs in the background until the listener is closed."""
 
     def accept() -> None:
         while True:
             try:
-                client, _ = listener.accept()
+                conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=_serve, args=(client, netns, home, target_port), daemon=True).start()
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
+
+
+def reaped_exit_code(child: subprocess.Popen[bytes]) -> int:
+    """``child``'s exit code, once it has ended and every orphan this subreaper inherited is reaped too."""
     code = child.wait()
     _reap_all()
     return code
