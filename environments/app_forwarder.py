@@ -118,11 +118,19 @@ def _serve(client: socket.socket, netns: int, home: int, target_port: int) -> No
             splice(client, upstream)
 
 
-def main(argv: list[str]) -> int:
+def ports_and_command(argv: list[str], usage: str) -> tuple[int, int, list[str]]:
+    """A forwarder's arguments, ``PORT PORT -- COMMAND...``, as (first port, second port, command); anything else
+    prints ``usage`` and exits with status 2."""
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: app_forwarder.py LISTEN_PORT TARGET_PORT -- COMMAND...", file=sys.stderr)
-        return 2
-    listen_port, target_port, command = int(argv[0]), int(argv[1]), argv[3:]
+        print(f"usage: {usage}", file=sys.stderr)
+        raise SystemExit(2)
+    return int(argv[0]), int(argv[1]), argv[3:]
+
+
+def main(argv: list[str]) -> int:
+    listen_port, target_port, command = ports_and_command(
+        argv, "app_forwarder.py LISTEN_PORT TARGET_PORT -- COMMAND..."
+    )
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", listen_port))

@@ -37,6 +37,7 @@ import time
 from environments.app_forwarder import (
     PR_SET_CHILD_SUBREAPER,
     _libc,
+    ports_and_command,
     reaped_exit_code,
     sandbox_netns,
     serve_in_background,
@@ -85,10 +86,7 @@ def _join(inner: socket.socket, host_port: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: endpoint_forwarder INNER_PORT HOST_PORT -- BWRAP ARGS...", file=sys.stderr)
-        return 2
-    inner_port, host_port, command = int(argv[0]), int(argv[1]), argv[3:]
+    inner_port, host_port, command = ports_and_command(argv, "endpoint_forwarder INNER_PORT HOST_PORT -- BWRAP ARGS...")
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     blocked, release = os.pipe()
