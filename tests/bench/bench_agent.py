@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import tempfile
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -65,17 +66,15 @@ class SingleActivityAttempt:
         return result
 
 
+@dataclass
 class Bench:
-    def __init__(
-        self, client: Client, root: Path, server: ScriptedModelServer, spec_ref: ArtifactRef, procedure_ref: ArtifactRef
-    ) -> None:
-        self.client = client
-        self.root = root
-        self.server = server
-        self.spec_ref = spec_ref
-        self.procedure_ref = procedure_ref
-        self.runs: dict[tuple[str, int | None], str] = {}  # (design, kill point) -> workflow ID
-        self._n = 0
+    client: Client
+    root: Path
+    server: ScriptedModelServer
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
+    runs: dict[tuple[str, int | None], str] = field(default_factory=dict)  # (design, kill point) -> workflow ID
+    _n: int = 0
 
     def _worker(self, name: str) -> Any:
         self._n += 1

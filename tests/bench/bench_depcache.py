@@ -58,20 +58,18 @@ from tests.support.projects import npm_project
 RUN = "repair:bench/deps#1"
 
 
+@dataclass
 class Bench:
-    def __init__(self, root: Path, repo: Repo) -> None:
-        self.root = root
-        self.repo = repo
-        self.mgr = WorkspaceManager(cache_dir=root / "cache", root=root / "workspaces")
-        self.ops = 0
+    """Workspaces of ``repo`` under ``root``, with the dependency cache (``deps``) and package caches beside them."""
 
-    @property
-    def deps(self) -> Path:
-        return self.root / "deps"
+    root: Path
+    repo: Repo
+    ops: int = 0
 
-    @property
-    def packages(self) -> Path:
-        return self.root / "packages"
+    def __post_init__(self) -> None:
+        self.mgr = WorkspaceManager(cache_dir=self.root / "cache", root=self.root / "workspaces")
+        self.deps = self.root / "deps"
+        self.packages = self.root / "packages"
 
     def spec(self) -> RecoverySpec:
         ws = self.mgr.rebuild(run_id=RUN, op_id=f"{RUN}:spec", clone_url=self.repo.url, base_revision=self.repo.base)
@@ -187,16 +185,18 @@ class AppStart:
             self.at = time.perf_counter()
 
 
+@dataclass
 class RunSetups:
     """The setup work of one repair run on ``repo``, done the way the environment activities do it."""
 
-    def __init__(self, root: Path, repo: Repo, spec: RecoverySpec, patch: str) -> None:
-        self.root = root
-        self.repo = repo
-        self.spec = spec
-        self.patch = patch
-        self.mgr = WorkspaceManager(cache_dir=root / "cache", root=root / "workspaces")
-        self.runs = 0
+    root: Path
+    repo: Repo
+    spec: RecoverySpec
+    patch: str
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.mgr = WorkspaceManager(cache_dir=self.root / "cache", root=self.root / "workspaces")
 
     def once(self, settings: SetupSettings) -> RunTimes:
         """Baseline, base provision, verify, candidate provision of a new run, with ``settings`` for every setup."""
