@@ -19,7 +19,7 @@ from .names import now_iso
 from .paging import paginate
 from .router import Ctx, RouteTable
 from .routes_repos import load_repo
-from .view import node_id
+from .view import ids
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
@@ -126,8 +126,7 @@ def list_issue_events(ctx: Ctx) -> Response:
     def render(ev: sqlite3.Row) -> dict[str, Any]:
         label = ctx.db.execute("SELECT * FROM labels WHERE id = ?", (ev["label_id"],)).fetchone()
         return {
-            "id": ev["id"],
-            "node_id": node_id("LabeledEvent" if ev["event"] == "labeled" else "UnlabeledEvent", ev["id"]),
+            **ids("LabeledEvent" if ev["event"] == "labeled" else "UnlabeledEvent", ev["id"]),
             "url": f"{ctx.repo_api(repo)}/issues/events/{ev['id']}",
             "actor": core.user(ctx, ctx.user_row(ev["actor_id"])),
             "event": ev["event"],
