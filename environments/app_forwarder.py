@@ -30,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 CLONE_NEWNET = 0x40000000
 PR_SET_CHILD_SUBREAPER = 36
@@ -117,11 +118,19 @@ def _serve(client: socket.socket, netns: int, home: int, target_port: int) -> No
             splice(client, upstream)
 
 
-def main(argv: list[str]) -> int:
+def ports_and_command(argv: list[str], usage: str) -> tuple[int, int, list[str]]:
+    """A forwarder's arguments, ``PORT PORT -- COMMAND...``, as (first port, second port, command); anything else
+    prints ``usage`` and exits with status 2."""
     if len(argv) < 4 or argv[2] != "--":
-        print("usage: app_forwarder.py LISTEN_PORT TARGET_PORT -- COMMAND...", file=sys.stderr)
-        return 2
-    listen_port, target_port, command = int(argv[0]), int(argv[1]), argv[3:]
+        print(f"usage: {usage}", file=sys.stderr)
+        raise SystemExit(2)
+    return int(argv[0]), int(argv[1]), argv[3:]
+
+
+def main(argv: list[str]) -> int:
+    listen_port, target_port, command = ports_and_command(
+        argv, "app_forwarder.py LISTEN_PORT TARGET_PORT -- COMMAND..."
+    )
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", listen_port))
@@ -135,20 +144,30 @@ def main(argv: list[str]) -> int:
     if netns is None:
         print("app_forwarder: the sandbox's network namespace was not found", file=sys.stderr)
         child.kill()
-        code = child.wait()
-        _reap_all()
-        return code
+        return reaped_exit_code(child)
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+
+    serve_in_background(listener, lambda client: _serve(client, netns, home, target_port))
+    return reaped_exit_code(child)
+
+
+def serve_in_background(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+    """Hand every connection ``listener`` accepts to ``handle``, each on a thread of its own; the accepting thread
+    runs in the background until the listener is closed."""
 
     def accept() -> None:
         while True:
             try:
-                client, _ = listener.accept()
+                conn, _ = listener.accept()
             except OSError:
                 return
-            threading.Thread(target=_serve, args=(client, netns, home, target_port), daemon=True).start()
+            threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
     threading.Thread(target=accept, daemon=True).start()
+
+
+def reaped_exit_code(child: subprocess.Popen[bytes]) -> int:
+    """``child``'s exit code, once it has ended and every orphan this subreaper inherited is reaped too."""
     code = child.wait()
     _reap_all()
     return code

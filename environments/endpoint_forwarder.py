@@ -32,10 +32,18 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
-from environments.app_forwarder import PR_SET_CHILD_SUBREAPER, _libc, _reap_all, sandbox_netns, socket_in, splice
+from environments.app_forwarder import (
+    PR_SET_CHILD_SUBREAPER,
+    _libc,
+    ports_and_command,
+    reaped_exit_code,
+    sandbox_netns,
+    serve_in_background,
+    socket_in,
+    splice,
+)
 
 PR_SET_PDEATHSIG = 1
 # The working directory the forwarder is started in: the worker's, never a workspace (bwrap's ``--chdir`` puts
@@ -78,10 +86,7 @@ def _join(inner: socket.socket, host_port: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: endpoint_forwarder INNER_PORT HOST_PORT -- BWRAP ARGS...", file=sys.stderr)
-        return 2
-    inner_port, host_port, command = int(argv[0]), int(argv[1]), argv[3:]
+    inner_port, host_port, command = ports_and_command(argv, "endpoint_forwarder INNER_PORT HOST_PORT -- BWRAP ARGS...")
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     blocked, release = os.pipe()
@@ -97,25 +102,13 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         print(f"endpoint_forwarder: {exc}", file=sys.stderr)
         child.kill()
-        code = child.wait()
-        _reap_all()
-        return code or 1
+        return reaped_exit_code(child) or 1
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=_join, args=(conn, host_port), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    serve_in_background(listener, lambda conn: _join(conn, host_port))
     os.write(release, b"x")
     with contextlib.suppress(OSError):
         os.close(release)
-    code = child.wait()
-    _reap_all()
-    return code
+    return reaped_exit_code(child)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,17 @@ Contracts every provider honours:
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
+
+from environments.progress import ignore
 
 # A provider calls this with a short human sub-state ("setup: npm ci", "waiting for readiness at ...") each
 # time its work changes, on the provisioning thread. Text only: the receiver adds timing itself. It must not
@@ -278,9 +282,29 @@ class FixtureError(NotReadyError):
     reproduction expects. The app is stopped, so no later provision adopts a half-seeded environment."""
 
 
-class EnvironmentProvider(Protocol):
+@dataclass(frozen=True)
+class ChecksRun:
+    """One :meth:`EnvironmentProvider.run_checks` call as the provider carries it out: the call's arguments, with
+    ``progress`` always a callback (one that ignores everything when the caller gave none)."""
+
+    spec: RecoverySpec
+    workspace: str
+    run_id: str
+    op_id: str
+    log_path: Path
+    setup_timeout_s: float
+    test_timeout_s: float
+    progress: Progress
+    command: str | None
+    setup: bool
+
+
+class EnvironmentProvider(ABC):
+    """What every provider implements; the base of the local and the Docker provider."""
+
     name: str
 
+    @abstractmethod
     def provision(
         self, *, run_id: str, op_id: str, spec: RecoverySpec, workspace: str, progress: Progress | None = None
     ) -> EnvironmentHandle:
@@ -293,23 +317,22 @@ class EnvironmentProvider(Protocol):
         readiness at <url><path>``, and ``fixtures: <command>`` before each fixture command (commands on one
         line, cut to about 80 characters). It must not raise (see :data:`Progress`).
         """
-        ...
 
+    @abstractmethod
     def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
         """Re-probe the live environment; never answers from recorded state."""
-        ...
 
+    @abstractmethod
     def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
         """Resources this provider holds for ``run_id`` (all runs when ``None``)."""
-        ...
 
+    @abstractmethod
     def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
         """Stop one environment; idempotent."""
-        ...
 
+    @abstractmethod
     def cleanup_run(self, run_id: str) -> CleanupReport:
         """Tombstone ``run_id`` then remove everything it owns; idempotent, never widens its target."""
-        ...
 
     def run_checks(
         self,
@@ -339,4 +362,13 @@ class EnvironmentProvider(Protocol):
         workspace is set up already (a provider whose setup is part of what it builds from the workspace, as
         Docker's image, may still build).
         """
-        ...
+        progress = progress or ignore
+        return self._run_checks(
+            ChecksRun(
+                spec, workspace, run_id, op_id, log_path, setup_timeout_s, test_timeout_s, progress, command, setup
+            )
+        )
+
+    @abstractmethod
+    def _run_checks(self, run: ChecksRun) -> TestRunResult:
+        """:meth:`run_checks` as this provider carries it out."""

@@ -56,9 +56,11 @@ from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
     APP_URL_VAR,
     AppRecipe,
+    ChecksRun,
     CleanupReport,
     EnvironmentError,
     EnvironmentHandle,
+    EnvironmentProvider,
     EnvironmentStatus,
     FixtureError,
     NotReadyError,
@@ -81,7 +83,7 @@ from environments.secrets import check_allowlist
 PROVIDER_NAME = "local"
 
 
-class LocalProcessProvider:
+class LocalProcessProvider(EnvironmentProvider):
     """Runs environments as local process groups; state and logs under ``state_dir``.
 
     ``setup``: how setup commands run on this worker (dependency cache, package caches, passed-through
@@ -206,49 +208,32 @@ class LocalProcessProvider:
                     leftover.unlink()
         return report
 
-    def run_checks(
-        self,
-        spec: RecoverySpec,
-        workspace: str,
-        *,
-        run_id: str,
-        op_id: str,
-        log_path: Path,
-        setup_timeout_s: float,
-        test_timeout_s: float,
-        progress: Progress | None = None,
-        command: str | None = None,
-        setup: bool = True,
-    ) -> TestRunResult:
+    def _run_checks(self, run: ChecksRun) -> TestRunResult:
         """The recipe's setup (restored from the dependency cache when it can be) and then its tests in
-        ``workspace``, each command in this provider's sandbox: tests with no network, writing the workspace
+        ``run.workspace``, each command in this provider's sandbox: tests with no network, writing the workspace
         only; nothing they start outlives them. Raises :class:`~environments.checks.SetupError`."""
-        progress = progress or ignore
-        ws = Path(workspace).absolute()
-        recipe = spec.recipe
+        ws = Path(run.workspace).absolute()
         # Its own marker per call: nothing of a check is a run's recorded resource, since nothing of it outlives
         # the call (the sandbox's PID namespace ends with each command, and a call given up on stops its
         # command). The marker is under the run's key all the same, so the run's cleanup sweep and anyone
         # listing the run's processes see a check that is still running.
-        checks = f"{self._run_dir(run_id).name}/checks-{uuid.uuid4().hex}"
-        if setup:
-            self._setup(
-                ws, spec, marker=f"{checks}/setup", log_path=log_path, timeout_s=setup_timeout_s, progress=progress
-            )
-        progress(f"running tests: {command_text(command or recipe.test)}")
+        checks = f"{self._run_dir(run.run_id).name}/checks-{uuid.uuid4().hex}"
+        if run.setup:
+            self._setup(ws, run.spec, f"{checks}/setup", run.log_path, run.setup_timeout_s, run.progress)
+        run.progress(f"running tests: {command_text(run.command or run.spec.recipe.test)}")
         return run_tests(
             ws,
-            recipe,
-            test_timeout_s,
-            log_path=log_path,
-            command=command,
+            run.spec.recipe,
+            run.test_timeout_s,
+            log_path=run.log_path,
+            command=run.command,
             sandbox=self.sandbox,
             allowed_secrets=self.allowed_secrets,
             marker=f"{checks}/tests",
         )
 
     def _setup(
-        self, ws: Path, spec: RecoverySpec, *, marker: str, log_path: Path, timeout_s: float, progress: Progress
+        self, ws: Path, spec: RecoverySpec, marker: str, log_path: Path, timeout_s: float, progress: Progress
     ) -> None:
         """The recipe's setup in ``ws`` as every caller of this provider runs it: in its sandbox, with its dependency
         cache and secrets allowlist, its processes marked ``marker`` (see :func:`environments.checks.run_setup`)."""
@@ -275,7 +260,7 @@ class LocalProcessProvider:
         recipe = spec.recipe
         marker = _marker(run_dir, key)
         log_path = run_dir / f"{key}.log"
-        self._setup(ws, spec, marker=marker, log_path=log_path, timeout_s=self.setup_timeout_s, progress=progress)
+        self._setup(ws, spec, marker, log_path, self.setup_timeout_s, progress)
         # The port is released before the application binds it; a race with another binder shows up as a
         # readiness failure, never as a wrong environment (the probe goes to the recorded port).
         port = free_port()

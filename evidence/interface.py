@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, Required, TypedDict, Unpack
 
 from pydantic import BaseModel, Field
 
@@ -72,6 +72,17 @@ class ArtifactMissingError(ArtifactError, LookupError):
     """No object under the ref's key (never stored, or deleted by retention)."""
 
 
+class PutOptions(TypedDict, total=False):
+    """The keyword arguments of both puts: ``kind`` and ``run_id`` always; ``name``, ``revision`` and ``media_type``
+    when the caller has them (left out, they are None)."""
+
+    kind: Required[ArtifactKind]
+    run_id: Required[str]
+    name: str | None
+    revision: str | None
+    media_type: str | None
+
+
 @dataclass(frozen=True)
 class PutRequest:
     """What one put stores its bytes as, as the caller named it; settled once by :meth:`ArtifactStore.put_file`
@@ -84,6 +95,11 @@ class PutRequest:
     name: str | None
     revision: str | None
     media_type: str | None
+
+    @classmethod
+    def of(cls, options: PutOptions, name: str | None) -> PutRequest:
+        """The request a put with ``options`` makes, named ``name`` (the put's default applied)."""
+        return cls(options["kind"], options["run_id"], name, options.get("revision"), options.get("media_type"))
 
     def ref(self, key: str, sha256: str, size: int, media_type: str, created_at: str) -> ArtifactRef:
         """The ref of the object stored under ``key``; an unnamed put is named by the key's last segment."""
@@ -107,31 +123,13 @@ class ArtifactStore(Protocol):
     ``_store_file`` and ``_store_bytes``, which receive the put's settled :class:`PutRequest`.
     """
 
-    def put_file(
-        self,
-        path: Path,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
+    def put_file(self, path: Path, **options: Unpack[PutOptions]) -> ArtifactRef:
         """Store a file's content (streamed); ``name`` defaults to the file's name."""
-        return self._store_file(path, PutRequest(kind, run_id, name or path.name, revision, media_type))
+        return self._store_file(path, PutRequest.of(options, options.get("name") or path.name))
 
-    def put_bytes(
-        self,
-        data: bytes,
-        *,
-        kind: ArtifactKind,
-        run_id: str,
-        name: str | None = None,
-        revision: str | None = None,
-        media_type: str | None = None,
-    ) -> ArtifactRef:
+    def put_bytes(self, data: bytes, **options: Unpack[PutOptions]) -> ArtifactRef:
         """Store a small in-memory artifact (a manifest, a patch, a log excerpt)."""
-        return self._store_bytes(data, PutRequest(kind, run_id, name, revision, media_type))
+        return self._store_bytes(data, PutRequest.of(options, options.get("name")))
 
     def _store_file(self, path: Path, request: PutRequest) -> ArtifactRef:
         """Store ``path``'s content as ``request`` says (the contracts of the module docstring)."""

@@ -37,7 +37,6 @@ import ipaddress
 import os
 import re
 import shutil
-import signal
 import sys
 import tempfile
 import threading
@@ -47,7 +46,6 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from types import FrameType
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, IntegrityError
@@ -56,6 +54,7 @@ from evidence.links import LinkSigner
 from evidence.local import LocalArtifactStore
 from evidence.open import open_store
 from evidence.s3 import S3ArtifactStore
+from evidence.signals import serve_until_signalled
 from evidence.streams import hash_file
 
 _SIGNATURE = re.compile(r"([?&]sig=)[^&\s\"]*")
@@ -308,23 +307,14 @@ def serve(store_root: Path | ServedStore, host: str = "127.0.0.1", port: int = 0
     stdout once listening. ``access`` ``None``: from the environment (:func:`access_from_environment`), which
     is how ``durafix evidence serve`` is configured."""
     server = make_server(store_root, host, port, access if access is not None else access_from_environment())
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     thread = threading.Thread(target=server.serve_forever, name="evidence-serve", daemon=True)
-    thread.start()
-    try:
-        print(server.url, flush=True)
-        stop.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+
+    def stop() -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+    serve_until_signalled(server.url, thread.start, stop)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -32,6 +32,7 @@ import secrets
 import sys
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -92,6 +93,16 @@ class PortTaken(processes.ServiceError):
 PORT_WAIT_S = 5.0
 """How long ``up`` waits for a dead service's port to be released before :class:`PortTaken`: a dead process's
 sockets are closed as it exits, so this only absorbs the kernel's reaping, never a live holder."""
+
+
+def _record_and_wait(
+    state_dir: Path, stack: StackState, rec: ServiceRecord, ready: Callable[[], bool], timeout_s: float
+) -> None:
+    """Record the service just spawned in the stack's state (so that ``down`` finds it even if it never gets ready),
+    then wait until ``ready`` holds (see :func:`infra.processes.wait_ready`)."""
+    stack.services[rec.name] = rec
+    _write_stack(state_dir, stack)
+    processes.wait_ready(rec, ready, timeout_s)
 
 
 def _recorded_port(state_dir: Path, stack: StackState, name: str, port: int | None = None) -> int:
@@ -224,9 +235,9 @@ def up(
             env={},
         )
         rec.extra["ui"] = f"http://127.0.0.1:{ui_port}"
-        stack.services["temporal"] = rec
-        _write_stack(state_dir, stack)
-        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port) and _temporal_ready(port), 60)
+        _record_and_wait(
+            state_dir, stack, rec, lambda: processes.tcp_open("127.0.0.1", port) and _temporal_ready(port), 60
+        )
     config.temporal_address = stack.services["temporal"].url
 
     if running("forge") is None:
@@ -252,9 +263,7 @@ def up(
             url=f"http://127.0.0.1:{port}",
             env={"DURAFIX_FORGE_ADMIN_TOKEN": stack.admin_token},
         )
-        stack.services["forge"] = rec
-        _write_stack(state_dir, stack)
-        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        _record_and_wait(state_dir, stack, rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
     forge = stack.services["forge"]
     config.forge_api_url = f"{forge.url}/api/v3"
     config.forge_git_base = forge.url
@@ -288,9 +297,7 @@ def up(
             url=f"http://127.0.0.1:{port}/v1",
         )
         rec.extra["script"] = str(script)
-        stack.services["model"] = rec
-        _write_stack(state_dir, stack)
-        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        _record_and_wait(state_dir, stack, rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
     config.model_base_url = stack.services["model"].url
     config.model_api_key = config.model_api_key or "local-scripted-model"
     config.model_name = "durafix-scripted"
@@ -315,24 +322,12 @@ def up(
         _say(quiet, f"starting evidence server on http://127.0.0.1:{port}")
         rec = processes.spawn(
             "evidence",
-            [
-                py,
-                "-m",
-                "evidence.serve",
-                "--root",
-                str(evidence_root),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
+            [py, "-m", "evidence.serve", "--root", str(evidence_root), "--host", "127.0.0.1", "--port", str(port)],
             log=logs / "evidence.log",
             port=port,
             url=f"http://127.0.0.1:{port}",
         )
-        stack.services["evidence"] = rec
-        _write_stack(state_dir, stack)
-        processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
+        _record_and_wait(state_dir, stack, rec, lambda: processes.tcp_open("127.0.0.1", port), 30)
     # The stack's evidence server serves the local store; an S3 store's links stay presigned (an evidence
     # server over the bucket would be named here, as production's is: docs/deploy.md).
     config.evidence_public_url = stack.services["evidence"].url if evidence != "s3" else ""

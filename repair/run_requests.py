@@ -53,11 +53,16 @@ def command_for(name: str, arguments: dict[str, str], rules: RunRules) -> str:
     raise RunRefused(f"{name} does not run a command")
 
 
-def _tests_command(files: str, rules: RunRules) -> str:
+def _words(text: str, argument: str) -> list[str]:
+    """``text`` split as a shell would; a text it cannot split is refused, naming the call's ``argument``."""
     try:
-        named = shlex.split(files)
+        return shlex.split(text)
     except ValueError as e:
-        raise RunRefused(f"files: {e}") from None
+        raise RunRefused(f"{argument}: {e}") from None
+
+
+def _tests_command(files: str, rules: RunRules) -> str:
+    named = _words(files, "files")
     if not named:
         return rules.test
     if rules.test_subset is None:
@@ -76,10 +81,7 @@ def _tests_command(files: str, rules: RunRules) -> str:
 
 
 def _allowed_command(command: str, rules: RunRules) -> str:
-    try:
-        words = shlex.split(command)
-    except ValueError as e:
-        raise RunRefused(f"command: {e}") from None
+    words = _words(command, "command")
     if not words:
         raise RunRefused("command: empty")
     for allowed in rules.agent_commands:

@@ -82,9 +82,11 @@ from environments.files import locked, path_key
 from environments.interface import (
     APP_URL_VAR,
     AppRecipe,
+    ChecksRun,
     CleanupReport,
     EnvironmentError,
     EnvironmentHandle,
+    EnvironmentProvider,
     EnvironmentStatus,
     FixtureError,
     NotReadyError,
@@ -117,7 +119,7 @@ class UnsupportedRecipeError(EnvironmentError):
     """The recipe asks for something this provider does not do (permanent for these inputs)."""
 
 
-class DockerProvider:
+class DockerProvider(EnvironmentProvider):
     """:class:`~environments.interface.EnvironmentProvider` over the engine at ``docker_host``.
 
     ``state_dir`` holds the run tombstones (``runs/``) and, unless ``image_cache_dir`` names another place,
@@ -272,59 +274,46 @@ class DockerProvider:
                     _remove(volume.remove, resource, report)
         return report
 
-    def run_checks(
-        self,
-        spec: RecoverySpec,
-        workspace: str,
-        *,
-        run_id: str,
-        op_id: str,
-        log_path: Path,
-        setup_timeout_s: float,
-        test_timeout_s: float,
-        progress: Progress | None = None,
-        command: str | None = None,
-        setup: bool = True,
-    ) -> TestRunResult:
-        """The app image for ``workspace`` (its build is setup, so ``setup=False`` still builds: the image holds the
+    def _run_checks(self, run: ChecksRun) -> TestRunResult:
+        """The app image for the workspace (its build is setup, so ``setup=False`` still builds: the image holds the
         workspace as it is now: a failing setup step is a :class:`~environments.checks.SetupError`), then the tests
         in a container of their own from it (see the module's contract), logged to ``log_path``. ``setup_timeout_s``
         bounds each setup container of a setup with the network, not a classic image build (the engine's builder has
         no per-step limit); ``test_timeout_s`` bounds the test container, which is killed when it passes. The
         container is removed whatever happens; a worker that dies meanwhile leaves it to ``cleanup_run`` (it carries
         the run's labels)."""
-        progress = progress or ignore
-        recipe = spec.recipe
+        recipe = run.spec.recipe
         if recipe.secrets:
             raise UnsupportedRecipeError("the docker provider does not inject secrets (see provision)")
+        log_path, workspace, command = run.log_path, Path(run.workspace), run.command or recipe.test
         log_path.parent.mkdir(parents=True, exist_ok=True)
         # Setup with the network runs in setup containers committed to the image, else as its build steps.
         how = "in setup containers (egress proxy only) committed to" if recipe.setup_network else "as build steps of"
         try:
             image = self.images.ensure_app(
-                recipe, Path(workspace), progress=progress, log_path=log_path, setup_timeout_s=setup_timeout_s
+                recipe, workspace, progress=run.progress, log_path=log_path, setup_timeout_s=run.setup_timeout_s
             )
         except SetupStepError as exc:
             with log_path.open("a", encoding="utf-8") as log:
                 log.write(f"# setup ran {how} the app image\n{exc}\n")
             raise SetupError(str(exc)) from exc
         with log_path.open("a", encoding="utf-8") as log:
-            log.write(f"# setup ran {how} {image}\n$ {command or recipe.test}\n")
-        progress(f"running tests: {command_text(command or recipe.test)}")
+            log.write(f"# setup ran {how} {image}\n$ {command}\n")
+        run.progress(f"running tests: {command_text(command)}")
         # An op of its own (labelled and named ``<op>:checks``), apart from any environment of ``op_id``.
-        checks_op = f"{op_id}:checks"
+        checks_op = f"{run.op_id}:checks"
         name = container_name(checks_op)
-        with self.fence.creating(run_id, checks_op):
-            stale = self._adopt(name, run_id, checks_op)
+        with self.fence.creating(run.run_id, checks_op):
+            stale = self._adopt(name, run.run_id, checks_op)
             if stale is not None:  # a dead worker's check container: its result is not ours to trust
-                self._remove_container(stale, CleanupReport(run_id=run_id))
-            container = self._create_checks(name, image, run_id, checks_op, recipe, command or recipe.test)
+                self._remove_container(stale, CleanupReport(run_id=run.run_id))
+            container = self._create_checks(name, image, run.run_id, checks_op, recipe, command)
         started = time.monotonic()
         code: int | None
         try:
             container.start()
             try:
-                code = int(container.wait(timeout=test_timeout_s)["StatusCode"])
+                code = int(container.wait(timeout=run.test_timeout_s)["StatusCode"])
             except RequestException:
                 container.kill()
                 code = None
@@ -332,9 +321,9 @@ class DockerProvider:
             with log_path.open("ab") as log:
                 log.write(bytes(container.logs(stdout=True, stderr=True)))
             if recipe.test_report:
-                _copy_report_out(container, recipe.test_report, Path(workspace))
+                _copy_report_out(container, recipe.test_report, workspace)
         finally:
-            report = CleanupReport(run_id=run_id)
+            report = CleanupReport(run_id=run.run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
         return result_of_tests(code, duration, log_path)
 

@@ -7,17 +7,37 @@ else descending. Ties are broken by ID in the same direction, so a page boundary
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Mapping
+from typing import Any
 
 from .wire import Request, invalid_field
 
 
-def state_filter(req: Request, resource: str) -> str | None:
-    """The state the list is limited to, or None for ``all``."""
-    state = req.arg("state") or "open"
-    if state not in ("open", "closed", "all"):
-        raise invalid_field(resource, "state")
-    return None if state == "all" else state
+class ListQuery:
+    """One list's ``SELECT``: ``sql`` (ending in a ``WHERE`` clause, its parameters ``args``) limited to the requested
+    ``state`` of ``state_column`` (422 naming ``resource`` for an unknown one), then narrowed by :meth:`where`.
+    Values always travel as parameters, never in the SQL text."""
+
+    def __init__(self, req: Request, resource: str, sql: str, *args: Any, state_column: str) -> None:
+        self.req = req
+        self.sql = sql
+        self.args = list(args)
+        state = req.arg("state") or "open"
+        if state not in ("open", "closed", "all"):
+            raise invalid_field(resource, "state")
+        if state != "all":
+            self.where(f"{state_column} = ?", state)
+
+    def where(self, condition: str, value: Any) -> None:
+        """Keep only the rows for which ``condition`` (one ``?``, bound to ``value``) holds."""
+        self.sql += f" AND {condition}"
+        self.args.append(value)
+
+    def rows(self, db: sqlite3.Connection, sort_columns: Mapping[str, str], id_column: str) -> list[sqlite3.Row]:
+        """The matching rows in the order the request asks for (see :func:`order_by`)."""
+        order = order_by(self.req, sort_columns, id_column)
+        return db.execute(f"{self.sql} ORDER BY {order}", self.args).fetchall()
 
 
 def order_by(req: Request, sort_columns: Mapping[str, str], id_column: str) -> str:

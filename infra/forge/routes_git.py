@@ -16,7 +16,7 @@ import base64
 import binascii
 import re
 import sqlite3
-from typing import Any
+from typing import Any, TypeVar
 
 from . import events, shapes_git
 from .gitrepo import GitRepo, Identity
@@ -27,6 +27,7 @@ from .routes_repos import load_repo
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
+T = TypeVar("T")
 SHA = re.compile(r"^[0-9a-f]{40}$")
 MODES = {"100644": "blob", "100755": "blob", "120000": "blob", "040000": "tree", "160000": "commit"}
 
@@ -52,13 +53,19 @@ def _object(git: GitRepo, sha: Any, kind: str | None) -> str:
     raise ApiError(422, "Object does not exist" if kind != "tree" else "Tree SHA does not exist")
 
 
+def _required(data: dict[str, Any], resource: str, field: str, kind: type[T]) -> T:
+    """``data[field]`` when it is a ``kind``; else the 422 GitHub answers for a missing ``field`` of ``resource``."""
+    value = data.get(field)
+    if not isinstance(value, kind):
+        raise invalid_field(resource, field, "missing_field")
+    return value
+
+
 @routes.add("POST", "/repos/{owner}/{repo}/git/blobs")
 def create_blob(ctx: Ctx) -> Response:
     repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
-    content, encoding = data.get("content"), data.get("encoding", "utf-8")
-    if not isinstance(content, str):
-        raise invalid_field("Blob", "content", "missing_field")
+    content, encoding = _required(data, "Blob", "content", str), data.get("encoding", "utf-8")
     if encoding == "base64":
         try:
             raw = base64.b64decode(content, validate=False)
@@ -92,9 +99,7 @@ def get_blob(ctx: Ctx) -> Response:
 def create_tree(ctx: Ctx) -> Response:
     repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
-    entries = data.get("tree")
-    if not isinstance(entries, list):
-        raise invalid_field("Tree", "tree", "missing_field")
+    entries = _required(data, "Tree", "tree", list)
     base_tree = data.get("base_tree")
     if base_tree is not None:
         _object(git, base_tree, "tree")
@@ -148,9 +153,7 @@ def _identity(value: Any, fallback: Identity, field_name: str) -> Identity:
 def create_commit(ctx: Ctx) -> Response:
     repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
-    message = data.get("message")
-    if not isinstance(message, str):
-        raise invalid_field("Commit", "message", "missing_field")
+    message = _required(data, "Commit", "message", str)
     tree = _object(git, data.get("tree"), "tree")
     parents = data.get("parents", [])
     if not isinstance(parents, list):
@@ -180,6 +183,20 @@ def _path_ref(ctx: Ctx, git: GitRepo) -> tuple[str, str | None]:
     """The full name of the ref the path names and its SHA; None when the name is not valid or not there."""
     ref = "refs/" + ctx.p("ref")
     return ref, git.read_ref(ref) if valid_ref(ref) else None
+
+
+def _ref_to_write(ctx: Ctx) -> tuple[sqlite3.Row, GitRepo, str, str | None]:
+    """The repository (the viewer may write it), its git repository, and the path's ref as :func:`_path_ref` says."""
+    repo, git = load_git(ctx, "write")
+    return repo, git, *_path_ref(ctx, git)
+
+
+def _set_ref(ctx: Ctx, repo: sqlite3.Row, git: GitRepo, ref: str, sha: str, old: str | None, lost: str) -> None:
+    """Move ``ref`` from ``old`` (None: create it) to ``sha`` and tell the repository's webhooks, as the viewer's
+    push. A 422 saying ``lost`` when ``ref`` is no longer at ``old``: someone else's write came first."""
+    if not git.update_ref(ref, sha, old):
+        raise ApiError(422, lost)
+    events.refs_changed(ctx, repo, [(ref, old, sha)], ctx.require_viewer())
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/git/ref/{ref:path}")
@@ -224,43 +241,32 @@ def get_ref_legacy(ctx: Ctx) -> Response:
 def create_ref(ctx: Ctx) -> Response:
     repo, git = load_git(ctx, "write")
     data = ctx.request.json_object()
-    ref, sha = data.get("ref"), data.get("sha")
-    if not isinstance(ref, str) or not isinstance(sha, str):
-        raise invalid_field("Reference", "ref" if not isinstance(ref, str) else "sha", "missing_field")
+    ref, sha = _required(data, "Reference", "ref", str), _required(data, "Reference", "sha", str)
     if not valid_ref(ref):
         raise ApiError(422, "Reference name must start with 'refs/' and have at least two slashes.")
     _object(git, sha, None)
-    if not git.update_ref(ref, sha, None):
-        raise ApiError(422, "Reference already exists")
-    events.refs_changed(ctx, repo, [(ref, None, sha)], ctx.require_viewer())
+    _set_ref(ctx, repo, git, ref, sha, None, "Reference already exists")
     return Response.json(201, _ref_json(ctx, repo, ref, sha))
 
 
 @routes.add("PATCH", "/repos/{owner}/{repo}/git/refs/{ref:path}")
 def update_ref(ctx: Ctx) -> Response:
-    repo, git = load_git(ctx, "write")
-    ref, old = _path_ref(ctx, git)
+    repo, git, ref, old = _ref_to_write(ctx)
     data = ctx.request.json_object()
-    sha, force = data.get("sha"), data.get("force", False)
-    if not isinstance(sha, str):
-        raise invalid_field("Reference", "sha", "missing_field")
+    sha, force = _required(data, "Reference", "sha", str), data.get("force", False)
     if old is None:
         raise ApiError(422, "Reference does not exist")
     _object(git, sha, None)
     if force is not True and not git.is_ancestor(old, sha):
         raise ApiError(422, "Update is not a fast forward")
     if old != sha:
-        if not git.update_ref(ref, sha, old):
-            # The ref moved between our read and our write: someone else's update won.
-            raise ApiError(422, "Update is not a fast forward")
-        events.refs_changed(ctx, repo, [(ref, old, sha)], ctx.require_viewer())
+        _set_ref(ctx, repo, git, ref, sha, old, "Update is not a fast forward")
     return Response.json(200, _ref_json(ctx, repo, ref, sha))
 
 
 @routes.add("DELETE", "/repos/{owner}/{repo}/git/refs/{ref:path}")
 def delete_ref(ctx: Ctx) -> Response:
-    repo, git = load_git(ctx, "write")
-    ref, old = _path_ref(ctx, git)
+    repo, git, ref, old = _ref_to_write(ctx)
     if old is None or not git.delete_ref(ref, old):
         raise ApiError(422, "Reference does not exist")
     events.refs_changed(ctx, repo, [(ref, old, None)], ctx.require_viewer())

@@ -14,12 +14,12 @@ from typing import Any
 from . import events, payloads
 from . import shapes_core as core
 from .auth import no_access, require_role, role_at_least
-from .listing import order_by, state_filter
+from .listing import ListQuery
 from .names import now_iso
 from .paging import paginate
 from .router import Ctx, RouteTable
 from .routes_repos import load_repo
-from .view import node_id
+from .view import ids
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
@@ -126,8 +126,7 @@ def list_issue_events(ctx: Ctx) -> Response:
     def render(ev: sqlite3.Row) -> dict[str, Any]:
         label = ctx.db.execute("SELECT * FROM labels WHERE id = ?", (ev["label_id"],)).fetchone()
         return {
-            "id": ev["id"],
-            "node_id": node_id("LabeledEvent" if ev["event"] == "labeled" else "UnlabeledEvent", ev["id"]),
+            **ids("LabeledEvent" if ev["event"] == "labeled" else "UnlabeledEvent", ev["id"]),
             "url": f"{ctx.repo_api(repo)}/issues/events/{ev['id']}",
             "actor": core.user(ctx, ctx.user_row(ev["actor_id"])),
             "event": ev["event"],
@@ -183,29 +182,21 @@ def create_issue(ctx: Ctx) -> Response:
 def list_issues(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
     req = ctx.request
-    state = state_filter(req, "Issue")
-    sql = "SELECT * FROM issues WHERE repo_id = ?"
-    args: list[Any] = [repo["id"]]
-    if state is not None:
-        sql += " AND state = ?"
-        args.append(state)
+    query = ListQuery(req, "Issue", "SELECT * FROM issues WHERE repo_id = ?", repo["id"], state_column="state")
     creator = req.arg("creator")
     if creator:
         user = ctx.user_by_login(creator)
-        sql += " AND user_id = ?"
-        args.append(user["id"] if user is not None else -1)
+        query.where("user_id = ?", user["id"] if user is not None else -1)
     since = req.arg("since")
     if since:
-        sql += " AND updated_at >= ?"
-        args.append(since)
+        query.where("updated_at >= ?", since)
     for name in filter(None, (req.arg("labels") or "").split(",")):
-        sql += (
-            " AND id IN (SELECT issue_id FROM issue_labels JOIN labels ON labels.id = issue_labels.label_id"
-            " WHERE labels.name = ?)"
+        query.where(
+            "id IN (SELECT issue_id FROM issue_labels JOIN labels ON labels.id = issue_labels.label_id"
+            " WHERE labels.name = ?)",
+            name.strip(),
         )
-        args.append(name.strip())
-    order = order_by(req, {"created": "created_at", "updated": "updated_at", "comments": "created_at"}, "id")
-    rows = ctx.db.execute(f"{sql} ORDER BY {order}", args).fetchall()
+    rows = query.rows(ctx.db, {"created": "created_at", "updated": "updated_at", "comments": "created_at"}, "id")
     return paginate(ctx, rows, lambda r: core.issue(ctx, r))
 
 

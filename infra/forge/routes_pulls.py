@@ -19,7 +19,7 @@ from typing import Any
 from . import events, payloads, shapes_git, shapes_pulls
 from .auth import no_access, require_role, role_at_least
 from .gitrepo import GitRepo
-from .listing import order_by, state_filter
+from .listing import ListQuery
 from .names import now_iso, valid_branch
 from .paging import paginate
 from .router import Ctx, RouteTable
@@ -131,12 +131,13 @@ def _answer_then_compute(ctx: Ctx, pull_id: int) -> dict[str, Any]:
 def list_pulls(ctx: Ctx) -> Response:
     repo = load_repo(ctx)
     req = ctx.request
-    state = state_filter(req, "PullRequest")
-    sql = "SELECT pulls.id FROM pulls JOIN issues ON issues.id = pulls.issue_id WHERE issues.repo_id = ?"
-    args: list[Any] = [repo["id"]]
-    if state is not None:
-        sql += " AND issues.state = ?"
-        args.append(state)
+    query = ListQuery(
+        req,
+        "PullRequest",
+        "SELECT pulls.id FROM pulls JOIN issues ON issues.id = pulls.issue_id WHERE issues.repo_id = ?",
+        repo["id"],
+        state_column="issues.state",
+    )
     head = req.arg("head")
     # GitHub filters by head only when it is spelled OWNER:BRANCH; a bare branch name is silently ignored.
     if head and ":" in head:
@@ -144,14 +145,14 @@ def list_pulls(ctx: Ctx) -> Response:
         owner = ctx.user_row(repo["owner_id"])["login"]
         if head_owner.lower() != owner.lower():
             return Response.json(200, [])
-        sql += " AND pulls.head_ref = ?"
-        args.append(branch)
+        query.where("pulls.head_ref = ?", branch)
     base = req.arg("base")
     if base:
-        sql += " AND pulls.base_ref = ?"
-        args.append(base)
-    order = order_by(req, {"created": "issues.created_at", "updated": "issues.updated_at"}, "pulls.id")
-    ids = [r["id"] for r in ctx.db.execute(f"{sql} ORDER BY {order}", args)]
+        query.where("pulls.base_ref = ?", base)
+    ids = [
+        r["id"]
+        for r in query.rows(ctx.db, {"created": "issues.created_at", "updated": "issues.updated_at"}, "pulls.id")
+    ]
     return paginate(ctx, ids, lambda pull_id: shapes_pulls.pull(ctx, *reload(ctx, pull_id), full=False))
 
 

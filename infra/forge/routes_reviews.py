@@ -27,6 +27,15 @@ def _review(ctx: Ctx, pull: sqlite3.Row) -> sqlite3.Row:
     return ctx.existing("SELECT * FROM reviews WHERE id = ? AND pull_id = ?", (ctx.id_param("review_id"), pull["id"]))
 
 
+def _visible(ctx: Ctx, sql: str) -> list[sqlite3.Row]:
+    """The rows ``sql`` selects of the path's pull request as the viewer may see them: ``sql``'s two parameters are
+    the pull request's ID and the viewer's (-1 for an anonymous one), whose pending reviews are theirs alone."""
+    _, pull = load_pull(ctx, load_repo(ctx))
+    viewer_id = ctx.viewer["id"] if ctx.viewer is not None else -1
+    rows: list[sqlite3.Row] = ctx.db.execute(sql, (pull["id"], viewer_id)).fetchall()
+    return rows
+
+
 def _submit(
     ctx: Ctx, repo: sqlite3.Row, issue: sqlite3.Row, pull: sqlite3.Row, review_id: int, event: object, body: str
 ) -> None:
@@ -137,13 +146,7 @@ def submit_review(ctx: Ctx) -> Response:
 
 @routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/reviews")
 def list_reviews(ctx: Ctx) -> Response:
-    repo = load_repo(ctx)
-    _, pull = load_pull(ctx, repo)
-    viewer_id = ctx.viewer["id"] if ctx.viewer is not None else -1
-    rows = ctx.db.execute(
-        "SELECT * FROM reviews WHERE pull_id = ? AND (state != 'PENDING' OR user_id = ?) ORDER BY id",
-        (pull["id"], viewer_id),
-    ).fetchall()
+    rows = _visible(ctx, "SELECT * FROM reviews WHERE pull_id = ? AND (state != 'PENDING' OR user_id = ?) ORDER BY id")
     return paginate(ctx, rows, lambda r: shapes_pulls.review(ctx, r))
 
 
@@ -166,14 +169,11 @@ def list_review_comments(ctx: Ctx) -> Response:
 @routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/comments")
 def list_pull_review_comments(ctx: Ctx) -> Response:
     """The PR's line comments of submitted reviews (and the viewer's own pending ones)."""
-    repo = load_repo(ctx)
-    _, pull = load_pull(ctx, repo)
-    viewer_id = ctx.viewer["id"] if ctx.viewer is not None else -1
-    rows = ctx.db.execute(
+    rows = _visible(
+        ctx,
         "SELECT c.* FROM review_comments c JOIN reviews r ON r.id = c.review_id"
         " WHERE c.pull_id = ? AND (r.state != 'PENDING' OR r.user_id = ?) ORDER BY c.id",
-        (pull["id"], viewer_id),
-    ).fetchall()
+    )
     return paginate(ctx, rows, lambda r: shapes_pulls.review_comment(ctx, r))
 
 
@@ -205,6 +205,17 @@ def _reviewer_logins(ctx: Ctx) -> list[str]:
     return logins
 
 
+def _change_requests(
+    ctx: Ctx, repo: sqlite3.Row, pull: sqlite3.Row, users: list[sqlite3.Row], sql: str, action: str, status: int
+) -> Response:
+    """Run ``sql`` (its parameters: the pull request's ID, a user's) for each of ``users``; every user whose request
+    it changed is announced as ``action``. Answers ``status`` with the pull request as it is now."""
+    for user in users:
+        if ctx.db.execute(sql, (pull["id"], user["id"])).rowcount:
+            emit_pull(ctx, repo, action, pull["id"], requested_reviewer=core.user(ctx, user))
+    return Response.json(status, shapes_pulls.pull(ctx, *reload(ctx, pull["id"]), full=False))
+
+
 @routes.add("POST", "/repos/{owner}/{repo}/pulls/{number}/requested_reviewers")
 def request_reviewers(ctx: Ctx) -> Response:
     repo = load_repo(ctx, "triage")
@@ -221,13 +232,8 @@ def request_reviewers(ctx: Ctx) -> Response:
                 f"teams you specified is not a collaborator of the {ctx.full_name(repo)} repository.",
             )
         users.append(user)
-    for user in users:
-        added = ctx.db.execute(
-            "INSERT OR IGNORE INTO review_requests (pull_id, user_id) VALUES (?, ?)", (pull["id"], user["id"])
-        ).rowcount
-        if added:
-            emit_pull(ctx, repo, "review_requested", pull["id"], requested_reviewer=core.user(ctx, user))
-    return Response.json(201, shapes_pulls.pull(ctx, *reload(ctx, pull["id"]), full=False))
+    insert = "INSERT OR IGNORE INTO review_requests (pull_id, user_id) VALUES (?, ?)"
+    return _change_requests(ctx, repo, pull, users, insert, "review_requested", 201)
 
 
 @routes.add("GET", "/repos/{owner}/{repo}/pulls/{number}/requested_reviewers")
@@ -245,13 +251,6 @@ def list_requested_reviewers(ctx: Ctx) -> Response:
 def remove_requested_reviewers(ctx: Ctx) -> Response:
     repo = load_repo(ctx, "triage")
     _, pull = load_pull(ctx, repo)
-    for login in _reviewer_logins(ctx):
-        user = ctx.user_by_login(login)
-        if user is None:
-            continue
-        removed = ctx.db.execute(
-            "DELETE FROM review_requests WHERE pull_id = ? AND user_id = ?", (pull["id"], user["id"])
-        ).rowcount
-        if removed:
-            emit_pull(ctx, repo, "review_request_removed", pull["id"], requested_reviewer=core.user(ctx, user))
-    return Response.json(200, shapes_pulls.pull(ctx, *reload(ctx, pull["id"]), full=False))
+    users = [user for login in _reviewer_logins(ctx) if (user := ctx.user_by_login(login)) is not None]
+    delete = "DELETE FROM review_requests WHERE pull_id = ? AND user_id = ?"
+    return _change_requests(ctx, repo, pull, users, delete, "review_request_removed", 200)

@@ -22,7 +22,7 @@ from typing import Any
 from . import shapes_core as core
 from .names import now_iso
 from .router import Ctx, RouteTable
-from .view import node_id
+from .view import ids
 from .wire import ApiError, Response, invalid_field, not_found, validation_failed
 
 routes = RouteTable()
@@ -96,8 +96,7 @@ def team_shape(ctx: Ctx, org: sqlite3.Row, row: sqlite3.Row) -> dict[str, Any]:
         "SELECT COUNT(*) FROM team_members WHERE team_id = ? AND state = 'active'", (row["id"],)
     ).fetchone()[0]
     return {
-        "id": row["id"],
-        "node_id": node_id("Team", row["id"]),
+        **ids("Team", row["id"]),
         "url": api,
         "html_url": f"{ctx.base_url}/orgs/{org['login']}/teams/{row['slug']}",
         "name": row["name"],

@@ -6,7 +6,7 @@ import sqlite3
 from typing import Any
 
 from .auth import LEGACY_PERMISSION, ROLES, repo_role, role_at_least
-from .view import View, node_id
+from .view import View, ids
 
 
 def user(v: View, row: sqlite3.Row) -> dict[str, Any]:
@@ -14,8 +14,7 @@ def user(v: View, row: sqlite3.Row) -> dict[str, Any]:
     api = f"{v.api}/users/{login}"
     return {
         "login": login,
-        "id": row["id"],
-        "node_id": node_id("User" if row["type"] == "User" else "Organization", row["id"]),
+        **ids("User" if row["type"] == "User" else "Organization", row["id"]),
         "avatar_url": f"{v.base_url}/avatars/u/{row['id']}",
         "gravatar_id": "",
         "url": api,
@@ -74,8 +73,7 @@ def organization(v: View, row: sqlite3.Row) -> dict[str, Any]:
     api = f"{v.api}/orgs/{row['login']}"
     return {
         "login": row["login"],
-        "id": row["id"],
-        "node_id": node_id("Organization", row["id"]),
+        **ids("Organization", row["id"]),
         "url": api,
         "repos_url": f"{api}/repos",
         "events_url": f"{api}/events",
@@ -108,8 +106,7 @@ def repo(v: View, row: sqlite3.Row) -> dict[str, Any]:
         "SELECT COUNT(*) FROM issues WHERE repo_id = ? AND state = 'open'", (row["id"],)
     ).fetchone()[0]
     out: dict[str, Any] = {
-        "id": row["id"],
-        "node_id": node_id("Repository", row["id"]),
+        **ids("Repository", row["id"]),
         "name": row["name"],
         "full_name": full_name,
         "private": bool(row["private"]),
@@ -231,8 +228,7 @@ def collaborator_permission(v: View, row: sqlite3.Row, role: str | None) -> dict
 
 def label(v: View, repo_row: sqlite3.Row, row: sqlite3.Row) -> dict[str, Any]:
     return {
-        "id": row["id"],
-        "node_id": node_id("Label", row["id"]),
+        **ids("Label", row["id"]),
         "url": f"{v.repo_api(repo_row)}/labels/{row['name']}",
         "name": row["name"],
         "color": row["color"],
@@ -286,8 +282,7 @@ def issue(v: View, row: sqlite3.Row) -> dict[str, Any]:
         "comments_url": f"{api}/comments",
         "events_url": f"{api}/events",
         "html_url": f"{v.repo_html(repo_row)}/{'pull' if row['is_pull'] else 'issues'}/{row['number']}",
-        "id": row["id"],
-        "node_id": node_id("Issue", row["id"]),
+        **ids("Issue", row["id"]),
         "number": row["number"],
         "title": row["title"],
         "user": user(v, v.user_row(row["user_id"])),
@@ -330,8 +325,7 @@ def comment(v: View, row: sqlite3.Row) -> dict[str, Any]:
     api = f"{v.repo_api(repo_row)}/issues/comments/{row['id']}"
     kind = "pull" if issue_row["is_pull"] else "issues"
     return {
-        "id": row["id"],
-        "node_id": node_id("IssueComment", row["id"]),
+        **ids("IssueComment", row["id"]),
         "url": api,
         "html_url": f"{v.repo_html(repo_row)}/{kind}/{issue_row['number']}#issuecomment-{row['id']}",
         "body": row["body"],

@@ -9,7 +9,7 @@ from typing import Any
 
 from . import shapes_core as core
 from .gitrepo import CommitInfo, GitRepo, Identity
-from .view import View, node_id
+from .view import View, ids, node_id
 
 
 def _git_node(kind: str, sha: str) -> str:
@@ -158,8 +158,7 @@ def status(v: View, repo_row: sqlite3.Row, row: sqlite3.Row) -> dict[str, Any]:
     return {
         "url": f"{v.repo_api(repo_row)}/statuses/{row['sha']}",
         "avatar_url": f"{v.base_url}/avatars/u/{creator['id']}",
-        "id": row["id"],
-        "node_id": node_id("StatusContext", row["id"]),
+        **ids("StatusContext", row["id"]),
         "state": row["state"],
         "description": row["description"],
         "target_url": row["target_url"],

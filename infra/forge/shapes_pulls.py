@@ -14,7 +14,7 @@ import sqlite3
 from typing import Any
 
 from . import shapes_core as core
-from .view import View, node_id
+from .view import View, ids
 
 
 def base_sha(v: View, repo_row: sqlite3.Row, pull_row: sqlite3.Row) -> str:
@@ -70,8 +70,7 @@ def pull(v: View, issue_row: sqlite3.Row, pull_row: sqlite3.Row, full: bool = Tr
     merged = pull_row["merged_at"] is not None
     out: dict[str, Any] = {
         "url": api,
-        "id": pull_row["id"],
-        "node_id": node_id("PullRequest", pull_row["id"]),
+        **ids("PullRequest", pull_row["id"]),
         "html_url": html,
         "diff_url": f"{html}.diff",
         "patch_url": f"{html}.patch",
@@ -160,8 +159,7 @@ def review(v: View, row: sqlite3.Row) -> dict[str, Any]:
     pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"
     html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#pullrequestreview-{row['id']}"
     out: dict[str, Any] = {
-        "id": row["id"],
-        "node_id": node_id("PullRequestReview", row["id"]),
+        **ids("PullRequestReview", row["id"]),
         "user": core.user(v, v.user_row(row["user_id"])),
         "body": row["body"],
         "state": row["state"],
@@ -183,8 +181,7 @@ def review_comment(v: View, row: sqlite3.Row) -> dict[str, Any]:
     html = f"{v.repo_html(repo_row)}/pull/{issue_row['number']}#discussion_r{row['id']}"
     pull_api = f"{v.repo_api(repo_row)}/pulls/{issue_row['number']}"
     return {
-        "id": row["id"],
-        "node_id": node_id("PullRequestReviewComment", row["id"]),
+        **ids("PullRequestReviewComment", row["id"]),
         "url": api,
         "pull_request_review_id": row["review_id"],
         "diff_hunk": "",

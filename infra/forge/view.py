@@ -11,6 +11,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .gitrepo import GitRepo, Identity
 from .names import now_iso
@@ -20,6 +21,11 @@ from .wire import not_found
 def node_id(kind: str, object_id: int) -> str:
     prefix = "".join(c for c in kind if c.isupper()) or kind[:2].upper()
     return f"{prefix}_" + base64.urlsafe_b64encode(f"{kind}:{object_id}".encode()).decode().rstrip("=")
+
+
+def ids(kind: str, object_id: int) -> dict[str, Any]:
+    """The ``id`` and ``node_id`` every REST object of ``kind`` opens with (GraphQL's ID is derived from both)."""
+    return {"id": object_id, "node_id": node_id(kind, object_id)}
 
 
 def parse_node_id(value: str) -> tuple[str, int] | None:

@@ -7,12 +7,10 @@ that asked for ``--port 0`` learns the port.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
-from types import FrameType
 
+from evidence.signals import serve_until_signalled
 from infra.modelserver.server import ScriptedModelServer
 
 
@@ -35,17 +33,6 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"model serve: {e}", file=sys.stderr)
         return 2
-    stop = threading.Event()
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    previous = {s: signal.signal(s, _on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        print(server.base_url, flush=True)
-        stop.wait()
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        server.stop()
+    # Started above, so that a script it cannot load is an exit code rather than a traceback.
+    serve_until_signalled(server.base_url, lambda: None, server.stop)
     return 0

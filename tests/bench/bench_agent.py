@@ -17,10 +17,10 @@ Tokens re-spent include the held request's (the endpoint answered it, to a dead 
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import signal
 import tempfile
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -36,17 +36,11 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.policies import StepTimeouts
     from pipeline.state import Phase
     from pipeline.steps import ProposalResult, ProposePatchInput, TaskQueue
+    from tests.bench.report import argument_parser
     from tests.conftest import start_dev_server, temporal_binary
+    from tests.support import stepped
     from tests.support.gitrepo import make_repo
     from tests.support.repair import CART_SCRIPTS
-    from tests.support.stepped import (
-        model_worker,
-        pipeline_without_model,
-        request_log,
-        requests_of,
-        stored_cart_run,
-        wait_until_held,
-    )
 
 HEARTBEAT_S = 3.0
 MODEL_TIMEOUTS = StepTimeouts(
@@ -72,21 +66,21 @@ class SingleActivityAttempt:
         return result
 
 
+@dataclass
 class Bench:
-    def __init__(
-        self, client: Client, root: Path, server: ScriptedModelServer, spec_ref: ArtifactRef, procedure_ref: ArtifactRef
-    ) -> None:
-        self.client = client
-        self.root = root
-        self.server = server
-        self.spec_ref = spec_ref
-        self.procedure_ref = procedure_ref
-        self.runs: dict[tuple[str, int | None], str] = {}  # (design, kill point) -> workflow ID
-        self._n = 0
+    client: Client
+    root: Path
+    server: ScriptedModelServer
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
+    runs: dict[tuple[str, int | None], str] = field(default_factory=dict)  # (design, kill point) -> workflow ID
+    _n: int = 0
 
     def _worker(self, name: str) -> Any:
         self._n += 1
-        return model_worker(self.client, self.root / f"{name}-{self._n}", self.root / "evidence", self.server.base_url)
+        return stepped.model_worker(
+            self.client, self.root / f"{name}-{self._n}", self.root / "evidence", self.server.base_url
+        )
 
     async def _single(self, wf: str) -> None:
         inp = ProposePatchInput(
@@ -104,7 +98,7 @@ class Bench:
         )
 
     async def run(self, design: str, kill_at: int | None) -> None:
-        async with pipeline_without_model(
+        async with stepped.pipeline_without_model(
             self.client, self.spec_ref, self.procedure_ref, workflows=[SingleActivityAttempt]
         ) as harness:
 
@@ -125,7 +119,7 @@ class Bench:
             self.server_fault(delay_s=2 * HEARTBEAT_S + 5, after=kill_at - 1)
             with self._worker(design) as doomed:
                 task = asyncio.create_task(attempt())
-                await wait_until_held(self.server)
+                await stepped.wait_until_held(self.server)
                 doomed.send_signal(signal.SIGKILL)
                 doomed.wait(timeout=10)
             with self._worker(design):
@@ -150,7 +144,7 @@ async def bench(kill_points: list[int]) -> None:
         root = Path(tmp)
         repo = make_repo(root / "repo")
         store = LocalArtifactStore(root / "evidence")
-        spec_ref, procedure_ref = stored_cart_run(store, repo, "bench")
+        spec_ref, procedure_ref = stepped.stored_cart_run(store, repo, "bench")
         server = ScriptedModelServer(CART_SCRIPTS / "fix.yaml", root / "model")
         server.start()
         try:
@@ -161,19 +155,19 @@ async def bench(kill_points: list[int]) -> None:
         finally:
             server.stop()
             await env.shutdown()
-        records = request_log(server)
+        records = stepped.request_log(server)
     print(f"{'design':<16} {'killed during call':>18} {'calls':>6} {'re-sent':>8} {'tokens':>7} {'re-spent':>9}")
     for design in ("single-activity", "stepped"):
-        base_calls, base_tokens = cost(requests_of(records, b.runs[(design, None)]))
+        base_calls, base_tokens = cost(stepped.requests_of(records, b.runs[(design, None)]))
         print(f"{design:<16} {'-':>18} {base_calls:>6} {0:>8} {base_tokens:>7} {0:>9}")
         for kill_at in kill_points:
-            calls, tokens = cost(requests_of(records, b.runs[(design, kill_at)]))
+            calls, tokens = cost(stepped.requests_of(records, b.runs[(design, kill_at)]))
             row = f"{design:<16} {kill_at:>18} {calls:>6} {calls - base_calls:>8} {tokens:>7} {tokens - base_tokens:>9}"
             print(row)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--kill-at", type=int, nargs="+", default=[2, 4, 6], help="which request (1-6) is in flight")
     args = parser.parse_args()
     asyncio.run(bench(args.kill_at))

@@ -9,7 +9,6 @@ on. Prints the median wall time of each and their ratios to "kept".
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import tempfile
 import time
@@ -18,6 +17,7 @@ from pathlib import Path
 from browser.procedure import Procedure, parse_procedure
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
+from tests.bench.report import argument_parser
 from tests.support.browser_apps import CART_DIR, serve_cart
 
 
@@ -41,7 +41,7 @@ def time_kept(runner: BrowserRunner, procedure: Procedure, url: str, out_dir: Pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=10)
     args = parser.parse_args()
     # One pass per reproduction, so the figure is the cost of a single run of the procedure.

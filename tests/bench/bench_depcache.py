@@ -35,7 +35,6 @@ per-file cost shows, median of ``--runs`` each and the ratio to the first, measu
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import itertools
 import os
@@ -52,26 +51,25 @@ from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.spec import build_recovery_spec, load_recipe
 from environments.workspace import WorkspaceManager
+from tests.bench.report import argument_parser
 from tests.support.gitrepo import Repo
 from tests.support.projects import npm_project
 
 RUN = "repair:bench/deps#1"
 
 
+@dataclass
 class Bench:
-    def __init__(self, root: Path, repo: Repo) -> None:
-        self.root = root
-        self.repo = repo
-        self.mgr = WorkspaceManager(cache_dir=root / "cache", root=root / "workspaces")
-        self.ops = 0
+    """Workspaces of ``repo`` under ``root``, with the dependency cache (``deps``) and package caches beside them."""
 
-    @property
-    def deps(self) -> Path:
-        return self.root / "deps"
+    root: Path
+    repo: Repo
+    ops: int = 0
 
-    @property
-    def packages(self) -> Path:
-        return self.root / "packages"
+    def __post_init__(self) -> None:
+        self.mgr = WorkspaceManager(cache_dir=self.root / "cache", root=self.root / "workspaces")
+        self.deps = self.root / "deps"
+        self.packages = self.root / "packages"
 
     def spec(self) -> RecoverySpec:
         ws = self.mgr.rebuild(run_id=RUN, op_id=f"{RUN}:spec", clone_url=self.repo.url, base_revision=self.repo.base)
@@ -187,16 +185,18 @@ class AppStart:
             self.at = time.perf_counter()
 
 
+@dataclass
 class RunSetups:
     """The setup work of one repair run on ``repo``, done the way the environment activities do it."""
 
-    def __init__(self, root: Path, repo: Repo, spec: RecoverySpec, patch: str) -> None:
-        self.root = root
-        self.repo = repo
-        self.spec = spec
-        self.patch = patch
-        self.mgr = WorkspaceManager(cache_dir=root / "cache", root=root / "workspaces")
-        self.runs = 0
+    root: Path
+    repo: Repo
+    spec: RecoverySpec
+    patch: str
+    runs: int = 0
+
+    def __post_init__(self) -> None:
+        self.mgr = WorkspaceManager(cache_dir=self.root / "cache", root=self.root / "workspaces")
 
     def once(self, settings: SetupSettings) -> RunTimes:
         """Baseline, base provision, verify, candidate provision of a new run, with ``settings`` for every setup."""
@@ -315,7 +315,7 @@ def times(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--files", type=int, default=10_000, help="generated files added for the restore comparison")
     args = parser.parse_args()

@@ -17,7 +17,6 @@ kills; 4 holds of 120 s). On a fresh Temporal dev server, one supervised ``duraf
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from pipeline.policies import RunPolicy
+from tests.bench.report import argument_parser, print_rows
 from tests.conftest import start_dev_server, temporal_binary
 from tests.support.failover import (
     PROBE,
@@ -149,13 +149,11 @@ def report(result: Result, command: str) -> None:
         ("  completed in their first attempt", f"{result.completed}"),
         ("  false heartbeat timeouts", f"{result.false_timeouts}"),
     ]
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+    print_rows(rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--kills", type=int, default=KILLS, help=f"SIGKILLs to time (default {KILLS})")
     parser.add_argument("--holds", type=int, default=HOLDS, help=f"held attempts under load (default {HOLDS})")
     parser.add_argument("--hold-s", type=float, default=HOLD_S, help=f"each held attempt's length (default {HOLD_S})")

@@ -57,22 +57,12 @@ class Sample:
 
 @dataclass
 class Stand:
+    """The forge under measurement: ``config`` is what every measured adapter is built from."""
+
     handle: ForgeHandle
-    token: str
-    full_name: str
-    git_url: str
+    config: ForgeConfig
     workdir: Path
     issue: int
-    spacing: float
-
-    def config(self) -> ForgeConfig:
-        return ForgeConfig(
-            api_url=self.handle.api_url,
-            token=SecretStr(self.token),
-            repository=self.full_name,
-            git_url=self.git_url,
-            seconds_between_writes=self.spacing,
-        )
 
 
 def _old_claims_module() -> types.ModuleType | None:
@@ -134,7 +124,7 @@ def _branch_and_pr(stand: Stand, samples: dict[str, Sample], run: int) -> None:
     git(stand.workdir, "add", "cart.py")
     git(stand.workdir, "commit", "-q", "-m", f"change {run}")
     sha = git(stand.workdir, "rev-parse", "HEAD")
-    pusher, opener = GitHubForge(stand.config()), GitHubForge(stand.config())
+    pusher, opener = GitHubForge(stand.config), GitHubForge(stand.config)
     _measure(
         stand,
         samples.setdefault("branch push", Sample()),
@@ -154,26 +144,26 @@ def bench(runs: int, spacing: float, old: bool) -> tuple[dict[str, Sample], dict
         git_url = handle.clone_url(full_name)
         (Path(tmp) / "work").mkdir()
         workdir = clone(git_url, token, Path(tmp) / "work" / "shop")
-        setup = GitHubForge(
-            ForgeConfig(
-                api_url=handle.api_url,
-                token=SecretStr(token),
-                repository=full_name,
-                git_url=git_url,
-                seconds_between_writes=0,
-            )
+        config = ForgeConfig(
+            api_url=handle.api_url,
+            token=SecretStr(token),
+            repository=full_name,
+            git_url=git_url,
+            seconds_between_writes=spacing,
         )
+        # Setting up is not measured, so it does not wait between its writes.
+        setup = GitHubForge(config.model_copy(update={"seconds_between_writes": 0}))
         issue = setup.create_issue("Cart total is wrong", "Adding two items shows the price of one.")
-        stand = Stand(handle, token, full_name, git_url, workdir, issue, spacing)
+        stand = Stand(handle, config, workdir, issue)
         new: dict[str, Sample] = {}
         claims_module = _old_claims_module() if old else None
         before: dict[str, Sample] | None = {} if claims_module is not None else None
         for run in range(runs):
-            for label, call in _objects(stand, lambda: GitHubForge(stand.config()), run, "new").items():
+            for label, call in _objects(stand, lambda: GitHubForge(stand.config), run, "new").items():
                 _measure(stand, new.setdefault(label, Sample()), call)
             if before is not None:
                 assert claims_module is not None
-                old_adapter = lambda: _OldAdapter(stand.config(), claims_module)  # noqa: E731
+                old_adapter = lambda: _OldAdapter(stand.config, claims_module)  # noqa: E731
                 for label, call in _objects(stand, old_adapter, run, "old").items():
                     _measure(stand, before.setdefault(label, Sample()), call)
             _branch_and_pr(stand, new, run)

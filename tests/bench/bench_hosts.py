@@ -22,7 +22,6 @@ Every figure is a median over the repetitions.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -45,6 +44,7 @@ from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from tests.bench.bench_parked import REPOSITORY, bounded
 from tests.bench.bench_throughput import PR_NUMBER
+from tests.bench.report import argument_parser
 from tests.conftest import temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE
 from tests.support.e2e_stack import REPO_ROOT, E2EStack
@@ -179,7 +179,7 @@ async def _report_to_merged(stack: E2EStack) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=None)
     parser.add_argument("--concurrency", type=int, default=None)
     parser.add_argument("--reps", type=int, default=None)

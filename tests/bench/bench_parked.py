@@ -24,7 +24,6 @@ a round of N=1000 takes minutes, so the default is one round for N >= 200 (the o
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import socket
@@ -47,6 +46,7 @@ from pipeline.config import DurafixConfig
 from pipeline.policies import RunPolicy
 from pipeline.state import Approval, Outcome, Phase, RunState
 from pipeline.workflow import RepairBugWorkflow
+from tests.bench.report import argument_parser, print_rows
 from tests.conftest import start_dev_server, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE
 from tests.support.proctree import descendants
@@ -394,13 +394,11 @@ def report(results: list[Round]) -> None:
         ("  resume throughput", f"{med(r.n / r.resume_s for r in results):.1f} runs/s"),
         ("runs merged", f"{min(r.merged for r in results)}"),
     ]
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+    print_rows(rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     default_n = int(os.environ.get("DURAFIX_BENCH_PARKED", DEFAULT_N))
     parser.add_argument("--parked", type=int, default=None, help=f"runs to park (default {default_n})")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 1 for N >= 200, else 3)")

@@ -21,7 +21,6 @@ Every figure is a median over the repetitions; a repetition's serial figure is t
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import tempfile
@@ -53,6 +52,7 @@ from pipeline.state import Approval, Delivered, DeliveryKind, Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import WORKFLOWS
 from tests.bench.bench_parked import REPOSITORY, bounded
+from tests.bench.report import argument_parser, print_rows
 from tests.conftest import start_dev_server, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE, Script, doubles
 from tests.support.workers.parked import AlwaysMerged, Forgetful
@@ -287,13 +287,11 @@ def report(results: list[Rep], command: str) -> None:
             f"{sum(r.merged for r in results)} of {sum(r.runs + min(r.runs, SERIAL_RUNS) for r in results)}",
         ),
     ]
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+    print_rows(rows)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=None, help=f"runs per repetition (default {DEFAULT_RUNS})")
     parser.add_argument("--concurrency", type=int, default=None, help=f"runs at once (default {DEFAULT_CONCURRENCY})")
     parser.add_argument("--reps", type=int, default=None, help=f"repetitions (default {DEFAULT_REPS})")

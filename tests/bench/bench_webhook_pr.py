@@ -20,7 +20,6 @@ worker (imports, the browser, the mirror and dependency caches). Medians over th
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import statistics
 import sys
@@ -38,6 +37,7 @@ from pipeline import client as runs
 from pipeline import steps
 from pipeline.ids import branch_for, workflow_id_for
 from tests.bench.bench_tax import e2e_stack
+from tests.bench.report import argument_parser
 from tests.support.e2e_stack import E2EStack
 
 DEFAULT_RUNS = 3
@@ -190,7 +190,7 @@ def report(results: list[Measured], command: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=None, help=f"measured runs (default {DEFAULT_RUNS})")
     parser.add_argument("--quick", action="store_true", help="one measured run")
     args = parser.parse_args()

@@ -8,7 +8,6 @@ across a network only widens the gap.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from environments.git import git_env, run_git
 from environments.workspace import WorkspaceManager
+from tests.bench.report import argument_parser
 
 RUN = "repair:bench/repo#1"
 
@@ -68,7 +68,7 @@ def time_fresh_clone(url: str, head: str, patch: str, dest: Path) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
