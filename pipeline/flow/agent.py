@@ -144,7 +144,7 @@ class SteppedAgent:
             self._take_back(AttemptOutcome.model_validate(wrapper.details[0]))
             step_failure = wrapper.__cause__
             if isinstance(step_failure, ActivityError):
-                raise step_failure from None
+                raise step_failure  # its cause is the step's own failure, which the caller judges
             raise
         self._take_back(outcome)
         if outcome.cancelled:

@@ -7,10 +7,13 @@ so ordinary test runs never change the tree.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 from temporalio.client import WorkflowHistory
+
+from pipeline.flow.attempt_carry import attempt_workflow_id
 
 HISTORIES = Path(__file__).parent / "histories"
 
@@ -28,3 +31,21 @@ def record_history_to(history: WorkflowHistory, directory: Path, name: str) -> P
     path = directory / f"{name}.json"
     path.write_text(history.to_json())
     return path
+
+
+def recorded_history(path: Path) -> WorkflowHistory:
+    """The history recorded at ``path``, under the workflow ID it ran with where the run's commands name it (a
+    child workflow's ID is made from it, and replay compares that ID); under the file's name otherwise."""
+    text = path.read_text()
+    return WorkflowHistory.from_json(_run_workflow_id(json.loads(text)) or path.stem, text)
+
+
+def _run_workflow_id(history: dict[str, object]) -> str | None:
+    events = history.get("events")
+    for event in events if isinstance(events, list) else []:
+        started = event.get("startChildWorkflowExecutionInitiatedEventAttributes") if isinstance(event, dict) else None
+        if isinstance(started, dict) and isinstance(child := started.get("workflowId"), str):
+            run_id, _, attempt = child.rpartition(":attempt-")
+            if attempt.isdigit() and attempt_workflow_id(run_id, int(attempt)) == child:
+                return run_id
+    return None

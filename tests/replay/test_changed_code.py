@@ -12,12 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from tests.replay.changed_workflow import ChangedRepairBug
-from tests.replay.record import HISTORIES
+from tests.replay.record import HISTORIES, recorded_history
 
 CHANGED_CODE = Path(__file__).parent / "changed-code"
 CURRENT = sorted(HISTORIES.glob("*.json"))
@@ -31,7 +30,7 @@ def test_the_waiting_run_and_the_changed_codes_runs_are_recorded() -> None:
 
 
 async def replay(path: Path, workflow: type) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = recorded_history(path)
     replayer = Replayer(workflows=[workflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

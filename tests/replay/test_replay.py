@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from pipeline.workflow import RepairBugWorkflow
-from tests.replay.record import HISTORIES
+from tests.replay.record import HISTORIES, recorded_history
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -26,7 +25,7 @@ def test_histories_are_recorded() -> None:
 
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_recorded_history_replays_on_current_code(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = recorded_history(path)
     replayer = Replayer(workflows=[RepairBugWorkflow], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
