@@ -144,7 +144,8 @@ class SteppedAgent:
             self._take_back(AttemptOutcome.model_validate(wrapper.details[0]))
             step_failure = wrapper.__cause__
             if isinstance(step_failure, ActivityError):
-                raise step_failure  # its cause is the step's own failure, which the caller judges
+                # Its cause chain is what the caller judges (the step's own failure): kept as it came.
+                raise step_failure from step_failure.__cause__
             raise
         self._take_back(outcome)
         if outcome.cancelled:
