@@ -74,7 +74,7 @@ class SteppedAgent:
         through its failure, by the caller). The run ends ``repair-budget-exhausted`` when the attempt uses all
         its turns; a step's failure propagates as the ``ActivityError`` the caller judges."""
         ctx = self.ctx
-        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if workflow.patched(AGENT_RUN_TOOLS_PATCH) else None
+        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if ctx.patched(AGENT_RUN_TOOLS_PATCH) else None
         progress = _Progress(patch=spec.start_patch, tools=tools)
         while progress.summary is None:
             if progress.turn >= AGENT_MAX_TURNS:

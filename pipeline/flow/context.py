@@ -4,13 +4,16 @@ helpers all phases share (phase entry, evidence record, memo, ticket, clock).
 One :class:`RunContext` exists per workflow run. It holds the mutable state of the run (the query's
 :class:`RunState` and what the run keeps beside it) and is the only way a phase reaches Temporal: an activity
 through :meth:`RunContext.step` (or :meth:`RunContext.model_step` for a step that asks the model), a patch
-through ``workflow.patched`` at the call site that always made it.
+through :meth:`RunContext.patched` at the call site that always asked it, the clock, timers and waits through
+:meth:`RunContext.now`, :meth:`RunContext.sleep` and :meth:`RunContext.wait_for`. A driver other than Temporal
+(the durability-tax benchmark's plain loop) runs the same phases on a context of its own that overrides these.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -35,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.recorded_state import STATE_MEMO, recorded_state
     from pipeline.state import (
         Approval,
+        Budgets,
         CancelMark,
         CancelStep,
         HeadPush,
@@ -161,20 +165,48 @@ class RunContext:
         assert self.report is not None
         return self.report
 
+    # ---- the run's clock, patches and waits: the only Temporal calls a phase makes --------------------
+
     def now(self) -> datetime:
         return workflow.now()
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether the run takes the branch of ``patch_id`` (``workflow.patched``: its marker is recorded)."""
+        return workflow.patched(patch_id)
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable wait (a timer)."""
+        await workflow.sleep(timedelta(seconds=seconds))
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: timedelta) -> bool:
+        """Wait until ``condition`` holds (True), or ``timeout`` passed first (False)."""
+        try:
+            await workflow.wait_condition(condition, timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    def history_beyond(self, events: int, size: int) -> bool:
+        """Whether this execution's history should continue as new: the server suggests it, or it holds
+        ``events`` events or ``size`` bytes."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= events
+            or info.get_current_history_size() >= size
+        )
 
     def enter(self, phase: Phase) -> None:
         if self.state.phase != phase:
             self.state.phase = phase
-            self.state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
+            self.state.timeline.append(PhaseMark(phase=phase, at=self.now()))
             self.record_state()
 
     def record_state(self) -> None:
         """Upsert the compact state into the memo (:mod:`pipeline.recorded_state`), which the server keeps
         and ``describe`` returns: what ``durafix status`` shows while no worker can answer the query."""
-        if workflow.patched(STATE_MEMO_PATCH):
-            workflow.upsert_memo({STATE_MEMO: recorded_state(self.state, workflow.now())})
+        if self.patched(STATE_MEMO_PATCH):
+            workflow.upsert_memo({STATE_MEMO: recorded_state(self.state, self.now())})
 
     def record(self, ref: ArtifactRef) -> None:
         """Add ``ref`` to the run's evidence, once."""
@@ -200,12 +232,10 @@ class RunContext:
         that arrives after the request (the activity finished before it learned of the cancellation) is
         never acted on; runs recorded before this check keep replaying as they ran.
         """
-        return (
-            not self.ending and workflow.cancellation_reason() is not None and workflow.patched(LATE_COMPLETION_PATCH)
-        )
+        return not self.ending and workflow.cancellation_reason() is not None and self.patched(LATE_COMPLETION_PATCH)
 
     def cancel_step(self, step: CancelStep, detail: str = "") -> None:
-        self.state.cancellation.append(CancelMark(step=step, at=workflow.now(), detail=detail))
+        self.state.cancellation.append(CancelMark(step=step, at=self.now(), detail=detail))
 
     # ---- ticket and PR ----------------------------------------------------------------------------------
 
@@ -245,7 +275,7 @@ class RunContext:
         endpoint was unavailable, the attempt in flight the last one used."""
         policy = self.input.policy
         budgets = self.state.budgets
-        began = workflow.now()
+        began = self.now()
         waits = 0
         while True:
             try:
@@ -254,12 +284,12 @@ class RunContext:
                 if (
                     is_cancellation(err)
                     or not accounting.is_transport_failure(err)
-                    or not workflow.patched(MODEL_OUTAGE_PATCH)
+                    or not self.patched(MODEL_OUTAGE_PATCH)
                 ):
                     raise
                 accounting.charge_failure(budgets, err, attempt)
                 wait = accounting.outage_wait(policy, waits)
-                down = (workflow.now() - began).total_seconds()
+                down = (self.now() - began).total_seconds()
                 if accounting.outage_spent(policy, down, wait):
                     raise RunEnded(
                         Outcome.NEEDS_HUMAN_TRIAGE,
@@ -272,7 +302,7 @@ class RunContext:
                 waits += 1
                 budgets.outage_waits += 1
                 budgets.outage_wait_s += wait
-                await workflow.sleep(timedelta(seconds=wait))
+                await self.sleep(wait)
 
     async def step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
         """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`); on the
@@ -294,7 +324,7 @@ class RunContext:
                 sent += HOST_TRIES
                 again = not is_cancellation(err) and worker_lost(err) and not (tries and sent >= tries)
                 # The patch is asked last, so its marker is recorded only where a run is really sent again.
-                if not (again and workflow.patched(HOST_WORKER_LOST_PATCH)):
+                if not (again and self.patched(HOST_WORKER_LOST_PATCH)):
                     raise
                 workflow.logger.warning("%s lost its worker on host %s; sending it to the host again", step.name, host)
 
@@ -321,6 +351,22 @@ class RunContext:
         if self.cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def new_run_state(inp: RepairInput, workflow_id: str, run_id: str) -> RunState:
+    """The state a new run of ``inp`` starts with: its budgets from the run's policy."""
+    return RunState(
+        workflow_id=workflow_id,
+        run_id=run_id,
+        repository=inp.repository,
+        issue_number=inp.issue_number,
+        base_branch=inp.base_branch,
+        budgets=Budgets(
+            repair_attempts_max=inp.policy.max_repair_attempts,
+            model_token_budget=inp.policy.model_token_budget,
+            revisions_max=inp.policy.revisions_max,
+        ),
+    )
 
 
 def is_cancellation(err: BaseException) -> bool:

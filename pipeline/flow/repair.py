@@ -40,8 +40,8 @@ class Repair:
 
     def _engine(self) -> Engine:
         # Both patches are asked in this order, as they always were (the stepped one first, unconditionally).
-        stepped = workflow.patched(STEPPED_AGENT_PATCH)
-        if self.ctx.input.policy.engine == "command" and workflow.patched(COMMAND_ENGINE_PATCH):
+        stepped = self.ctx.patched(STEPPED_AGENT_PATCH)
+        if self.ctx.input.policy.engine == "command" and self.ctx.patched(COMMAND_ENGINE_PATCH):
             return Engine.COMMAND
         return Engine.STEPPED if stepped else Engine.ONE_SHOT
 
@@ -88,7 +88,7 @@ class Repair:
             op_id=repair_op,
             patch_ref=proposal.patch_ref,
             summary=proposal.summary,
-            commit_timestamp=int(workflow.now().timestamp()),
+            commit_timestamp=int(ctx.now().timestamp()),
         )
         ctx.state.candidates.append(candidate)
         ctx.enter(Phase.VERIFY)

@@ -120,7 +120,7 @@ class Revisions:
             op_id=repair_op,
             patch_ref=proposal.patch_ref,
             summary=proposal.summary,
-            commit_timestamp=int(workflow.now().timestamp()),
+            commit_timestamp=int(ctx.now().timestamp()),
             revision=n,
             parent_commit=under_review.commit,
             review_id=request.review_id,
