@@ -595,19 +595,11 @@ class AgentConcludeInput(BaseModel):
     model: str
 
 
-class AgentCommandInput(BaseModel):
+class AgentCommandInput(ProposePatchInput):
     """One repair attempt by an external agent CLI (``engine: command``): the CLI runs once in a sandboxed
     workspace at the base revision, and what it changed there is judged as the attempt's proposal.
-    ``token_budget`` is what the attempt may spend (the model proxy refuses requests past it)."""
-
-    run_id: str
-    op_id: str
-    attempt: int
-    spec_ref: ArtifactRef
-    issue_title: str
-    issue_body: str
-    previous_failures: list[str] = Field(default_factory=list)
-    token_budget: int
+    ``token_budget`` is what the attempt may spend (the model proxy refuses requests past it). Its fields are
+    the one-shot proposal's."""
 
 
 # ---- the run's record (pipeline/activities/run_record.py) ---------------------------------------------
