@@ -31,7 +31,6 @@ from typing import Any
 from temporalio import activity
 
 from environments.run_fence import ensure_not_fenced
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
@@ -39,7 +38,8 @@ from pipeline.activities.agent_calls import call_ref, carried_call
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.repair_facts import repair_context
-from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
+from pipeline.activities.spend import Spend, budgeted, failing
+from pipeline.activities.workspace import check_patch, open_spec, rebuild
 from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
@@ -53,8 +53,8 @@ from pipeline.steps import (
 from repair.compaction import compact
 from repair.interface import NoPatchError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint
-from repair.patch import PatchCheck, validate_patch, workspace_patch
-from repair.patch_policy import PatchPolicy, policy_for
+from repair.patch import PatchCheck, workspace_patch
+from repair.patch_policy import PatchPolicy
 from repair.stepping import (
     decode_transcript,
     encode_transcript,
@@ -92,15 +92,7 @@ class AgentActivities:
         """One model request on the stored transcript; see the module docstring for what a retry re-sends."""
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to ask the model for {inp.op_id}")
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(
-            f"asking the model (attempt {inp.attempt}, turn {inp.turn})", carry={"spent": earlier.model_dump()}
-        )
-        if earlier.total >= inp.token_budget:
-            spent_all = FailureClass.BUDGET.error(
-                f"model budget: {earlier.total} tokens spent by earlier tries of this turn, {inp.token_budget} left"
-            )
-            raise failing(spent_all, earlier, beat)
+        earlier, beat = budgeted(f"asking the model (attempt {inp.attempt}, turn {inp.turn})", inp.token_budget, "turn")
         if inp.transcript_ref is None:
             messages = opening_messages(
                 RepairRequest(
@@ -148,9 +140,7 @@ class AgentActivities:
     @activity.defn(name=steps.AGENT_TOOLS.name)
     def agent_tools(self, inp: AgentToolsInput) -> AgentToolsResult:
         """The turn's calls on base + the patch so far; replay-safe (see the module docstring)."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         names = ", ".join(c.name for c in inp.calls)
         beat = Heartbeat(f"running {len(inp.calls)} tool call(s) (attempt {inp.attempt}, turn {inp.turn}): {names}")
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
@@ -158,13 +148,8 @@ class AgentActivities:
         with classified():
             calls = [carried_call(messages, c) for c in inp.calls]
         with beat, classified():
-            ws = self.workspaces.rebuild(
-                run_id=inp.run_id,
-                op_id=inp.op_id,
-                clone_url=spec.clone_url,
-                base_revision=spec.base_revision,
-                patch=patch,
-                token=self.git_token.token_for(spec.clone_url),
+            ws = rebuild(
+                self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch
             )
             try:
                 batch = tool_batch(WorkspaceTools(ws.path), calls)
@@ -207,9 +192,7 @@ class AgentActivities:
         (the next attempt's prompt carries them). Failures carry no tokens: the workflow charged every turn.
         Each ``NoPatch`` says its kind in a detail (:data:`NO_PATCH_KIND`): ``no-op`` when the model's edits
         cancel out, ``refused`` when it never edited or the policy refused its patch."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to judge the patch of {inp.op_id}")
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to judge the patch of {inp.op_id}")
         beat = Heartbeat(f"judging the patch (attempt {inp.attempt})")
         if inp.patch_ref is None:
             edited = inp.transcript_ref is not None and made_edits(
@@ -219,14 +202,8 @@ class AgentActivities:
             err = NoPatchError(f"{what}: {inp.summary}")
             raise failing(err, Spend(), beat, {NO_PATCH_KIND: NO_OP if edited else REFUSED}) from err
         patch = self.store.read_bytes(inp.patch_ref).decode()
-        with (
-            beat,
-            self.workspaces.mirrors.borrowed(
-                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
-            ) as mirror,
-        ):
-            policy = policy_for(self.patch_policies, spec.repository)
-            check = validate_patch(mirror, patch, base=spec.base_revision, policy=policy)
+        with beat:
+            check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, patch)
         patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)
         return ProposalResult(
             patch_ref=patch_ref,

@@ -59,6 +59,7 @@ from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.workspace import open_spec, rebuild
 from pipeline.failures import FailureClass
 from pipeline.state import RegressionFact
 from pipeline.steps import (
@@ -158,10 +159,7 @@ class EnvironmentActivities:
         )
 
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
-        token = self.git_token.token_for(clone_url)
-        return self.workspaces.rebuild(
-            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
-        )
+        return rebuild(self.workspaces, self.git_token, run_id, op_id, clone_url, base, patch)
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
     def prepare_spec(self, inp: PrepareSpecInput) -> ArtifactRef:
@@ -396,47 +394,45 @@ class EnvironmentActivities:
         repair attempt: a fix is judged against it, and tests that cannot run are a recipe error found
         before the model is asked for anything. Its summary names the stored log and never quotes what the
         repository's commands printed (the summary reaches the ticket)."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to run the baseline {inp.op_id}")
-            with Heartbeat("rebuilding workspace at the base revision") as beat:
-                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, None)
-                try:
-                    with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
-                        log = Path(tmp) / "baseline-tests.log"
-                        result = _setup_and_test(
-                            ws.path,
-                            spec,
-                            log,
-                            beat,
-                            "on the base revision",
-                            self.provider_for(None),
-                            inp.run_id,
-                            inp.op_id,
-                            output=f"its output is in {log.name}",
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to run the baseline {inp.op_id}")
+        with classified(), Heartbeat("rebuilding workspace at the base revision") as beat:
+            ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, None)
+            try:
+                with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
+                    log = Path(tmp) / "baseline-tests.log"
+                    result = _setup_and_test(
+                        ws.path,
+                        spec,
+                        log,
+                        beat,
+                        "on the base revision",
+                        self.provider_for(None),
+                        inp.run_id,
+                        inp.op_id,
+                        output=f"its output is in {log.name}",
+                    )
+                    test_ref = self._put_output(
+                        log,
+                        ArtifactKind.TEST_OUTPUT,
+                        inp.run_id,
+                        "baseline-tests.log",
+                        spec.base_revision,
+                        spec.recipe.secrets,
+                    )
+                    cases = _cases(ws.path, spec) if result.runnable else None
+                    cases_ref = None
+                    if cases is not None:
+                        result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
+                        cases_ref = self.store.put_bytes(
+                            cases.to_json(),
+                            kind=ArtifactKind.TEST_OUTPUT,
+                            run_id=inp.run_id,
+                            name="baseline-cases.json",
+                            revision=spec.base_revision,
+                            media_type="application/json",
                         )
-                        test_ref = self._put_output(
-                            log,
-                            ArtifactKind.TEST_OUTPUT,
-                            inp.run_id,
-                            "baseline-tests.log",
-                            spec.base_revision,
-                            spec.recipe.secrets,
-                        )
-                        cases = _cases(ws.path, spec) if result.runnable else None
-                        cases_ref = None
-                        if cases is not None:
-                            result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
-                            cases_ref = self.store.put_bytes(
-                                cases.to_json(),
-                                kind=ArtifactKind.TEST_OUTPUT,
-                                run_id=inp.run_id,
-                                name="baseline-cases.json",
-                                revision=spec.base_revision,
-                                media_type="application/json",
-                            )
-                finally:
-                    self.workspaces.remove(ws)
+            finally:
+                self.workspaces.remove(ws)
         return BaselineResult(
             runnable=result.runnable,
             passed=result.passed,

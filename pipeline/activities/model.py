@@ -22,23 +22,19 @@ from collections.abc import Callable, Mapping, Sequence
 
 from temporalio import activity
 
-from environments.run_fence import ensure_not_fenced
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
 from pipeline.activities.agent import AgentActivities, accepted_patch
-from pipeline.activities.agent_command import CommandActivities
-from pipeline.activities.classify import classified
+from pipeline.activities.agent_command import CommandActivities, attempt_request
 from pipeline.activities.heartbeat import Heartbeat
-from pipeline.activities.spend import earlier_attempts_spend, failing
-from pipeline.failures import FailureClass
+from pipeline.activities.spend import budgeted, earlier_attempts_spend, failing
+from pipeline.activities.workspace import check_patch, open_spec, rebuild
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
-from repair.interface import RepairEngine, RepairError, RepairRequest
+from repair.interface import RepairEngine, RepairError
 from repair.openai_calls import ChatEndpoint
 from repair.openai_engine import OpenAIToolEngine
-from repair.patch import validate_patch
-from repair.patch_policy import PatchPolicy, policy_for
+from repair.patch_policy import PatchPolicy
 from repair.procedure_draft import ProcedureDrafter
 from reviews.git_credentials import GitCredentials
 
@@ -118,45 +114,14 @@ class ModelActivities:
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)
     def propose_patch(self, inp: ProposePatchInput) -> ProposalResult:
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(f"asking the model (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         # Checked before the workspace is rebuilt: a retry with no budget left needs none.
-        if earlier.total >= inp.token_budget:
-            spent_all = FailureClass.BUDGET.error(
-                f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
-            )
-            raise failing(spent_all, earlier, beat)
-        ws = self.workspaces.rebuild(
-            run_id=inp.run_id,
-            op_id=inp.op_id,
-            clone_url=spec.clone_url,
-            base_revision=spec.base_revision,
-            token=self.git_token.token_for(spec.clone_url),
-        )
+        earlier, beat = budgeted(f"asking the model (attempt {inp.attempt})", inp.token_budget, "attempt")
+        ws = rebuild(self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision)
         try:
             with beat:
-                proposal = self.engine().propose(
-                    RepairRequest(
-                        run_id=inp.run_id,
-                        op_id=inp.op_id,
-                        attempt=inp.attempt,
-                        issue_title=inp.issue_title,
-                        issue_body=inp.issue_body,
-                        workspace=str(ws.path),
-                        previous_failures=inp.previous_failures,
-                        token_budget=max(1, inp.token_budget - earlier.total),
-                    )
-                )
-            # Judged against the mirror, never the workspace: the model's commands may have rewritten the
-            # workspace's .git (its config, objects, refs), the mirror is only ever written by durafix.
-            with self.workspaces.mirrors.borrowed(
-                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
-            ) as mirror:
-                policy = policy_for(self.patch_policies, spec.repository)
-                check = validate_patch(mirror, proposal.patch, base=spec.base_revision, policy=policy)
+                proposal = self.engine().propose(attempt_request(inp, ws.path, earlier))
+            check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, proposal.patch)
         except RepairError as err:
             raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:
