@@ -516,8 +516,9 @@ class AgentTurnResult(BaseModel):
     transport_retries: int = 0
 
 
-class AgentToolsInput(BaseModel):
-    """The calls of one turn, to run on base + ``patch_ref`` (the patch so far; ``None``: nothing changed yet)."""
+class AgentWorkspaceInput(BaseModel):
+    """Where a step of a stepped attempt's turn works: on base + ``patch_ref`` (the patch so far; ``None``:
+    nothing changed yet), with the attempt's transcript so far."""
 
     run_id: str
     op_id: str
@@ -526,6 +527,11 @@ class AgentToolsInput(BaseModel):
     spec_ref: ArtifactRef
     transcript_ref: ArtifactRef
     patch_ref: ArtifactRef | None = None
+
+
+class AgentToolsInput(AgentWorkspaceInput):
+    """The calls of one turn, to run on base + ``patch_ref`` (the patch so far; ``None``: nothing changed yet)."""
+
     calls: list[AgentToolCall]
 
 
@@ -541,16 +547,9 @@ class AgentToolsResult(BaseModel):
     invalid_calls: int = 0
 
 
-class AgentRunInput(BaseModel):
+class AgentRunInput(AgentWorkspaceInput):
     """One run-tool call of a stepped attempt (``run_tests`` or ``run``), on base + the patch so far."""
 
-    run_id: str
-    op_id: str
-    attempt: int
-    turn: int
-    spec_ref: ArtifactRef
-    transcript_ref: ArtifactRef
-    patch_ref: ArtifactRef | None = None
     call: AgentToolCall
 
 

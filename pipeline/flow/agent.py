@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         AgentToolResult,
         AgentToolsInput,
         AgentTurnInput,
+        AgentWorkspaceInput,
         ProposalResult,
     )
     from repair.context import EarlierAttempt
@@ -169,23 +170,24 @@ class SteppedAgent:
         self, spec: AttemptSpec, progress: _Progress, part: list[AgentToolCall], suffix: str
     ) -> str | None:
         ctx = self.ctx
-        assert progress.transcript is not None
-        ran = await ctx.step(
-            steps.AGENT_TOOLS,
-            AgentToolsInput(
-                run_id=ctx.wf,
-                op_id=f"{spec.repair_op}:tools-{progress.turn}{suffix}",
-                attempt=spec.attempt,
-                turn=progress.turn,
-                spec_ref=ctx.spec,
-                transcript_ref=progress.transcript,
-                patch_ref=progress.patch,
-                calls=part,
-            ),
-        )
+        where = self._workspace(spec, progress, f"{spec.repair_op}:tools-{progress.turn}{suffix}")
+        ran = await ctx.step(steps.AGENT_TOOLS, AgentToolsInput(**dict(where), calls=part))
         accounting.count_tools(ctx.state.budgets, spec.attempt, ran)
         progress.transcript, progress.patch = ran.transcript_ref, ran.patch_ref
         return ran.summary
+
+    def _workspace(self, spec: AttemptSpec, progress: _Progress, step_op: str) -> AgentWorkspaceInput:
+        """Where the turn's step ``step_op`` works: base + the patch so far, with the transcript so far."""
+        assert progress.transcript is not None
+        return AgentWorkspaceInput(
+            run_id=self.ctx.wf,
+            op_id=step_op,
+            attempt=spec.attempt,
+            turn=progress.turn,
+            spec_ref=self.ctx.spec,
+            transcript_ref=progress.transcript,
+            patch_ref=progress.patch,
+        )
 
     async def _reproduction(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
         ctx = self.ctx
@@ -204,20 +206,8 @@ class SteppedAgent:
 
     async def _run(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
         ctx = self.ctx
-        assert progress.transcript is not None
-        done = await ctx.step(
-            steps.AGENT_RUN,
-            AgentRunInput(
-                run_id=ctx.wf,
-                op_id=f"{spec.repair_op}:run-{progress.turn}-{k}",
-                attempt=spec.attempt,
-                turn=progress.turn,
-                spec_ref=ctx.spec,
-                transcript_ref=progress.transcript,
-                patch_ref=progress.patch,
-                call=call,
-            ),
-        )
+        where = self._workspace(spec, progress, f"{spec.repair_op}:run-{progress.turn}-{k}")
+        done = await ctx.step(steps.AGENT_RUN, AgentRunInput(**dict(where), call=call))
         progress.transcript = done.transcript_ref
         accounting.count_invalid(ctx.state.budgets, spec.attempt, int(done.refused))
         if done.output_ref is not None:

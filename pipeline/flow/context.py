@@ -87,6 +87,13 @@ class ReviewDecisions:
     review_note: str = ""
 
 
+# What a run continued as new carries of its context and of its review decisions, under the same names there and
+# in :class:`~pipeline.flow.carry.ReviewCarry` (the state, the hosts, the environments and the review wait's
+# counters besides).
+CARRIED = ("report", "spec_ref", "procedure_ref", "cancellation_v2", "closing_note")
+CARRIED_DECISIONS = ("approval", "rejection", "revision_request", "moved_head", "review_note")
+
+
 @dataclass
 class RunContext:
     """The run's mutable state and its one door to Temporal (see the module docstring)."""
@@ -110,40 +117,24 @@ class RunContext:
 
     def resume(self, carry: ReviewCarry) -> None:
         """Take up what the previous execution of the run carried (its state is already :attr:`state`)."""
-        self.report, self.spec_ref, self.procedure_ref = carry.report, carry.spec_ref, carry.procedure_ref
+        for name in CARRIED:
+            setattr(self, name, getattr(carry, name))
         self.hosts = list(carry.hosts)
         self.live_envs = dict(carry.live_envs)
-        self.cancellation_v2 = carry.cancellation_v2
-        self.closing_note = carry.closing_note
-        self.decisions = ReviewDecisions(
-            approval=carry.approval,
-            rejection=carry.rejection,
-            revision_request=carry.revision_request,
-            moved_head=carry.moved_head,
-            review_note=carry.review_note,
-        )
+        self.decisions = ReviewDecisions(**{name: getattr(carry, name) for name in CARRIED_DECISIONS})
 
     def carry(self, head: str, renewals: int, continued: int) -> ReviewCarry:
         """What the next execution of the run continues with (see :mod:`pipeline.flow.carry`)."""
-        assert self.procedure_ref is not None
-        held = self.decisions
+        assert self.report is not None and self.spec_ref is not None and self.procedure_ref is not None
         return ReviewCarry(
             state=self.state,
-            report=self.the_report,
-            spec_ref=self.spec,
-            procedure_ref=self.procedure_ref,
             hosts=self.hosts,
             live_envs=self.live_envs,
-            cancellation_v2=self.cancellation_v2,
-            closing_note=self.closing_note,
-            approval=held.approval,
-            rejection=held.rejection,
-            revision_request=held.revision_request,
-            moved_head=held.moved_head,
-            review_note=held.review_note,
             head=head,
             renewals=renewals,
             continued=continued,
+            **{name: getattr(self, name) for name in CARRIED},
+            **{name: getattr(self.decisions, name) for name in CARRIED_DECISIONS},
         )
 
     # ---- facts of the run -----------------------------------------------------------------------------
