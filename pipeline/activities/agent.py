@@ -205,14 +205,8 @@ class AgentActivities:
         with beat:
             check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, patch)
         patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=inp.summary,
-            files_changed=check.files,
-            prompt_tokens=inp.prompt_tokens,
-            completion_tokens=inp.completion_tokens,
-            model=inp.model,
-        )
+        spent = Spend(prompt_tokens=inp.prompt_tokens, completion_tokens=inp.completion_tokens)
+        return proposal_result(patch_ref, inp.summary, check.files, spent, inp.model)
 
     def _put_transcript(self, run_id: str, attempt: int, step: str, messages: list[dict[str, Any]]) -> ArtifactRef:
         return self.store.put_bytes(
@@ -222,6 +216,21 @@ class AgentActivities:
             name=f"attempt-{attempt}-{step}.transcript.json",
             media_type="application/json",
         )
+
+
+def proposal_result(
+    patch_ref: ArtifactRef, summary: str, files: list[str], spent: Spend, model: str, log_ref: ArtifactRef | None = None
+) -> ProposalResult:
+    """An attempt's accepted patch (:func:`accepted_patch`) as its step's result, with the tokens it spent."""
+    return ProposalResult(
+        patch_ref=patch_ref,
+        summary=summary,
+        files_changed=files,
+        prompt_tokens=spent.prompt_tokens,
+        completion_tokens=spent.completion_tokens,
+        model=model,
+        log_ref=log_ref,
+    )
 
 
 def accepted_patch(

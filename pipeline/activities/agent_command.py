@@ -45,7 +45,7 @@ from environments.sandbox import Sandbox
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import accepted_patch
+from pipeline.activities.agent import accepted_patch, proposal_result
 from pipeline.activities.classify import classified
 from pipeline.activities.environments import put_redacted_output
 from pipeline.activities.heartbeat import Heartbeat
@@ -158,15 +158,7 @@ class CommandActivities:
             self.workspaces.remove(ws)
             shutil.rmtree(agent_dir, ignore_errors=True)
             (agent_dir.parent / f"{agent_dir.name}.log").unlink(missing_ok=True)
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=summary,
-            files_changed=check.files,
-            prompt_tokens=ran.spent.prompt_tokens,
-            completion_tokens=ran.spent.completion_tokens,
-            model=self.endpoint.model,
-            log_ref=log_ref,
-        )
+        return proposal_result(patch_ref, summary, check.files, ran.spent, self.endpoint.model, log_ref)
 
     def _redactor(self, spec: RecoverySpec, ran: _Ran) -> Redactor:
         """Every secret known here: the recipe's, the forge tokens, the model key and the try's proxy key."""

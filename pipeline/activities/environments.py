@@ -158,6 +158,23 @@ class EnvironmentActivities:
             self.store, path, kind, run_id, name, revision, output_redactor(recipe_secrets, self.git_token)
         )
 
+    def _tests_in(
+        self, ws: Workspace, spec: RecoverySpec, log: Path, beat: Heartbeat, where: str, run_id: str, op_id: str
+    ) -> _Checked:
+        """The recipe's setup and tests in ``ws`` (see :func:`_setup_and_test`), by the provider that runs
+        commands on this worker; the summary names the stored ``log`` and never quotes it."""
+        return _setup_and_test(
+            ws.path,
+            spec,
+            log,
+            beat,
+            where,
+            self.provider_for(None),
+            run_id,
+            op_id,
+            output=f"its output is in {log.name}",
+        )
+
     def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
         return rebuild(self.workspaces, self.git_token, run_id, op_id, clone_url, base, patch)
 
@@ -255,17 +272,7 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(
-                        ws.path,
-                        spec,
-                        log,
-                        beat,
-                        f"on {commit[:12]}",
-                        self.provider_for(None),
-                        inp.run_id,
-                        inp.op_id,
-                        output=f"its output is in {log.name}",
-                    )
+                    result = self._tests_in(ws, spec, log, beat, f"on {commit[:12]}", inp.run_id, inp.op_id)
                     cases = _cases(ws.path, spec)
                     if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
                         result = _judged_per_test(result, cases, store.read_bytes(inp.baseline_cases_ref))
@@ -400,17 +407,7 @@ class EnvironmentActivities:
             try:
                 with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
                     log = Path(tmp) / "baseline-tests.log"
-                    result = _setup_and_test(
-                        ws.path,
-                        spec,
-                        log,
-                        beat,
-                        "on the base revision",
-                        self.provider_for(None),
-                        inp.run_id,
-                        inp.op_id,
-                        output=f"its output is in {log.name}",
-                    )
+                    result = self._tests_in(ws, spec, log, beat, "on the base revision", inp.run_id, inp.op_id)
                     test_ref = self._put_output(
                         log,
                         ArtifactKind.TEST_OUTPUT,

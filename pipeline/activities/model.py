@@ -25,7 +25,7 @@ from temporalio import activity
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import AgentActivities, accepted_patch
+from pipeline.activities.agent import AgentActivities, accepted_patch, proposal_result
 from pipeline.activities.agent_command import CommandActivities, attempt_request
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import budgeted, earlier_attempts_spend, failing
@@ -130,11 +130,4 @@ class ModelActivities:
         patch_ref = accepted_patch(
             self.store, check, proposal.patch, inp.run_id, inp.attempt, spec.base_revision, spent, beat
         )
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=proposal.summary,
-            files_changed=proposal.files_changed,
-            prompt_tokens=spent.prompt_tokens,
-            completion_tokens=spent.completion_tokens,
-            model=proposal.model,
-        )
+        return proposal_result(patch_ref, proposal.summary, proposal.files_changed, spent, proposal.model)
