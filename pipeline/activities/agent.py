@@ -39,7 +39,7 @@ from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.repair_facts import repair_context
 from pipeline.activities.spend import Spend, budgeted, failing
-from pipeline.activities.workspace import check_patch, open_spec, rebuild
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
@@ -68,7 +68,7 @@ from repair.workspace_tools import WorkspaceTools
 from reviews.git_credentials import GitCredentials
 
 
-class AgentActivities:
+class AgentActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -78,11 +78,8 @@ class AgentActivities:
         patch_policies: Mapping[str, PatchPolicy] | None = None,
     ) -> None:
         """``endpoint`` is made on first use, so a host only builds the client when a turn runs."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.endpoint = endpoint
-        self.git_token = git_token
-        self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.agent_turn, self.agent_tools, self.agent_record, self.agent_conclude]
@@ -203,7 +200,7 @@ class AgentActivities:
             raise failing(err, Spend(), beat, {NO_PATCH_KIND: NO_OP if edited else REFUSED}) from err
         patch = self.store.read_bytes(inp.patch_ref).decode()
         with beat:
-            check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, patch)
+            check = self.judge_patch(spec, patch)
         patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)
         spent = Spend(prompt_tokens=inp.prompt_tokens, completion_tokens=inp.completion_tokens)
         return proposal_result(patch_ref, inp.summary, check.files, spent, inp.model)

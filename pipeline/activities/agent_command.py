@@ -50,7 +50,7 @@ from pipeline.activities.classify import classified
 from pipeline.activities.environments import put_redacted_output
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import Spend, budgeted, failing
-from pipeline.activities.workspace import check_patch, open_spec, rebuild
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.failures import FailureClass
 from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput
 from repair.agent_command import AgentCommand
@@ -84,7 +84,7 @@ class _Ran:
     why_stopped: str = ""
 
 
-class CommandActivities:
+class CommandActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -99,14 +99,11 @@ class CommandActivities:
     ) -> None:
         """``agent`` and ``sandbox`` are made on first use (installing an agent may take a while, and a host
         that never runs one needs no bubblewrap)."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.agent = agent
         self.endpoint = endpoint
         self.sandbox = sandbox
-        self.git_token = git_token
         self.deadline_s = deadline_s
-        self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.agent_command]
@@ -150,7 +147,7 @@ class CommandActivities:
                         f"{agent.name} finished without changing anything: {summary}"
                     )
                     raise failing(unchanged, ran.spent, beat, named)
-                check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, patch)
+                check = self.judge_patch(spec, patch)
                 patch_ref = accepted_patch(
                     self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, ran.spent, beat, named
                 )

@@ -29,7 +29,7 @@ from pipeline.activities.agent import AgentActivities, accepted_patch, proposal_
 from pipeline.activities.agent_command import CommandActivities, attempt_request
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import budgeted, earlier_attempts_spend, failing
-from pipeline.activities.workspace import check_patch, open_spec, rebuild
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
 from repair.interface import RepairEngine, RepairError
 from repair.openai_calls import ChatEndpoint
@@ -39,7 +39,7 @@ from repair.procedure_draft import ProcedureDrafter
 from reviews.git_credentials import GitCredentials
 
 
-class ModelActivities:
+class ModelActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -55,12 +55,9 @@ class ModelActivities:
         needs. ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`).
         ``endpoint`` serves the stepped attempt's turns (:mod:`pipeline.activities.agent`); without it they go
         to the engine's endpoint. ``command`` serves the external agent engine (``model.agent_command``)."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.engine = engine
         self.drafter = drafter
-        self.git_token = git_token
-        self.patch_policies = dict(patch_policies or {})
         self.agent = AgentActivities(
             store, workspaces, endpoint or self._engine_endpoint, git_token, patch_policies=self.patch_policies
         )
@@ -121,7 +118,7 @@ class ModelActivities:
         try:
             with beat:
                 proposal = self.engine().propose(attempt_request(inp, ws.path, earlier))
-            check = check_patch(self.workspaces, self.git_token, self.patch_policies, spec, proposal.patch)
+            check = self.judge_patch(spec, proposal.patch)
         except RepairError as err:
             raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:

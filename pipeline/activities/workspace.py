@@ -56,3 +56,24 @@ def check_patch(
     token = git_token.token_for(spec.clone_url)
     with workspaces.mirrors.borrowed(spec.clone_url, spec.base_revision, token=token) as mirror:
         return validate_patch(mirror, patch, base=spec.base_revision, policy=policy_for(policies, spec.repository))
+
+
+class PatchingActivities:
+    """What the activities proposing or judging an attempt's patch hold: the artifact store, the workspaces, the
+    forge's credentials, and the operator's patch policies per repository (:func:`repair.patch_policy.policy_for`)."""
+
+    def __init__(
+        self,
+        store: ArtifactStore,
+        workspaces: WorkspaceManager,
+        git_token: GitCredentials,
+        patch_policies: Mapping[str, PatchPolicy] | None,
+    ) -> None:
+        self.store = store
+        self.workspaces = workspaces
+        self.git_token = git_token
+        self.patch_policies = dict(patch_policies or {})
+
+    def judge_patch(self, spec: RecoverySpec, patch: str) -> PatchCheck:
+        """``patch`` judged by the repository's patch policy (:func:`check_patch`)."""
+        return check_patch(self.workspaces, self.git_token, self.patch_policies, spec, patch)
