@@ -36,6 +36,7 @@ from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.agent_calls import call_ref, carried_call
 from pipeline.activities.classify import classified
+from pipeline.activities.environments import put_patch
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.repair_facts import repair_context
 from pipeline.activities.spend import Spend, budgeted, failing
@@ -153,16 +154,10 @@ class AgentActivities(PatchingActivities):
                 after, files = workspace_patch(ws.path, base=spec.base_revision)
             finally:
                 self.workspaces.remove(ws)
-        patch_ref = None
-        if after:
-            patch_ref = self.store.put_bytes(
-                after.encode(),
-                kind=ArtifactKind.PATCH,
-                run_id=inp.run_id,
-                name=f"attempt-{inp.attempt}-turn-{inp.turn}.patch",
-                revision=spec.base_revision,
-                media_type="text/x-diff",
-            )
+        name = f"attempt-{inp.attempt}-turn-{inp.turn}.patch"
+        patch_ref = (
+            put_patch(self.store, after, run_id=inp.run_id, name=name, revision=spec.base_revision) if after else None
+        )
         return AgentToolsResult(
             transcript_ref=self._put_transcript(
                 inp.run_id, inp.attempt, f"tools-{inp.turn}", [*messages, *batch.messages]
@@ -246,11 +241,4 @@ def accepted_patch(
     if not check.ok:
         refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
         raise failing(refused, spent, beat, {NO_PATCH_KIND: REFUSED}, *details)
-    return store.put_bytes(
-        patch.encode(),
-        kind=ArtifactKind.PATCH,
-        run_id=run_id,
-        name=f"attempt-{attempt}.patch",
-        revision=base_revision,
-        media_type="text/x-diff",
-    )
+    return put_patch(store, patch, run_id=run_id, name=f"attempt-{attempt}.patch", revision=base_revision)
