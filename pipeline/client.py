@@ -99,6 +99,20 @@ def run_policy(config: DurafixConfig) -> RunPolicy:
     return policy
 
 
+def repair_input(
+    config: DurafixConfig, repository: str, issue_number: int, trigger: str, report: PinnedReport | None = None
+) -> RepairInput:
+    """What a run of the report starts with under ``config``: the base branch ``main``, :func:`run_policy`."""
+    return RepairInput(
+        repository=repository,
+        issue_number=issue_number,
+        trigger=trigger,
+        policy=run_policy(config),
+        environment_provider=config.environment_provider,
+        report=report,
+    )
+
+
 async def start_run(
     client: Client,
     config: DurafixConfig,
@@ -123,16 +137,9 @@ async def start_run(
         if desc.status == WorkflowExecutionStatus.RUNNING:
             return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
         raise RunAlreadyEnded(workflow_id, desc.status)
-    policy = policy or run_policy(config)
-    inp = RepairInput(
-        repository=repository,
-        issue_number=issue_number,
-        base_branch=base_branch,
-        trigger=trigger,
-        policy=policy,
-        environment_provider=config.environment_provider,
-        report=report,
-    )
+    inp = repair_input(config, repository, issue_number, trigger, report)
+    inp.base_branch = base_branch
+    inp.policy = policy or inp.policy
     # USE_EXISTING closes the race with a concurrent trigger: the loser attaches to the winner's run.
     handle = await _start_workflow(client, workflow_id, inp, WorkflowIDConflictPolicy.USE_EXISTING)
     return Started(workflow_id=workflow_id, run_id=handle.result_run_id or "", attached=False)
@@ -258,16 +265,8 @@ async def retry_run(
         return Retry(newest.workflow_id, newest.run_id, running=True)
     if before_run(event_at, newest.started_at):
         return Retry(newest.workflow_id, newest.run_id, stale=True, started_at=newest.started_at)
-    policy = run_policy(config)
     workflow_id = workflow_id_for(repository, issue_number, newest.run + 1)
-    inp = RepairInput(
-        repository=repository,
-        issue_number=issue_number,
-        trigger=trigger,
-        policy=policy,
-        environment_provider=config.environment_provider,
-        report=report,
-    )
+    inp = repair_input(config, repository, issue_number, trigger, report)
     try:
         handle = await _start_workflow(client, workflow_id, inp, WorkflowIDConflictPolicy.FAIL)
     except WorkflowAlreadyStartedError:

@@ -140,23 +140,18 @@ class DurafixConfig(BaseModel):
     queue_settings: str | dict[str, object] = ""
     extra: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("patch_policies", mode="before")
+    @field_validator("patch_policies", "model_prices", mode="before")
     @classmethod
-    def _patch_policies(cls, value: object) -> object:
-        """A JSON object (the variable's form: ``{"o/r": {"allowed_paths": [".github/workflows/ci.yml"]}}``)
-        or a mapping; an unknown key in a policy is refused, so a misspelt setting never loosens nothing."""
+    def _json_objects(cls, value: object) -> object:
+        """A JSON object (the variable's form: ``{"o/r": {"allowed_paths": [".github/workflows/ci.yml"]}}``,
+        ``{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}``) or a mapping; an unknown key in a policy or a
+        price is refused, so a misspelt setting never loosens nothing."""
         return json.loads(value) if isinstance(value, str) else value
 
-    @field_validator("model_prices", mode="before")
+    @field_validator("reconcile_repositories", "engine_paths", mode="before")
     @classmethod
-    def _model_prices(cls, value: object) -> object:
-        """A JSON object (the variable's form: ``{"gpt-4o-mini": {"prompt": 0.15, "completion": 0.6}}``) or a
-        mapping; an unknown key in a price is refused."""
-        return json.loads(value) if isinstance(value, str) else value
-
-    @field_validator("reconcile_repositories", mode="before")
-    @classmethod
-    def _reconcile_repositories(cls, value: object) -> object:
+    def _comma_lists(cls, value: object) -> object:
+        """Comma-separated in the variable, or a list."""
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
@@ -179,13 +174,6 @@ class DurafixConfig(BaseModel):
         if "min_permission" in policy.model_fields_set:
             return policy
         return policy.model_copy(update={"min_permission": self.approver_permission})
-
-    @field_validator("engine_paths", mode="before")
-    @classmethod
-    def _engine_paths(cls, value: object) -> object:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
 
     @field_validator("setup_passthrough", mode="before")
     @classmethod

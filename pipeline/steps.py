@@ -516,8 +516,9 @@ class AgentTurnResult(BaseModel):
     transport_retries: int = 0
 
 
-class AgentToolsInput(BaseModel):
-    """The calls of one turn, to run on base + ``patch_ref`` (the patch so far; ``None``: nothing changed yet)."""
+class AgentWorkspaceInput(BaseModel):
+    """Where a step of a stepped attempt's turn works: on base + ``patch_ref`` (the patch so far; ``None``:
+    nothing changed yet), with the attempt's transcript so far."""
 
     run_id: str
     op_id: str
@@ -526,6 +527,11 @@ class AgentToolsInput(BaseModel):
     spec_ref: ArtifactRef
     transcript_ref: ArtifactRef
     patch_ref: ArtifactRef | None = None
+
+
+class AgentToolsInput(AgentWorkspaceInput):
+    """The calls of one turn, to run on base + ``patch_ref`` (the patch so far; ``None``: nothing changed yet)."""
+
     calls: list[AgentToolCall]
 
 
@@ -541,16 +547,9 @@ class AgentToolsResult(BaseModel):
     invalid_calls: int = 0
 
 
-class AgentRunInput(BaseModel):
+class AgentRunInput(AgentWorkspaceInput):
     """One run-tool call of a stepped attempt (``run_tests`` or ``run``), on base + the patch so far."""
 
-    run_id: str
-    op_id: str
-    attempt: int
-    turn: int
-    spec_ref: ArtifactRef
-    transcript_ref: ArtifactRef
-    patch_ref: ArtifactRef | None = None
     call: AgentToolCall
 
 
@@ -595,19 +594,11 @@ class AgentConcludeInput(BaseModel):
     model: str
 
 
-class AgentCommandInput(BaseModel):
+class AgentCommandInput(ProposePatchInput):
     """One repair attempt by an external agent CLI (``engine: command``): the CLI runs once in a sandboxed
     workspace at the base revision, and what it changed there is judged as the attempt's proposal.
-    ``token_budget`` is what the attempt may spend (the model proxy refuses requests past it)."""
-
-    run_id: str
-    op_id: str
-    attempt: int
-    spec_ref: ArtifactRef
-    issue_title: str
-    issue_body: str
-    previous_failures: list[str] = Field(default_factory=list)
-    token_budget: int
+    ``token_budget`` is what the attempt may spend (the model proxy refuses requests past it). Its fields are
+    the one-shot proposal's."""
 
 
 # ---- the run's record (pipeline/activities/run_record.py) ---------------------------------------------

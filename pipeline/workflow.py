@@ -23,31 +23,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from pipeline.flow.agent import SteppedAgent
     from pipeline.flow.attempt import RepairAttemptWorkflow
-    from pipeline.flow.context import RunContext, RunEnded, is_cancellation
-    from pipeline.flow.decisions import Decisions
-    from pipeline.flow.ending import Ending
-    from pipeline.flow.environments import Environments
-    from pipeline.flow.intake import Intake
-    from pipeline.flow.moved import MovedHeads
-    from pipeline.flow.publish import Publish
-    from pipeline.flow.repair import Repair
-    from pipeline.flow.review import ReviewGate
-    from pipeline.flow.revise import Revisions
-    from pipeline.flow.verify import Verify
+    from pipeline.flow.context import RunContext, RunEnded, is_cancellation, new_run_state
+    from pipeline.flow.phases import Phases
     from pipeline.inputs import ApprovalAck, RepairInput
-    from pipeline.patches import BASELINE_PATCH, CANCELLATION_PATCH, PINNED_REPORT_PATCH
+    from pipeline.patches import CANCELLATION_PATCH, PINNED_REPORT_PATCH
     from pipeline.state import (
         Approval,
-        Budgets,
         Delivered,
         DeliveryAck,
         DeliveryKind,
         DeliveryRecord,
         HeadPush,
         Outcome,
-        Phase,
         Rejection,
         ReportEdit,
         RunState,
@@ -67,34 +55,15 @@ class RepairBugWorkflow:
         state = (
             carried.state.model_copy(update={"run_id": info.run_id})
             if carried is not None
-            else RunState(
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
-                repository=inp.repository,
-                issue_number=inp.issue_number,
-                base_branch=inp.base_branch,
-                budgets=Budgets(
-                    repair_attempts_max=inp.policy.max_repair_attempts,
-                    model_token_budget=inp.policy.model_token_budget,
-                    revisions_max=inp.policy.revisions_max,
-                ),
-            )
+            else new_run_state(inp, info.workflow_id, info.run_id)
         )
         self._ctx = ctx = self.context_type(input=inp, state=state)
         if carried is not None:
             ctx.resume(carried)
         self._state = state
-        self._decide = Decisions(ctx)
-        envs = Environments(ctx)
-        verify = Verify(ctx, envs)
-        agent = SteppedAgent(ctx, envs)
-        publish = Publish(ctx)
-        self._intake = Intake(ctx, envs)
-        self._repair = Repair(ctx, agent, verify)
-        self._publish = publish
-        moved = MovedHeads(ctx, self._decide, verify, publish)
-        self._review = ReviewGate(ctx, moved, Revisions(ctx, agent, verify, publish))
-        self._ending = Ending(ctx, envs)
+        self._phases = Phases(ctx)
+        self._decide = self._phases.decide
+        self._ending = self._phases.ending
 
     # ---- queries, updates, signals ------------------------------------------------------------------
 
@@ -230,21 +199,13 @@ class RepairBugWorkflow:
     async def _pipeline(self) -> tuple[Outcome, str]:
         """The phases in order; a phase that ends the run raises :class:`RunEnded`. A run continued as new
         (its review wait did) takes up the review wait where it was."""
-        if self._ctx.input.resume is not None:
-            return await self._review_and_merge()
-        await self._intake.run()
-        await self._ctx.update_ticket()
-        if workflow.patched(BASELINE_PATCH):
-            await self._intake.baseline()
-        candidate = await self._repair.run()
-        self._ctx.enter(Phase.PUBLISH)
-        await self._publish.first(candidate)
-        await self._ctx.update_ticket()
+        if self._ctx.input.resume is None:
+            await self._phases.to_review()
         return await self._review_and_merge()
 
     async def _review_and_merge(self) -> tuple[Outcome, str]:
         """The review gate, to the merge or another ending (a later release may extend it: see ``context_type``)."""
-        return await self._review.run()
+        return await self._phases.review.run()
 
 
 # Every workflow a worker of the orchestration queue must host: a run and its attempts' child workflows.

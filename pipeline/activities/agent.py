@@ -31,15 +31,16 @@ from typing import Any
 from temporalio import activity
 
 from environments.run_fence import ensure_not_fenced
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
 from pipeline.activities.agent_calls import call_ref, carried_call
 from pipeline.activities.classify import classified
+from pipeline.activities.environments import put_patch
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.repair_facts import repair_context
-from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
+from pipeline.activities.spend import Spend, budgeted, failing
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.failures import NO_OP, NO_PATCH_KIND, REFUSED, FailureClass
 from pipeline.steps import (
     AgentConcludeInput,
@@ -53,8 +54,8 @@ from pipeline.steps import (
 from repair.compaction import compact
 from repair.interface import NoPatchError, RepairError, RepairRequest
 from repair.openai_calls import ChatEndpoint
-from repair.patch import PatchCheck, validate_patch, workspace_patch
-from repair.patch_policy import PatchPolicy, policy_for
+from repair.patch import PatchCheck, workspace_patch
+from repair.patch_policy import PatchPolicy
 from repair.stepping import (
     decode_transcript,
     encode_transcript,
@@ -68,7 +69,7 @@ from repair.workspace_tools import WorkspaceTools
 from reviews.git_credentials import GitCredentials
 
 
-class AgentActivities:
+class AgentActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -78,11 +79,8 @@ class AgentActivities:
         patch_policies: Mapping[str, PatchPolicy] | None = None,
     ) -> None:
         """``endpoint`` is made on first use, so a host only builds the client when a turn runs."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.endpoint = endpoint
-        self.git_token = git_token
-        self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.agent_turn, self.agent_tools, self.agent_record, self.agent_conclude]
@@ -92,15 +90,7 @@ class AgentActivities:
         """One model request on the stored transcript; see the module docstring for what a retry re-sends."""
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to ask the model for {inp.op_id}")
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(
-            f"asking the model (attempt {inp.attempt}, turn {inp.turn})", carry={"spent": earlier.model_dump()}
-        )
-        if earlier.total >= inp.token_budget:
-            spent_all = FailureClass.BUDGET.error(
-                f"model budget: {earlier.total} tokens spent by earlier tries of this turn, {inp.token_budget} left"
-            )
-            raise failing(spent_all, earlier, beat)
+        earlier, beat = budgeted(f"asking the model (attempt {inp.attempt}, turn {inp.turn})", inp.token_budget, "turn")
         if inp.transcript_ref is None:
             messages = opening_messages(
                 RepairRequest(
@@ -148,9 +138,7 @@ class AgentActivities:
     @activity.defn(name=steps.AGENT_TOOLS.name)
     def agent_tools(self, inp: AgentToolsInput) -> AgentToolsResult:
         """The turn's calls on base + the patch so far; replay-safe (see the module docstring)."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         names = ", ".join(c.name for c in inp.calls)
         beat = Heartbeat(f"running {len(inp.calls)} tool call(s) (attempt {inp.attempt}, turn {inp.turn}): {names}")
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref is not None else None
@@ -158,29 +146,18 @@ class AgentActivities:
         with classified():
             calls = [carried_call(messages, c) for c in inp.calls]
         with beat, classified():
-            ws = self.workspaces.rebuild(
-                run_id=inp.run_id,
-                op_id=inp.op_id,
-                clone_url=spec.clone_url,
-                base_revision=spec.base_revision,
-                patch=patch,
-                token=self.git_token.token_for(spec.clone_url),
+            ws = rebuild(
+                self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch
             )
             try:
                 batch = tool_batch(WorkspaceTools(ws.path), calls)
                 after, files = workspace_patch(ws.path, base=spec.base_revision)
             finally:
                 self.workspaces.remove(ws)
-        patch_ref = None
-        if after:
-            patch_ref = self.store.put_bytes(
-                after.encode(),
-                kind=ArtifactKind.PATCH,
-                run_id=inp.run_id,
-                name=f"attempt-{inp.attempt}-turn-{inp.turn}.patch",
-                revision=spec.base_revision,
-                media_type="text/x-diff",
-            )
+        name = f"attempt-{inp.attempt}-turn-{inp.turn}.patch"
+        patch_ref = (
+            put_patch(self.store, after, run_id=inp.run_id, name=name, revision=spec.base_revision) if after else None
+        )
         return AgentToolsResult(
             transcript_ref=self._put_transcript(
                 inp.run_id, inp.attempt, f"tools-{inp.turn}", [*messages, *batch.messages]
@@ -207,9 +184,7 @@ class AgentActivities:
         (the next attempt's prompt carries them). Failures carry no tokens: the workflow charged every turn.
         Each ``NoPatch`` says its kind in a detail (:data:`NO_PATCH_KIND`): ``no-op`` when the model's edits
         cancel out, ``refused`` when it never edited or the policy refused its patch."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to judge the patch of {inp.op_id}")
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to judge the patch of {inp.op_id}")
         beat = Heartbeat(f"judging the patch (attempt {inp.attempt})")
         if inp.patch_ref is None:
             edited = inp.transcript_ref is not None and made_edits(
@@ -219,23 +194,11 @@ class AgentActivities:
             err = NoPatchError(f"{what}: {inp.summary}")
             raise failing(err, Spend(), beat, {NO_PATCH_KIND: NO_OP if edited else REFUSED}) from err
         patch = self.store.read_bytes(inp.patch_ref).decode()
-        with (
-            beat,
-            self.workspaces.mirrors.borrowed(
-                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
-            ) as mirror,
-        ):
-            policy = policy_for(self.patch_policies, spec.repository)
-            check = validate_patch(mirror, patch, base=spec.base_revision, policy=policy)
+        with beat:
+            check = self.judge_patch(spec, patch)
         patch_ref = accepted_patch(self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, Spend(), beat)
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=inp.summary,
-            files_changed=check.files,
-            prompt_tokens=inp.prompt_tokens,
-            completion_tokens=inp.completion_tokens,
-            model=inp.model,
-        )
+        spent = Spend(prompt_tokens=inp.prompt_tokens, completion_tokens=inp.completion_tokens)
+        return proposal_result(patch_ref, inp.summary, check.files, spent, inp.model)
 
     def _put_transcript(self, run_id: str, attempt: int, step: str, messages: list[dict[str, Any]]) -> ArtifactRef:
         return self.store.put_bytes(
@@ -245,6 +208,21 @@ class AgentActivities:
             name=f"attempt-{attempt}-{step}.transcript.json",
             media_type="application/json",
         )
+
+
+def proposal_result(
+    patch_ref: ArtifactRef, summary: str, files: list[str], spent: Spend, model: str, log_ref: ArtifactRef | None = None
+) -> ProposalResult:
+    """An attempt's accepted patch (:func:`accepted_patch`) as its step's result, with the tokens it spent."""
+    return ProposalResult(
+        patch_ref=patch_ref,
+        summary=summary,
+        files_changed=files,
+        prompt_tokens=spent.prompt_tokens,
+        completion_tokens=spent.completion_tokens,
+        model=model,
+        log_ref=log_ref,
+    )
 
 
 def accepted_patch(
@@ -263,11 +241,4 @@ def accepted_patch(
     if not check.ok:
         refused = FailureClass.NO_PATCH.error("the proposed patch was refused: " + "; ".join(check.reasons))
         raise failing(refused, spent, beat, {NO_PATCH_KIND: REFUSED}, *details)
-    return store.put_bytes(
-        patch.encode(),
-        kind=ArtifactKind.PATCH,
-        run_id=run_id,
-        name=f"attempt-{attempt}.patch",
-        revision=base_revision,
-        media_type="text/x-diff",
-    )
+    return put_patch(store, patch, run_id=run_id, name=f"attempt-{attempt}.patch", revision=base_revision)

@@ -41,24 +41,23 @@ from temporalio.exceptions import CancelledError
 from environments import endpoint_forwarder
 from environments.interface import RecoverySpec
 from environments.redaction import Redactor, redactor_for
-from environments.run_fence import ensure_not_fenced
 from environments.sandbox import Sandbox
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import accepted_patch
+from pipeline.activities.agent import accepted_patch, proposal_result
 from pipeline.activities.classify import classified
 from pipeline.activities.environments import put_redacted_output
 from pipeline.activities.heartbeat import Heartbeat
-from pipeline.activities.spend import Spend, earlier_attempts_spend, failing
+from pipeline.activities.spend import Spend, budgeted, failing
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.failures import FailureClass
-from pipeline.steps import AgentCommandInput, ProposalResult
+from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput
 from repair.agent_command import AgentCommand
 from repair.interface import RepairRequest
 from repair.model_proxy import ModelProxy
-from repair.patch import validate_patch, workspace_patch
-from repair.patch_policy import PatchPolicy, policy_for
+from repair.patch import workspace_patch
+from repair.patch_policy import PatchPolicy
 from reviews.git_credentials import GitCredentials
 
 # The port the CLI finds the model proxy on inside its sandbox (its own network namespace: nothing else there).
@@ -85,7 +84,7 @@ class _Ran:
     why_stopped: str = ""
 
 
-class CommandActivities:
+class CommandActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -100,14 +99,11 @@ class CommandActivities:
     ) -> None:
         """``agent`` and ``sandbox`` are made on first use (installing an agent may take a while, and a host
         that never runs one needs no bubblewrap)."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.agent = agent
         self.endpoint = endpoint
         self.sandbox = sandbox
-        self.git_token = git_token
         self.deadline_s = deadline_s
-        self.patch_policies = dict(patch_policies or {})
 
     def all(self) -> Sequence[Callable[..., object]]:
         return [self.agent_command]
@@ -115,40 +111,17 @@ class CommandActivities:
     @activity.defn(name=steps.AGENT_COMMAND.name)
     def agent_command(self, inp: AgentCommandInput) -> ProposalResult:
         """Run the agent CLI once on the base revision and judge its diff (see the module docstring)."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(f"starting the agent CLI (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
-        if earlier.total >= inp.token_budget:
-            spent_all = FailureClass.BUDGET.error(
-                f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
-            )
-            raise failing(spent_all, earlier, beat)
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
+        earlier, beat = budgeted(f"starting the agent CLI (attempt {inp.attempt})", inp.token_budget, "attempt")
         with beat, classified():
             agent = self.agent()
             sandbox = self.sandbox()
-            ws = self.workspaces.rebuild(
-                run_id=inp.run_id,
-                op_id=inp.op_id,
-                clone_url=spec.clone_url,
-                base_revision=spec.base_revision,
-                token=self.git_token.token_for(spec.clone_url),
-            )
+            ws = rebuild(self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision)
         agent_dir = ws.path.parent / f"{ws.path.name}.agent"
         try:
             shutil.rmtree(agent_dir, ignore_errors=True)
             agent_dir.mkdir(parents=True)
-            request = RepairRequest(
-                run_id=inp.run_id,
-                op_id=inp.op_id,
-                attempt=inp.attempt,
-                issue_title=inp.issue_title,
-                issue_body=inp.issue_body,
-                workspace=str(ws.path),
-                previous_failures=inp.previous_failures,
-                token_budget=max(1, inp.token_budget - earlier.total),
-            )
+            request = attempt_request(inp, ws.path, earlier)
             # A Heartbeat's helper thread runs once; the one that beat during the rebuild has stopped.
             beat = Heartbeat(f"starting {agent.name} (attempt {inp.attempt})", carry=beat.carry)
             with beat:
@@ -174,13 +147,7 @@ class CommandActivities:
                         f"{agent.name} finished without changing anything: {summary}"
                     )
                     raise failing(unchanged, ran.spent, beat, named)
-                # Judged against the mirror, never the workspace: the CLI may have rewritten the workspace's .git.
-                with self.workspaces.mirrors.borrowed(
-                    spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
-                ) as mirror:
-                    check = validate_patch(
-                        mirror, patch, base=spec.base_revision, policy=policy_for(self.patch_policies, spec.repository)
-                    )
+                check = self.judge_patch(spec, patch)
                 patch_ref = accepted_patch(
                     self.store, check, patch, inp.run_id, inp.attempt, spec.base_revision, ran.spent, beat, named
                 )
@@ -188,15 +155,7 @@ class CommandActivities:
             self.workspaces.remove(ws)
             shutil.rmtree(agent_dir, ignore_errors=True)
             (agent_dir.parent / f"{agent_dir.name}.log").unlink(missing_ok=True)
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=summary,
-            files_changed=check.files,
-            prompt_tokens=ran.spent.prompt_tokens,
-            completion_tokens=ran.spent.completion_tokens,
-            model=self.endpoint.model,
-            log_ref=log_ref,
-        )
+        return proposal_result(patch_ref, summary, check.files, ran.spent, self.endpoint.model, log_ref)
 
     def _redactor(self, spec: RecoverySpec, ran: _Ran) -> Redactor:
         """Every secret known here: the recipe's, the forge tokens, the model key and the try's proxy key."""
@@ -301,3 +260,18 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
+
+
+def attempt_request(inp: ProposePatchInput, workspace: Path, earlier: Spend) -> RepairRequest:
+    """What an attempt of the one-shot or the command engine asks in ``workspace``, given the budget left after
+    what its earlier tries spent."""
+    return RepairRequest(
+        run_id=inp.run_id,
+        op_id=inp.op_id,
+        attempt=inp.attempt,
+        issue_title=inp.issue_title,
+        issue_body=inp.issue_body,
+        workspace=str(workspace),
+        previous_failures=inp.previous_failures,
+        token_budget=max(1, inp.token_budget - earlier.total),
+    )

@@ -25,8 +25,6 @@ from temporalio import activity
 
 from environments.checks import SetupError
 from environments.interface import AppRecipe, RecoverySpec
-from environments.run_fence import ensure_not_fenced
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
@@ -40,6 +38,7 @@ from pipeline.activities.environments import (
 )
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.started import had_started, mark_started
+from pipeline.activities.workspace import open_spec, rebuild
 from pipeline.steps import AgentRunInput, AgentRunResult
 from repair.run_requests import MAX_OUTPUT_CHARS, RunRefused, RunRules, command_for, render_result
 from repair.stepping import decode_transcript, encode_transcript, tool_message
@@ -76,9 +75,7 @@ class AgentRunActivities:
     @activity.defn(name=steps.AGENT_RUN.name)
     def agent_run(self, inp: AgentRunInput) -> AgentRunResult:
         """One ``run_tests``/``run`` call; see the module docstring for what a retry does."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to run {inp.call.name} for {inp.op_id}")
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to run {inp.call.name} for {inp.op_id}")
         messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
         with classified():
             call = carried_call(messages, inp.call)
@@ -113,13 +110,8 @@ class AgentRunActivities:
         redactor = output_redactor(spec.recipe.secrets, self.git_token)
         name = f"attempt-{inp.attempt}-turn-{inp.turn}-{inp.call.name}.log"
         with Heartbeat(f"{inp.call.name} (attempt {inp.attempt}, turn {inp.turn}): {command}") as beat, classified():
-            ws = self.workspaces.rebuild(
-                run_id=inp.run_id,
-                op_id=inp.op_id,
-                clone_url=spec.clone_url,
-                base_revision=spec.base_revision,
-                patch=patch,
-                token=self.git_token.token_for(spec.clone_url),
+            ws = rebuild(
+                self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch
             )
             try:
                 with tempfile.TemporaryDirectory(prefix="durafix-agent-run-") as tmp:

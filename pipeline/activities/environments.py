@@ -59,6 +59,7 @@ from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.workspace import open_spec, rebuild
 from pipeline.failures import FailureClass
 from pipeline.state import RegressionFact
 from pipeline.steps import (
@@ -157,11 +158,25 @@ class EnvironmentActivities:
             self.store, path, kind, run_id, name, revision, output_redactor(recipe_secrets, self.git_token)
         )
 
-    def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
-        token = self.git_token.token_for(clone_url)
-        return self.workspaces.rebuild(
-            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
+    def _tests_in(
+        self, ws: Workspace, spec: RecoverySpec, log: Path, beat: Heartbeat, where: str, run_id: str, op_id: str
+    ) -> _Checked:
+        """The recipe's setup and tests in ``ws`` (see :func:`_setup_and_test`), by the provider that runs
+        commands on this worker; the summary names the stored ``log`` and never quotes it."""
+        return _setup_and_test(
+            ws.path,
+            spec,
+            log,
+            beat,
+            where,
+            self.provider_for(None),
+            run_id,
+            op_id,
+            output=f"its output is in {log.name}",
         )
+
+    def _rebuild(self, run_id: str, op_id: str, clone_url: str, base: str, patch: str | None) -> Workspace:
+        return rebuild(self.workspaces, self.git_token, run_id, op_id, clone_url, base, patch)
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
     def prepare_spec(self, inp: PrepareSpecInput) -> ArtifactRef:
@@ -257,17 +272,7 @@ class EnvironmentActivities:
                 commit = self.workspaces.commit(ws, inp.message, inp.commit_timestamp, parent=inp.parent_commit)
                 with tempfile.TemporaryDirectory(prefix="durafix-verify-") as tmp:
                     log = Path(tmp) / "tests.log"
-                    result = _setup_and_test(
-                        ws.path,
-                        spec,
-                        log,
-                        beat,
-                        f"on {commit[:12]}",
-                        self.provider_for(None),
-                        inp.run_id,
-                        inp.op_id,
-                        output=f"its output is in {log.name}",
-                    )
+                    result = self._tests_in(ws, spec, log, beat, f"on {commit[:12]}", inp.run_id, inp.op_id)
                     cases = _cases(ws.path, spec)
                     if cases is not None and not result.passed and result.runnable and inp.baseline_cases_ref:
                         result = _judged_per_test(result, cases, store.read_bytes(inp.baseline_cases_ref))
@@ -396,47 +401,35 @@ class EnvironmentActivities:
         repair attempt: a fix is judged against it, and tests that cannot run are a recipe error found
         before the model is asked for anything. Its summary names the stored log and never quotes what the
         repository's commands printed (the summary reaches the ticket)."""
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to run the baseline {inp.op_id}")
-            with Heartbeat("rebuilding workspace at the base revision") as beat:
-                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, None)
-                try:
-                    with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
-                        log = Path(tmp) / "baseline-tests.log"
-                        result = _setup_and_test(
-                            ws.path,
-                            spec,
-                            log,
-                            beat,
-                            "on the base revision",
-                            self.provider_for(None),
-                            inp.run_id,
-                            inp.op_id,
-                            output=f"its output is in {log.name}",
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to run the baseline {inp.op_id}")
+        with classified(), Heartbeat("rebuilding workspace at the base revision") as beat:
+            ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, None)
+            try:
+                with tempfile.TemporaryDirectory(prefix="durafix-baseline-") as tmp:
+                    log = Path(tmp) / "baseline-tests.log"
+                    result = self._tests_in(ws, spec, log, beat, "on the base revision", inp.run_id, inp.op_id)
+                    test_ref = self._put_output(
+                        log,
+                        ArtifactKind.TEST_OUTPUT,
+                        inp.run_id,
+                        "baseline-tests.log",
+                        spec.base_revision,
+                        spec.recipe.secrets,
+                    )
+                    cases = _cases(ws.path, spec) if result.runnable else None
+                    cases_ref = None
+                    if cases is not None:
+                        result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
+                        cases_ref = self.store.put_bytes(
+                            cases.to_json(),
+                            kind=ArtifactKind.TEST_OUTPUT,
+                            run_id=inp.run_id,
+                            name="baseline-cases.json",
+                            revision=spec.base_revision,
+                            media_type="application/json",
                         )
-                        test_ref = self._put_output(
-                            log,
-                            ArtifactKind.TEST_OUTPUT,
-                            inp.run_id,
-                            "baseline-tests.log",
-                            spec.base_revision,
-                            spec.recipe.secrets,
-                        )
-                        cases = _cases(ws.path, spec) if result.runnable else None
-                        cases_ref = None
-                        if cases is not None:
-                            result = _Checked(result.runnable, result.passed, f"{result.summary} ({cases.counts()})")
-                            cases_ref = self.store.put_bytes(
-                                cases.to_json(),
-                                kind=ArtifactKind.TEST_OUTPUT,
-                                run_id=inp.run_id,
-                                name="baseline-cases.json",
-                                revision=spec.base_revision,
-                                media_type="application/json",
-                            )
-                finally:
-                    self.workspaces.remove(ws)
+            finally:
+                self.workspaces.remove(ws)
         return BaselineResult(
             runnable=result.runnable,
             passed=result.passed,

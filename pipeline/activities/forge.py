@@ -21,6 +21,7 @@ from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.forge_fence import ensure_run_open
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.workspace import rebuild
 from pipeline.failures import FailureClass
 from pipeline.steps import (
     BranchHead,
@@ -166,10 +167,7 @@ class ForgeActivities:
         self, run_id: str, op_id: str, clone_url: str, base: str, patch_ref: ArtifactRef
     ) -> Workspace:
         patch = self.store.read_bytes(patch_ref).decode()
-        token = self.git_token.token_for(clone_url)
-        return self.workspaces.rebuild(
-            run_id=run_id, op_id=op_id, clone_url=clone_url, base_revision=base, patch=patch, token=token
-        )
+        return rebuild(self.workspaces, self.git_token, run_id, op_id, clone_url, base, patch)
 
     @activity.defn(name=steps.ENSURE_DRAFT_PR.name)
     def ensure_draft_pr(self, inp: EnsureDraftPrInput) -> PullInfo:

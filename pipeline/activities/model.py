@@ -22,28 +22,24 @@ from collections.abc import Callable, Mapping, Sequence
 
 from temporalio import activity
 
-from environments.run_fence import ensure_not_fenced
-from environments.spec import spec_from_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import AgentActivities, accepted_patch
-from pipeline.activities.agent_command import CommandActivities
-from pipeline.activities.classify import classified
+from pipeline.activities.agent import AgentActivities, accepted_patch, proposal_result
+from pipeline.activities.agent_command import CommandActivities, attempt_request
 from pipeline.activities.heartbeat import Heartbeat
-from pipeline.activities.spend import earlier_attempts_spend, failing
-from pipeline.failures import FailureClass
+from pipeline.activities.spend import budgeted, earlier_attempts_spend, failing
+from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.steps import DraftProcedureInput, ProcedureResult, ProposalResult, ProposePatchInput
-from repair.interface import RepairEngine, RepairError, RepairRequest
+from repair.interface import RepairEngine, RepairError
 from repair.openai_calls import ChatEndpoint
 from repair.openai_engine import OpenAIToolEngine
-from repair.patch import validate_patch
-from repair.patch_policy import PatchPolicy, policy_for
+from repair.patch_policy import PatchPolicy
 from repair.procedure_draft import ProcedureDrafter
 from reviews.git_credentials import GitCredentials
 
 
-class ModelActivities:
+class ModelActivities(PatchingActivities):
     def __init__(
         self,
         store: ArtifactStore,
@@ -59,12 +55,9 @@ class ModelActivities:
         needs. ``patch_policies`` is the operator's, per repository (:func:`repair.patch_policy.policy_for`).
         ``endpoint`` serves the stepped attempt's turns (:mod:`pipeline.activities.agent`); without it they go
         to the engine's endpoint. ``command`` serves the external agent engine (``model.agent_command``)."""
-        self.store = store
-        self.workspaces = workspaces
+        super().__init__(store, workspaces, git_token, patch_policies)
         self.engine = engine
         self.drafter = drafter
-        self.git_token = git_token
-        self.patch_policies = dict(patch_policies or {})
         self.agent = AgentActivities(
             store, workspaces, endpoint or self._engine_endpoint, git_token, patch_policies=self.patch_policies
         )
@@ -118,45 +111,14 @@ class ModelActivities:
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)
     def propose_patch(self, inp: ProposePatchInput) -> ProposalResult:
-        spec = spec_from_json(self.store.read_bytes(inp.spec_ref))
-        with classified():
-            ensure_not_fenced(self.store, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
-        earlier = earlier_attempts_spend()
-        beat = Heartbeat(f"asking the model (attempt {inp.attempt})", carry={"spent": earlier.model_dump()})
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to rebuild a workspace for {inp.op_id}")
         # Checked before the workspace is rebuilt: a retry with no budget left needs none.
-        if earlier.total >= inp.token_budget:
-            spent_all = FailureClass.BUDGET.error(
-                f"model budget: earlier tries of this attempt spent {earlier.total} tokens"
-            )
-            raise failing(spent_all, earlier, beat)
-        ws = self.workspaces.rebuild(
-            run_id=inp.run_id,
-            op_id=inp.op_id,
-            clone_url=spec.clone_url,
-            base_revision=spec.base_revision,
-            token=self.git_token.token_for(spec.clone_url),
-        )
+        earlier, beat = budgeted(f"asking the model (attempt {inp.attempt})", inp.token_budget, "attempt")
+        ws = rebuild(self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision)
         try:
             with beat:
-                proposal = self.engine().propose(
-                    RepairRequest(
-                        run_id=inp.run_id,
-                        op_id=inp.op_id,
-                        attempt=inp.attempt,
-                        issue_title=inp.issue_title,
-                        issue_body=inp.issue_body,
-                        workspace=str(ws.path),
-                        previous_failures=inp.previous_failures,
-                        token_budget=max(1, inp.token_budget - earlier.total),
-                    )
-                )
-            # Judged against the mirror, never the workspace: the model's commands may have rewritten the
-            # workspace's .git (its config, objects, refs), the mirror is only ever written by durafix.
-            with self.workspaces.mirrors.borrowed(
-                spec.clone_url, spec.base_revision, token=self.git_token.token_for(spec.clone_url)
-            ) as mirror:
-                policy = policy_for(self.patch_policies, spec.repository)
-                check = validate_patch(mirror, proposal.patch, base=spec.base_revision, policy=policy)
+                proposal = self.engine().propose(attempt_request(inp, ws.path, earlier))
+            check = self.judge_patch(spec, proposal.patch)
         except RepairError as err:
             raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
         finally:
@@ -165,11 +127,4 @@ class ModelActivities:
         patch_ref = accepted_patch(
             self.store, check, proposal.patch, inp.run_id, inp.attempt, spec.base_revision, spent, beat
         )
-        return ProposalResult(
-            patch_ref=patch_ref,
-            summary=proposal.summary,
-            files_changed=proposal.files_changed,
-            prompt_tokens=spent.prompt_tokens,
-            completion_tokens=spent.completion_tokens,
-            model=proposal.model,
-        )
+        return proposal_result(patch_ref, proposal.summary, proposal.files_changed, spent, proposal.model)

@@ -49,6 +49,20 @@ def earlier_attempts_spend() -> Spend:
     return Spend()
 
 
+def budgeted(detail: str, token_budget: int, tries: str) -> tuple[Spend, Heartbeat]:
+    """What the earlier tries of this activity spent, and the heartbeat (saying ``detail``) that carries it on;
+    fails as the budget's failure once they spent ``token_budget``. ``tries``: what is tried (a turn, an
+    attempt), as the failure says it."""
+    earlier = earlier_attempts_spend()
+    beat = Heartbeat(detail, carry={"spent": earlier.model_dump()})
+    if earlier.total >= token_budget:
+        spent_all = FailureClass.BUDGET.error(
+            f"model budget: earlier tries of this {tries} spent {earlier.total} tokens of the {token_budget} left"
+        )
+        raise failing(spent_all, earlier, beat)
+    return earlier, beat
+
+
 def failing(err: RepairError | ApplicationError, spent: Spend, beat: Heartbeat, *details: object) -> ApplicationError:
     """``err`` as its failure class, carrying every attempt's tokens so far (the workflow counts a final
     failure's), which the last heartbeat also hands to the next attempt; a transport failure is counted in

@@ -9,6 +9,7 @@ here, one module per phase: :mod:`.intake` (report, ticket, procedure, spec, bas
 
 Everything here runs inside the workflow sandbox and must stay deterministic: no I/O, clocks or randomness
 other than ``workflow.now()``; a module imported here that is not deterministic-safe is imported through
-``workflow.unsafe.imports_passed_through()``, as :mod:`pipeline.workflow` does. Every ``workflow.patched``
-call sits exactly where it sat before the split, so recorded histories replay unchanged.
+``workflow.unsafe.imports_passed_through()``, as :mod:`pipeline.workflow` does. Every patch asked
+(:meth:`~pipeline.flow.context.RunContext.patched`) sits exactly where it sat before the split, so recorded
+histories replay unchanged. :mod:`.phases` wires the phases together on one run context.
 """

@@ -18,11 +18,9 @@ with workflow.unsafe.imports_passed_through():
     from pipeline import accounting, steps
     from pipeline.flow.attempt_carry import (
         ATTEMPT_STEP_FAILED,
-        ATTEMPT_WORKFLOW,
         AttemptInput,
         AttemptOrder,
         AttemptOutcome,
-        attempt_workflow_id,
     )
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
@@ -37,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         AgentToolResult,
         AgentToolsInput,
         AgentTurnInput,
+        AgentWorkspaceInput,
         ProposalResult,
     )
     from repair.context import EarlierAttempt
@@ -109,7 +108,7 @@ class SteppedAgent:
 
         New runs run it as a child workflow (:mod:`pipeline.flow.attempt_carry`), with the same steps, outcome
         and charges as here; runs recorded before ran it in their own history, and replay so."""
-        if workflow.patched(ATTEMPT_CHILD_PATCH):
+        if self.ctx.patched(ATTEMPT_CHILD_PATCH):
             return await self._in_child(spec)
         return await self.attempt_here(spec)
 
@@ -130,13 +129,7 @@ class SteppedAgent:
             order=spec.order(),
         )
         try:
-            outcome: AttemptOutcome = await workflow.execute_child_workflow(
-                ATTEMPT_WORKFLOW,
-                inp,
-                id=attempt_workflow_id(ctx.wf, spec.attempt),
-                task_queue=steps.TaskQueue.ORCHESTRATION.value,
-                result_type=AttemptOutcome,
-            )
+            outcome = await ctx.attempt_in_child(inp)
         except ChildWorkflowError as err:
             wrapper = err.cause
             if not (isinstance(wrapper, ApplicationError) and wrapper.type == ATTEMPT_STEP_FAILED):
@@ -174,7 +167,7 @@ class SteppedAgent:
     async def attempt_here(self, spec: AttemptSpec) -> ProposalResult:
         """:meth:`attempt` in this workflow's own history (the child's, or a run recorded before children)."""
         ctx = self.ctx
-        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if workflow.patched(AGENT_RUN_TOOLS_PATCH) else None
+        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS] if ctx.patched(AGENT_RUN_TOOLS_PATCH) else None
         progress = _Progress(patch=spec.start_patch, tools=tools)
         while progress.summary is None:
             if progress.turn >= AGENT_MAX_TURNS:
@@ -269,23 +262,24 @@ class SteppedAgent:
         self, spec: AttemptSpec, progress: _Progress, part: list[AgentToolCall], suffix: str
     ) -> str | None:
         ctx = self.ctx
-        assert progress.transcript is not None
-        ran = await ctx.step(
-            steps.AGENT_TOOLS,
-            AgentToolsInput(
-                run_id=ctx.wf,
-                op_id=f"{spec.repair_op}:tools-{progress.turn}{suffix}",
-                attempt=spec.attempt,
-                turn=progress.turn,
-                spec_ref=ctx.spec,
-                transcript_ref=progress.transcript,
-                patch_ref=progress.patch,
-                calls=part,
-            ),
-        )
+        where = self._workspace(spec, progress, f"{spec.repair_op}:tools-{progress.turn}{suffix}")
+        ran = await ctx.step(steps.AGENT_TOOLS, AgentToolsInput(**dict(where), calls=part))
         accounting.count_tools(ctx.state.budgets, spec.attempt, ran)
         progress.transcript, progress.patch = ran.transcript_ref, ran.patch_ref
         return ran.summary
+
+    def _workspace(self, spec: AttemptSpec, progress: _Progress, step_op: str) -> AgentWorkspaceInput:
+        """Where the turn's step ``step_op`` works: base + the patch so far, with the transcript so far."""
+        assert progress.transcript is not None
+        return AgentWorkspaceInput(
+            run_id=self.ctx.wf,
+            op_id=step_op,
+            attempt=spec.attempt,
+            turn=progress.turn,
+            spec_ref=self.ctx.spec,
+            transcript_ref=progress.transcript,
+            patch_ref=progress.patch,
+        )
 
     async def _reproduction(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
         ctx = self.ctx
@@ -304,20 +298,8 @@ class SteppedAgent:
 
     async def _run(self, spec: AttemptSpec, progress: _Progress, call: AgentToolCall, k: int) -> None:
         ctx = self.ctx
-        assert progress.transcript is not None
-        done = await ctx.step(
-            steps.AGENT_RUN,
-            AgentRunInput(
-                run_id=ctx.wf,
-                op_id=f"{spec.repair_op}:run-{progress.turn}-{k}",
-                attempt=spec.attempt,
-                turn=progress.turn,
-                spec_ref=ctx.spec,
-                transcript_ref=progress.transcript,
-                patch_ref=progress.patch,
-                call=call,
-            ),
-        )
+        where = self._workspace(spec, progress, f"{spec.repair_op}:run-{progress.turn}-{k}")
+        done = await ctx.step(steps.AGENT_RUN, AgentRunInput(**dict(where), call=call))
         progress.transcript = done.transcript_ref
         accounting.count_invalid(ctx.state.budgets, spec.attempt, int(done.refused))
         if done.output_ref is not None:

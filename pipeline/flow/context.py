@@ -4,13 +4,16 @@ helpers all phases share (phase entry, evidence record, memo, ticket, clock).
 One :class:`RunContext` exists per workflow run. It holds the mutable state of the run (the query's
 :class:`RunState` and what the run keeps beside it) and is the only way a phase reaches Temporal: an activity
 through :meth:`RunContext.step` (or :meth:`RunContext.model_step` for a step that asks the model), a patch
-through ``workflow.patched`` at the call site that always made it.
+through :meth:`RunContext.patched` at the call site that always asked it, the clock, timers and waits through
+:meth:`RunContext.now`, :meth:`RunContext.sleep` and :meth:`RunContext.wait_for`. A driver other than Temporal
+(the durability-tax benchmark's plain loop) runs the same phases on a context of its own that overrides these.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TypeVar
@@ -28,6 +31,7 @@ with workflow.unsafe.imports_passed_through():
     from evidence.interface import ArtifactRef
     from pipeline import accounting, messages, steps
     from pipeline.failures import failure_details, failure_message, worker_lost
+    from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, AttemptInput, AttemptOutcome, attempt_workflow_id
     from pipeline.flow.carry import ReviewCarry
     from pipeline.hosts import host_queue
     from pipeline.inputs import RepairInput
@@ -35,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.recorded_state import STATE_MEMO, recorded_state
     from pipeline.state import (
         Approval,
+        Budgets,
         CancelMark,
         CancelStep,
         HeadPush,
@@ -44,7 +49,7 @@ with workflow.unsafe.imports_passed_through():
         Rejection,
         RunState,
     )
-    from pipeline.steps import EnsureCommentInput, ReportInfo, Step, UpdateTicketInput
+    from pipeline.steps import EnsureCommentInput, ReportInfo, Step, TaskQueue, UpdateTicketInput
 
 In = TypeVar("In", bound=BaseModel)
 Out = TypeVar("Out")
@@ -83,6 +88,13 @@ class ReviewDecisions:
     review_note: str = ""
 
 
+# What a run continued as new carries of its context and of its review decisions, under the same names there and
+# in :class:`~pipeline.flow.carry.ReviewCarry` (the state, the hosts, the environments and the review wait's
+# counters besides).
+CARRIED = ("report", "spec_ref", "procedure_ref", "cancellation_v2", "closing_note")
+CARRIED_DECISIONS = ("approval", "rejection", "revision_request", "moved_head", "review_note")
+
+
 @dataclass
 class RunContext:
     """The run's mutable state and its one door to Temporal (see the module docstring)."""
@@ -106,40 +118,24 @@ class RunContext:
 
     def resume(self, carry: ReviewCarry) -> None:
         """Take up what the previous execution of the run carried (its state is already :attr:`state`)."""
-        self.report, self.spec_ref, self.procedure_ref = carry.report, carry.spec_ref, carry.procedure_ref
+        for name in CARRIED:
+            setattr(self, name, getattr(carry, name))
         self.hosts = list(carry.hosts)
         self.live_envs = dict(carry.live_envs)
-        self.cancellation_v2 = carry.cancellation_v2
-        self.closing_note = carry.closing_note
-        self.decisions = ReviewDecisions(
-            approval=carry.approval,
-            rejection=carry.rejection,
-            revision_request=carry.revision_request,
-            moved_head=carry.moved_head,
-            review_note=carry.review_note,
-        )
+        self.decisions = ReviewDecisions(**{name: getattr(carry, name) for name in CARRIED_DECISIONS})
 
     def carry(self, head: str, renewals: int, continued: int) -> ReviewCarry:
         """What the next execution of the run continues with (see :mod:`pipeline.flow.carry`)."""
-        assert self.procedure_ref is not None
-        held = self.decisions
+        assert self.report is not None and self.spec_ref is not None and self.procedure_ref is not None
         return ReviewCarry(
             state=self.state,
-            report=self.the_report,
-            spec_ref=self.spec,
-            procedure_ref=self.procedure_ref,
             hosts=self.hosts,
             live_envs=self.live_envs,
-            cancellation_v2=self.cancellation_v2,
-            closing_note=self.closing_note,
-            approval=held.approval,
-            rejection=held.rejection,
-            revision_request=held.revision_request,
-            moved_head=held.moved_head,
-            review_note=held.review_note,
             head=head,
             renewals=renewals,
             continued=continued,
+            **{name: getattr(self, name) for name in CARRIED},
+            **{name: getattr(self.decisions, name) for name in CARRIED_DECISIONS},
         )
 
     # ---- facts of the run -----------------------------------------------------------------------------
@@ -161,20 +157,60 @@ class RunContext:
         assert self.report is not None
         return self.report
 
+    # ---- the run's clock, patches and waits: the only Temporal calls a phase makes --------------------
+
     def now(self) -> datetime:
         return workflow.now()
+
+    def patched(self, patch_id: str) -> bool:
+        """Whether the run takes the branch of ``patch_id`` (``workflow.patched``: its marker is recorded)."""
+        return workflow.patched(patch_id)
+
+    async def sleep(self, seconds: float) -> None:
+        """A durable wait (a timer)."""
+        await workflow.sleep(timedelta(seconds=seconds))
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: timedelta) -> bool:
+        """Wait until ``condition`` holds (True), or ``timeout`` passed first (False)."""
+        try:
+            await workflow.wait_condition(condition, timeout=timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def attempt_in_child(self, inp: AttemptInput) -> AttemptOutcome:
+        """One repair attempt as the child workflow ``repair_attempt`` (:mod:`pipeline.flow.attempt`), on the
+        orchestration queue, under the attempt's own workflow ID."""
+        outcome: AttemptOutcome = await workflow.execute_child_workflow(
+            ATTEMPT_WORKFLOW,
+            inp,
+            id=attempt_workflow_id(self.wf, inp.order.attempt),
+            task_queue=TaskQueue.ORCHESTRATION.value,
+            result_type=AttemptOutcome,
+        )
+        return outcome
+
+    def history_beyond(self, events: int, size: int) -> bool:
+        """Whether this execution's history should continue as new: the server suggests it, or it holds
+        ``events`` events or ``size`` bytes."""
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() >= events
+            or info.get_current_history_size() >= size
+        )
 
     def enter(self, phase: Phase) -> None:
         if self.state.phase != phase:
             self.state.phase = phase
-            self.state.timeline.append(PhaseMark(phase=phase, at=workflow.now()))
+            self.state.timeline.append(PhaseMark(phase=phase, at=self.now()))
             self.record_state()
 
     def record_state(self) -> None:
         """Upsert the compact state into the memo (:mod:`pipeline.recorded_state`), which the server keeps
         and ``describe`` returns: what ``durafix status`` shows while no worker can answer the query."""
-        if workflow.patched(STATE_MEMO_PATCH):
-            workflow.upsert_memo({STATE_MEMO: recorded_state(self.state, workflow.now())})
+        if self.patched(STATE_MEMO_PATCH):
+            workflow.upsert_memo({STATE_MEMO: recorded_state(self.state, self.now())})
 
     def record(self, ref: ArtifactRef) -> None:
         """Add ``ref`` to the run's evidence, once."""
@@ -200,12 +236,10 @@ class RunContext:
         that arrives after the request (the activity finished before it learned of the cancellation) is
         never acted on; runs recorded before this check keep replaying as they ran.
         """
-        return (
-            not self.ending and workflow.cancellation_reason() is not None and workflow.patched(LATE_COMPLETION_PATCH)
-        )
+        return not self.ending and workflow.cancellation_reason() is not None and self.patched(LATE_COMPLETION_PATCH)
 
     def cancel_step(self, step: CancelStep, detail: str = "") -> None:
-        self.state.cancellation.append(CancelMark(step=step, at=workflow.now(), detail=detail))
+        self.state.cancellation.append(CancelMark(step=step, at=self.now(), detail=detail))
 
     # ---- ticket and PR ----------------------------------------------------------------------------------
 
@@ -245,7 +279,7 @@ class RunContext:
         endpoint was unavailable, the attempt in flight the last one used."""
         policy = self.input.policy
         budgets = self.state.budgets
-        began = workflow.now()
+        began = self.now()
         waits = 0
         while True:
             try:
@@ -254,12 +288,12 @@ class RunContext:
                 if (
                     is_cancellation(err)
                     or not accounting.is_transport_failure(err)
-                    or not workflow.patched(MODEL_OUTAGE_PATCH)
+                    or not self.patched(MODEL_OUTAGE_PATCH)
                 ):
                     raise
                 accounting.charge_failure(budgets, err, attempt)
                 wait = accounting.outage_wait(policy, waits)
-                down = (workflow.now() - began).total_seconds()
+                down = (self.now() - began).total_seconds()
                 if accounting.outage_spent(policy, down, wait):
                     raise RunEnded(
                         Outcome.NEEDS_HUMAN_TRIAGE,
@@ -272,7 +306,7 @@ class RunContext:
                 waits += 1
                 budgets.outage_waits += 1
                 budgets.outage_wait_s += wait
-                await workflow.sleep(timedelta(seconds=wait))
+                await self.sleep(wait)
 
     async def step(self, step: Step[In, Out], arg: In, *, host: str = "") -> Out:
         """Run ``step`` with its declared queue, timeouts and output type (see :mod:`pipeline.steps`); on the
@@ -294,7 +328,7 @@ class RunContext:
                 sent += HOST_TRIES
                 again = not is_cancellation(err) and worker_lost(err) and not (tries and sent >= tries)
                 # The patch is asked last, so its marker is recorded only where a run is really sent again.
-                if not (again and workflow.patched(HOST_WORKER_LOST_PATCH)):
+                if not (again and self.patched(HOST_WORKER_LOST_PATCH)):
                     raise
                 workflow.logger.warning("%s lost its worker on host %s; sending it to the host again", step.name, host)
 
@@ -321,6 +355,22 @@ class RunContext:
         if self.cancel_requested():
             raise asyncio.CancelledError()
         return result
+
+
+def new_run_state(inp: RepairInput, workflow_id: str, run_id: str) -> RunState:
+    """The state a new run of ``inp`` starts with: its budgets from the run's policy."""
+    return RunState(
+        workflow_id=workflow_id,
+        run_id=run_id,
+        repository=inp.repository,
+        issue_number=inp.issue_number,
+        base_branch=inp.base_branch,
+        budgets=Budgets(
+            repair_attempts_max=inp.policy.max_repair_attempts,
+            model_token_budget=inp.policy.model_token_budget,
+            revisions_max=inp.policy.revisions_max,
+        ),
+    )
 
 
 def is_cancellation(err: BaseException) -> bool:

@@ -80,7 +80,7 @@ class Decisions:
         return f"approval names {approval.head_sha} but the PR awaits review of {pending.head_sha}"
 
     def _stale_refusal(self, approval: Approval, pending: ApprovalRequest) -> str | None:
-        if approval.expires_at is not None and approval.expires_at <= workflow.now():
+        if approval.expires_at is not None and approval.expires_at <= self.ctx.now():
             return f"approval expired at {approval.expires_at.isoformat()}"
         if approval.evidence_digest is not None and approval.evidence_digest != pending.evidence_digest:
             return f"approval names evidence {approval.evidence_digest} but the PR carries {pending.evidence_digest}"
@@ -104,7 +104,7 @@ class Decisions:
             pr_number=publish.pr_number,
             head_sha=publish.commit,
             evidence_digest=publish.evidence_digest,
-            requested_at=workflow.now(),
+            requested_at=self.ctx.now(),
         )
 
     # ---- deliveries -------------------------------------------------------------------------------------
@@ -240,7 +240,7 @@ class Decisions:
                     before=push.before,
                     pusher=push.pusher,
                     source=push.source,
-                    seen_at=workflow.now(),
+                    seen_at=ctx.now(),
                 )
             )
         else:

@@ -78,7 +78,7 @@ class Ending:
         if not ctx.state.cleanup.complete:
             detail = f"{outcome.value}: {detail}; cleanup left {ctx.state.cleanup.remaining or 'unknown resources'}"
             outcome = Outcome.CLEANUP_INCOMPLETE
-            if workflow.patched(CLEANUP_TICKET_PATCH):
+            if ctx.patched(CLEANUP_TICKET_PATCH):
                 left = messages.cleanup_incomplete_note(ctx.wf, ctx.state.cleanup)
                 ctx.closing_note = f"{ctx.closing_note}. {left}" if ctx.closing_note else left
         ctx.state.outcome = outcome
@@ -92,7 +92,7 @@ class Ending:
     async def store_record(self) -> None:
         """The whole state stored as the run's record, named by ``record_ref`` (the result is bounded). Best
         effort: the run has ended, and a record it could not store leaves ``record_ref`` unset."""
-        if workflow.patched(RUN_RECORD_PATCH):
+        if self.ctx.patched(RUN_RECORD_PATCH):
             with contextlib.suppress(ActivityError):
                 self.ctx.state.record_ref = await self.ctx.step(steps.RECORD_RUN, RecordRunInput(state=self.ctx.state))
 

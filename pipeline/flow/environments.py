@@ -174,7 +174,7 @@ class Environments:
 
     def host_of(self, handle: EnvironmentHandle) -> str:
         """The host the steps reaching ``handle`` must run on (``""``: any; see :mod:`pipeline.hosts`)."""
-        if not handle.host or not workflow.patched(HOST_AFFINITY_PATCH):
+        if not handle.host or not self.ctx.patched(HOST_AFFINITY_PATCH):
             return ""
         if handle.host not in self.ctx.hosts:
             self.ctx.hosts.append(handle.host)

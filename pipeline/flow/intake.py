@@ -52,10 +52,10 @@ class Intake:
             ReadReportInput(repository=inp.repository, issue_number=inp.issue_number, base_branch=inp.base_branch),
         )
         pinned = inp.report
-        if pinned is not None and workflow.patched(PINNED_REPORT_PATCH):
+        if pinned is not None and ctx.patched(PINNED_REPORT_PATCH):
             changed = [name for name in ("title", "body") if getattr(report, name) != getattr(pinned, name)]
             if changed and not any(e.source == "intake" for e in ctx.state.report_edits):
-                ctx.state.report_edits.append(ReportEdit(editor="", fields=changed, at=workflow.now(), source="intake"))
+                ctx.state.report_edits.append(ReportEdit(editor="", fields=changed, at=ctx.now(), source="intake"))
             report = report.model_copy(update={"title": pinned.title, "body": pinned.body})
         ctx.report = report
         ctx.state.target_revision = report.base_revision

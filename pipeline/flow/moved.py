@@ -14,7 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow import publish as publishing
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.decisions import Decisions
-    from pipeline.flow.publish import Publish
+    from pipeline.flow.publish import OnPublished, Publish
     from pipeline.flow.verify import Verify
     from pipeline.ids import op_id
     from pipeline.state import (
@@ -25,7 +25,6 @@ with workflow.unsafe.imports_passed_through():
         HeadPushStatus,
         Outcome,
         Phase,
-        PublishFact,
     )
     from pipeline.steps import (
         CaptureHeadInput,
@@ -39,20 +38,12 @@ with workflow.unsafe.imports_passed_through():
     )
 
 
-class MovedHeads:
+class MovedHeads(OnPublished):
     """Moved heads and bases (see the module docstring)."""
 
     def __init__(self, ctx: RunContext, decide: Decisions, verify: Verify, publish: Publish) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, verify, publish)
         self.decide = decide
-        self.verify = verify
-        self.publishing = publish
-
-    @property
-    def publish(self) -> PublishFact:
-        publish = self.ctx.state.publish
-        assert publish is not None and publish.pr_number is not None
-        return publish
 
     async def ask_again(self, previous: Approval | None) -> None:
         """Ask the last approver again, when the approval was a forge review (an operator is not a reviewer)."""

@@ -10,6 +10,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline import messages, steps
     from pipeline.flow import candidates
     from pipeline.flow.context import RunContext
+    from pipeline.flow.verify import Verify
     from pipeline.ids import branch_for, op_id
     from pipeline.state import CandidateFact, PublishFact, ReproductionFact
     from pipeline.steps import (
@@ -34,6 +35,22 @@ def refresh(publish: PublishFact, evidence: EvidenceResult, commit: str | None =
 
 def _reproduction_refs(fact: ReproductionFact) -> list[ArtifactRef]:
     return [*fact.trace_refs, *fact.screenshot_refs, *fact.video_refs, *([fact.log_ref] if fact.log_ref else [])]
+
+
+class OnPublished:
+    """What a phase acting on the run's published PR holds: the run, the verification of its candidates and
+    their publishing; :attr:`publish` is the run's publish fact (its PR open)."""
+
+    def __init__(self, ctx: RunContext, verify: Verify, publishing: Publish) -> None:
+        self.ctx = ctx
+        self.verify = verify
+        self.publishing = publishing
+
+    @property
+    def publish(self) -> PublishFact:
+        publish = self.ctx.state.publish
+        assert publish is not None and publish.pr_number is not None
+        return publish
 
 
 class Publish:

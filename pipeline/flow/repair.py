@@ -5,6 +5,7 @@ each verified; the first candidate that passes is the run's."""
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -20,6 +21,9 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.state import CandidateFact, Outcome, Phase
     from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput
     from repair.context import EarlierAttempt
+
+
+P = TypeVar("P", bound=ProposePatchInput)
 
 
 class Engine(StrEnum):
@@ -40,8 +44,8 @@ class Repair:
 
     def _engine(self) -> Engine:
         # Both patches are asked in this order, as they always were (the stepped one first, unconditionally).
-        stepped = workflow.patched(STEPPED_AGENT_PATCH)
-        if self.ctx.input.policy.engine == "command" and workflow.patched(COMMAND_ENGINE_PATCH):
+        stepped = self.ctx.patched(STEPPED_AGENT_PATCH)
+        if self.ctx.input.policy.engine == "command" and self.ctx.patched(COMMAND_ENGINE_PATCH):
             return Engine.COMMAND
         return Engine.STEPPED if stepped else Engine.ONE_SHOT
 
@@ -82,17 +86,8 @@ class Repair:
         if engine == Engine.ONE_SHOT:  # the stepped and command attempts charged their own tokens
             budgets.model_prompt_tokens += proposal.prompt_tokens
             budgets.model_completion_tokens += proposal.completion_tokens
-        ctx.record(proposal.patch_ref)
-        candidate = CandidateFact(
-            attempt=attempt,
-            op_id=repair_op,
-            patch_ref=proposal.patch_ref,
-            summary=proposal.summary,
-            commit_timestamp=int(workflow.now().timestamp()),
-        )
-        ctx.state.candidates.append(candidate)
-        ctx.enter(Phase.VERIFY)
-        failure = await self.verify.judge(candidate)
+        candidate = self.verify.proposed(attempt, repair_op, proposal)
+        failure = await self.verify.judge_new(candidate)
         if failure is None:
             return candidate
         failures.append(EarlierAttempt(attempt=attempt, summary=candidate.summary, reason=failure))
@@ -120,19 +115,24 @@ class Repair:
             return await self._command(attempt, repair_op, [f.line() for f in failures], token_budget)
         if engine == Engine.STEPPED:
             return await self.agent.attempt(AttemptSpec(attempt, repair_op, list(failures), token_budget))
-        report = ctx.the_report
         return await ctx.step(
             steps.PROPOSE_PATCH,
-            ProposePatchInput(
-                run_id=ctx.wf,
-                op_id=repair_op,
-                attempt=attempt,
-                spec_ref=ctx.spec,
-                issue_title=report.title,
-                issue_body=report.body,
-                previous_failures=[f.line() for f in failures],
-                token_budget=token_budget,
-            ),
+            self._input(ProposePatchInput, attempt, repair_op, [f.line() for f in failures], token_budget),
+        )
+
+    def _input(self, kind: type[P], attempt: int, repair_op: str, failures: list[str], token_budget: int) -> P:
+        """What an attempt of the one-shot or the command engine is given."""
+        ctx = self.ctx
+        report = ctx.the_report
+        return kind(
+            run_id=ctx.wf,
+            op_id=repair_op,
+            attempt=attempt,
+            spec_ref=ctx.spec,
+            issue_title=report.title,
+            issue_body=report.body,
+            previous_failures=failures,
+            token_budget=token_budget,
         )
 
     async def _command(self, attempt: int, repair_op: str, failures: list[str], token_budget: int) -> ProposalResult:
@@ -142,20 +142,9 @@ class Repair:
         attempt charges its turns, so the caller charges nothing more for a run that took this branch. What the
         CLI printed is stored (redacted) and recorded in the run's evidence, whether the attempt failed or not."""
         ctx = self.ctx
-        report = ctx.the_report
         try:
             proposal = await ctx.step(
-                steps.AGENT_COMMAND,
-                AgentCommandInput(
-                    run_id=ctx.wf,
-                    op_id=repair_op,
-                    attempt=attempt,
-                    spec_ref=ctx.spec,
-                    issue_title=report.title,
-                    issue_body=report.body,
-                    previous_failures=failures,
-                    token_budget=token_budget,
-                ),
+                steps.AGENT_COMMAND, self._input(AgentCommandInput, attempt, repair_op, failures, token_budget)
             )
         except ActivityError as err:
             if (log_ref := detail_ref(err, "log_ref")) is not None:

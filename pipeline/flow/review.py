@@ -68,8 +68,8 @@ class ReviewGate:
         self.head = carry.head if carry is not None else self.publish.commit
         self.renewals = carry.renewals if carry is not None else 0
         self.continued = carry.continued if carry is not None else 0
-        self.ctx.decisions.gate = workflow.patched(MOVED_HEAD_PATCH)
-        self.carries = workflow.patched(REVIEW_CONTINUE_AS_NEW_PATCH)
+        self.ctx.decisions.gate = self.ctx.patched(MOVED_HEAD_PATCH)
+        self.carries = self.ctx.patched(REVIEW_CONTINUE_AS_NEW_PATCH)
         while True:
             if self._suggested():
                 await self._continue_as_new()
@@ -80,14 +80,7 @@ class ReviewGate:
     def _suggested(self) -> bool:
         """Whether the wait continues as new now: the server suggests it, or this execution's history passed
         the wait's own bound (:data:`REVIEW_HISTORY_EVENTS`, :data:`REVIEW_HISTORY_BYTES`)."""
-        if not self.carries:
-            return False
-        info = workflow.info()
-        return (
-            info.is_continue_as_new_suggested()
-            or info.get_current_history_length() >= REVIEW_HISTORY_EVENTS
-            or info.get_current_history_size() >= REVIEW_HISTORY_BYTES
-        )
+        return self.carries and self.ctx.history_beyond(REVIEW_HISTORY_EVENTS, REVIEW_HISTORY_BYTES)
 
     async def _continue_as_new(self) -> NoReturn:
         """Continue the run as new with exactly the state it needs, once every handler in flight has finished
@@ -110,7 +103,7 @@ class ReviewGate:
             return None  # woken to continue as new: nothing is decided yet
         if held.rejection is None and held.revision_request is not None:
             request, held.revision_request = held.revision_request, None
-            if workflow.patched(REVISIONS_PATCH):
+            if self.ctx.patched(REVISIONS_PATCH):
                 await self.revisions.revise(request)
                 self.head = self.publish.commit
                 return None
@@ -142,29 +135,25 @@ class ReviewGate:
             pr_number=publish.pr_number,
             head_sha=self.head,
             evidence_digest=publish.evidence_digest,
-            requested_at=workflow.now(),
+            requested_at=ctx.now(),
         )
         ctx.record_state()
-        if workflow.patched(REVIEW_TICKET_PATCH):
+        if ctx.patched(REVIEW_TICKET_PATCH):
             await ctx.update_ticket(note=ctx.decisions.review_note)
 
     async def _wait(self) -> bool:
         """Wait for a decision (or a moved head to verify); False when the review deadline passed first."""
         held = self.ctx.decisions
-        try:
-            await workflow.wait_condition(
-                lambda: (
-                    held.approval is not None
-                    or held.rejection is not None
-                    or held.revision_request is not None
-                    or (held.gate and held.moved_head is not None)
-                    or self._suggested()
-                ),
-                timeout=timedelta(seconds=self.ctx.input.policy.review_timeout_s),
-            )
-        except TimeoutError:
-            return False
-        return True
+        return await self.ctx.wait_for(
+            lambda: (
+                held.approval is not None
+                or held.rejection is not None
+                or held.revision_request is not None
+                or (held.gate and held.moved_head is not None)
+                or self._suggested()
+            ),
+            timeout=timedelta(seconds=self.ctx.input.policy.review_timeout_s),
+        )
 
     async def _merge(self) -> Ending | None:
         """Merge on the approval taken, if it still stands on the PR as it is now; None: wait again."""
@@ -182,7 +171,7 @@ class ReviewGate:
             return Outcome.AMBIGUOUS_NEEDS_HUMAN, f"the PR was merged by someone else at {pr.head_sha}"
         if pr.state != "open":
             return Outcome.REJECTED, "the PR was closed without merging"
-        if approval.expires_at is not None and workflow.now() >= approval.expires_at:
+        if approval.expires_at is not None and ctx.now() >= approval.expires_at:
             # The decision no longer stands: ask again for the same head rather than merge on it.
             ctx.clear_approval()
             when = approval.expires_at.isoformat()
@@ -190,7 +179,7 @@ class ReviewGate:
                 note=f"the approval by {approval.reviewer} expired at {when}; renewed review needed"
             )
             return None
-        if ctx.decisions.gate and workflow.patched(BASE_MOVED_PATCH) and await self.moved.reverify_on_moved_base():
+        if ctx.decisions.gate and ctx.patched(BASE_MOVED_PATCH) and await self.moved.reverify_on_moved_base():
             self.head = self.publish.commit  # a rebuilt head was pushed: it is reviewed again before any merge
             return None
         merged = await ctx.step(
@@ -210,7 +199,7 @@ class ReviewGate:
 
     async def _merged(self, merged: MergeOutcome, approval: Approval) -> Ending | None:
         """What the merge step's outcome means for the run; None: wait again."""
-        if merged.status == MergeStatus.NOT_APPROVED and workflow.patched(REVIEW_ON_FORGE_PATCH):
+        if merged.status == MergeStatus.NOT_APPROVED and self.ctx.patched(REVIEW_ON_FORGE_PATCH):
             # The approval has no standing on the forge: it is dropped, and a reviewer is asked for one.
             self.ctx.clear_approval()
             await self._ask_for_review(approval, merged.detail)

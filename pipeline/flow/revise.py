@@ -12,27 +12,19 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow import publish as publishing
     from pipeline.flow.agent import AttemptSpec, SteppedAgent
     from pipeline.flow.context import RunContext, RunEnded
-    from pipeline.flow.publish import Publish
+    from pipeline.flow.publish import OnPublished, Publish
     from pipeline.flow.verify import Verify
     from pipeline.ids import op_id
-    from pipeline.state import CandidateFact, Outcome, Phase, PublishFact, Rejection, VerificationStatus
+    from pipeline.state import CandidateFact, Outcome, Phase, Rejection, VerificationStatus
     from pipeline.steps import ProposalResult, ReadReviewInput, RequestReviewInput, ReviewRead
 
 
-class Revisions:
+class Revisions(OnPublished):
     """Revisions on review (see the module docstring)."""
 
     def __init__(self, ctx: RunContext, agent: SteppedAgent, verify: Verify, publish: Publish) -> None:
-        self.ctx = ctx
+        super().__init__(ctx, verify, publish)
         self.agent = agent
-        self.verify = verify
-        self.publishing = publish
-
-    @property
-    def publish(self) -> PublishFact:
-        publish = self.ctx.state.publish
-        assert publish is not None and publish.pr_number is not None
-        return publish
 
     async def revise(self, request: Rejection) -> None:
         """Answer a permitted reviewer's request for changes of the head under review.
@@ -114,21 +106,10 @@ class Revisions:
             return None, proposal
         if proposal.patch_ref.sha256 == under_review.patch_ref.sha256:
             return None, "the revision changed nothing"
-        ctx.record(proposal.patch_ref)
-        candidate = CandidateFact(
-            attempt=attempt,
-            op_id=repair_op,
-            patch_ref=proposal.patch_ref,
-            summary=proposal.summary,
-            commit_timestamp=int(workflow.now().timestamp()),
-            revision=n,
-            parent_commit=under_review.commit,
-            review_id=request.review_id,
-            reviewer=request.reviewer,
-        )
-        ctx.state.candidates.append(candidate)
-        ctx.enter(Phase.VERIFY)
-        failure = await self.verify.judge(candidate)
+        candidate = self.verify.proposed(attempt, repair_op, proposal)
+        candidate.revision, candidate.parent_commit = n, under_review.commit
+        candidate.review_id, candidate.reviewer = request.review_id, request.reviewer
+        failure = await self.verify.judge_new(candidate)
         return (candidate, "") if failure is None else (None, failure)
 
     async def _read_review(self, request: Rejection) -> ReviewRead | None:

@@ -12,7 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.context import RunContext
     from pipeline.flow.environments import Environments
     from pipeline.state import CandidateFact, Phase, ReproductionOutcome
-    from pipeline.steps import VerifyInput, VerifyResult
+    from pipeline.steps import ProposalResult, VerifyInput, VerifyResult
 
 
 class Verify:
@@ -21,6 +21,23 @@ class Verify:
     def __init__(self, ctx: RunContext, envs: Environments) -> None:
         self.ctx = ctx
         self.envs = envs
+
+    def proposed(self, attempt: int, op: str, proposal: ProposalResult) -> CandidateFact:
+        """The candidate of an attempt's ``proposal`` (its patch recorded in the run's evidence), committed now."""
+        self.ctx.record(proposal.patch_ref)
+        return CandidateFact(
+            attempt=attempt,
+            op_id=op,
+            patch_ref=proposal.patch_ref,
+            summary=proposal.summary,
+            commit_timestamp=int(self.ctx.now().timestamp()),
+        )
+
+    async def judge_new(self, candidate: CandidateFact) -> str | None:
+        """A new candidate of the run: kept in its state, then verified in the verify phase (:meth:`judge`)."""
+        self.ctx.state.candidates.append(candidate)
+        self.ctx.enter(Phase.VERIFY)
+        return await self.judge(candidate)
 
     async def judge(self, candidate: CandidateFact) -> str | None:
         """Verify ``candidate`` and record its verdict; None means passed, else why it failed."""

@@ -3,7 +3,6 @@ retry) as the issue's events are."""
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from pipeline import client as runs
@@ -55,7 +54,7 @@ class CommentEvents(IssueEvents):
         if command.known == CommandName.CANCEL:
             return self._cancel(delivery, repository, number, author, "/durafix cancel", at)
         if command.known == CommandName.RETRY:
-            return self._retry_command(delivery, repository, number, author, pinned, key, at)
+            return self._retried(repository, number, key, self._start(delivery, repository, number, author, pinned, at))
         if command.known == CommandName.STATUS:
             newest = self._run(runs.newest_run(self._client, repository, number))
             if newest is None:
@@ -68,17 +67,11 @@ class CommentEvents(IssueEvents):
         answer["comment"] = self._comment(repository, number, key, body)
         return 200, answer
 
-    def _retry_command(
-        self,
-        delivery: str,
-        repository: str,
-        number: int,
-        sender: str,
-        pinned: PinnedReport | None,
-        key: str,
-        at: datetime | None,
+    def _retried(
+        self, repository: str, number: int, key: str, started: tuple[int, dict[str, Any]]
     ) -> tuple[int, dict[str, Any]]:
-        status, answer = self._start(delivery, repository, number, sender, pinned, at)
+        """``/durafix retry`` answered as its trigger was (``started``); a live run is also said on the report."""
+        status, answer = started
         if answer.get("attached"):
             answer["message"] = f"already running: {answer['workflow_id']}"
             status = 200

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
@@ -42,6 +43,13 @@ def pinned_from(issue: dict[str, Any], sender: str) -> PinnedReport:
         author=str((issue.get("user") or {}).get("login") or ""),
         triggered_by=sender,
     )
+
+
+def no_live_run(err: RPCError, answer: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """``answer`` (202: nothing to do) when ``err`` says the run is not there (it ended); ``err`` otherwise."""
+    if err.status != RPCStatusCode.NOT_FOUND:
+        raise err
+    return 202, answer
 
 
 class Refused(Exception):

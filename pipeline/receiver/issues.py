@@ -7,12 +7,12 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from pipeline import client as runs
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import PinnedReport
-from pipeline.receiver.handling import Handling, Refused, pinned_from
+from pipeline.receiver.handling import Handling, Refused, no_live_run, pinned_from
 from pipeline.replays import before_run, event_time, stale_answer
 from pipeline.state import (
     Delivered,
@@ -154,9 +154,7 @@ class IssueEvents(Handling):
         try:
             _, duplicate = self._send(live.workflow_id, delivered)
         except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return 202, {"message": f"no live run for #{number}: nothing to cancel"}
+            return no_live_run(err, {"message": f"no live run for #{number}: nothing to cancel"})
         if duplicate is not None:
             return 200, duplicate
         self._run(runs.cancel(self._client, live.workflow_id))
@@ -186,7 +184,7 @@ class IssueEvents(Handling):
         try:
             self._run(runs.report_edited(self._client, live.workflow_id, edit))
         except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return 202, {"workflow_id": live.workflow_id, "message": "no live run for this issue: nothing to note"}
+            return no_live_run(
+                err, {"workflow_id": live.workflow_id, "message": "no live run for this issue: nothing to note"}
+            )
         return 200, {"workflow_id": live.workflow_id, "message": f"edit of {' and '.join(fields)} noted on the run"}

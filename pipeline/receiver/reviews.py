@@ -8,11 +8,11 @@ import uuid
 from typing import Any
 
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
+from temporalio.service import RPCError
 
 from pipeline import client as runs
 from pipeline.ids import is_run_of
-from pipeline.receiver.handling import Handling, Refused
+from pipeline.receiver.handling import Handling, Refused, no_live_run
 from pipeline.state import (
     Approval,
     Delivered,
@@ -136,9 +136,9 @@ class ReviewEvents(Handling):
         try:
             status, answer = self._sent(workflow_id, delivered)
         except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to reject"}
+            return no_live_run(
+                err, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to reject"}
+            )
         answer.setdefault("message", f"closing by {sender} sent to the run as a rejection")
         return status, answer
 
@@ -163,9 +163,7 @@ class ReviewEvents(Handling):
         try:
             _, duplicate = self._send(workflow_id, delivered)
         except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
-            return 202, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to tell"}
+            return no_live_run(err, {"workflow_id": workflow_id, "message": "no live run for this PR: nothing to tell"})
         if duplicate is not None:
             return 200, duplicate
         self._run(runs.head_moved(self._client, workflow_id, push))

@@ -1,15 +1,17 @@
-"""Benchmark: the durability tax, the demo's run as a plain loop of its activities vs through Temporal.
+"""Benchmark: the durability tax, the demo's run driven by a plain loop vs through Temporal.
 
 Run: ``uv run python -m tests.bench.bench_tax [--rounds R] [--quick]`` (default R=3; ``--quick`` is one
 round). On the embedded e2e stack (:func:`tests.support.e2e_stack.running_e2e_stack`: the GitHub emulator, the
 scripted model server, the evidence server, a real Temporal dev server), each round repairs the sample app's
 report (``examples/cart``) twice, each time on a fresh repository seeded with the sample, to the merge:
 
-- *plain*: :class:`PlainRun` calls the real activity implementations (the production worker's, from
-  :func:`pipeline.worker.runner.activities_for` over one :class:`~pipeline.services.Services`) one after another in
-  this process, in the order ``repair_bug`` calls them on its happy path, with the inputs it would build;
-  each call runs under :class:`temporalio.testing.ActivityEnvironment` (the adapters read
-  ``activity.info()`` and heartbeat), so there is no server, no serialization and no task queue;
+- *plain*: :class:`PlainRun` runs ``repair_bug``'s own phase code (:class:`pipeline.flow.phases.Phases`, the
+  classes under :mod:`pipeline.flow`) on a run context of its own, :class:`PlainContext`: each step calls the
+  real activity implementation (the production worker's, from :func:`pipeline.worker.runner.activities_for`
+  over one :class:`~pipeline.services.Services`) in this process, under
+  :class:`temporalio.testing.ActivityEnvironment` (the adapters read ``activity.info()`` and heartbeat); the
+  clock is the wall clock, every patch is taken (as by a run started now) and the review wait is answered at
+  once by the operator's approval. There is no server, no serialization, no task queue and no history;
 - *temporal*: the same report through ``repair_bug`` (:func:`pipeline.client.start_run`) with the
   production workers (:func:`pipeline.worker.runner.build_workers`) in this process, approved as an operator
   (:func:`pipeline.client.approve`) once it awaits review, awaited to ``merged``.
@@ -19,8 +21,8 @@ and dependency caches, the browser, imports). What differs is what Temporal adds
 serializing its input and output, the workflow tasks, the history. The figures are medians over rounds,
 and the ratio is temporal / plain.
 
-The plain loop covers only the happy path (what the demo's run does): a step that answers otherwise (the
-report does not reproduce, a candidate fails verification, the base moved) raises :class:`PlainRunFailed`.
+The plain loop is meant for the happy path (what the demo's run does): a step that fails raises its error as
+the activity raised it (no retries), and a run that ends otherwise than merged is reported as not merged.
 """
 
 from __future__ import annotations
@@ -35,8 +37,8 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -47,65 +49,18 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 from temporalio.testing import ActivityEnvironment
 
-from environments.interface import EnvironmentHandle
-from evidence.interface import ArtifactRef
 from infra.processes import ServiceError
 from pipeline import client as runs
-from pipeline import messages, steps
 from pipeline.config import DurafixConfig
-from pipeline.ids import branch_for, op_id, workflow_id_for
+from pipeline.flow.context import RunContext, RunEnded, new_run_state
+from pipeline.flow.phases import Phases
+from pipeline.hosts import host_id
+from pipeline.ids import workflow_id_for
+from pipeline.patches import ATTEMPT_CHILD_PATCH
 from pipeline.services import Services
-from pipeline.state import (
-    Approval,
-    ApprovalRequest,
-    BaselineFact,
-    Budgets,
-    CandidateFact,
-    Outcome,
-    Phase,
-    PhaseMark,
-    PublishFact,
-    ReproductionFact,
-    ReproductionOutcome,
-    RunState,
-    TicketFact,
-    VerificationStatus,
-)
-from pipeline.steps import (
-    AGENT_MAX_TURNS,
-    AgentConcludeInput,
-    AgentRecordInput,
-    AgentRunInput,
-    AgentToolCall,
-    AgentToolResult,
-    AgentToolsInput,
-    AgentTurnInput,
-    BaselineInput,
-    BuildEvidenceInput,
-    CleanupRunInput,
-    DraftProcedureInput,
-    EnsureCommentInput,
-    EnsureDraftPrInput,
-    EnsureTicketInput,
-    MergeInput,
-    MergeStatus,
-    PrepareProcedureInput,
-    PrepareSpecInput,
-    ProcedureResult,
-    ProvisionInput,
-    PublishBranchInput,
-    ReadBranchInput,
-    ReadPullInput,
-    ReadReportInput,
-    ReportInfo,
-    ReproduceInput,
-    Step,
-    UpdateTicketInput,
-    VerifyInput,
-)
+from pipeline.state import Approval, ApprovalRequest, Outcome, Phase, RunState
+from pipeline.steps import Step
 from pipeline.worker.runner import ALL_QUEUES, activities_for, build_workers
-from repair.stepping import ToolCall, segments
-from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 
 In = TypeVar("In", bound=BaseModel)
@@ -116,55 +71,65 @@ REVIEWER = "bench-operator"
 
 
 class PlainRunFailed(RuntimeError):
-    """A step answered off the happy path the plain loop follows."""
+    """The plain loop could not follow the run (a review wait with nothing to approve)."""
 
 
-def registry(services: Services) -> dict[str, Callable[..., Any]]:
-    """Every activity the production worker registers, by its step name."""
+def registry(services: Services, host: str) -> dict[str, Callable[..., Any]]:
+    """Every activity the production worker registers, by its step name; as the worker serving every queue,
+    its environments are stamped with ``host`` (the run then sends their steps to the host's queue)."""
     out: dict[str, Callable[..., Any]] = {}
     for queue in ALL_QUEUES:
-        for fn in activities_for(queue, services):
+        for fn in activities_for(queue, services, host):
             defn = activity._Definition.must_from_callable(fn)
             assert defn.name is not None
             out[defn.name] = fn
     return out
 
 
-class PlainRun:
-    """One run of ``repair_bug``'s happy path as a plain loop: its steps in its order, inputs built as it builds
-    them (the same operation IDs, messages and references), results kept in a :class:`RunState` as it keeps
-    them. Not durable and not idempotent beyond what each activity is by itself: it exists to be timed.
+def operator_approval(pending: ApprovalRequest) -> Approval:
+    """The operator's approval of what a run asks to have reviewed."""
+    return Approval(reviewer=REVIEWER, head_sha=pending.head_sha, evidence_digest=pending.evidence_digest)
+
+
+@dataclass
+class PlainContext(RunContext):
+    """A run context with no Temporal behind it: a step is its activity's implementation called in this
+    process (off the event loop: some adapters drive loops of their own and block on them), the clock is the
+    wall clock, every patch but the child attempts' is taken, no timer is durable, and the review wait is answered by ``operator``.
     ``calls`` is the step names in the order called (the smoke test compares them with a workflow history)."""
 
-    def __init__(
-        self, config: DurafixConfig, activities: dict[str, Callable[..., Any]], repository: str, issue: int
-    ) -> None:
-        self.config = config
-        self.activities = activities
-        self.policy = runs.run_policy(config)
-        self.wf = workflow_id_for(repository, issue)
-        self.repository = repository
-        self.issue = issue
-        self.state = RunState(
-            workflow_id=self.wf,
-            run_id="plain",
-            repository=repository,
-            issue_number=issue,
-            base_branch="main",
-            budgets=Budgets(
-                repair_attempts_max=self.policy.max_repair_attempts,
-                model_token_budget=self.policy.model_token_budget,
-                revisions_max=self.policy.revisions_max,
-            ),
-        )
-        self.calls: list[str] = []
-        self.spec_ref: ArtifactRef | None = None
-        self.procedure_ref: ArtifactRef | None = None
+    activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    calls: list[str] = field(default_factory=list)
+    # Called when the review wait would wait: decides what the run waits for (the driver approves).
+    operator: Callable[[], None] = lambda: None
 
-    # ---- the loop -----------------------------------------------------------------------------------
+    def now(self) -> datetime:
+        return datetime.now(UTC)
 
-    def step(self, step: Step[In, Out], arg: In) -> Out:
-        """Call ``step``'s implementation in an activity context of this run (no server)."""
+    def patched(self, patch_id: str) -> bool:
+        # A plain loop has no child workflows: its attempts run their steps here, as the child would.
+        return patch_id != ATTEMPT_CHILD_PATCH
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+
+    async def wait_for(self, condition: Callable[[], bool], timeout: timedelta) -> bool:
+        if not condition():
+            self.operator()
+        if not condition():
+            raise PlainRunFailed(f"the review wait of {self.wf} had nothing to wait for")
+        return True
+
+    def history_beyond(self, events: int, size: int) -> bool:
+        return False
+
+    def record_state(self) -> None:
+        """No memo: there is no server to keep one."""
+
+    def cancel_requested(self) -> bool:
+        return False
+
+    async def send(self, step: Step[In, Out], arg: In, *, host: str) -> Out:
         env = ActivityEnvironment()
         env.info = dataclasses.replace(
             env.info,
@@ -172,504 +137,55 @@ class PlainRun:
             activity_id=str(len(self.calls) + 1),
             task_queue=step.queue.value,
             workflow_id=self.wf,
-            workflow_run_id="plain",
+            workflow_run_id=self.state.run_id,
             workflow_type="repair_bug",
         )
         self.calls.append(step.name)
-        result: Out = env.run(self.activities[step.name], arg)
+        result: Out = await asyncio.to_thread(env.run, self.activities[step.name], arg)
         return result
 
-    def run(self) -> RunState:
-        wf = self.wf
-        self.enter(Phase.INTAKE)
-        report = self.step(
-            steps.READ_REPORT, ReadReportInput(repository=self.repository, issue_number=self.issue, base_branch="main")
-        )
-        self.state.target_revision = report.base_revision
-        self.enter(Phase.TICKET)
-        ticket_op = op_id(wf, "ticket")
-        ticket = self.step(
-            steps.ENSURE_TICKET,
-            EnsureTicketInput(
-                op_id=ticket_op,
-                repository=self.repository,
-                issue_number=self.issue,
-                title=report.title,
-                body=messages.ticket_body(self.state),
-            ),
-        )
-        self.state.ticket = TicketFact(
-            op_id=ticket_op, issue_number=ticket.issue_number, comment_id=ticket.comment_id, url=ticket.url
-        )
-        self.enter(Phase.PROCEDURE)
-        procedure = self.step(steps.PREPARE_PROCEDURE, PrepareProcedureInput(run_id=wf, report_body=report.body))
-        if procedure.procedure_ref is None and procedure.missing:
-            procedure = self.draft_procedure(report)
-        if procedure.procedure_ref is None:
-            raise PlainRunFailed(f"no usable reproduction procedure: {procedure.error}")
-        self.procedure_ref = procedure.procedure_ref
-        self.record(procedure.procedure_ref)
 
-        self.enter(Phase.PROVISION)
-        self.spec_ref = self.step(
-            steps.PREPARE_SPEC,
-            PrepareSpecInput(
-                run_id=wf,
-                op_id=op_id(wf, "spec"),
-                repository=self.repository,
-                clone_url=report.clone_url,
-                base_revision=report.base_revision,
-            ),
-        )
-        self.record(self.spec_ref)
-        base = self.reproduce_on(report.base_revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
-        self.state.reproduction = base
-        if base.status != ReproductionOutcome.REPRODUCED:
-            raise PlainRunFailed(f"the report did not reproduce: {base.status} ({base.detail})")
-        self.update_ticket()
+class PlainRun:
+    """One run of ``repair_bug``'s phases (:class:`~pipeline.flow.phases.Phases`) as a plain loop on a
+    :class:`PlainContext`: in the order ``run`` takes them, to the ending and the run's record. Not durable and
+    not idempotent beyond what each activity is by itself: it exists to be timed."""
 
-        self.enter(Phase.BASELINE)
-        baseline_op = op_id(wf, "baseline")
-        baseline = self.step(steps.RUN_BASELINE, BaselineInput(run_id=wf, op_id=baseline_op, spec_ref=self.spec_ref))
-        self.record(baseline.test_output_ref)
-        self.state.baseline = BaselineFact(op_id=baseline_op, **baseline.model_dump())
-        if not baseline.runnable or not (baseline.passed or baseline.cases_ref is not None):
-            raise PlainRunFailed(f"the baseline does not pass: {baseline.summary}")
+    def __init__(
+        self, config: DurafixConfig, activities: dict[str, Callable[..., Any]], repository: str, issue: int
+    ) -> None:
+        inp = runs.repair_input(config, repository, issue, trigger="bench")
+        state = new_run_state(inp, workflow_id_for(repository, issue), "plain")
+        self.ctx = PlainContext(input=inp, state=state, activities=activities, operator=self.approve)
+        self.phases = Phases(self.ctx)
 
-        candidate = self.repair(report)
-        self.enter(Phase.PUBLISH)
-        self.publish(report, candidate)
-        self.update_ticket()
-        self.review_and_merge()
-        self.finish(Outcome.MERGED)
-        return self.state
+    @property
+    def calls(self) -> list[str]:
+        return self.ctx.calls
 
-    def draft_procedure(self, report: ReportInfo) -> ProcedureResult:
-        drafted = self.step(
-            steps.DRAFT_PROCEDURE,
-            DraftProcedureInput(
-                run_id=self.wf,
-                op_id=op_id(self.wf, "draft-procedure"),
-                issue_title=report.title,
-                issue_body=report.body,
-            ),
-        )
-        self.state.budgets.model_prompt_tokens += drafted.prompt_tokens
-        self.state.budgets.model_completion_tokens += drafted.completion_tokens
-        return drafted
+    def approve(self) -> None:
+        """As an operator, approve the head under review (as ``repair_bug``'s ``approve`` Update takes it)."""
+        pending = self.ctx.state.pending_approval
+        if pending is None:
+            raise PlainRunFailed(f"{self.ctx.wf} waits for review but asks for none")
+        approval = operator_approval(pending)
+        decide = self.phases.decide
+        refusal = decide.approval_refusal(approval, early=False)
+        if refusal is not None:
+            raise PlainRunFailed(f"the approval was refused: {refusal}")
+        decide.take_approval(approval, early=False)
 
-    def repair(self, report: ReportInfo) -> CandidateFact:
-        """Attempt 1 as the stepped agent does it; the happy path has it pass verification."""
-        wf = self.wf
-        assert self.spec_ref is not None
-        budgets = self.state.budgets
-        attempt = 1
-        self.enter(Phase.REPAIR)
-        budgets.repair_attempts_used = attempt
-        repair_op = op_id(wf, "repair", attempt)
-        token_budget = budgets.model_token_budget - budgets.model_prompt_tokens - budgets.model_completion_tokens
-        transcript: ArtifactRef | None = None
-        patch: ArtifactRef | None = None
-        prompt = completion = 0
-        model = ""
-        summary: str | None = None
-        tools = [*WORKSPACE_TOOLS, *RUN_TOOLS]
-        for turn in range(1, AGENT_MAX_TURNS + 1):
-            answer = self.step(
-                steps.AGENT_TURN,
-                AgentTurnInput(
-                    run_id=wf,
-                    op_id=f"{repair_op}:turn-{turn}",
-                    attempt=attempt,
-                    turn=turn,
-                    issue_title=report.title,
-                    issue_body=report.body,
-                    previous_failures=[],
-                    transcript_ref=transcript,
-                    token_budget=token_budget - prompt - completion,
-                    tools=tools,
-                    patch_ref=patch,
-                    compact_above_chars=self.policy.agent_compact_chars,
-                    revision=0,
-                    review_feedback="",
-                    spec_ref=self.spec_ref,
-                    reproduction=self.state.reproduction,
-                    baseline_summary=self.state.baseline.summary if self.state.baseline else None,
-                    earlier_attempts=[],
-                ),
-            )
-            prompt += answer.prompt_tokens
-            completion += answer.completion_tokens
-            budgets.model_prompt_tokens += answer.prompt_tokens
-            budgets.model_completion_tokens += answer.completion_tokens
-            model = answer.model
-            transcript = answer.transcript_ref
-            if not answer.calls:
-                summary = answer.summary or "(the model gave no summary)"
-                break
-            transcript, patch, summary = self.agent_calls(
-                report, attempt, turn, repair_op, answer.calls, transcript, patch
-            )
-            if summary is not None:
-                break
-        if summary is None:
-            raise PlainRunFailed(f"the model used all {AGENT_MAX_TURNS} turns without finishing")
-        proposal = self.step(
-            steps.AGENT_CONCLUDE,
-            AgentConcludeInput(
-                run_id=wf,
-                op_id=repair_op,
-                attempt=attempt,
-                spec_ref=self.spec_ref,
-                patch_ref=patch,
-                transcript_ref=transcript,
-                summary=summary,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
-                model=model,
-            ),
-        )
-        self.record(proposal.patch_ref)
-        candidate = CandidateFact(
-            attempt=attempt,
-            op_id=repair_op,
-            patch_ref=proposal.patch_ref,
-            summary=proposal.summary,
-            commit_timestamp=int(datetime.now(UTC).timestamp()),
-        )
-        self.state.candidates.append(candidate)
-        self.enter(Phase.VERIFY)
-        failure = self.verify(report, candidate)
-        if failure is not None:
-            raise PlainRunFailed(f"attempt 1 failed verification: {failure}")
-        candidate.verification = VerificationStatus.PASSED
-        return candidate
-
-    def agent_calls(
-        self,
-        report: ReportInfo,
-        attempt: int,
-        turn: int,
-        repair_op: str,
-        calls: list[AgentToolCall],
-        transcript: ArtifactRef,
-        patch: ArtifactRef | None,
-    ) -> tuple[ArtifactRef, ArtifactRef | None, str | None]:
-        """One turn's calls, segmented as the workflow segments them (:func:`repair.stepping.segments`)."""
-        assert self.spec_ref is not None
-        summary: str | None = None
-        cut = segments([ToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in calls])
-        for k, segment in enumerate(cut, 1):
-            part = [AgentToolCall(id=c.id, name=c.name, arguments=c.arguments) for c in segment.calls]
-            suffix = "" if len(cut) == 1 else f"-{k}"
-            if segment.run is None:
-                ran = self.step(
-                    steps.AGENT_TOOLS,
-                    AgentToolsInput(
-                        run_id=self.wf,
-                        op_id=f"{repair_op}:tools-{turn}{suffix}",
-                        attempt=attempt,
-                        turn=turn,
-                        spec_ref=self.spec_ref,
-                        transcript_ref=transcript,
-                        patch_ref=patch,
-                        calls=part,
-                    ),
-                )
-                transcript, patch = ran.transcript_ref, ran.patch_ref
-                summary = ran.summary if ran.summary is not None else summary
-            elif segment.run == RUN_REPRODUCTION:
-                fact = self.reproduce_on(
-                    report.base_revision, patch, f"agent-{attempt}-{turn}-{k}", Phase.REPAIR, Phase.REPAIR
-                )
-                self.enter(Phase.REPAIR)
-                shown = {
-                    ReproductionOutcome.REPRODUCED: "the bug still shows on your workspace",
-                    ReproductionOutcome.NOT_REPRODUCED: "the bug no longer shows on your workspace",
-                }.get(fact.status, f"the reproduction ended {fact.status}")
-                content = f"{shown}: {fact.detail}" if fact.detail else shown
-                transcript = self.step(
-                    steps.AGENT_RECORD,
-                    AgentRecordInput(
-                        run_id=self.wf,
-                        attempt=attempt,
-                        turn=turn,
-                        transcript_ref=transcript,
-                        results=[AgentToolResult(id=part[0].id, content=content)],
-                    ),
-                )
-            else:
-                done = self.step(
-                    steps.AGENT_RUN,
-                    AgentRunInput(
-                        run_id=self.wf,
-                        op_id=f"{repair_op}:run-{turn}-{k}",
-                        attempt=attempt,
-                        turn=turn,
-                        spec_ref=self.spec_ref,
-                        transcript_ref=transcript,
-                        patch_ref=patch,
-                        call=part[0],
-                    ),
-                )
-                transcript = done.transcript_ref
-                if done.output_ref is not None:
-                    self.record(done.output_ref)
-        return transcript, patch, summary
-
-    def verify(self, report: ReportInfo, candidate: CandidateFact) -> str | None:
-        assert self.spec_ref is not None
-        verified = self.step(
-            steps.VERIFY_CANDIDATE,
-            VerifyInput(
-                run_id=self.wf,
-                op_id=op_id(self.wf, "verify", candidate.attempt),
-                spec_ref=self.spec_ref,
-                patch_ref=candidate.patch_ref,
-                message=messages.commit_message(self.state, report.title, candidate.summary),
-                commit_timestamp=candidate.commit_timestamp,
-                baseline_cases_ref=self.state.baseline.cases_ref if self.state.baseline else None,
-                parent_commit=None,
-                base_revision=None,
-            ),
-        )
-        candidate.commit = verified.commit
-        candidate.tree = verified.tree
-        candidate.tests_passed = verified.tests_passed
-        candidate.test_summary = verified.test_summary
-        candidate.test_output_ref = verified.test_output_ref
-        candidate.bundle_ref = verified.bundle_ref
-        self.record(verified.test_output_ref)
-        self.record(verified.bundle_ref)
-        candidate.regression = verified.regression
-        for ref in verified.regression.refs if verified.regression else []:
-            self.record(ref)
-        if not verified.tests_passed:
-            return f"tests failed: {verified.test_summary}"
-        replay = self.reproduce_on(
-            verified.commit, candidate.patch_ref, f"candidate-{candidate.attempt}", Phase.VERIFY, Phase.VERIFY
-        )
-        candidate.replay = replay
-        if replay.status != ReproductionOutcome.NOT_REPRODUCED:
-            return f"replay on the candidate was {replay.status}: {replay.detail}"
-        return None
-
-    def reproduce_on(
-        self, revision: str, patch_ref: ArtifactRef | None, label: str, provisioning: Phase, reproducing: Phase
-    ) -> ReproductionFact:
-        """Provision, reproduce, tear down (the workflow's first environment attempt; no second one here)."""
-        assert self.spec_ref is not None and self.procedure_ref is not None
-        env_op = op_id(self.wf, f"env-{label}", 1)
-        self.enter(provisioning)
-        handle = self.step(
-            steps.PROVISION,
-            ProvisionInput(
-                run_id=self.wf,
-                op_id=env_op,
-                spec_ref=self.spec_ref,
-                patch_ref=patch_ref,
-                provider=self.config.environment_provider,
-                base_revision=None,
-            ),
-        )
-        repro_op = op_id(self.wf, f"reproduce-{label}", 1)
-        self.enter(reproducing)
-        result = self.step(
-            steps.REPRODUCE,
-            ReproduceInput(
-                run_id=self.wf,
-                op_id=repro_op,
-                revision=revision,
-                procedure_ref=self.procedure_ref,
-                environment=handle,
-                spec_ref=self.spec_ref,
-            ),
-        )
-        self.teardown(handle)
-        self.state.budgets.reproduction_runs += result.runs
-        for ref in result.artifacts:
-            self.record(ref)
-        return ReproductionFact(
-            op_id=repro_op,
-            revision=revision,
-            status=ReproductionOutcome.of(result.status),
-            procedure_ref=self.procedure_ref,
-            trace_refs=result.trace_refs,
-            screenshot_refs=result.screenshot_refs,
-            video_refs=result.video_refs,
-            log_ref=result.log_ref,
-            detail=result.detail,
-        )
-
-    def teardown(self, handle: EnvironmentHandle) -> None:
-        self.step(steps.TEARDOWN, handle)
-
-    def publish(self, report: ReportInfo, candidate: CandidateFact) -> None:
-        wf = self.wf
-        assert candidate.commit is not None and self.procedure_ref is not None and self.spec_ref is not None
-        base, replay, baseline = self.state.reproduction, candidate.replay, self.state.baseline
-        assert base is not None and replay is not None and candidate.test_output_ref is not None
-        assert baseline is not None
-        evidence = self.step(
-            steps.BUILD_EVIDENCE,
-            BuildEvidenceInput(
-                run_id=wf,
-                repository=self.repository,
-                issue_number=self.issue,
-                base_revision=report.base_revision,
-                candidate_commit=candidate.commit,
-                procedure_ref=self.procedure_ref,
-                base_reproduction=[
-                    *base.trace_refs,
-                    *base.screenshot_refs,
-                    *base.video_refs,
-                    *([base.log_ref] if base.log_ref else []),
-                ],
-                candidate_reproduction=[
-                    *replay.trace_refs,
-                    *replay.screenshot_refs,
-                    *replay.video_refs,
-                    *([replay.log_ref] if replay.log_ref else []),
-                ],
-                base_status=base.status,
-                candidate_status=replay.status,
-                patch_ref=candidate.patch_ref,
-                test_output_ref=candidate.test_output_ref,
-                tests_passed=bool(candidate.tests_passed),
-                spec_ref=self.spec_ref,
-                test_summary=candidate.test_summary or "",
-                baseline_passed=baseline.passed,
-                baseline_summary=baseline.summary,
-                baseline_output_ref=baseline.test_output_ref,
-                regression=candidate.regression,
-            ),
-        )
-        self.record(evidence.manifest_ref)
-        self.record(evidence.report_ref)
-        branch = branch_for(wf)
-        self.state.publish = publish = PublishFact(
-            branch=branch,
-            commit=candidate.commit,
-            manifest_ref=evidence.manifest_ref,
-            report_ref=evidence.report_ref,
-            report_url=evidence.report_url,
-            evidence_digest=evidence.digest,
-        )
-        message = messages.commit_message(self.state, report.title, candidate.summary)
-        self.step(
-            steps.PUBLISH_BRANCH,
-            PublishBranchInput(
-                op_id=op_id(wf, "push"),
-                run_id=wf,
-                repository=self.repository,
-                clone_url=report.clone_url,
-                branch=branch,
-                base_revision=report.base_revision,
-                patch_ref=candidate.patch_ref,
-                expected_commit=candidate.commit,
-                message=message,
-                commit_timestamp=candidate.commit_timestamp,
-                expected_old=None,
-                parent_commit=None,
-            ),
-        )
-        pr = self.step(
-            steps.ENSURE_DRAFT_PR,
-            EnsureDraftPrInput(
-                op_id=op_id(wf, "pr"),
-                run_id=wf,
-                repository=self.repository,
-                branch=branch,
-                base="main",
-                title=messages.pr_title(report.title, self.issue),
-                body=messages.pr_body(self.state, candidate, self.policy.closing_keyword),
-            ),
-        )
-        publish.pr_number, publish.pr_url = pr.number, pr.url
-        comment = self.step(
-            steps.ENSURE_COMMENT,
-            EnsureCommentInput(
-                repository=self.repository,
-                number=pr.number,
-                key=f"{wf}:evidence:{candidate.commit}",
-                body=messages.evidence_comment(self.state, candidate, evidence),
-            ),
-        )
-        publish.evidence_comment_id = comment.comment_id
-
-    def review_and_merge(self) -> None:
-        """The review wait (the operator's approval is at hand: no wait), the PR and base read, the merge."""
-        publish = self.state.publish
-        assert publish is not None and publish.pr_number is not None
-        assert publish.evidence_digest is not None
-        self.enter(Phase.AWAITING_REVIEW)
-        self.state.pending_approval = ApprovalRequest(
-            pr_number=publish.pr_number,
-            head_sha=publish.commit,
-            evidence_digest=publish.evidence_digest,
-            requested_at=datetime.now(UTC),
-        )
-        self.update_ticket()
-        approval = Approval(reviewer=REVIEWER, head_sha=publish.commit, evidence_digest=publish.evidence_digest)
-        self.state.approval = approval
-        self.state.pending_approval = None
-        self.enter(Phase.MERGE)
-        pr = self.step(steps.READ_PR, ReadPullInput(repository=self.repository, number=publish.pr_number))
-        if pr.merged or pr.state != "open":
-            raise PlainRunFailed(f"the PR is {pr.state}, merged {pr.merged}")
-        base = self.step(steps.READ_BRANCH, ReadBranchInput(repository=self.repository, branch="main"))
-        if base.sha != self.state.target_revision:
-            raise PlainRunFailed(f"the base moved to {base.sha}")
-        merged = self.step(
-            steps.MERGE,
-            MergeInput(
-                op_id=op_id(self.wf, "merge", 1),
-                repository=self.repository,
-                number=publish.pr_number,
-                approved_sha=approval.head_sha,
-                reviewer=approval.reviewer,
-                source=approval.source,
-                review_id=approval.review_id,
-                approval_policy=self.policy.approval_policy,
-            ),
-        )
-        if merged.status not in (MergeStatus.MERGED, MergeStatus.ALREADY_MERGED):
-            raise PlainRunFailed(f"the merge answered {merged.status}: {merged.detail}")
-        self.state.merged_sha = merged.merged_sha
-
-    def finish(self, outcome: Outcome) -> None:
-        self.enter(Phase.CLEANUP)
-        cleanup = self.step(steps.CLEANUP_RUN, CleanupRunInput(run_id=self.wf))
-        if not cleanup.complete:
-            raise PlainRunFailed(f"cleanup left {cleanup.remaining}")
-        self.state.outcome = outcome
-        self.enter(Phase.DONE)
-        # After cleanup, as the run's own: the one write the run's tombstone lets through.
-        self.update_ticket(closing=True)
-
-    def update_ticket(self, *, closing: bool = False) -> None:
-        ticket = self.state.ticket
-        assert ticket is not None
-        self.step(
-            steps.UPDATE_TICKET,
-            UpdateTicketInput(
-                repository=self.repository,
-                issue_number=ticket.issue_number,
-                comment_id=ticket.comment_id,
-                op_id=ticket.op_id,
-                body=messages.ticket_body(self.state),
-                closing=closing,
-            ),
-        )
-
-    def enter(self, phase: Phase) -> None:
-        if self.state.phase != phase:
-            self.state.phase = phase
-            self.state.timeline.append(PhaseMark(phase=phase, at=datetime.now(UTC)))
-
-    def record(self, ref: ArtifactRef) -> None:
-        if all(r.sha256 != ref.sha256 or r.name != ref.name for r in self.state.evidence):
-            self.state.evidence.append(ref)
+    async def run(self) -> RunState:
+        ctx = self.ctx
+        ctx.state.budgets.deadline = ctx.now() + timedelta(seconds=ctx.input.policy.run_deadline_s)
+        try:
+            await self.phases.to_review()
+            outcome, detail = await self.phases.review.run()
+        except RunEnded as ended:
+            outcome, detail = ended.outcome, ended.detail
+        ctx.ending = True
+        await self.phases.ending.finish(outcome, detail)
+        await self.phases.ending.store_record()
+        return ctx.state
 
 
 # ---- the two ways, timed ------------------------------------------------------------------------------
@@ -692,7 +208,7 @@ class Tax:
         self.stack = stack
         self.config = stack.config
         self.services = Services(self.config)
-        self.activities = registry(self.services)
+        self.activities = registry(self.services, host_id(self.config.host_id))
 
     def report(self, *, labelled: bool) -> tuple[str, int]:
         repository = self.stack.new_repository()
@@ -722,8 +238,7 @@ class Tax:
         repository, issue = self.report(labelled=False)
         run = PlainRun(self.config, self.activities, repository, issue)
         started = time.monotonic()
-        # Off the event loop: some adapters drive their own loops (the browser's thread) and block on them.
-        state = await asyncio.to_thread(run.run)
+        state = await run.run()
         return Timed(time.monotonic() - started, run.calls, state.merged_sha is not None)
 
     async def temporal(self, client: Client) -> Timed:
@@ -755,10 +270,7 @@ class Tax:
             if state.outcome is not None:
                 raise PlainRunFailed(f"{workflow_id} ended {state.outcome}: {state.outcome_detail}")
             if state.phase == Phase.AWAITING_REVIEW and pending is not None:
-                approval = Approval(
-                    reviewer=REVIEWER, head_sha=pending.head_sha, evidence_digest=pending.evidence_digest
-                )
-                ack = await runs.approve(client, workflow_id, approval)
+                ack = await runs.approve(client, workflow_id, operator_approval(pending))
                 assert ack.accepted, ack.detail
                 return
             await asyncio.sleep(0.1)
@@ -766,11 +278,15 @@ class Tax:
 
 
 async def history_steps(client: Client, workflow_id: str) -> list[str]:
-    """The activity types ``workflow_id`` scheduled, in order."""
+    """The activity types ``workflow_id`` scheduled, in order, a child workflow's (a repair attempt's) where the
+    run started it."""
     names: list[str] = []
     async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
         if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             names.append(event.activity_task_scheduled_event_attributes.activity_type.name)
+        elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            child = event.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
+            names.extend(await history_steps(client, child))
     return names
 
 

@@ -52,7 +52,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
 async def test_the_plain_loop_calls_the_steps_the_workflow_schedules_and_both_merge(stack: E2EStack) -> None:
     (result,) = await bench_tax.on_stack(stack, rounds=1, warm=False)
     assert result.plain.merged and result.temporal.merged
-    assert result.temporal.steps[0] == "forge.read_report" and result.temporal.steps[-1] == "forge.update_ticket"
+    assert result.temporal.steps[0] == "forge.read_report" and result.temporal.steps[-1] == "evidence.record_run"
     assert "forge.merge" in result.temporal.steps
     assert result.plain.steps == result.temporal.steps
 

@@ -1,0 +1,53 @@
+"""The phases of one run, wired together on its :class:`~pipeline.flow.context.RunContext`, and their order up
+to the review wait: what ``repair_bug`` runs (:mod:`pipeline.workflow`), and what a driver other than Temporal
+runs on a context of its own (the durability-tax benchmark's plain loop)."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from pipeline.flow.agent import SteppedAgent
+    from pipeline.flow.context import RunContext
+    from pipeline.flow.decisions import Decisions
+    from pipeline.flow.ending import Ending
+    from pipeline.flow.environments import Environments
+    from pipeline.flow.intake import Intake
+    from pipeline.flow.moved import MovedHeads
+    from pipeline.flow.publish import Publish
+    from pipeline.flow.repair import Repair
+    from pipeline.flow.review import ReviewGate
+    from pipeline.flow.revise import Revisions
+    from pipeline.flow.verify import Verify
+    from pipeline.patches import BASELINE_PATCH
+    from pipeline.state import Phase
+
+
+class Phases:
+    """Every phase of one run, given the run's one context."""
+
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.decide = Decisions(ctx)
+        envs = Environments(ctx)
+        verify = Verify(ctx, envs)
+        agent = SteppedAgent(ctx, envs)
+        self.intake = Intake(ctx, envs)
+        self.repair = Repair(ctx, agent, verify)
+        self.publish = Publish(ctx)
+        moved = MovedHeads(ctx, self.decide, verify, self.publish)
+        self.review = ReviewGate(ctx, moved, Revisions(ctx, agent, verify, self.publish))
+        self.ending = Ending(ctx, envs)
+
+    async def to_review(self) -> None:
+        """Intake to the published draft PR, in order; a phase that ends the run raises
+        :class:`~pipeline.flow.context.RunEnded`."""
+        ctx = self.ctx
+        await self.intake.run()
+        await ctx.update_ticket()
+        if ctx.patched(BASELINE_PATCH):
+            await self.intake.baseline()
+        candidate = await self.repair.run()
+        ctx.enter(Phase.PUBLISH)
+        await self.publish.first(candidate)
+        await ctx.update_ticket()
