@@ -95,8 +95,9 @@ def operator_approval(pending: ApprovalRequest) -> Approval:
 class PlainContext(RunContext):
     """A run context with no Temporal behind it: a step is its activity's implementation called in this
     process (off the event loop: some adapters drive loops of their own and block on them), the clock is the
-    wall clock, every patch but the child attempts' is taken, no timer is durable, and the review wait is answered by ``operator``.
-    ``calls`` is the step names in the order called (the smoke test compares them with a workflow history)."""
+    wall clock, every patch but the child attempts' is taken, no timer is durable, and the review wait is
+    answered by ``operator``. ``calls`` is the step names in the order called (the smoke test compares them
+    with a workflow history)."""
 
     activities: dict[str, Callable[..., Any]] = field(default_factory=dict)
     calls: list[str] = field(default_factory=list)
