@@ -60,6 +60,7 @@ from tests.support.security_harness import (
     hooked_repository,
     serving,
 )
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.slow]
 __all__ = ["config", "forge"]  # fixtures shared with the security tests' harness
@@ -128,26 +129,13 @@ async def status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | 
         raise
 
 
-async def eventually(predicate: Callable[[], Any], what: str, timeout_s: float = 30) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def visible(client: Client, workflow_id: str) -> None:
     """Until Temporal's visibility lists ``workflow_id`` as running (it lags a start on the dev server)."""
 
     async def listed() -> bool:
         return any([wf.id async for wf in client.list_workflows(f'WorkflowId="{workflow_id}"')])
 
-    await eventually(listed, f"{workflow_id} to be listed")
+    await eventually(listed, 30, f"{workflow_id} to be listed")
 
 
 async def decisions(client: Client, workflow_id: str) -> list[Any]:
@@ -241,7 +229,7 @@ async def parked_run(site: Site) -> AsyncIterator[Parked]:
             state = await runs.get_state(site.client, workflow_id)
             return state if state.phase == Phase.AWAITING_REVIEW else None
 
-        state = await eventually(awaiting, f"{workflow_id} to await review")
+        state = await eventually(awaiting, 30, f"{workflow_id} to await review")
         assert state.pending_approval is not None and state.pending_approval.head_sha == head
         await visible(site.client, workflow_id)
         yield Parked(workflow_id, issue, pr.number, head, script)
@@ -314,7 +302,7 @@ async def test_a_request_for_changes_reaches_the_run_as_one_and_is_not_sent_agai
             state = await runs.get_state(site.client, parked.workflow_id)
             return any(c.review_id == str(review_id) for c in state.candidates)
 
-        await eventually(revised, "the run to revise on the review")
+        await eventually(revised, 30, "the run to revise on the review")
         second = await reconcile_once(site.client, site.config)
         assert "changes_requested" not in delivered_to(second, parked.workflow_id)
         [rejection] = await signals(site.client, parked.workflow_id, "reject", Rejection)
@@ -457,7 +445,7 @@ async def test_the_loop_passes_at_start_and_again_exposes_its_last_pass_and_stop
     reports: list[ReconcileReport] = []
     try:
         rec: Reconciler = start_in_background(loop, client, config, interval_s=0.2, on_pass=reports.append)
-        await eventually(lambda: rec.passes >= 2, "two passes")
+        await eventually(lambda: rec.passes >= 2, 30, "two passes")
         assert rec.last_pass_at is not None and rec.last_report is reports[-1]
         assert rec.lag_seconds() >= 0
         assert rec.running
