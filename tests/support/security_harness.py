@@ -15,18 +15,18 @@ import hashlib
 import hmac
 import http.client
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from github import Auth, Github
+from github.Issue import Issue
 from github.Repository import Repository
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -44,8 +44,7 @@ from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now
-
-T = TypeVar("T")
+from tests.support.waiting import eventually as eventually  # the harness's tests wait with it
 
 OWNER = "acme"
 BOT = "durafix-bot"
@@ -190,30 +189,17 @@ class Site:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         return [ev for ev in history.events if ev.event_type in types]
 
-
-def wait_until(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
-async def eventually(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """``predicate`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
+    async def ended_labelled_run(self) -> tuple[Issue, str, dict[str, Any]]:
+        """An outsider's issue a triager labelled: its run was started (the delivery answered 202) and then
+        terminated. The issue as the triager sees it, the run's workflow ID and the ``labeled`` delivery."""
+        issue = self.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
+        triager = self.repo(TRIAGER).get_issue(issue.number)
+        triager.add_to_labels(TRIGGER)
+        workflow_id = self.run_id(issue.number)
+        [labelled] = self.deliveries("issues", "labeled")
+        assert labelled["status_code"] == 202, labelled
+        await self.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+        return triager, workflow_id, labelled
 
 
 @pytest.fixture(scope="module")
