@@ -21,17 +21,16 @@ from typing import Any
 import httpx
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from environments.spec import build_recovery_spec, canonical_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
-from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
 from tests.support.gitrepo import Repo
 from tests.support.repair_context import cart_procedure_json
+from tests.support.temporal_workers import pipeline_workers, running
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -134,14 +133,8 @@ async def pipeline_without_model(
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
     acts[TaskQueue.BROWSER].append(prepare_procedure)
-    workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow, *workflows])]
-    workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
+    async with running(pipeline_workers(client, acts, workflows)):
         yield Harness(client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def wait_until_held(server: ScriptedModelServer, timeout: float = 60) -> None:

@@ -85,6 +85,8 @@ from pipeline.steps import (
 )
 from pipeline.workflow import RepairBugWorkflow
 from tests.replay.record import record_history
+from tests.support.artifacts import artifact_ref
+from tests.support.temporal_workers import pipeline_workers, running
 
 BASE = "a" * 40
 CANDIDATE = "c" * 40
@@ -102,17 +104,7 @@ def revised(n: int) -> str:
 
 def ref(name: str, kind: ArtifactKind = ArtifactKind.OTHER) -> ArtifactRef:
     digest = (name.encode().hex() * 64)[:64]
-    return ArtifactRef(
-        key=f"sha256/{digest}",
-        sha256=digest,
-        size=1,
-        kind=kind,
-        media_type="application/octet-stream",
-        name=name,
-        run_id="r",
-        revision=None,
-        created_at="2026-01-01T00:00:00Z",
-    )
+    return artifact_ref(name, key=f"sha256/{digest}", media_type="application/octet-stream", kind=kind, sha256=digest)
 
 
 @dataclass
@@ -544,15 +536,8 @@ class Harness:
 @pytest.fixture
 async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
     script = Script()
-    workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[RepairBugWorkflow])]
-    for queue, acts in doubles(script).items():
-        workers.append(Worker(temporal_client, task_queue=queue.value, activities=acts))
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
+    async with running(pipeline_workers(temporal_client, doubles(script))):
         yield Harness(temporal_client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def approve(
