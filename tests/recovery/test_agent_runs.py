@@ -20,23 +20,22 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
-from pipeline.state import Phase, RunState
+from pipeline.state import RunState
 from repair.tools import INTERRUPTED
-from tests.integration.workflow.test_workflow_logic import Harness
-from tests.support.gitrepo import Repo, make_repo
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.repair_context import cart_procedure_json
 from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
+    proposal_of,
     request_log,
     requests_of,
     run_worker,
+    stored_cart_run,
     wait_for_file,
 )
 
@@ -49,31 +48,23 @@ WRONG_LINE = b"item.unit_price_cents + item.quantity"
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-@pytest.fixture
 def store(tmp_path: Path) -> LocalArtifactStore:
     return LocalArtifactStore(tmp_path / "evidence")
 
 
 @pytest.fixture
-def spec_ref(repo: Repo, store: LocalArtifactStore) -> ArtifactRef:
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
+    return stored_cart_run(store, repo)
 
 
 @pytest.fixture
-def procedure_ref(store: LocalArtifactStore) -> ArtifactRef:
-    return store.put_bytes(cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json")
+def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[0]
 
 
-async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
-    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
-    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
-    assert [c.attempt for c in state.candidates] == [1]
-    return store.read_bytes(state.candidates[0].patch_ref), state
+@pytest.fixture
+def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[1]
 
 
 def tool_results(record: dict[str, Any]) -> list[str]:

@@ -19,17 +19,16 @@ import pytest
 from temporalio.client import Client
 
 from evidence.local import LocalArtifactStore
-from pipeline.state import Phase, RunState
 from repair.prompts import ATTEMPT_MARKER
-from tests.integration.workflow.test_workflow_logic import Harness
 from tests.replay.record import record_history
-from tests.support.gitrepo import Repo, make_repo
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
 from tests.support.stepped import (
     body_of,
     model_worker,
     pipeline_without_model,
+    proposal_of,
     request_log,
     requests_of,
     stored_cart_run,
@@ -41,18 +40,6 @@ pytestmark = [pytest.mark.slow]
 __all__ = ["serve"]  # the scripted model server's fixture
 
 HELD_REQUEST = 4  # of the six the fix script answers: after search, read, edit, while asking for the next step
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
-    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
-    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
-    assert [c.attempt for c in state.candidates] == [1]
-    return store.read_bytes(state.candidates[0].patch_ref), state
 
 
 async def test_a_worker_killed_during_a_model_call_resumes_without_resending_completed_calls(

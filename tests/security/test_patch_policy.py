@@ -34,7 +34,7 @@ from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
-from tests.support.gitrepo import Repo, fixed_cart_source, git, make_repo
+from tests.support.gitrepo import Repo, fixed_cart_source, git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.repair import CART_SCRIPTS, engine_for
 from tests.support.repair_context import cart_procedure_json
@@ -42,11 +42,6 @@ from tests.support.temporal_workers import pipeline_workers, running
 
 RUN = "repair:acme/cart#10"
 __all__ = ["serve"]  # the scripted model server's fixture
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
 
 
 def new_file(path: str, mode_line: str = "new file mode 100644", body: str = "+x\n") -> str:

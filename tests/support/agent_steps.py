@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
@@ -14,7 +12,7 @@ from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
 from pipeline.steps import AgentToolCall, AgentToolsInput
 from reviews.git_credentials import NO_GIT_CREDENTIALS
-from tests.support.gitrepo import Repo, make_repo
+from tests.support.gitrepo import Repo
 from tests.support.repair import engine_for
 
 
@@ -51,9 +49,3 @@ def tools_input(
         patch_ref=patch_ref,
         calls=calls,
     )
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    """A fresh repository of the sample cart app (``make_repo``)."""
-    return make_repo(tmp_path / "repo")

@@ -26,6 +26,7 @@ from environments.spec import build_recovery_spec, canonical_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
+from pipeline.state import Phase, RunState
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
 from tests.support.gitrepo import Repo
@@ -91,6 +92,15 @@ def worker_process(module: str, client: Client, state: Path, args: list[str]) ->
             proc.kill()
         proc.wait(timeout=30)
         log.close()
+
+
+async def proposal_of(harness: Harness, wf: str, store: ArtifactStore, timeout: float) -> tuple[bytes, RunState]:
+    """The patch of the run's one candidate (attempt 1) once it awaits review, and its state; the run is then
+    terminated."""
+    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
+    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
+    assert [c.attempt for c in state.candidates] == [1]
+    return store.read_bytes(state.candidates[0].patch_ref), state
 
 
 async def wait_for_file(path: Path, timeout: float = 120) -> None:

@@ -1,4 +1,4 @@
-from tests.support.agent_steps import repo
+from tests.support.gitrepo import repo
 from tests.support.modelserver import serve
 from tests.support.repair import cart_repo
 
