@@ -27,7 +27,8 @@ from pipeline.steps import MergeInput, MergeStatus, TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.approval_policy import ApprovalPolicy
 from tests.security.test_reviews import approve, bot_pr, decisions, started_run
-from tests.support.security_harness import BOT, MAINTAINER, OWNER, READER, Site, post, serving, sign
+from tests.support.forge_logins import BOT, MAINTAINER, OWNER, READER
+from tests.support.security_harness import Site, post, serving, sign
 
 
 def real_review_delivery(site: Site, number: int, head: str, reviewer: str = MAINTAINER) -> dict[str, Any]:

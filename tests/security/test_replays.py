@@ -20,19 +20,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as runs
 from pipeline.ops import forge_setup
-from tests.support.security_harness import (
-    MAINTAINER,
-    OUTSIDER,
-    OWNER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-    example,
-    post_raw,
-    serving,
-    workers,
-)
+from tests.support.forge_logins import MAINTAINER, OUTSIDER, OWNER, TRIAGER, TRIGGER
+from tests.support.security_harness import Site, eventually, example, post_raw, serving, workers
 from tests.support.stamps import forge_now
 
 # The forge's timestamps are whole seconds: an event and a run it must precede are this far apart.

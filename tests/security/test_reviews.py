@@ -38,17 +38,8 @@ from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack
 from tests.support.forge import branch_with, commit_files
-from tests.support.security_harness import (
-    BOT,
-    DECISION_EVENTS,
-    MAINTAINER,
-    OUTSIDER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-)
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, READER, TRIAGER, TRIGGER
+from tests.support.security_harness import DECISION_EVENTS, Site, eventually
 
 
 def started_run(site: Site) -> tuple[int, str]:

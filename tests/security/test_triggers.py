@@ -21,19 +21,8 @@ from pipeline.services import Services
 from pipeline.state import Phase
 from reviews.markers import COMMENT, find_marker
 from tests.replay.record import record_history
-from tests.support.security_harness import (
-    BOT,
-    DECISION_EVENTS,
-    MAINTAINER,
-    OUTSIDER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-    example,
-    workers,
-)
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, READER, TRIAGER, TRIGGER
+from tests.support.security_harness import DECISION_EVENTS, Site, eventually, example, workers
 from tests.support.stamps import forge_now
 
 EDITED_PROCEDURE = """```durafix-repro

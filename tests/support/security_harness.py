@@ -42,18 +42,11 @@ from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, OWNER, READER, ROLES, TRIAGER, TRIGGER
 from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now
 from tests.support.waiting import eventually as eventually  # the harness's tests wait with it
 
-OWNER = "acme"
-BOT = "durafix-bot"
-MAINTAINER = "maintainer"
-TRIAGER = "triager"
-READER = "reader"
-OUTSIDER = "outsider"
-TRIGGER = "durafix"
-ROLES = {BOT: "push", MAINTAINER: "push", TRIAGER: "triage", READER: "pull"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "infra" / "forge" / "data" / "webhook-examples"
 # What a decision sent to a run leaves in its history: a signal (reject, withdraw) or an Update (approve).
 DECISION_EVENTS = (

@@ -46,20 +46,9 @@ from pipeline.workflow import RepairBugWorkflow
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support import security_harness as harness
 from tests.support.forge import branch_with, commit_files
+from tests.support.forge_logins import BOT, MAINTAINER, OWNER, READER, TRIAGER, TRIGGER
 from tests.support.run_history import started_input
-from tests.support.security_harness import (
-    BOT,
-    MAINTAINER,
-    OWNER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Forge,
-    config,
-    forge,
-    hooked_repository,
-    serving,
-)
+from tests.support.security_harness import Forge, config, forge, hooked_repository, serving
 from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.slow]
