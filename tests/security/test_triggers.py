@@ -85,12 +85,8 @@ async def test_a_reader_is_below_triage_and_starts_no_run(site: Site) -> None:
 
 async def test_a_triagers_label_on_an_outsiders_issue_starts_the_run_with_the_text_pinned(site: Site) -> None:
     title, body = issue_text()
-    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
     # The real thing: the triager labels through the forge's API, whose delivery reaches the receiver.
-    site.repo(TRIAGER).get_issue(issue.number).add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [delivery] = site.deliveries("issues", "labeled")
-    assert delivery["status_code"] == 202, delivery
+    _, workflow_id, delivery = site.labelled_run(TRIAGER, title, body)
     inp = await site.started_input(workflow_id)
     assert inp.report is not None
     assert (inp.report.title, inp.report.body) == (title, body)
@@ -103,11 +99,7 @@ async def test_an_edit_after_the_trigger_is_noted_on_the_ticket_and_the_run_uses
     site: Site,
 ) -> None:
     title, body = issue_text()
-    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
-    site.repo(MAINTAINER).get_issue(issue.number).add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [labelled] = site.deliveries("issues", "labeled")
-    assert labelled["status_code"] == 202, labelled
+    issue, workflow_id, _ = site.labelled_run(MAINTAINER, title, body)
     # The author rewrites the report before any worker read it: its procedure now probes another page.
     site.repo(OUTSIDER).get_issue(issue.number).edit(body=EDITED_PROCEDURE)
     [edited] = site.deliveries("issues", "edited")

@@ -182,17 +182,24 @@ class Site:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         return [ev for ev in history.events if ev.event_type in types]
 
-    async def ended_labelled_run(self) -> tuple[Issue, str, dict[str, Any]]:
-        """An outsider's issue a triager labelled: its run was started (the delivery answered 202) and then
-        terminated. The issue as the triager sees it, the run's workflow ID and the ``labeled`` delivery."""
-        issue = self.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
-        triager = self.repo(TRIAGER).get_issue(issue.number)
-        triager.add_to_labels(TRIGGER)
+    def labelled_run(
+        self, labeller: str = TRIAGER, title: str = "Total is wrong", body: str = "see title"
+    ) -> tuple[Issue, str, dict[str, Any]]:
+        """An outsider's issue ``labeller`` labelled through the forge's API, whose delivery started its run
+        (answered 202). The issue as the labeller sees it, the run's workflow ID and the ``labeled`` delivery."""
+        issue = self.repo(OUTSIDER).create_issue(title=title, body=body)
+        labelled = self.repo(labeller).get_issue(issue.number)
+        labelled.add_to_labels(TRIGGER)
         workflow_id = self.run_id(issue.number)
-        [labelled] = self.deliveries("issues", "labeled")
-        assert labelled["status_code"] == 202, labelled
+        [delivery] = self.deliveries("issues", "labeled")
+        assert delivery["status_code"] == 202, delivery
+        return labelled, workflow_id, delivery
+
+    async def ended_labelled_run(self) -> tuple[Issue, str, dict[str, Any]]:
+        """A triager's :meth:`labelled_run`, then terminated."""
+        triager, workflow_id, delivery = self.labelled_run()
         await self.client.get_workflow_handle(workflow_id).terminate("ended for the test")
-        return triager, workflow_id, labelled
+        return triager, workflow_id, delivery
 
 
 @pytest.fixture(scope="module")
