@@ -233,6 +233,14 @@ def delivered_to(report: ReconcileReport, workflow_id: str) -> list[str]:
     return [d.kind for d in report.delivered if d.workflow_id == workflow_id]
 
 
+async def reconciled_after_a_lost(site: Site, parked: Parked, event: str, action: str) -> list[str]:
+    """The forge's ``event``/``action`` delivery for the parked run is lost; one pass of the reconciler then
+    delivers what it finds: the decisions it sent to the run."""
+    site.failed_deliveries(event, action)
+    report = await reconcile_once(site.client, site.config)
+    return delivered_to(report, parked.workflow_id)
+
+
 # ---- approvals, requests for changes, moved heads, closed PRs --------------------------------------------
 
 
@@ -304,11 +312,7 @@ async def test_a_head_pushed_by_someone_else_is_told_to_the_run(site: Site) -> N
         repo = site.repo(MAINTAINER)
         moved = commit_files(repo, parked.head, {"cart.py": "total = 0\n"}, "a push the run did not make")
         repo.get_git_ref(f"heads/{branch_for(parked.workflow_id)}").edit(moved, force=True)
-        site.failed_deliveries("pull_request", "synchronize")
-
-        report = await reconcile_once(site.client, site.config)
-
-        assert delivered_to(report, parked.workflow_id) == ["head_moved"]
+        assert await reconciled_after_a_lost(site, parked, "pull_request", "synchronize") == ["head_moved"]
         pushes = await signals(site.client, parked.workflow_id, "head_moved", HeadPush)
     assert pushes == [HeadPush(pr_number=parked.pr, head_sha=moved, before=parked.head, source="reconciler")]
 
@@ -316,9 +320,7 @@ async def test_a_head_pushed_by_someone_else_is_told_to_the_run(site: Site) -> N
 async def test_a_pr_closed_without_merging_rejects_the_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(MAINTAINER).get_pull(parked.pr).edit(state="closed")
-        site.failed_deliveries("pull_request", "closed")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["reject"]
+        assert await reconciled_after_a_lost(site, parked, "pull_request", "closed") == ["reject"]
         final: RunState = await site.client.get_workflow_handle(parked.workflow_id, result_type=RunState).result()
         [rejection] = await signals(site.client, parked.workflow_id, "reject", Rejection)
     assert rejection == Rejection(
@@ -334,9 +336,7 @@ async def test_a_pr_closed_without_merging_rejects_the_run(site: Site) -> None:
 async def test_a_closed_issue_cancels_its_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(MAINTAINER).get_issue(parked.issue).edit(state="closed")
-        site.failed_deliveries("issues", "closed")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["cancel"]
+        assert await reconciled_after_a_lost(site, parked, "issues", "closed") == ["cancel"]
         with pytest.raises(WorkflowFailureError):
             await site.client.get_workflow_handle(parked.workflow_id).result()
         final = await runs.get_state(site.client, parked.workflow_id)
@@ -347,9 +347,7 @@ async def test_a_closed_issue_cancels_its_run(site: Site) -> None:
 async def test_a_removed_trigger_label_cancels_its_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(TRIAGER).get_issue(parked.issue).remove_from_labels(TRIGGER)
-        site.failed_deliveries("issues", "unlabeled")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["cancel"]
+        assert await reconciled_after_a_lost(site, parked, "issues", "unlabeled") == ["cancel"]
         events = await decisions(site.client, parked.workflow_id)
     assert [e.event_type for e in events] == [EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED]
 
