@@ -163,17 +163,23 @@ def merge_activities(config: DurafixConfig, *, operator_approval: bool = False) 
     return services.forge_activities()
 
 
-def merge(site: Site, number: int, head: str, *, source: str = "webhook", operator_approval: bool = False) -> Any:
-    acts = merge_activities(site.config, operator_approval=operator_approval)
-    inp = MergeInput(
+def merge_input(site: Site, number: int, head: str, *, source: str = "webhook", **policy: Any) -> MergeInput:
+    """The merge of PR ``number`` at ``head``, as run 1 of the site's repository asks for it on the maintainer's
+    approval."""
+    return MergeInput(
         op_id=f"repair:{site.repository}#1:merge:1",
         repository=site.repository,
         number=number,
         approved_sha=head,
         reviewer=MAINTAINER,
         source=source,
+        **policy,
     )
-    return ActivityEnvironment().run(acts.merge, inp)
+
+
+def merge(site: Site, number: int, head: str, *, source: str = "webhook", operator_approval: bool = False) -> Any:
+    acts = merge_activities(site.config, operator_approval=operator_approval)
+    return ActivityEnvironment().run(acts.merge, merge_input(site, number, head, source=source))
 
 
 def test_a_dismissed_approval_does_not_merge_and_a_standing_one_does(site: Site) -> None:
