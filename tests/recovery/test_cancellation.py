@@ -136,6 +136,19 @@ async def _wait_running(client: Client, wf: str, activity_type: str, detail: str
     raise AssertionError(f"{wf}: {activity_type} never ran with {detail!r} in its heartbeat")
 
 
+async def _cancelled_within_heartbeat(client: Client, wf: str, activity: str, heartbeat: float | None) -> RunState:
+    """Cancels the run while ``activity`` runs: the run ends cancelled, and the activity saw the cancellation
+    within its heartbeat (and a margin). The run's final state."""
+    await runs.cancel(client, wf)
+    final = await _state_when(client, wf, _ended, "the run to end")
+
+    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
+    requested, canceled = await _cancellation_seen(client, wf, activity)
+    assert heartbeat is not None
+    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    return final
+
+
 async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tuple[datetime, datetime]:
     """When the cancellation of the run's (last) ``activity_type`` was requested and when the activity ended
     cancelled, read from the workflow's history; the activity must have ended by acknowledging it."""
@@ -257,14 +270,7 @@ async def test_a_reproduction_waiting_in_chromium_sees_the_cancellation_within_i
 
     await _wait_running(client, wf, "browser.reproduce", NEVER_THERE)
     wait_for(lambda: _renderers(worker), 30, "a renderer of the worker's Chromium showing the cart page")
-    await runs.cancel(client, wf)
-    final = await _state_when(client, wf, _ended, "the run to end")
-
-    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
-    requested, canceled = await _cancellation_seen(client, wf, "browser.reproduce")
-    heartbeat = RunPolicy.fast().browser.heartbeat
-    assert heartbeat is not None
-    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    final = await _cancelled_within_heartbeat(client, wf, "browser.reproduce", RunPolicy.fast().browser.heartbeat)
     assert final.reproduction is None, "a cancelled reproduction must not be recorded as a finding"
     _assert_cancelled_and_clean(stack, worker, final, wf)
 
@@ -283,14 +289,9 @@ async def test_a_verification_running_the_tests_sees_the_cancellation_and_stops_
 
     await _wait_running(client, wf, "env.verify_candidate", "running tests")
     sleeping = wait_for(lambda: _marked_for(wf, ("sleep", SLEEP_S)), 30, "the recipe's tests running for the run")
-    await runs.cancel(client, wf)
-    final = await _state_when(client, wf, _ended, "the run to end")
-
-    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
-    requested, canceled = await _cancellation_seen(client, wf, "env.verify_candidate")
-    heartbeat = RunPolicy.fast().environment.heartbeat
-    assert heartbeat is not None
-    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    final = await _cancelled_within_heartbeat(
+        client, wf, "env.verify_candidate", RunPolicy.fast().environment.heartbeat
+    )
     assert all(not Path(f"/proc/{pid}").exists() for pid in sleeping), "the test command outlived its activity"
     assert final.candidates and final.candidates[-1].tests_passed is None, "cancelled tests must not be a verdict"
     _assert_cancelled_and_clean(stack, worker, final, wf)
