@@ -39,14 +39,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy
 from pipeline.state import CleanupStatus, Outcome, Phase, RunState
 from tests.conftest import require
-from tests.support.e2e_stack import (
-    REPO_ROOT,
-    E2EStack,
-    combined_model_script,
-    owned_processes,
-    running_e2e_stack,
-    wait_for,
-)
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, scripted_stack, wait_for
 from tests.support.proctree import Proc, descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -73,11 +66,8 @@ WAITING_STEPS = f"""  - action: wait_for
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
     require(shutil.which("chattr") is not None, "chattr is not installed (e2fsprogs)")
-    state = tmp_path_factory.mktemp("durafix-cancel")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    with scripted_stack(tmp_path_factory, "durafix-cancel") as e2e:
         yield e2e
 
 

@@ -249,12 +249,12 @@ def _key_of(body: str | None) -> str | None:
 async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_the_run_asks_for_a_review(
     stack_with_worker: E2EStack,
 ) -> None:
-    from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+    from tests.e2e.test_pipeline import finished, state_when
+    from tests.e2e.test_review_gate import opened_for_review
 
     stack = stack_with_worker
-    client, repository, issue, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
     pending = state.pending_approval
     head, number = pending.head_sha, pending.pr_number
 

@@ -232,12 +232,30 @@ def running_e2e_stack(
         stack.down(state, quiet=True)
 
 
-@pytest.fixture(scope="session")
-def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+@contextmanager
+def scripted_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    model_script: Callable[[Path], Path] = combined_model_script,
+    worker: bool = False,
+    **options: Any,
+) -> Iterator[E2EStack]:
+    """:func:`running_e2e_stack` (with ``options``) in a fresh directory ``name``, its model server answering
+    from ``model_script(<directory>/model-script.yaml)``, and one worker started if ``worker``. Needs git and
+    Chromium."""
     require(shutil.which("git") is not None, "git is not installed")
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-e2e")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    state = tmp_path_factory.mktemp(name)
+    with running_e2e_stack(state, model_script=model_script(state / "model-script.yaml"), **options) as stack:
+        if worker:
+            stack.spawn_worker()
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    with scripted_stack(tmp_path_factory, "durafix-e2e") as e2e:
         yield e2e
 
 
