@@ -34,11 +34,10 @@ from temporalio.worker import Replayer
 from infra import processes, stack
 from infra.processes import ServiceRecord
 from pipeline import steps
-from pipeline.ids import branch_for
 from pipeline.state import Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
-from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
 from tests.replay.changed_workflow import MERGE_NOTICE_PATCH, NOTICE_TEXT, ChangedRepairBug
 from tests.replay.record import record_history, record_history_to
 from tests.support.e2e_stack import E2EStack, owned_processes, scripted_stack, wait_for
@@ -205,11 +204,7 @@ def assert_merged_once(e2e: E2EStack, repository: str, issue: int, wf: str, fina
     """The run merged its one PR; the forge holds one ticket, one branch, one PR, one evidence comment; nothing
     of the run is left on the machine."""
     assert final.outcome == Outcome.MERGED, final.outcome_detail
-    fp = footprint(e2e, repository, wf, issue)
-    assert len(fp.tickets) == 1, fp
-    assert len(fp.pull_requests) == 1, fp
-    assert fp.branches == [branch_for(wf)], fp
-    assert len(fp.evidence_comments) == 1, fp
+    fp = one_of_each(e2e, repository, wf, issue)
     repo = e2e.github().get_repo(repository)
     assert len(list(repo.get_pulls(state="all"))) == 1
     pr = repo.get_pull(fp.pull_requests[0])

@@ -36,10 +36,9 @@ from environments.run_fence import tombstone_ref
 from infra import processes
 from infra.processes import ServiceRecord
 from pipeline import steps
-from pipeline.ids import branch_for
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
-from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
 from tests.support.e2e_stack import REPO_ROOT, E2EStack, e2e_stack, owned_processes
 
 __all__ = ["e2e_stack"]
@@ -180,11 +179,8 @@ async def merged_run(stack: E2EStack, client: Client, repository: str, workflow_
 def assert_one_of_each(stack: E2EStack, repository: str, workflow_id: str, issue: int, final: RunState) -> None:
     """The forge holds one ticket (its text the run's final one), one PR (merged), one branch, one evidence
     comment; and the machine holds nothing of the run."""
-    fp = footprint(stack, repository, workflow_id, issue)
-    assert len(fp.tickets) == 1, fp
-    assert final.publish is not None and fp.pull_requests == [final.publish.pr_number], fp
-    assert fp.branches == [branch_for(workflow_id)], fp
-    assert len(fp.evidence_comments) == 1, fp
+    one_of_each(stack, repository, workflow_id, issue, final)
+    assert final.publish is not None
     repo = stack.github().get_repo(repository)
     pulls = list(repo.get_pulls(state="all"))
     assert [(p.number, p.merged) for p in pulls] == [(final.publish.pr_number, True)]
