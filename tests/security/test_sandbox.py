@@ -46,7 +46,6 @@ from pipeline.steps import (
     CleanupRunInput,
     PrepareSpecInput,
     ProvisionInput,
-    VerifyInput,
 )
 from repair.stepping import decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
@@ -56,6 +55,7 @@ from tests.support.docker import docker_engine, image_cache
 from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.support.gitrepo import CART_APP, Repo, make_repo
 from tests.support.listeners import Listener, listen
+from tests.support.step_inputs import first_verify
 
 pytestmark = pytest.mark.slow
 
@@ -250,14 +250,7 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         )
         verify = worker.run(
             worker.env.verify_candidate,
-            VerifyInput(
-                run_id=RUN,
-                op_id=f"{RUN}:verify:1",
-                spec_ref=spec_ref,
-                patch_ref=patch_ref,
-                message="Hostile",
-                commit_timestamp=1_700_000_300,
-            ),
+            first_verify(RUN, spec_ref, patch_ref, "Hostile", 1_700_000_300),
         )
         assert verify.tests_passed, verify.test_summary
         assert wait_gone(tag) == [], "a process of the candidate's setup or tests survived it"
