@@ -139,6 +139,15 @@ async def _cancelled_within_heartbeat(client: Client, wf: str, activity: str, he
     return final
 
 
+# How an activity task can end, each with the attributes of its event that name the scheduled task.
+ACTIVITY_ENDS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+}
+
+
 async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tuple[datetime, datetime]:
     """When the cancellation of the run's (last) ``activity_type`` was requested and when the activity ended
     cancelled, read from the workflow's history; the activity must have ended by acknowledging it."""
@@ -160,22 +169,7 @@ async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tup
     ends = [
         (e.event_type, e)
         for e in history.events
-        if (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED
-            and e.activity_task_canceled_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-            and e.activity_task_completed_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-            and e.activity_task_failed_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
-            and e.activity_task_timed_out_event_attributes.scheduled_event_id == ours
-        )
+        if e.event_type in ACTIVITY_ENDS and getattr(e, ACTIVITY_ENDS[e.event_type]).scheduled_event_id == ours
     ]
     assert len(requested) == 1, f"the cancellation of {activity_type} was requested {len(requested)} times"
     assert [EventType.Name(kind) for kind, _ in ends] == ["EVENT_TYPE_ACTIVITY_TASK_CANCELED"], (
