@@ -43,7 +43,7 @@ from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
 from tests.support.containers import sh_in_image
 from tests.support.docker import docker_client, docker_engine, image_cache
-from tests.support.listeners import Listener, listen, worker_address
+from tests.support.listeners import EGRESS_ATTACK, Listener, listen, worker_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -53,44 +53,6 @@ __all__ = ["docker_client", "docker_engine", "image_cache"]
 RUN = "repair:acme/docker-egress#5"
 PACKAGES = ["python3", "python3-pip"]
 RESULTS = "== durafix-egress-results: "
-
-# The hostile step: every way to the worker's services it has, each result written to attempts.json.
-ATTACK = r"""
-import json, socket, sys
-
-targets = json.loads(sys.argv[1])
-results = {}
-
-
-def via_proxy(name, request):
-    try:
-        with socket.create_connection(("127.0.0.1", 3128), 10) as conn:
-            conn.sendall(request)
-            answer = conn.recv(200).split(b"\r\n", 1)[0].decode(errors="replace")
-    except OSError as exc:
-        answer = f"error {exc}"
-    results[name] = "reached" if " 200 " in answer else f"blocked: {answer}"
-
-
-def direct(name, address, port):
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as conn:
-            conn.settimeout(5)
-            conn.connect((address, port))
-            conn.sendall(b"direct")
-        results[name] = "reached"
-    except OSError as exc:
-        results[name] = f"blocked: {exc}"
-
-
-for name, authority in targets["connect"].items():
-    via_proxy(f"connect {name}", f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-for name, url in targets["get"].items():
-    via_proxy(f"get {name}", f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-for name, (address, port) in targets["direct"].items():
-    direct(f"direct {name}", address, port)
-json.dump(results, open("attempts.json", "w"), indent=1)
-"""
 
 # Who setup ran as: its uid and capability sets, kept in the image for the tests to report.
 IDENTITY = "id -u > identity.txt && grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs):' /proc/self/status >> identity.txt"
@@ -173,7 +135,7 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "attack.py").write_text(ATTACK)
+    (ws / "attack.py").write_text(EGRESS_ATTACK)
     (ws / "tests.py").write_text(TESTS)
     loopback = listeners["127.0.0.1"]
     tunnels = {name: listener.authority for name, listener in listeners.items()}
