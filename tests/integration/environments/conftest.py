@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from tests.support.git_http import server
 from tests.support.gitrepo import repo
 
-__all__ = ["repo"]
+__all__ = ["repo", "server"]

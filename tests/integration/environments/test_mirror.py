@@ -22,17 +22,10 @@ from environments.git import (
 )
 from environments.mirror import MirrorCache, RevisionNotFoundError
 from environments.workspace import WorkspaceManager
-from tests.support.git_http import GitHttpServer
+from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo, git
 
-TOKEN = "ghs_mirror-test-token"
 RUN = "repair:acme/cart#7"
-
-
-@pytest.fixture
-def server(repo: Repo) -> Iterator[GitHttpServer]:
-    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
-        yield srv
 
 
 @pytest.fixture
