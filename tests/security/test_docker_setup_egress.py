@@ -37,7 +37,7 @@ from environments.docker import DockerProvider
 from environments.docker.images import APP_REPOSITORY, EGRESS_PACKAGES, SetupStepError, base_recipe, recipe_hash
 from environments.docker.setup_containers import setup_container_name
 from environments.egress import DEFAULT_REGISTRY_HOSTS, INSIDE_SOCKET
-from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, RecoverySpec
+from environments.interface import AppRecipe, ImageRecipe, Progress, ReadinessProbe, RecoverySpec, TestRunResult
 from environments.processes import owned_pids
 from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
@@ -117,6 +117,29 @@ def _spec(recipe: AppRecipe) -> RecoverySpec:
     return RecoverySpec(repository="acme/docker-egress", clone_url="x", base_revision="5e" * 20, recipe=recipe)
 
 
+def _run_checks(
+    provider: DockerProvider,
+    recipe: AppRecipe,
+    ws: Path,
+    step: str,
+    log: Path,
+    setup_timeout_s: float,
+    test_timeout_s: float,
+    progress: Progress | None = None,
+) -> TestRunResult:
+    """The checks of ``recipe`` in ``ws`` as step ``step`` of the test's run, logged to ``log``."""
+    return provider.run_checks(
+        _spec(recipe),
+        str(ws),
+        run_id=RUN,
+        op_id=f"{RUN}:{step}",
+        log_path=log,
+        setup_timeout_s=setup_timeout_s,
+        test_timeout_s=test_timeout_s,
+        progress=progress,
+    )
+
+
 def test_only_a_networked_setup_gets_the_egress_packages_in_its_base_image() -> None:
     offline = AppRecipe(setup=["true"], start="true", test="true", readiness=ReadinessProbe(path="/"))
     assert base_recipe(offline) == offline.image
@@ -169,16 +192,7 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
     progress: list[str] = []
     log = tmp_path / "checks.log"
     try:
-        result = provider.run_checks(
-            _spec(recipe),
-            str(ws),
-            run_id=RUN,
-            op_id=f"{RUN}:checks",
-            log_path=log,
-            setup_timeout_s=300,
-            test_timeout_s=120,
-            progress=progress.append,
-        )
+        result = _run_checks(provider, recipe, ws, "checks", log, 300, 120, progress=progress.append)
         text = log.read_text()
         assert result.passed, text
         image = next(line.split()[-1] for line in text.splitlines() if line.startswith("# setup ran in setup"))
@@ -238,15 +252,7 @@ def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
     log = tmp_path / "checks.log"
     try:
         with pytest.raises(SetupError, match=r"'echo failing on purpose; exit 3' exited 3") as failed:
-            provider.run_checks(
-                _spec(recipe),
-                str(ws),
-                run_id=RUN,
-                op_id=f"{RUN}:fail",
-                log_path=log,
-                setup_timeout_s=120,
-                test_timeout_s=60,
-            )
+            _run_checks(provider, recipe, ws, "fail", log, 120, 60)
         assert "failing on purpose" in str(failed.value)
         tag = provider.images.app_tag(recipe, ws, provider.images.base_tag(base_recipe(recipe)))
     finally:
