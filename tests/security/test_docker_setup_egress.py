@@ -117,6 +117,18 @@ def _spec(recipe: AppRecipe) -> RecoverySpec:
     return RecoverySpec(repository="acme/docker-egress", clone_url="x", base_revision="5e" * 20, recipe=recipe)
 
 
+def _marked_workspace(tmp_path: Path) -> Path:
+    """A workspace of one file holding a fresh marker, so that its app image is new to the engine."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "marker.txt").write_text(uuid.uuid4().hex)
+    return ws
+
+
+def _provider(tmp_path: Path, docker_engine: DockerEngine, image_cache: Path) -> DockerProvider:
+    return DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+
+
 def _run_checks(
     provider: DockerProvider,
     recipe: AppRecipe,
@@ -243,11 +255,9 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
 def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
     docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
 ) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "marker.txt").write_text(uuid.uuid4().hex)
+    ws = _marked_workspace(tmp_path)
     recipe = _recipe(["touch first-step-ran", "echo failing on purpose; exit 3"])
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     before = {image.id for image in docker_client.images.list(all=True)}
     log = tmp_path / "checks.log"
     try:
@@ -273,10 +283,8 @@ def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
 def test_a_networked_setup_command_is_killed_at_the_setup_timeout(
     docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
 ) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "marker.txt").write_text(uuid.uuid4().hex)
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    ws = _marked_workspace(tmp_path)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     try:
         with pytest.raises(SetupStepError, match=r"'sleep 600' timed out"):
             provider.images.ensure_app(_recipe(["sleep 600"]), ws, setup_timeout_s=3)
@@ -297,7 +305,7 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
         ws.mkdir()
         (ws / "requirements.txt").write_text(lock)
         (ws / "tree.txt").write_text(text)
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     images = provider.images
     try:
         base = images.ensure_base(base_recipe(recipe))
