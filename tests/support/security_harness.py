@@ -211,12 +211,20 @@ def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
 
 @pytest.fixture(scope="module")
 def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
+    return receiver_config(temporal_env, forge.handle, forge.tokens[BOT], tmp_path_factory.mktemp("state"))
+
+
+def receiver_config(
+    temporal_env: WorkflowEnvironment, handle: ForgeHandle, bot_token: str, state_dir: Path
+) -> DurafixConfig:
+    """The configuration of a receiver on the test's Temporal and forge emulator, acting with ``bot_token``: a
+    fresh webhook secret, the trigger label :data:`TRIGGER`."""
     return DurafixConfig(
-        state_dir=tmp_path_factory.mktemp("state"),
+        state_dir=state_dir,
         temporal_address=temporal_env.client.service_client.config.target_host,
-        forge_api_url=forge.handle.api_url,
-        forge_git_base=forge.handle.base_url,
-        forge_token=forge.tokens[BOT],
+        forge_api_url=handle.api_url,
+        forge_git_base=handle.base_url,
+        forge_token=bot_token,
         webhook_secret=uuid.uuid4().hex,
         trigger_label=TRIGGER,
     )

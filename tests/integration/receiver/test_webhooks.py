@@ -40,7 +40,7 @@ from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from reviews.markers import pull_marker
 from tests.support.run_history import started_input
-from tests.support.security_harness import example, receiver, serving, sign
+from tests.support.security_harness import example, receiver, receiver_config, serving, sign
 
 __all__ = ["receiver"]  # a fixture of the harness, on this module's own config
 
@@ -242,15 +242,7 @@ def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
 
 @pytest.fixture(scope="module")
 def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
-    return DurafixConfig(
-        state_dir=tmp_path_factory.mktemp("webhooks"),
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        forge_api_url=forge.handle.api_url,
-        forge_git_base=forge.handle.base_url,
-        forge_token=forge.bot_token,
-        webhook_secret=secrets.token_hex(16),
-        trigger_label=TRIGGER,
-    )
+    return receiver_config(temporal_env, forge.handle, forge.bot_token, tmp_path_factory.mktemp("webhooks"))
 
 
 @pytest.fixture
