@@ -18,7 +18,7 @@ import http.client
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -245,16 +245,30 @@ def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: py
     return receiver_config(temporal_env, forge.handle, forge.bot_token, tmp_path_factory.mktemp("webhooks"))
 
 
-@pytest.fixture
-async def hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
-    h = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=temporal_client)
+@asynccontextmanager
+async def hooked(
+    receiver: WebhookReceiver, forge: Forge, client: Client, runs: Callable[[Hook], Awaitable[Iterable[str]]], why: str
+) -> AsyncIterator[Hook]:
+    """A :class:`Hook` on a fresh repository of the forge; afterwards, those of its ``runs`` still running are
+    terminated, saying ``why``."""
+    h = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=client)
     forge.create_repository(h.repository)
     try:
         yield h
     finally:
-        for workflow_id in h.touched:
-            if await describe_status(temporal_client, workflow_id) == WorkflowExecutionStatus.RUNNING:
-                await temporal_client.get_workflow_handle(workflow_id).terminate("webhook test over")
+        for workflow_id in await runs(h):
+            if await describe_status(client, workflow_id) == WorkflowExecutionStatus.RUNNING:
+                await client.get_workflow_handle(workflow_id).terminate(why)
+
+
+async def touched_runs(h: Hook) -> set[str]:
+    return h.touched
+
+
+@pytest.fixture
+async def hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
+    async with hooked(receiver, forge, temporal_client, touched_runs, "webhook test over") as h:
+        yield h
 
 
 # ---- signatures and malformed deliveries ------------------------------------------------------------
