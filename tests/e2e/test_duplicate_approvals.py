@@ -14,7 +14,6 @@ Update for the GUID) and state (one delivery record), and the forge (the PR merg
 from __future__ import annotations
 
 import json
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,9 +26,9 @@ from temporalio.client import Client
 
 from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
-from tests.conftest import require
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
-from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack, wait_for
+from tests.e2e.test_review_gate import opened_for_review
+from tests.support.e2e_stack import E2EStack, scripted_stack, wait_for
 from tests.support.forge import Received, running_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -53,12 +52,9 @@ def _no_reconciler_pass_meanwhile(config: DurafixConfig) -> None:
 
 @pytest.fixture(scope="module")
 def stack_with_worker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-duplicates")
-    script = combined_model_script(state / "model-script.yaml")
-    with running_e2e_stack(state, configure=_no_reconciler_pass_meanwhile, model_script=script) as stack:
-        stack.spawn_worker()
+    with scripted_stack(
+        tmp_path_factory, "durafix-duplicates", configure=_no_reconciler_pass_meanwhile, worker=True
+    ) as stack:
         yield stack
 
 
@@ -150,9 +146,8 @@ async def test_one_approval_delivered_twice_at_once_and_redelivered_later_merges
     stack_with_worker: E2EStack,
 ) -> None:
     stack = stack_with_worker
-    client, repository, issue, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
     number, head = state.pending_approval.pr_number, state.pending_approval.head_sha
     owner = stack.github().get_repo(repository)
     main_before = owner.get_branch("main").commit.sha

@@ -65,6 +65,20 @@ def footprint(stack: E2EStack, repository: str, workflow_id: str, issue: int) ->
     return Services(stack.config).forge(repository).footprint(workflow_id, issue)
 
 
+def one_of_each(stack: E2EStack, repository: str, workflow_id: str, issue: int, final: RunState | None = None) -> Any:
+    """The run's footprint on the forge, asserted to be one ticket, one PR (the run's own, if ``final`` is
+    given), the run's branch and one evidence comment."""
+    fp = footprint(stack, repository, workflow_id, issue)
+    assert len(fp.tickets) == 1, fp
+    if final is None:
+        assert len(fp.pull_requests) == 1, fp
+    else:
+        assert final.publish is not None and fp.pull_requests == [final.publish.pr_number], fp
+    assert fp.branches == [branch_for(workflow_id)], fp
+    assert len(fp.evidence_comments) == 1, fp
+    return fp
+
+
 def run_workspaces(stack: E2EStack, workflow_id: str) -> list[Path]:
     from environments.files import path_key
 
@@ -218,11 +232,7 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
     finally:
         stack.stop_workers()
     assert final.outcome == Outcome.MERGED, final.outcome_detail
-    fp = footprint(stack, repository, wf, issue)
-    assert len(fp.tickets) == 1, fp
-    assert len(fp.pull_requests) == 1, fp
-    assert fp.branches == [branch_for(wf)], fp
-    assert len(fp.evidence_comments) == 1, fp
+    one_of_each(stack, repository, wf, issue)
     repo = stack.github().get_repo(repository)
     mine = [c for c in repo.get_issue(issue).get_comments() if "durafix:ticket" in c.body]
     assert len(mine) == 1

@@ -12,7 +12,6 @@ answered turns per attempt.
 
 from __future__ import annotations
 
-import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,11 +24,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from pipeline.config import DurafixConfig
 from pipeline.flow.attempt_carry import attempt_workflow_id
-from tests.conftest import require
 from tests.e2e.history_size import executions, report
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.replay.record import record_history
-from tests.support.e2e_stack import MODEL_DIR, E2EStack, running_e2e_stack
+from tests.support.e2e_stack import MODEL_DIR, E2EStack, scripted_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 
@@ -69,12 +67,13 @@ def three_attempts(config: DurafixConfig) -> None:
 
 @pytest.fixture(scope="module")
 def long_repair_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-long-repair")
-    script = long_attempts_script(state / "model-script.yaml")
-    with running_e2e_stack(state, configure=three_attempts, model_script=script) as stack:
-        stack.spawn_worker()
+    with scripted_stack(
+        tmp_path_factory,
+        "durafix-long-repair",
+        model_script=long_attempts_script,
+        configure=three_attempts,
+        worker=True,
+    ) as stack:
         yield stack
 
 

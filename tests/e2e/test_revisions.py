@@ -11,6 +11,7 @@ import pytest
 
 from pipeline.ids import branch_for
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
+from tests.e2e.test_review_gate import opened_for_review
 from tests.support.e2e_stack import E2EStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -23,9 +24,8 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
     stack_with_worker: E2EStack,
 ) -> None:
     stack = stack_with_worker
-    client, repository, issue, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
     first = state.pending_approval.head_sha
     number = state.pending_approval.pr_number
 

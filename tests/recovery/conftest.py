@@ -9,10 +9,10 @@ import pytest
 from tests.conftest import require
 from tests.support.chromium import chromium
 from tests.support.git_http import GitHttpServer
-from tests.support.gitrepo import make_repo
+from tests.support.gitrepo import make_repo, repo
 from tests.support.recovery_workers import TOKEN, Remote, Worker
 
-__all__ = ["chromium", "evidence_dir", "new_worker", "remote"]
+__all__ = ["chromium", "evidence_dir", "new_worker", "remote", "repo"]
 
 
 @pytest.fixture

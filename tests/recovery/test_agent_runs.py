@@ -20,25 +20,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
-from pipeline.state import Phase, RunState
+from pipeline.state import RunState
 from repair.tools import INTERRUPTED
-from tests.integration.workflow.test_workflow_logic import Harness
-from tests.support.gitrepo import Repo, make_repo
+from tests.support import stepped
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.repair_context import cart_procedure_json
-from tests.support.stepped import (
-    body_of,
-    model_worker,
-    pipeline_without_model,
-    request_log,
-    requests_of,
-    run_worker,
-    wait_for_file,
-)
 
 pytestmark = [pytest.mark.slow]
 
@@ -49,31 +38,23 @@ WRONG_LINE = b"item.unit_price_cents + item.quantity"
 
 
 @pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-@pytest.fixture
 def store(tmp_path: Path) -> LocalArtifactStore:
     return LocalArtifactStore(tmp_path / "evidence")
 
 
 @pytest.fixture
-def spec_ref(repo: Repo, store: LocalArtifactStore) -> ArtifactRef:
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
+    return stepped.stored_cart_run(store, repo)
 
 
 @pytest.fixture
-def procedure_ref(store: LocalArtifactStore) -> ArtifactRef:
-    return store.put_bytes(cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json")
+def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[0]
 
 
-async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
-    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
-    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
-    assert [c.attempt for c in state.candidates] == [1]
-    return store.read_bytes(state.candidates[0].patch_ref), state
+@pytest.fixture
+def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[1]
 
 
 def tool_results(record: dict[str, Any]) -> list[str]:
@@ -110,35 +91,37 @@ async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_ru
     server = serve(CART_SCRIPTS / "test-driven.yaml")
     evidence = tmp_path / "evidence"
     held = tmp_path / "run-held"
-    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref, environments=False) as harness:
-        with model_worker(temporal_client, tmp_path / "model", evidence, server.base_url):
-            with run_worker(temporal_client, tmp_path / "env-undisturbed", evidence, spec_ref):
+    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref, environments=False) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "model", evidence, server.base_url):
+            with stepped.run_worker(temporal_client, tmp_path / "env-undisturbed", evidence, spec_ref):
                 undisturbed = await harness.start()
-                expected, first = await proposal_of(harness, undisturbed, store, timeout=180)
+                expected, first = await stepped.proposal_of(harness, undisturbed, store, timeout=180)
 
-            with run_worker(temporal_client, tmp_path / "env-doomed", evidence, spec_ref, hold_file=held) as doomed:
+            with stepped.run_worker(
+                temporal_client, tmp_path / "env-doomed", evidence, spec_ref, hold_file=held
+            ) as doomed:
                 crashed = await harness.start()
-                await wait_for_file(held)  # the tests ran; their result is not recorded
+                await stepped.wait_for_file(held)  # the tests ran; their result is not recorded
                 doomed.send_signal(signal.SIGKILL)
                 assert doomed.wait(timeout=10) == -signal.SIGKILL
-            with run_worker(temporal_client, tmp_path / "env-survivor", evidence, spec_ref):
-                got, state = await proposal_of(harness, crashed, store, timeout=180)
+            with stepped.run_worker(temporal_client, tmp_path / "env-survivor", evidence, spec_ref):
+                got, state = await stepped.proposal_of(harness, crashed, store, timeout=180)
     server.stop()
-    records = request_log(server)
+    records = stepped.request_log(server)
 
-    assert_fixed_its_own_patch_after_reading_the_tests(requests_of(records, undisturbed), expected)
+    assert_fixed_its_own_patch_after_reading_the_tests(stepped.requests_of(records, undisturbed), expected)
     assert first.budgets.repair_attempts_used == 1
     outputs = run_outputs(first, store)
     assert len(outputs) == 2 and "FAILED (failures=2)" in outputs[0] and "OK" in outputs[1]
 
     assert got == expected
-    after = requests_of(records, crashed)
+    after = stepped.requests_of(records, crashed)
     assert len(after) == 4
     # The interrupted run_tests reached the model as interrupted; the next run_tests ran for real.
     assert tool_results(after[2])[-1] == INTERRUPTED
     assert "exited 0 (passed)" in tool_results(after[3])[-1]
     # No model request went twice: the kill was in a tool call, and every completed turn stands.
-    assert all(n == 1 for n in collections.Counter(body_of(r) for r in after).values())
+    assert all(n == 1 for n in collections.Counter(stepped.body_of(r) for r in after).values())
     # The killed command is not run again behind the model's back: the survivor ran only the second one.
     assert [o.count("Ran ") for o in run_outputs(state, store)] == [1]
     assert state.budgets.repair_attempts_used == 1
@@ -155,24 +138,26 @@ async def test_a_worker_killed_during_a_replay_safe_tool_batch_replays_it_on_the
     server = serve(CART_SCRIPTS / "fix.yaml")
     evidence = tmp_path / "evidence"
     held = tmp_path / "batch-held"
-    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
-        with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
             undisturbed = await harness.start()
-            expected, _ = await proposal_of(harness, undisturbed, store, timeout=120)
+            expected, _ = await stepped.proposal_of(harness, undisturbed, store, timeout=120)
 
-        with model_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url, hold_file=held) as doomed:
+        with stepped.model_worker(
+            temporal_client, tmp_path / "doomed", evidence, server.base_url, hold_file=held
+        ) as doomed:
             crashed = await harness.start()
-            await wait_for_file(held)  # the edit is on the dead worker's disk, its batch unrecorded
+            await stepped.wait_for_file(held)  # the edit is on the dead worker's disk, its batch unrecorded
             doomed.send_signal(signal.SIGKILL)
             assert doomed.wait(timeout=10) == -signal.SIGKILL
-        with model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
-            got, _ = await proposal_of(harness, crashed, store, timeout=120)
+        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
+            got, _ = await stepped.proposal_of(harness, crashed, store, timeout=120)
     server.stop()
-    records = request_log(server)
+    records = stepped.request_log(server)
 
     # Replayed on base + the patch before it, the batch gave the same result and the same patch...
     assert got == expected and FIXED_LINE in got
-    before, after = requests_of(records, undisturbed), requests_of(records, crashed)
+    before, after = stepped.requests_of(records, undisturbed), stepped.requests_of(records, crashed)
     # ...so the model saw exactly what the undisturbed run's model saw, and no request went twice.
-    assert [body_of(r) for r in after] == [body_of(r) for r in before]
+    assert [stepped.body_of(r) for r in after] == [stepped.body_of(r) for r in before]
     assert len({json.dumps(r["body"], sort_keys=True) for r in after}) == len(after) == 6

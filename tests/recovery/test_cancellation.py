@@ -39,14 +39,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy
 from pipeline.state import CleanupStatus, Outcome, Phase, RunState
 from tests.conftest import require
-from tests.support.e2e_stack import (
-    REPO_ROOT,
-    E2EStack,
-    combined_model_script,
-    owned_processes,
-    running_e2e_stack,
-    wait_for,
-)
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, scripted_stack, wait_for
 from tests.support.proctree import Proc, descendants
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -73,11 +66,8 @@ WAITING_STEPS = f"""  - action: wait_for
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
     require(shutil.which("chattr") is not None, "chattr is not installed (e2fsprogs)")
-    state = tmp_path_factory.mktemp("durafix-cancel")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    with scripted_stack(tmp_path_factory, "durafix-cancel") as e2e:
         yield e2e
 
 
@@ -136,6 +126,28 @@ async def _wait_running(client: Client, wf: str, activity_type: str, detail: str
     raise AssertionError(f"{wf}: {activity_type} never ran with {detail!r} in its heartbeat")
 
 
+async def _cancelled_within_heartbeat(client: Client, wf: str, activity: str, heartbeat: float | None) -> RunState:
+    """Cancels the run while ``activity`` runs: the run ends cancelled, and the activity saw the cancellation
+    within its heartbeat (and a margin). The run's final state."""
+    await runs.cancel(client, wf)
+    final = await _state_when(client, wf, _ended, "the run to end")
+
+    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
+    requested, canceled = await _cancellation_seen(client, wf, activity)
+    assert heartbeat is not None
+    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    return final
+
+
+# How an activity task can end, each with the attributes of its event that name the scheduled task.
+ACTIVITY_ENDS = {
+    EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED: "activity_task_canceled_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED: "activity_task_completed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED: "activity_task_failed_event_attributes",
+    EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT: "activity_task_timed_out_event_attributes",
+}
+
+
 async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tuple[datetime, datetime]:
     """When the cancellation of the run's (last) ``activity_type`` was requested and when the activity ended
     cancelled, read from the workflow's history; the activity must have ended by acknowledging it."""
@@ -157,22 +169,7 @@ async def _cancellation_seen(client: Client, wf: str, activity_type: str) -> tup
     ends = [
         (e.event_type, e)
         for e in history.events
-        if (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_CANCELED
-            and e.activity_task_canceled_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
-            and e.activity_task_completed_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
-            and e.activity_task_failed_event_attributes.scheduled_event_id == ours
-        )
-        or (
-            e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
-            and e.activity_task_timed_out_event_attributes.scheduled_event_id == ours
-        )
+        if e.event_type in ACTIVITY_ENDS and getattr(e, ACTIVITY_ENDS[e.event_type]).scheduled_event_id == ours
     ]
     assert len(requested) == 1, f"the cancellation of {activity_type} was requested {len(requested)} times"
     assert [EventType.Name(kind) for kind, _ in ends] == ["EVENT_TYPE_ACTIVITY_TASK_CANCELED"], (
@@ -257,14 +254,7 @@ async def test_a_reproduction_waiting_in_chromium_sees_the_cancellation_within_i
 
     await _wait_running(client, wf, "browser.reproduce", NEVER_THERE)
     wait_for(lambda: _renderers(worker), 30, "a renderer of the worker's Chromium showing the cart page")
-    await runs.cancel(client, wf)
-    final = await _state_when(client, wf, _ended, "the run to end")
-
-    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
-    requested, canceled = await _cancellation_seen(client, wf, "browser.reproduce")
-    heartbeat = RunPolicy.fast().browser.heartbeat
-    assert heartbeat is not None
-    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    final = await _cancelled_within_heartbeat(client, wf, "browser.reproduce", RunPolicy.fast().browser.heartbeat)
     assert final.reproduction is None, "a cancelled reproduction must not be recorded as a finding"
     _assert_cancelled_and_clean(stack, worker, final, wf)
 
@@ -283,14 +273,9 @@ async def test_a_verification_running_the_tests_sees_the_cancellation_and_stops_
 
     await _wait_running(client, wf, "env.verify_candidate", "running tests")
     sleeping = wait_for(lambda: _marked_for(wf, ("sleep", SLEEP_S)), 30, "the recipe's tests running for the run")
-    await runs.cancel(client, wf)
-    final = await _state_when(client, wf, _ended, "the run to end")
-
-    assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
-    requested, canceled = await _cancellation_seen(client, wf, "env.verify_candidate")
-    heartbeat = RunPolicy.fast().environment.heartbeat
-    assert heartbeat is not None
-    assert (canceled - requested).total_seconds() <= heartbeat + CANCEL_MARGIN_S, (requested, canceled)
+    final = await _cancelled_within_heartbeat(
+        client, wf, "env.verify_candidate", RunPolicy.fast().environment.heartbeat
+    )
     assert all(not Path(f"/proc/{pid}").exists() for pid in sleeping), "the test command outlived its activity"
     assert final.candidates and final.candidates[-1].tests_passed is None, "cancelled tests must not be a verdict"
     _assert_cancelled_and_clean(stack, worker, final, wf)

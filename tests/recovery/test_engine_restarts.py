@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
 import signal
 import sys
 import time
@@ -35,15 +34,13 @@ from temporalio.worker import Replayer
 from infra import processes, stack
 from infra.processes import ServiceRecord
 from pipeline import steps
-from pipeline.ids import branch_for
 from pipeline.state import Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
-from tests.conftest import require
-from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
 from tests.replay.changed_workflow import MERGE_NOTICE_PATCH, NOTICE_TEXT, ChangedRepairBug
 from tests.replay.record import record_history, record_history_to
-from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack, wait_for
+from tests.support.e2e_stack import E2EStack, owned_processes, scripted_stack, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -57,17 +54,13 @@ READY_S = 120.0
 
 @pytest.fixture(scope="module")
 def engine_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-engine")
-    script = combined_model_script(state / "model-script.yaml")
     # The product's step timeouts, not the fast ones: Chromium's start on a busy machine outlasts the fast
     # policy's 10 s browser heartbeat, and a run that fails its reproduction says nothing about the engine. The
     # variable outranks the stack's config.json for every process started here (receiver and workers).
     before = os.environ.get("DURAFIX_FAST_TIMEOUTS")
     os.environ["DURAFIX_FAST_TIMEOUTS"] = "false"
     try:
-        with running_e2e_stack(state, model_script=script, receiver_ready_s=READY_S) as e2e:
+        with scripted_stack(tmp_path_factory, "durafix-engine", receiver_ready_s=READY_S) as e2e:
             try:
                 yield e2e
             finally:
@@ -211,11 +204,7 @@ def assert_merged_once(e2e: E2EStack, repository: str, issue: int, wf: str, fina
     """The run merged its one PR; the forge holds one ticket, one branch, one PR, one evidence comment; nothing
     of the run is left on the machine."""
     assert final.outcome == Outcome.MERGED, final.outcome_detail
-    fp = footprint(e2e, repository, wf, issue)
-    assert len(fp.tickets) == 1, fp
-    assert len(fp.pull_requests) == 1, fp
-    assert fp.branches == [branch_for(wf)], fp
-    assert len(fp.evidence_comments) == 1, fp
+    fp = one_of_each(e2e, repository, wf, issue)
     repo = e2e.github().get_repo(repository)
     assert len(list(repo.get_pulls(state="all"))) == 1
     pr = repo.get_pull(fp.pull_requests[0])

@@ -19,22 +19,12 @@ import pytest
 from temporalio.client import Client
 
 from evidence.local import LocalArtifactStore
-from pipeline.state import Phase, RunState
 from repair.prompts import ATTEMPT_MARKER
-from tests.integration.workflow.test_workflow_logic import Harness
 from tests.replay.record import record_history
-from tests.support.gitrepo import Repo, make_repo
+from tests.support import stepped
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.stepped import (
-    body_of,
-    model_worker,
-    pipeline_without_model,
-    request_log,
-    requests_of,
-    stored_cart_run,
-    wait_until_held,
-)
 
 pytestmark = [pytest.mark.slow]
 
@@ -43,56 +33,44 @@ __all__ = ["serve"]  # the scripted model server's fixture
 HELD_REQUEST = 4  # of the six the fix script answers: after search, read, edit, while asking for the next step
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-async def proposal_of(harness: Harness, wf: str, store: LocalArtifactStore, timeout: float) -> tuple[bytes, RunState]:
-    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
-    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
-    assert [c.attempt for c in state.candidates] == [1]
-    return store.read_bytes(state.candidates[0].patch_ref), state
-
-
 async def test_a_worker_killed_during_a_model_call_resumes_without_resending_completed_calls(
     tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
     evidence = tmp_path / "evidence"
     store = LocalArtifactStore(evidence)
-    spec_ref, procedure_ref = stored_cart_run(store, repo)
+    spec_ref, procedure_ref = stepped.stored_cart_run(store, repo)
 
-    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
-        with model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
             undisturbed = await harness.start()
-            expected, _ = await proposal_of(harness, undisturbed, store, timeout=90)
+            expected, _ = await stepped.proposal_of(harness, undisturbed, store, timeout=90)
 
         inject_fault(server, delay_s=25, after=HELD_REQUEST - 1)
-        with model_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url) as doomed:
+        with stepped.model_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url) as doomed:
             crashed = await harness.start()
-            await wait_until_held(server)
+            await stepped.wait_until_held(server)
             doomed.send_signal(signal.SIGKILL)
             assert doomed.wait(timeout=10) == -signal.SIGKILL
-        with model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
-            got, state = await proposal_of(harness, crashed, store, timeout=120)
+        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
+            got, state = await stepped.proposal_of(harness, crashed, store, timeout=120)
         record_history(await temporal_client.get_workflow_handle(crashed).fetch_history(), "stepped-attempt-killed")
 
     assert got == expected
     assert b"line_total(item) for item in items" in got and b"test_total_counts_quantities" in got
     server.stop()  # releases nothing by now, and every request is recorded once it returns
-    records = request_log(server)
+    records = stepped.request_log(server)
 
-    before = requests_of(records, undisturbed)
-    after = requests_of(records, crashed)
+    before = stepped.requests_of(records, undisturbed)
+    after = stepped.requests_of(records, crashed)
     assert len(before) == 6 and all(r["status"] == 200 and "fault" not in r for r in before)
     # The crashed run sent each request the undisturbed one sent, in the same order; only the one held while
     # the worker died went twice (its first answer went to a dead socket).
-    sent = collections.Counter(body_of(r) for r in after)
+    sent = collections.Counter(stepped.body_of(r) for r in after)
     held = [r for r in after if "fault" in r]
     assert len(held) == 1 and held[0]["turn"] == HELD_REQUEST - 1  # turns count from 0
-    assert {b: n for b, n in sent.items() if n > 1} == {body_of(held[0]): 2}
-    assert [body_of(r) for r in after if "fault" not in r] == [body_of(r) for r in before]
+    assert {b: n for b, n in sent.items() if n > 1} == {stepped.body_of(held[0]): 2}
+    assert [stepped.body_of(r) for r in after if "fault" not in r] == [stepped.body_of(r) for r in before]
     assert all(ATTEMPT_MARKER + ": 1" in r["body"]["messages"][0]["content"] for r in after)
     # Every turn after the kill went out under its own step's operation ID: turn 4 retried, 5 and 6 once.
     op_ids = sorted(r["headers"]["x-durafix-op-id"] for r in after)  # the held request is logged when answered

@@ -16,17 +16,14 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
-from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.policies import StepTimeouts
 from pipeline.state import Outcome, Phase
 from tests.replay.record import record_history
-from tests.support.gitrepo import Repo, make_repo
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.repair_context import cart_procedure_json
-from tests.support.stepped import model_worker, pipeline_without_model, request_log, requests_of
+from tests.support.stepped import model_worker, pipeline_without_model, request_log, requests_of, stored_cart_run
 
 pytestmark = [pytest.mark.slow]
 
@@ -45,20 +42,6 @@ MODEL_STEPS = StepTimeouts(
 )
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-def spec_in(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
-
-
-def procedure_in(store: LocalArtifactStore) -> ArtifactRef:
-    return store.put_bytes(cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json")
-
-
 async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spending_an_attempt(
     tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
 ) -> None:
@@ -69,7 +52,7 @@ async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spe
     inject_fault(server, status=429, count=TRIES, retry_after=0.2)
     inject_fault(server, status=500, count=1)
 
-    async with pipeline_without_model(temporal_client, spec_in(store, repo), procedure_in(store)) as harness:
+    async with pipeline_without_model(temporal_client, *stored_cart_run(store, repo)) as harness:
         with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=600
@@ -105,7 +88,7 @@ async def test_a_storm_that_outlasts_the_outage_allowance_ends_the_run_saying_th
     store = LocalArtifactStore(evidence)
     inject_fault(server, status=500, count=1000)
 
-    async with pipeline_without_model(temporal_client, spec_in(store, repo), procedure_in(store)) as harness:
+    async with pipeline_without_model(temporal_client, *stored_cart_run(store, repo)) as harness:
         with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=2

@@ -36,10 +36,9 @@ from environments.run_fence import tombstone_ref
 from infra import processes
 from infra.processes import ServiceRecord
 from pipeline import steps
-from pipeline.ids import branch_for
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
-from tests.e2e.test_pipeline import awaiting_review, finished, footprint, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
 from tests.support.e2e_stack import REPO_ROOT, E2EStack, e2e_stack, owned_processes
 
 __all__ = ["e2e_stack"]
@@ -167,6 +166,21 @@ async def assert_token_refused(client: Client, stopped: dict[str, Any]) -> None:
     assert refused.value.status == RPCStatusCode.NOT_FOUND, refused.value
 
 
+async def stopped_in_a_forge_step(
+    stack: E2EStack, workers: Workers, stop_at: str, step: str
+) -> tuple[Client, str, int, str, ServiceRecord, dict[str, Any], ServiceRecord]:
+    """A run whose forge ``step`` (attempt 1) a worker stopped itself in, at ``stop_at``, and the successor forge
+    worker started once it stopped (the other queues have a worker of their own): the run's client, repository,
+    issue and workflow ID, the stopped worker, what it noted of its attempt, and the successor."""
+    workers.spawn(NOT_FORGE)
+    stale = workers.spawn("forge", stop_at=stop_at)
+    client, repository, issue, wf = await stack.open_run()
+    stopped = await stopped_attempt(workers, stale)
+    assert stopped["activity_type"] == step and stopped["attempt"] == 1
+    successor = workers.spawn("forge")
+    return client, repository, issue, wf, stale, stopped, successor
+
+
 async def merged_run(stack: E2EStack, client: Client, repository: str, workflow_id: str) -> RunState:
     """The reviewer approves the head under review on the forge; the run merges and ends."""
     state = await state_when(client, workflow_id, awaiting_review)
@@ -180,11 +194,8 @@ async def merged_run(stack: E2EStack, client: Client, repository: str, workflow_
 def assert_one_of_each(stack: E2EStack, repository: str, workflow_id: str, issue: int, final: RunState) -> None:
     """The forge holds one ticket (its text the run's final one), one PR (merged), one branch, one evidence
     comment; and the machine holds nothing of the run."""
-    fp = footprint(stack, repository, workflow_id, issue)
-    assert len(fp.tickets) == 1, fp
-    assert final.publish is not None and fp.pull_requests == [final.publish.pr_number], fp
-    assert fp.branches == [branch_for(workflow_id)], fp
-    assert len(fp.evidence_comments) == 1, fp
+    one_of_each(stack, repository, workflow_id, issue, final)
+    assert final.publish is not None
     repo = stack.github().get_repo(repository)
     pulls = list(repo.get_pulls(state="all"))
     assert [(p.number, p.merged) for p in pulls] == [(final.publish.pr_number, True)]
@@ -204,12 +215,9 @@ async def test_a_worker_stopped_inside_a_forge_write_wakes_after_the_run_and_its
     the successor's retry posts the ticket and the run goes on to merge and clean up; continued after that, the
     stale attempt finds the ticket under its claim and posts nothing, and its task token is refused."""
     stack = e2e_stack
-    workers.spawn(NOT_FORGE)
-    stale = workers.spawn("forge", stop_at="adapter:ensure_ticket")
-    client, repository, issue, wf = await stack.open_run()
-    stopped = await stopped_attempt(workers, stale)
-    assert stopped["activity_type"] == steps.ENSURE_TICKET.name and stopped["attempt"] == 1
-    successor = workers.spawn("forge")
+    client, repository, issue, wf, stale, stopped, successor = await stopped_in_a_forge_step(
+        stack, workers, "adapter:ensure_ticket", steps.ENSURE_TICKET.name
+    )
 
     final = await merged_run(stack, client, repository, wf)
     before = [(c.id, c.body) for c in stack.github().get_repo(repository).get_issue(issue).get_comments()]
@@ -234,12 +242,9 @@ async def test_a_worker_stopped_as_a_forge_step_began_wakes_after_cleanup_and_is
     opens nothing (the adapter alone would: it looks only for an *open* PR of the branch, and the run's is
     merged)."""
     stack = e2e_stack
-    workers.spawn(NOT_FORGE)
-    stale = workers.spawn("forge", stop_at="activity:ensure_draft_pr")
-    client, repository, issue, wf = await stack.open_run()
-    stopped = await stopped_attempt(workers, stale)
-    assert stopped["activity_type"] == steps.ENSURE_DRAFT_PR.name and stopped["attempt"] == 1
-    successor = workers.spawn("forge")
+    client, repository, issue, wf, stale, stopped, successor = await stopped_in_a_forge_step(
+        stack, workers, "activity:ensure_draft_pr", steps.ENSURE_DRAFT_PR.name
+    )
 
     final = await merged_run(stack, client, repository, wf)
     assert final.cleanup is not None and final.cleanup.complete, final.cleanup

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from temporalio.testing import ActivityEnvironment
@@ -23,11 +25,12 @@ from temporalio.worker import Worker
 
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import MergeInput, MergeStatus, TaskQueue
+from pipeline.steps import MergeStatus, TaskQueue
 from pipeline.workflow import WORKFLOWS
 from reviews.approval_policy import ApprovalPolicy
-from tests.security.test_reviews import approve, bot_pr, decisions, started_run
-from tests.support.security_harness import BOT, MAINTAINER, OWNER, READER, Site, post, serving, sign
+from tests.security.test_reviews import approve, bot_pr, decisions, merge_input, started_run
+from tests.support.forge_logins import BOT, MAINTAINER, OWNER, READER
+from tests.support.security_harness import Site, post, serving, sign
 
 
 def real_review_delivery(site: Site, number: int, head: str, reviewer: str = MAINTAINER) -> dict[str, Any]:
@@ -52,29 +55,39 @@ def as_reviewer(payload: dict[str, Any], login: str) -> dict[str, Any]:
     return changed
 
 
-async def test_a_reviewer_outside_the_allow_list_is_refused_naming_the_policy(site: Site) -> None:
-    _, workflow_id = started_run(site)
+@asynccontextmanager
+async def under_policy(
+    site: Site, workflow_id: str, policy: ApprovalPolicy
+) -> AsyncIterator[tuple[str, dict[str, Any], list[str]]]:
+    """A receiver configured with ``policy`` and a workflow worker (it answers the deliveries' Updates), for the
+    maintainer's real review of the run's PR: the receiver's URL, the review's delivery, and the decisions the
+    run was sent before it. The forge calls run off the event loop."""
     number, head = bot_pr(site, workflow_id)
-    policy = ApprovalPolicy(version=3, allowed_users=(OWNER,))
-    # A workflow worker answers the deliveries' Updates; the forge calls run off its event loop.
     async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
         payload = await asyncio.to_thread(real_review_delivery, site, number, head)
         sent_before = await decisions(site, workflow_id)
-        with serving(site.config.model_copy(update={"approval_policy": policy})) as strict:
-            status, answer = await deliver_to(site.config, strict.url, payload)
-            assert status == 403, answer
-            assert (answer["policy"], answer["policy_version"], answer["reviewer"]) == (
-                "approval policy v3",
-                3,
-                MAINTAINER,
-            )
-            assert answer["message"].startswith(
-                f"{MAINTAINER} is not among the approvers approval policy v3 allows (users {OWNER})"
-            )
-            assert await decisions(site, workflow_id) == sent_before
+        with serving(site.config.model_copy(update={"approval_policy": policy})) as receiver:
+            yield receiver.url, payload, sent_before
 
-            # The allowed user's decision is sent.
-            status, answer = await deliver_to(site.config, strict.url, as_reviewer(payload, OWNER))
+
+async def test_a_reviewer_outside_the_allow_list_is_refused_naming_the_policy(site: Site) -> None:
+    _, workflow_id = started_run(site)
+    policy = ApprovalPolicy(version=3, allowed_users=(OWNER,))
+    async with under_policy(site, workflow_id, policy) as (strict, payload, sent_before):
+        status, answer = await deliver_to(site.config, strict, payload)
+        assert status == 403, answer
+        assert (answer["policy"], answer["policy_version"], answer["reviewer"]) == (
+            "approval policy v3",
+            3,
+            MAINTAINER,
+        )
+        assert answer["message"].startswith(
+            f"{MAINTAINER} is not among the approvers approval policy v3 allows (users {OWNER})"
+        )
+        assert await decisions(site, workflow_id) == sent_before
+
+        # The allowed user's decision is sent.
+        status, answer = await deliver_to(site.config, strict, as_reviewer(payload, OWNER))
     assert status == 200, answer
     assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
@@ -89,26 +102,22 @@ async def test_a_team_allow_list_admits_active_members_read_from_the_forge(site:
     assert invited["state"] == "pending"
 
     _, workflow_id = started_run(site)
-    number, head = bot_pr(site, workflow_id)
     policy = ApprovalPolicy(version=7, allowed_teams=(f"{org}/approvers",))
-    async with Worker(site.client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS)):
-        payload = await asyncio.to_thread(real_review_delivery, site, number, head)
-        sent_before = await decisions(site, workflow_id)
-        with serving(site.config.model_copy(update={"approval_policy": policy})) as by_team:
-            # Invited, not yet a member: not admitted.
-            status, answer = await deliver_to(site.config, by_team.url, payload)
-            assert status == 403, answer
-            assert answer["policy"] == "approval policy v7" and f"members of {org}/approvers" in answer["message"]
+    async with under_policy(site, workflow_id, policy) as (by_team, payload, sent_before):
+        # Invited, not yet a member: not admitted.
+        status, answer = await deliver_to(site.config, by_team, payload)
+        assert status == 403, answer
+        assert answer["policy"] == "approval policy v7" and f"members of {org}/approvers" in answer["message"]
 
-            handle.add_org_member(org, MAINTAINER)
-            status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, MAINTAINER))
-            assert status == 200, answer
-            assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
+        handle.add_org_member(org, MAINTAINER)
+        status, answer = await deliver_to(site.config, by_team, as_reviewer(payload, MAINTAINER))
+        assert status == 200, answer
+        assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
 
-            # A member of the team without the permission is still refused, for the permission.
-            handle.add_org_member(org, READER)
-            handle.add_team_member(tokens[OWNER], org, "approvers", READER)
-            status, answer = await deliver_to(site.config, by_team.url, as_reviewer(payload, READER))
+        # A member of the team without the permission is still refused, for the permission.
+        handle.add_org_member(org, READER)
+        handle.add_team_member(tokens[OWNER], org, "approvers", READER)
+        status, answer = await deliver_to(site.config, by_team, as_reviewer(payload, READER))
     assert status == 403, answer
     assert (answer["permission"], answer["required"], answer["policy"]) == ("read", "write", "approval policy v7")
     assert await decisions(site, workflow_id) == [*sent_before, "rejection"]
@@ -121,16 +130,7 @@ def merge_under(
     input carries ``policy``."""
     config = site.config.model_copy(update={"approval_policy": worker_policy})
     acts = Services(config).forge_activities()
-    inp = MergeInput(
-        op_id=f"repair:{site.repository}#1:merge:1",
-        repository=site.repository,
-        number=number,
-        approved_sha=head,
-        reviewer=MAINTAINER,
-        source="webhook",
-        approval_policy=policy,
-    )
-    return ActivityEnvironment().run(acts.merge, inp)
+    return ActivityEnvironment().run(acts.merge, merge_input(site, number, head, approval_policy=policy))
 
 
 def test_an_approval_older_than_the_runs_expiry_does_not_merge(site: Site) -> None:

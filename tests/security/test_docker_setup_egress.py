@@ -37,13 +37,13 @@ from environments.docker import DockerProvider
 from environments.docker.images import APP_REPOSITORY, EGRESS_PACKAGES, SetupStepError, base_recipe, recipe_hash
 from environments.docker.setup_containers import setup_container_name
 from environments.egress import DEFAULT_REGISTRY_HOSTS, INSIDE_SOCKET
-from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, RecoverySpec
+from environments.interface import AppRecipe, ImageRecipe, Progress, ReadinessProbe, RecoverySpec, TestRunResult
 from environments.processes import owned_pids
 from environments.registry import get_provider
 from infra.docker.engine import DockerEngine
 from tests.support.containers import sh_in_image
 from tests.support.docker import docker_client, docker_engine, image_cache
-from tests.support.listeners import Listener, listen, worker_address
+from tests.support.listeners import EGRESS_ATTACK, Listener, listen, worker_address
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
 
@@ -53,44 +53,6 @@ __all__ = ["docker_client", "docker_engine", "image_cache"]
 RUN = "repair:acme/docker-egress#5"
 PACKAGES = ["python3", "python3-pip"]
 RESULTS = "== durafix-egress-results: "
-
-# The hostile step: every way to the worker's services it has, each result written to attempts.json.
-ATTACK = r"""
-import json, socket, sys
-
-targets = json.loads(sys.argv[1])
-results = {}
-
-
-def via_proxy(name, request):
-    try:
-        with socket.create_connection(("127.0.0.1", 3128), 10) as conn:
-            conn.sendall(request)
-            answer = conn.recv(200).split(b"\r\n", 1)[0].decode(errors="replace")
-    except OSError as exc:
-        answer = f"error {exc}"
-    results[name] = "reached" if " 200 " in answer else f"blocked: {answer}"
-
-
-def direct(name, address, port):
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as conn:
-            conn.settimeout(5)
-            conn.connect((address, port))
-            conn.sendall(b"direct")
-        results[name] = "reached"
-    except OSError as exc:
-        results[name] = f"blocked: {exc}"
-
-
-for name, authority in targets["connect"].items():
-    via_proxy(f"connect {name}", f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-for name, url in targets["get"].items():
-    via_proxy(f"get {name}", f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-for name, (address, port) in targets["direct"].items():
-    direct(f"direct {name}", address, port)
-json.dump(results, open("attempts.json", "w"), indent=1)
-"""
 
 # Who setup ran as: its uid and capability sets, kept in the image for the tests to report.
 IDENTITY = "id -u > identity.txt && grep -E '^(CapEff|CapBnd|CapPrm|NoNewPrivs):' /proc/self/status >> identity.txt"
@@ -155,6 +117,41 @@ def _spec(recipe: AppRecipe) -> RecoverySpec:
     return RecoverySpec(repository="acme/docker-egress", clone_url="x", base_revision="5e" * 20, recipe=recipe)
 
 
+def _marked_workspace(tmp_path: Path) -> Path:
+    """A workspace of one file holding a fresh marker, so that its app image is new to the engine."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "marker.txt").write_text(uuid.uuid4().hex)
+    return ws
+
+
+def _provider(tmp_path: Path, docker_engine: DockerEngine, image_cache: Path) -> DockerProvider:
+    return DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+
+
+def _run_checks(
+    provider: DockerProvider,
+    recipe: AppRecipe,
+    ws: Path,
+    step: str,
+    log: Path,
+    setup_timeout_s: float,
+    test_timeout_s: float,
+    progress: Progress | None = None,
+) -> TestRunResult:
+    """The checks of ``recipe`` in ``ws`` as step ``step`` of the test's run, logged to ``log``."""
+    return provider.run_checks(
+        _spec(recipe),
+        str(ws),
+        run_id=RUN,
+        op_id=f"{RUN}:{step}",
+        log_path=log,
+        setup_timeout_s=setup_timeout_s,
+        test_timeout_s=test_timeout_s,
+        progress=progress,
+    )
+
+
 def test_only_a_networked_setup_gets_the_egress_packages_in_its_base_image() -> None:
     offline = AppRecipe(setup=["true"], start="true", test="true", readiness=ReadinessProbe(path="/"))
     assert base_recipe(offline) == offline.image
@@ -173,7 +170,7 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
 ) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
-    (ws / "attack.py").write_text(ATTACK)
+    (ws / "attack.py").write_text(EGRESS_ATTACK)
     (ws / "tests.py").write_text(TESTS)
     loopback = listeners["127.0.0.1"]
     tunnels = {name: listener.authority for name, listener in listeners.items()}
@@ -207,16 +204,7 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
     progress: list[str] = []
     log = tmp_path / "checks.log"
     try:
-        result = provider.run_checks(
-            _spec(recipe),
-            str(ws),
-            run_id=RUN,
-            op_id=f"{RUN}:checks",
-            log_path=log,
-            setup_timeout_s=300,
-            test_timeout_s=120,
-            progress=progress.append,
-        )
+        result = _run_checks(provider, recipe, ws, "checks", log, 300, 120, progress=progress.append)
         text = log.read_text()
         assert result.passed, text
         image = next(line.split()[-1] for line in text.splitlines() if line.startswith("# setup ran in setup"))
@@ -267,24 +255,14 @@ def test_docker_setup_reaches_pypi_through_the_proxy_and_nothing_of_the_worker(
 def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
     docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
 ) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "marker.txt").write_text(uuid.uuid4().hex)
+    ws = _marked_workspace(tmp_path)
     recipe = _recipe(["touch first-step-ran", "echo failing on purpose; exit 3"])
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     before = {image.id for image in docker_client.images.list(all=True)}
     log = tmp_path / "checks.log"
     try:
         with pytest.raises(SetupError, match=r"'echo failing on purpose; exit 3' exited 3") as failed:
-            provider.run_checks(
-                _spec(recipe),
-                str(ws),
-                run_id=RUN,
-                op_id=f"{RUN}:fail",
-                log_path=log,
-                setup_timeout_s=120,
-                test_timeout_s=60,
-            )
+            _run_checks(provider, recipe, ws, "fail", log, 120, 60)
         assert "failing on purpose" in str(failed.value)
         tag = provider.images.app_tag(recipe, ws, provider.images.base_tag(base_recipe(recipe)))
     finally:
@@ -305,10 +283,8 @@ def test_a_failing_networked_setup_command_leaves_no_image_and_no_container(
 def test_a_networked_setup_command_is_killed_at_the_setup_timeout(
     docker_engine: DockerEngine, docker_client: docker.DockerClient, image_cache: Path, tmp_path: Path
 ) -> None:
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "marker.txt").write_text(uuid.uuid4().hex)
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    ws = _marked_workspace(tmp_path)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     try:
         with pytest.raises(SetupStepError, match=r"'sleep 600' timed out"):
             provider.images.ensure_app(_recipe(["sleep 600"]), ws, setup_timeout_s=3)
@@ -329,7 +305,7 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
         ws.mkdir()
         (ws / "requirements.txt").write_text(lock)
         (ws / "tree.txt").write_text(text)
-    provider = DockerProvider(tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache)
+    provider = _provider(tmp_path, docker_engine, image_cache)
     images = provider.images
     try:
         base = images.ensure_base(base_recipe(recipe))

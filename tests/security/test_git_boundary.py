@@ -37,13 +37,14 @@ from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import AgentRunInput, AgentToolCall, PrepareSpecInput, VerifyInput
+from pipeline.steps import AgentRunInput, AgentToolCall, PrepareSpecInput
 from repair.agent_command import ShellAgent
 from tests.integration.repair.test_command_engine import activity_env, attempt_input
 from tests.integration.repair.test_command_engine import engine as command_engine
 from tests.support.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
+from tests.support.step_inputs import first_verify
 
 __all__ = ["serve"]
 
@@ -228,14 +229,7 @@ def test_a_model_test_and_a_setup_that_plant_git_entry_points_run_nothing_on_the
     patch_ref = store.put_bytes(patch.encode(), kind=ArtifactKind.PATCH, run_id=RUN, name="candidate.patch")
     verified = env.run(
         activities.verify_candidate,
-        VerifyInput(
-            run_id=RUN,
-            op_id=f"{RUN}:verify:1",
-            spec_ref=spec_ref,
-            patch_ref=patch_ref,
-            message="Fix the cart total",
-            commit_timestamp=1_700_000_000,
-        ),
+        first_verify(RUN, spec_ref, patch_ref, "Fix the cart total", 1_700_000_000),
     )
     assert_no_canary(canary)
     assert verified.tests_passed, verified.test_summary

@@ -16,7 +16,8 @@ import pytest
 from infra.cli.demo import issue_text
 from pipeline.ops.reconciler import reconcile_once
 from reviews.markers import COMMENT, find_marker
-from tests.support.security_harness import BOT, MAINTAINER, OUTSIDER, TRIAGER, TRIGGER, Forge, Site
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, TRIAGER, TRIGGER
+from tests.support.security_harness import Forge, Site
 
 # The forge's timestamps are whole seconds: an edit a little over a second after the label is after it.
 NEXT_SECOND_S = 1.2

@@ -261,34 +261,26 @@ def hold_one_request(upstream: ScriptedModelServer, proxy: ModelProxy) -> thread
     return held
 
 
-def test_a_second_request_waits_a_bounded_time_behind_the_one_in_flight(serve: Serve) -> None:
+def assert_refused_behind_the_one_in_flight(serve: Serve, refusal: str, **limits: Any) -> None:
+    """With one request held in flight by the upstream, the next gets 429 ``refusal`` and never reaches it."""
     upstream = serve(SCRIPT)
-    with ModelProxy(
-        upstream.base_url, "real-upstream-key", MODEL, token_budget=1000, op_id="op-wait", wait_s=0.5
-    ) as proxy:
+    with ModelProxy(upstream.base_url, "real-upstream-key", MODEL, token_budget=1000, **limits) as proxy:
         held = hold_one_request(upstream, proxy)
         second = post(proxy, {"model": MODEL, "messages": messages()})
         assert second.status_code == 429
-        assert second.json()["error"]["type"] == "request_in_flight"
+        assert second.json()["error"]["type"] == refusal
         log = upstream.data_dir / "requests.jsonl"
         upstream.stop()  # releases the held request
         held.join()
-        assert len(log.read_text().splitlines()) == 1  # the waiting request never reached the upstream
+        assert len(log.read_text().splitlines()) == 1  # the refused request never reached the upstream
+
+
+def test_a_second_request_waits_a_bounded_time_behind_the_one_in_flight(serve: Serve) -> None:
+    assert_refused_behind_the_one_in_flight(serve, "request_in_flight", op_id="op-wait", wait_s=0.5)
 
 
 def test_a_flood_of_connections_is_refused_beyond_the_pending_limit(serve: Serve) -> None:
-    upstream = serve(SCRIPT)
-    with ModelProxy(
-        upstream.base_url, "real-upstream-key", MODEL, token_budget=1000, op_id="op-flood", max_pending=1
-    ) as proxy:
-        held = hold_one_request(upstream, proxy)
-        flood = post(proxy, {"model": MODEL, "messages": messages()})
-        assert flood.status_code == 429
-        assert flood.json()["error"]["type"] == "too_many_requests"
-        log = upstream.data_dir / "requests.jsonl"
-        upstream.stop()
-        held.join()
-        assert len(log.read_text().splitlines()) == 1
+    assert_refused_behind_the_one_in_flight(serve, "too_many_requests", op_id="op-flood", max_pending=1)
 
 
 def test_an_oversized_body_gets_413_before_it_is_read_and_never_reaches_the_upstream(

@@ -8,7 +8,6 @@ with a stored patch, and then look at the file system itself.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,6 @@ import pytest
 import yaml
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from environments.git import git_env
 from environments.spec import build_recovery_spec, canonical_json
@@ -31,24 +29,19 @@ from pipeline.activities.model import ModelActivities
 from pipeline.config import load_config
 from pipeline.state import Phase
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
-from pipeline.workflow import WORKFLOWS
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
-from tests.support.gitrepo import Repo, fixed_cart_source, git, make_repo
+from tests.support.gitrepo import Repo, fixed_cart_source, git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.repair import CART_SCRIPTS, engine_for
 from tests.support.repair_context import cart_procedure_json
+from tests.support.temporal_workers import pipeline_workers, running
 
 RUN = "repair:acme/cart#10"
 __all__ = ["serve"]  # the scripted model server's fixture
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
 
 
 def new_file(path: str, mode_line: str = "new file mode 100644", body: str = "+x\n") -> str:
@@ -413,20 +406,11 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     acts[TaskQueue.BROWSER].append(prepare_procedure)
     acts[TaskQueue.MODEL] = list(model.all())
     with ThreadPoolExecutor(max_workers=4) as executor:
-        workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
-        workers += [
-            Worker(temporal_client, task_queue=queue.value, activities=a, activity_executor=executor)
-            for queue, a in acts.items()
-        ]
-        runs = [asyncio.create_task(w.run()) for w in workers]
-        try:
+        async with running(pipeline_workers(temporal_client, acts, activity_executor=executor)):
             harness = Harness(temporal_client, script)
             wf = await harness.start()
             state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=90)
             await temporal_client.get_workflow_handle(wf).terminate("the test has what it needs")
-        finally:
-            await asyncio.gather(*(w.shutdown() for w in workers))
-            await asyncio.gather(*runs, return_exceptions=True)
 
     # Attempt 1 produced no candidate; attempt 2's is the one awaiting review.
     assert [c.attempt for c in state.candidates] == [2]

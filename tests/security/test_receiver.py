@@ -72,6 +72,15 @@ def connect(target: Target) -> socket.socket:
     return sock
 
 
+@contextmanager
+def receiver_and_connections(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, count: int, limits: ReceiverLimits = LIMITS
+) -> Iterator[tuple[Target, list[socket.socket]]]:
+    """A receiver with ``limits`` and ``count`` connections open to it, for the block."""
+    with receiver(temporal_env, tmp_path, limits) as target, ExitStack() as stack:
+        yield target, [stack.enter_context(connect(target)) for _ in range(count)]
+
+
 def read_answer(sock: socket.socket, timeout_s: float) -> tuple[int, bytes] | None:
     """The status and body of the answer on ``sock``, or None when it was closed without one."""
     sock.settimeout(timeout_s)
@@ -141,8 +150,7 @@ def test_body_over_the_limit_is_refused_before_it_is_read(temporal_env: Workflow
 def test_fifty_connections_sending_no_body_are_timed_out_and_a_valid_delivery_is_answered(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    with receiver(temporal_env, tmp_path) as target, ExitStack() as stack:
-        idle = [stack.enter_context(connect(target)) for _ in range(50)]
+    with receiver_and_connections(temporal_env, tmp_path, 50) as (target, idle):
         for sock in idle:
             sock.sendall(head("issues", "512"))
         # Every idle connection holds a handler now; the delivery must still get one and its answer.
@@ -158,8 +166,7 @@ def test_fifty_connections_sending_no_body_are_timed_out_and_a_valid_delivery_is
 def test_connections_that_send_nothing_are_closed_after_the_read_timeout(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
-    with receiver(temporal_env, tmp_path) as target, ExitStack() as stack:
-        silent = [stack.enter_context(connect(target)) for _ in range(50)]
+    with receiver_and_connections(temporal_env, tmp_path, 50) as (target, silent):
         time.sleep(0.3)
         assert_ping_answered(target)
         # No request line ever came: the server closes without an answer (a client timeout would raise).
@@ -168,8 +175,7 @@ def test_connections_that_send_nothing_are_closed_after_the_read_timeout(
 
 def test_a_connection_over_the_cap_is_answered_503_at_once(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
     limits = ReceiverLimits(max_body=LIMITS.max_body, max_connections=3, read_timeout_s=1.5)
-    with receiver(temporal_env, tmp_path, limits) as target, ExitStack() as stack:
-        held = [stack.enter_context(connect(target)) for _ in range(3)]
+    with receiver_and_connections(temporal_env, tmp_path, 3, limits) as (target, held):
         for sock in held:
             sock.sendall(head("issues", "512"))
         time.sleep(0.3)

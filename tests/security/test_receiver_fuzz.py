@@ -30,7 +30,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import event as hypothesis_event
 from hypothesis import strategies as st
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from pipeline.receiver.webhooks import WebhookReceiver
 from reviews.markers import pull_marker
@@ -44,6 +44,7 @@ from tests.integration.receiver.test_webhooks import (
     config,
     events_of,
     forge,
+    hooked,
 )
 from tests.support.security_harness import example, receiver
 
@@ -187,15 +188,11 @@ async def runs_of(client: Client, repository: str) -> list[str]:
 
 @pytest.fixture
 async def fuzz_hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
-    hook = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=temporal_client)
-    forge.create_repository(hook.repository)
-    try:
+    async def listed(hook: Hook) -> list[str]:
+        return await runs_of(temporal_client, hook.repository)
+
+    async with hooked(receiver, forge, temporal_client, listed, "fuzzing over") as hook:
         yield hook
-    finally:
-        for workflow_id in await runs_of(temporal_client, hook.repository):
-            handle = temporal_client.get_workflow_handle(workflow_id)
-            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
-                await handle.terminate("fuzzing over")
 
 
 async def test_requests_without_a_valid_signature_are_refused_and_reach_no_run(fuzz_hook: Hook) -> None:

@@ -20,19 +20,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as runs
 from pipeline.ops import forge_setup
-from tests.support.security_harness import (
-    MAINTAINER,
-    OUTSIDER,
-    OWNER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-    example,
-    post_raw,
-    serving,
-    workers,
-)
+from tests.support.forge_logins import MAINTAINER, OUTSIDER, OWNER, TRIAGER, TRIGGER
+from tests.support.security_harness import Site, eventually, example, post_raw, serving, workers
 from tests.support.stamps import forge_now
 
 # The forge's timestamps are whole seconds: an event and a run it must precede are this far apart.
@@ -53,13 +42,7 @@ async def replayed(url: str, recorded: dict[str, Any], guid: str | None = None) 
 
 
 async def test_a_replayed_old_labeled_delivery_starts_nothing_even_after_a_receiver_restart(site: Site) -> None:
-    issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
-    triager = site.repo(TRIAGER).get_issue(issue.number)
-    triager.add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [first] = site.deliveries("issues", "labeled")
-    assert first["status_code"] == 202, first
-    await site.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+    triager, workflow_id, first = await site.ended_labelled_run()
     # Run 2, on a later label: run 1's trigger is no longer the newest run's.
     triager.remove_from_labels(TRIGGER)
     await asyncio.sleep(NEXT_SECOND_S)

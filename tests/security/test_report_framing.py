@@ -121,18 +121,28 @@ def test_a_served_report_carries_a_policy_that_no_page_may_frame_it(served: Serv
     assert served.report.key in httpx.get(f"{served.url}/", timeout=10).text
 
 
+def new_bucket(s3_server: SeaweedS3) -> str:
+    bucket = f"framing-{uuid.uuid4().hex[:12]}"
+    s3_server.create_bucket(bucket)
+    return bucket
+
+
+def runs_store(s3_server: SeaweedS3, bucket: str, public_url: str | None = None) -> S3ArtifactStore:
+    """An S3 store of ``bucket`` under ``runs``, linking through ``public_url`` if given (else presigned)."""
+    credentials = S3Credentials(access_key_id=s3_server.access_key, secret_access_key=s3_server.secret_key)
+    return S3ArtifactStore(
+        bucket, "runs", endpoint_url=s3_server.endpoint_url, credentials=credentials, public_url=public_url
+    )
+
+
 @pytest.mark.s3
 def test_an_s3_store_links_through_the_server_and_a_tampered_object_is_refused(
     s3_server: SeaweedS3, tmp_path: Path
 ) -> None:
-    bucket = f"framing-{uuid.uuid4().hex[:12]}"
-    s3_server.create_bucket(bucket)
-    credentials = S3Credentials(access_key_id=s3_server.access_key, secret_access_key=s3_server.secret_key)
+    bucket = new_bucket(s3_server)
     env = {"AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
     with run_server(["--url", f"s3://{bucket}/runs?endpoint={s3_server.endpoint_url}"], env) as url:
-        store = S3ArtifactStore(
-            bucket, "runs", endpoint_url=s3_server.endpoint_url, credentials=credentials, public_url=url
-        )
+        store = runs_store(s3_server, bucket, public_url=url)
         report = store.put_bytes(REPORT.encode(), kind=ArtifactKind.REPORT, run_id="r", name="index.html")
         link = store.url_for(report)
         assert link == f"{url}/a/{report.key}"
@@ -187,10 +197,7 @@ def test_chromium_shows_nothing_of_a_served_report_to_a_page_that_frames_it(serv
 def test_a_presigned_s3_link_frames_which_is_why_s3_links_go_through_the_server(
     s3_server: SeaweedS3, chromium: Browser
 ) -> None:
-    bucket = f"framing-{uuid.uuid4().hex[:12]}"
-    s3_server.create_bucket(bucket)
-    credentials = S3Credentials(access_key_id=s3_server.access_key, secret_access_key=s3_server.secret_key)
-    store = S3ArtifactStore(bucket, "runs", endpoint_url=s3_server.endpoint_url, credentials=credentials)
+    store = runs_store(s3_server, new_bucket(s3_server))
     report = store.put_bytes(REPORT.encode(), kind=ArtifactKind.REPORT, run_id="r", name="index.html")
     presigned = store.url_for(report)
     assert "content-security-policy" not in httpx.get(presigned, timeout=10).headers

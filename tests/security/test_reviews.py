@@ -38,17 +38,8 @@ from reviews.markers import COMMENT, find_marker, pull_marker
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack
 from tests.support.forge import branch_with, commit_files
-from tests.support.security_harness import (
-    BOT,
-    DECISION_EVENTS,
-    MAINTAINER,
-    OUTSIDER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-)
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, READER, TRIAGER, TRIGGER
+from tests.support.security_harness import DECISION_EVENTS, Site, eventually
 
 
 def started_run(site: Site) -> tuple[int, str]:
@@ -172,17 +163,23 @@ def merge_activities(config: DurafixConfig, *, operator_approval: bool = False) 
     return services.forge_activities()
 
 
-def merge(site: Site, number: int, head: str, *, source: str = "webhook", operator_approval: bool = False) -> Any:
-    acts = merge_activities(site.config, operator_approval=operator_approval)
-    inp = MergeInput(
+def merge_input(site: Site, number: int, head: str, *, source: str = "webhook", **policy: Any) -> MergeInput:
+    """The merge of PR ``number`` at ``head``, as run 1 of the site's repository asks for it on the maintainer's
+    approval."""
+    return MergeInput(
         op_id=f"repair:{site.repository}#1:merge:1",
         repository=site.repository,
         number=number,
         approved_sha=head,
         reviewer=MAINTAINER,
         source=source,
+        **policy,
     )
-    return ActivityEnvironment().run(acts.merge, inp)
+
+
+def merge(site: Site, number: int, head: str, *, source: str = "webhook", operator_approval: bool = False) -> Any:
+    acts = merge_activities(site.config, operator_approval=operator_approval)
+    return ActivityEnvironment().run(acts.merge, merge_input(site, number, head, source=source))
 
 
 def test_a_dismissed_approval_does_not_merge_and_a_standing_one_does(site: Site) -> None:
@@ -252,12 +249,12 @@ def _key_of(body: str | None) -> str | None:
 async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_the_run_asks_for_a_review(
     stack_with_worker: E2EStack,
 ) -> None:
-    from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+    from tests.e2e.test_pipeline import finished, state_when
+    from tests.e2e.test_review_gate import opened_for_review
 
     stack = stack_with_worker
-    client, repository, issue, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
+    client, repository, issue, wf, state = await opened_for_review(stack)
+    assert state.pending_approval is not None
     pending = state.pending_approval
     head, number = pending.head_sha, pending.pr_number
 

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -47,7 +46,6 @@ from pipeline.steps import (
     CleanupRunInput,
     PrepareSpecInput,
     ProvisionInput,
-    VerifyInput,
 )
 from repair.stepping import decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
@@ -56,6 +54,8 @@ from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.support.docker import docker_engine, image_cache
 from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.support.gitrepo import CART_APP, Repo, make_repo
+from tests.support.listeners import Listener, listen
+from tests.support.step_inputs import first_verify
 
 pytestmark = pytest.mark.slow
 
@@ -97,34 +97,6 @@ s.sendall(sys.argv[2].encode()); print('LOCAL SERVICE REACHED')" "$DURAFIX_SERVI
   echo "== $step: done"
 } 2>&1
 """
-
-
-class ListeningService:
-    """A TCP listener on the worker's loopback that records every connection it accepts."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.port: int = self.sock.getsockname()[1]
-        self.connections: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            with conn:
-                conn.settimeout(2)
-                try:
-                    self.connections.append(conn.recv(4096))
-                except OSError:
-                    self.connections.append(b"")
-
-    def close(self) -> None:
-        self.sock.close()
 
 
 def tagged(tag: str) -> list[str]:
@@ -208,10 +180,11 @@ def fake_docker_socket(tmp_path: Path) -> Iterator[Path]:
 
 
 @pytest.fixture
-def service() -> Iterator[ListeningService]:
-    listener = ListeningService()
+def service() -> Iterator[Listener]:
+    """A TCP listener on the worker's loopback that records every connection it accepts."""
+    listener = listen("127.0.0.1")
     yield listener
-    listener.close()
+    listener.sock.close()
 
 
 @pytest.fixture
@@ -249,7 +222,7 @@ def sandboxed() -> None:
 
 @pytest.mark.usefixtures("sandboxed", "worker_secrets", "fake_docker_socket")
 def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_and_leaves_no_process(
-    tmp_path: Path, service: ListeningService
+    tmp_path: Path, service: Listener
 ) -> None:
     tag = os.urandom(8).hex()
     worker = Worker(tmp_path)
@@ -277,14 +250,7 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         )
         verify = worker.run(
             worker.env.verify_candidate,
-            VerifyInput(
-                run_id=RUN,
-                op_id=f"{RUN}:verify:1",
-                spec_ref=spec_ref,
-                patch_ref=patch_ref,
-                message="Hostile",
-                commit_timestamp=1_700_000_300,
-            ),
+            first_verify(RUN, spec_ref, patch_ref, "Hostile", 1_700_000_300),
         )
         assert verify.tests_passed, verify.test_summary
         assert wait_gone(tag) == [], "a process of the candidate's setup or tests survived it"
@@ -335,7 +301,7 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         for result in (baseline, verify, handle):
             for secret in SECRETS:
                 assert secret not in result.model_dump_json()
-        assert service.connections == [], f"a sandboxed command reached a local service: {service.connections}"
+        assert service.seen == [], f"a sandboxed command reached a local service: {service.seen}"
     finally:
         report = worker.run(worker.env.cleanup_run, CleanupRunInput(run_id=RUN))
     assert report.complete, report.errors
@@ -348,7 +314,7 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
 @pytest.mark.docker
 @pytest.mark.usefixtures("worker_secrets", "fake_docker_socket")
 def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_container_that_gets_nothing(
-    tmp_path: Path, service: ListeningService, docker_engine: DockerEngine, image_cache: Path
+    tmp_path: Path, service: Listener, docker_engine: DockerEngine, image_cache: Path
 ) -> None:
     tag = os.urandom(8).hex()
     worker = Worker(tmp_path)
@@ -384,7 +350,7 @@ def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_contain
         assert httpx.get(handle.base_url + "/healthz", trust_env=False, timeout=10).status_code == 200
         for secret in SECRETS:
             assert secret not in baseline.model_dump_json() and secret not in test_log
-        assert service.connections == [], f"a container reached a local service: {service.connections}"
+        assert service.seen == [], f"a container reached a local service: {service.seen}"
     finally:
         report = worker.run(env.cleanup_run, CleanupRunInput(run_id=RUN))
         docker_provider.close()

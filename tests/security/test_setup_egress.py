@@ -34,51 +34,12 @@ from environments.local import LocalProcessProvider
 from environments.processes import owned_pids
 from environments.sandbox import Sandbox
 from tests.conftest import require
-from tests.support.listeners import Listener, listen, worker_address
+from tests.support.listeners import EGRESS_ATTACK, Listener, listen, worker_address
 from tests.support.sandbox import require_bubblewrap
 
 pytestmark = pytest.mark.slow
 
 RUN = "repair:acme/egress#3"
-
-# The hostile step: every way to the worker's services it has, each result written to attempts.json.
-ATTACK = r"""
-import json, socket, sys
-
-targets = json.loads(sys.argv[1])
-results = {}
-
-
-def via_proxy(name, request):
-    try:
-        with socket.create_connection(("127.0.0.1", 3128), 10) as conn:
-            conn.sendall(request)
-            answer = conn.recv(200).split(b"\r\n", 1)[0].decode(errors="replace")
-    except OSError as exc:
-        answer = f"error {exc}"
-    results[name] = "reached" if " 200 " in answer else f"blocked: {answer}"
-
-
-def direct(name, family, address, port):
-    try:
-        with socket.socket(family, socket.SOCK_STREAM) as conn:
-            conn.settimeout(5)
-            conn.connect((address, port))
-            conn.sendall(b"direct")
-        results[name] = "reached"
-    except OSError as exc:
-        results[name] = f"blocked: {exc}"
-
-
-for name, authority in targets["connect"].items():
-    via_proxy(f"connect {name}", f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
-for name, url in targets["get"].items():
-    via_proxy(f"get {name}", f"GET {url} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
-direct("direct 127.0.0.1", socket.AF_INET, "127.0.0.1", targets["ports"]["v4"])
-if targets["ports"].get("v6"):
-    direct("direct ::1", socket.AF_INET6, "::1", targets["ports"]["v6"])
-json.dump(results, open("attempts.json", "w"), indent=1)
-"""
 
 # The tests that follow setup: no proxy socket, no bridge, no network.
 TESTS = (
@@ -121,7 +82,7 @@ def test_setup_reaches_the_registries_through_the_proxy_and_nothing_of_the_worke
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "package.json").write_text(json.dumps({"name": "egress-probe", "version": "1.0.0", "private": True}))
-    (ws / "attack.py").write_text(ATTACK)
+    (ws / "attack.py").write_text(EGRESS_ATTACK)
     (ws / "tests.py").write_text(TESTS)
     v4, host = listeners["v4"], listeners["host"]
     tunnels = {
@@ -133,8 +94,10 @@ def test_setup_reaches_the_registries_through_the_proxy_and_nothing_of_the_worke
         **({"::1": listeners["v6"].authority} if "v6" in listeners else {}),
     }
     forwards = {"127.0.0.1": f"http://{v4.authority}/", "metadata": "http://169.254.169.254/latest/meta-data/"}
-    ports = {name: listener.port for name, listener in listeners.items()}
-    targets = {"connect": tunnels, "get": forwards, "ports": ports}
+    direct = {"127.0.0.1": (v4.address, v4.port)}
+    if "v6" in listeners:
+        direct["::1"] = (listeners["v6"].address, listeners["v6"].port)
+    targets = {"connect": tunnels, "get": forwards, "direct": direct}
     recipe = AppRecipe(
         setup=[
             "npm install --no-audit --no-fund --no-update-notifier is-number@7.0.0",

@@ -21,19 +21,8 @@ from pipeline.services import Services
 from pipeline.state import Phase
 from reviews.markers import COMMENT, find_marker
 from tests.replay.record import record_history
-from tests.support.security_harness import (
-    BOT,
-    DECISION_EVENTS,
-    MAINTAINER,
-    OUTSIDER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-    example,
-    workers,
-)
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, READER, TRIAGER, TRIGGER
+from tests.support.security_harness import DECISION_EVENTS, Site, eventually, example, workers
 from tests.support.stamps import forge_now
 
 EDITED_PROCEDURE = """```durafix-repro
@@ -67,40 +56,37 @@ def issue_delivery(site: Site, action: str, number: int, sender: str, *, label: 
     return payload
 
 
-async def test_an_outsiders_label_starts_no_run(site: Site) -> None:
-    number = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title").number
-    status, answer = await site.deliver("issues", issue_delivery(site, "labeled", number, OUTSIDER))
+async def refused_trigger(site: Site, sender: str, action: str) -> dict[str, Any]:
+    """``sender`` opens an issue and a delivery of ``action`` with the trigger label comes from them: refused
+    (403) with no run started. The receiver's answer."""
+    number = site.repo(sender).create_issue(title="Total is wrong", body="see title").number
+    status, answer = await site.deliver("issues", issue_delivery(site, action, number, sender))
     assert status == 403, answer
+    assert await site.status(site.run_id(number)) is None
+    return answer
+
+
+async def test_an_outsiders_label_starts_no_run(site: Site) -> None:
+    answer = await refused_trigger(site, OUTSIDER, "labeled")
     assert (answer["sender"], answer["role"], answer["required"]) == (OUTSIDER, "none", "triage")
     assert "no run was started" in answer["message"]
-    assert await site.status(site.run_id(number)) is None
 
 
 async def test_an_outsiders_issue_opened_with_the_label_starts_no_run(site: Site) -> None:
     # An issue form applies its labels for anyone: the "opened" event then carries the trigger label.
-    number = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title").number
-    status, answer = await site.deliver("issues", issue_delivery(site, "opened", number, OUTSIDER))
-    assert status == 403, answer
+    answer = await refused_trigger(site, OUTSIDER, "opened")
     assert answer["role"] == "none"
-    assert await site.status(site.run_id(number)) is None
 
 
 async def test_a_reader_is_below_triage_and_starts_no_run(site: Site) -> None:
-    number = site.repo(READER).create_issue(title="Total is wrong", body="see title").number
-    status, answer = await site.deliver("issues", issue_delivery(site, "labeled", number, READER))
-    assert status == 403, answer
+    answer = await refused_trigger(site, READER, "labeled")
     assert answer["role"] == "read"
-    assert await site.status(site.run_id(number)) is None
 
 
 async def test_a_triagers_label_on_an_outsiders_issue_starts_the_run_with_the_text_pinned(site: Site) -> None:
     title, body = issue_text()
-    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
     # The real thing: the triager labels through the forge's API, whose delivery reaches the receiver.
-    site.repo(TRIAGER).get_issue(issue.number).add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [delivery] = site.deliveries("issues", "labeled")
-    assert delivery["status_code"] == 202, delivery
+    _, workflow_id, delivery = site.labelled_run(TRIAGER, title, body)
     inp = await site.started_input(workflow_id)
     assert inp.report is not None
     assert (inp.report.title, inp.report.body) == (title, body)
@@ -113,11 +99,7 @@ async def test_an_edit_after_the_trigger_is_noted_on_the_ticket_and_the_run_uses
     site: Site,
 ) -> None:
     title, body = issue_text()
-    issue = site.repo(OUTSIDER).create_issue(title=title, body=body)
-    site.repo(MAINTAINER).get_issue(issue.number).add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [labelled] = site.deliveries("issues", "labeled")
-    assert labelled["status_code"] == 202, labelled
+    issue, workflow_id, _ = site.labelled_run(MAINTAINER, title, body)
     # The author rewrites the report before any worker read it: its procedure now probes another page.
     site.repo(OUTSIDER).get_issue(issue.number).edit(body=EDITED_PROCEDURE)
     [edited] = site.deliveries("issues", "edited")
@@ -163,13 +145,7 @@ async def _state_at_provision(site: Site, workflow_id: str) -> Any:
 
 
 async def test_relabelling_an_issue_whose_run_ended_starts_its_next_run_once(site: Site) -> None:
-    issue = site.repo(OUTSIDER).create_issue(title="Total is wrong", body="see title")
-    triager = site.repo(TRIAGER).get_issue(issue.number)
-    triager.add_to_labels(TRIGGER)
-    workflow_id = site.run_id(issue.number)
-    [first] = site.deliveries("issues", "labeled")
-    assert first["status_code"] == 202, first
-    await site.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+    triager, workflow_id, _ = await site.ended_labelled_run()
 
     # Removing the label of an ended run cancels nothing; adding it again is a retry: run 2, its own ID.
     triager.remove_from_labels(TRIGGER)
@@ -185,16 +161,16 @@ async def test_relabelling_an_issue_whose_run_ended_starts_its_next_run_once(sit
     assert (await site.started_input(retry_id)).report is not None
 
     # Another trigger while run 2 is live attaches to it; the issue was told of the new run once.
-    status, again = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, TRIAGER))
+    status, again = await site.deliver("issues", issue_delivery(site, "labeled", triager.number, TRIAGER))
     assert status == 202 and again["workflow_id"] == retry_id and again["attached"] is True, again
-    answers = retry_comments(site, issue.number, retry_id)
+    answers = retry_comments(site, triager.number, retry_id)
     assert len(answers) == 1, answers
     assert f"`{retry_id}`" in answers[0] and f"`{workflow_id}` ended" in answers[0]
     assert await site.status(f"{workflow_id}~3") is None
     # An outsider's re-label is refused before anything is said on the issue or started.
-    status, _ = await site.deliver("issues", issue_delivery(site, "labeled", issue.number, OUTSIDER))
+    status, _ = await site.deliver("issues", issue_delivery(site, "labeled", triager.number, OUTSIDER))
     assert status == 403
-    assert len(retry_comments(site, issue.number, retry_id)) == 1
+    assert len(retry_comments(site, triager.number, retry_id)) == 1
 
 
 def retry_comments(site: Site, number: int, workflow_id: str) -> list[str]:

@@ -85,6 +85,14 @@ def _finishes(fn: Callable[[], object], timeout_s: float = 60.0) -> object:
     return box[0]
 
 
+def _planted(tmp_path: Path, state_config: Path, kind: str, name: str) -> Path:
+    """An agent's directory whose file ``name`` is planted as ``kind`` (see :func:`_plants`)."""
+    agent_dir = tmp_path / "agent"
+    agent_dir.mkdir()
+    _plants(state_config)[kind](agent_dir / name)
+    return agent_dir
+
+
 def _catching(fn: Callable[[], object]) -> object:
     try:
         return fn()
@@ -96,9 +104,7 @@ def _catching(fn: Callable[[], object]) -> object:
 def test_an_agents_summary_that_is_a_link_fifo_or_huge_is_not_read(
     tmp_path: Path, state_config: Path, resolver: str, kind: str
 ) -> None:
-    agent_dir = tmp_path / "agent"
-    agent_dir.mkdir()
-    _plants(state_config)[kind](agent_dir / SUMMARY_FILE)
+    agent_dir = _planted(tmp_path, state_config, kind, SUMMARY_FILE)
     said = _finishes(lambda: ShellAgent("true").summary(agent_dir))
     assert isinstance(said, str)
     assert SECRET not in said and ENV_SECRET not in said
@@ -109,9 +115,7 @@ def test_an_agents_summary_that_is_a_link_fifo_or_huge_is_not_read(
 def test_a_trajectory_that_is_a_link_fifo_or_huge_is_not_read(
     tmp_path: Path, state_config: Path, resolver: str, kind: str
 ) -> None:
-    agent_dir = tmp_path / "agent"
-    agent_dir.mkdir()
-    _plants(state_config)[kind](agent_dir / TRAJECTORY)
+    agent_dir = _planted(tmp_path, state_config, kind, TRAJECTORY)
     said = _finishes(lambda: MiniSweAgent(tmp_path / "venv").summary(agent_dir))
     assert isinstance(said, str) and SECRET not in said and ENV_SECRET not in said
     assert said.startswith("mini-swe-agent finished without writing its trajectory")

@@ -13,7 +13,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -35,6 +34,8 @@ from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.ids import workflow_id_for
 from tests.conftest import require
+from tests.support.proctree import environ_pids
+from tests.support.waiting import wait_for as wait_for  # the stack's tests wait with it
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"
@@ -231,12 +232,30 @@ def running_e2e_stack(
         stack.down(state, quiet=True)
 
 
-@pytest.fixture(scope="session")
-def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+@contextmanager
+def scripted_stack(
+    tmp_path_factory: pytest.TempPathFactory,
+    name: str,
+    *,
+    model_script: Callable[[Path], Path] = combined_model_script,
+    worker: bool = False,
+    **options: Any,
+) -> Iterator[E2EStack]:
+    """:func:`running_e2e_stack` (with ``options``) in a fresh directory ``name``, its model server answering
+    from ``model_script(<directory>/model-script.yaml)``, and one worker started if ``worker``. Needs git and
+    Chromium."""
     require(shutil.which("git") is not None, "git is not installed")
     require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
-    state = tmp_path_factory.mktemp("durafix-e2e")
-    with running_e2e_stack(state, model_script=combined_model_script(state / "model-script.yaml")) as e2e:
+    state = tmp_path_factory.mktemp(name)
+    with running_e2e_stack(state, model_script=model_script(state / "model-script.yaml"), **options) as stack:
+        if worker:
+            stack.spawn_worker()
+        yield stack
+
+
+@pytest.fixture(scope="session")
+def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
+    with scripted_stack(tmp_path_factory, "durafix-e2e") as e2e:
         yield e2e
 
 
@@ -249,30 +268,10 @@ def stack_with_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
         e2e_stack.stop_workers()
 
 
-def wait_for(predicate: Any, timeout_s: float, what: str, interval_s: float = 0.3) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval_s)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
 def owned_processes(run_id: str) -> list[int]:
     """PIDs of live processes carrying the run's ownership marker in their environment."""
     needle = f"{MARKER_VAR}={path_key(run_id)}/".encode()
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ:
-            found.append(int(proc.name))
-    return found
+    return environ_pids(lambda environ: needle in environ)
 
 
 def kill(rec: ServiceRecord) -> None:

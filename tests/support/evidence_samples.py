@@ -79,6 +79,31 @@ def reproduction_log(
     )
 
 
+def shop_bundle(
+    procedure: ArtifactRef,
+    base: RevisionEvidence,
+    candidate: RevisionEvidence,
+    patch: ArtifactRef,
+    *,
+    base_revision: str = BASE,
+    candidate_commit: str = CANDIDATE,
+    checks: list[CheckResult] | None = None,
+) -> EvidenceBundle:
+    """The evidence of run ``RUN_ID`` (issue 7 of ``acme/shop``) from its parts."""
+    return EvidenceBundle(
+        run_id=RUN_ID,
+        repository="acme/shop",
+        issue_number=7,
+        base_revision=base_revision,
+        candidate_commit=candidate_commit,
+        procedure=procedure,
+        base=base,
+        candidate=candidate,
+        patch=patch,
+        checks=checks or [],
+    )
+
+
 def store_cart_bundle(
     store: ArtifactStore,
     base_png: bytes,
@@ -128,15 +153,5 @@ def store_cart_bundle(
         name="pytest.txt",
         revision=CANDIDATE,
     )
-    return EvidenceBundle(
-        run_id=RUN_ID,
-        repository="acme/shop",
-        issue_number=7,
-        base_revision=BASE,
-        candidate_commit=CANDIDATE,
-        procedure=procedure,
-        base=sides[0],
-        candidate=sides[1],
-        patch=patch,
-        checks=[CheckResult(name="tests", passed=True, detail="4 passed", output=tests)],
-    )
+    checks = [CheckResult(name="tests", passed=True, detail="4 passed", output=tests)]
+    return shop_bundle(procedure, sides[0], sides[1], patch, checks=checks)

@@ -7,9 +7,17 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import urlsplit
+
+import pytest
+
+from tests.support.gitrepo import Repo
+
+# The token the served repositories demand, in tests that check it never reaches the disk.
+TOKEN = "ghs_token-that-must-never-touch-disk"
 
 
 class GitHttpServer:
@@ -161,3 +169,10 @@ def _read_body(handler: BaseHTTPRequestHandler) -> bytes:
                 return b"".join(chunks)
             chunks.append(chunk)
     return handler.rfile.read(int(handler.headers.get("Content-Length", "0")))
+
+
+@pytest.fixture
+def server(repo: Repo) -> Iterator[GitHttpServer]:
+    """The ``repo`` fixture's bare repository served over HTTP, demanding :data:`TOKEN`."""
+    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
+        yield srv

@@ -8,6 +8,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 CART_APP = Path(__file__).resolve().parents[2] / "examples" / "cart"
 
 
@@ -70,6 +72,12 @@ def make_repo(tmp: Path, source: Path = CART_APP) -> Repo:
     git("clone", "-q", "--bare", str(src), str(bare))
     git("remote", "add", "origin", str(bare), cwd=src)
     return Repo(bare=bare, work=src, base=git("rev-parse", "HEAD", cwd=src))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Repo:
+    """The sample cart app published as a fresh bare repository (:func:`make_repo`)."""
+    return make_repo(tmp_path / "repo")
 
 
 def fixed_cart_source(repo: Repo) -> str:

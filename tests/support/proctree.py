@@ -86,3 +86,19 @@ def wait_dead(pid: int, deadline_s: float = 10.0) -> None:
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} still alive after SIGKILL")
+
+
+def environ_pids(matches: Callable[[bytes], bool]) -> list[int]:
+    """PIDs of the processes whose environment (``/proc/<pid>/environ``, NUL-separated) ``matches``; those that
+    end or cannot be read while looked at are left out, zombies are not."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if matches(environ):
+            found.append(int(entry.name))
+    return found

@@ -82,6 +82,14 @@ def procedure(name: str, preconditions: list[dict[str, Any]], selector: str, cor
     return f"```durafix-repro\n{yaml.safe_dump(block, sort_keys=False)}```\n"
 
 
+def total_report(title: str, prose: str, name: str, shown: tuple[str, str], total: str) -> Report:
+    """An issue: ``prose``, then a procedure that checks the page shows ``shown`` (a selector and a text in it)
+    and finds the bug when ``#total`` does not show ``total``."""
+    selector, contains = shown
+    precondition = {"action": "expect_text", "selector": selector, "contains": contains}
+    return Report(title=title, body=prose + procedure(name, [precondition], "#total", total))
+
+
 # ---- tally: npm ------------------------------------------------------------------------------------------
 
 TALLY_PACKAGE = {
@@ -234,26 +242,20 @@ TALLY = Project(
         },
         "Show the version in the footer",
     ),
-    first=Report(
-        title="Tally total concatenates the counts",
-        body="The tally page lists Mon: 3, Tue: 4, Wed: n/a, Thu: 5, and shows **Total: 0345**. The counts "
-        "that are numbers add up to 12.\n\nExpected: `Total: 12`. Actual: `Total: 0345`.\n\n"
-        + procedure(
-            "tally total concatenates counts",
-            [{"action": "expect_text", "selector": "#entries", "contains": "Thu: 5"}],
-            "#total",
-            "Total: 12",
-        ),
+    first=total_report(
+        "Tally total concatenates the counts",
+        "The tally page lists Mon: 3, Tue: 4, Wed: n/a, Thu: 5, and shows **Total: 0345**. The counts "
+        "that are numbers add up to 12.\n\nExpected: `Total: 12`. Actual: `Total: 0345`.\n\n",
+        "tally total concatenates counts",
+        ("#entries", "Thu: 5"),
+        "Total: 12",
     ),
-    again=Report(
-        title="Tally 1.1: the total still shows 0345",
-        body="A colleague on Tally 1.1 says the total reads 0345 for Mon 3, Tue 4, Thu 5. It should be 12.\n\n"
-        + procedure(
-            "tally 1.1 total",
-            [{"action": "expect_text", "selector": "#version", "contains": "Tally 1.1"}],
-            "#total",
-            "Total: 12",
-        ),
+    again=total_report(
+        "Tally 1.1: the total still shows 0345",
+        "A colleague on Tally 1.1 says the total reads 0345 for Mon 3, Tue 4, Thu 5. It should be 12.\n\n",
+        "tally 1.1 total",
+        ("#version", "Tally 1.1"),
+        "Total: 12",
     ),
 )
 
@@ -410,26 +412,20 @@ LEADERBOARD = Project(
         {"app.py": BOARD_APP.replace("FOOTER", BOARD_FOOTER_MOVED), "CHANGELOG.md": "## Season 2\n\n- Footer.\n"},
         "Name the season in the footer",
     ),
-    first=Report(
-        title="Leaderboard total leaves out the leader's points",
-        body="Ada has 1,250, Grace 1,500 and Linus 1,250 points, but the leaderboard says **Total points: "
-        "2,750**: Ada's points are missing.\n\nExpected: `Total points: 4,000`.\n\n"
-        + procedure(
-            "leaderboard total misses a player",
-            [{"action": "expect_text", "selector": "#players", "contains": "Linus: 1,250"}],
-            "#total",
-            "Total points: 4,000",
-        ),
+    first=total_report(
+        "Leaderboard total leaves out the leader's points",
+        "Ada has 1,250, Grace 1,500 and Linus 1,250 points, but the leaderboard says **Total points: "
+        "2,750**: Ada's points are missing.\n\nExpected: `Total points: 4,000`.\n\n",
+        "leaderboard total misses a player",
+        ("#players", "Linus: 1,250"),
+        "Total points: 4,000",
     ),
-    again=Report(
-        title="Season 2: the total points are too low",
-        body="In season 2 the leaderboard's total still looks too low to me: it should be 4,000.\n\n"
-        + procedure(
-            "season 2 total",
-            [{"action": "expect_text", "selector": "#season", "contains": "Season 2"}],
-            "#total",
-            "Total points: 4,000",
-        ),
+    again=total_report(
+        "Season 2: the total points are too low",
+        "In season 2 the leaderboard's total still looks too low to me: it should be 4,000.\n\n",
+        "season 2 total",
+        ("#season", "Season 2"),
+        "Total points: 4,000",
     ),
 )
 

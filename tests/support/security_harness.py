@@ -15,18 +15,18 @@ import hashlib
 import hmac
 import http.client
 import json
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from github import Auth, Github
+from github.Issue import Issue
 from github.Repository import Repository
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus
@@ -42,19 +42,11 @@ from pipeline.receiver.webhooks import WebhookReceiver
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.workflow import WORKFLOWS
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, OWNER, READER, ROLES, TRIAGER, TRIGGER
 from tests.support.run_history import started_input
 from tests.support.stamps import stamped_now
+from tests.support.waiting import eventually as eventually  # the harness's tests wait with it
 
-T = TypeVar("T")
-
-OWNER = "acme"
-BOT = "durafix-bot"
-MAINTAINER = "maintainer"
-TRIAGER = "triager"
-READER = "reader"
-OUTSIDER = "outsider"
-TRIGGER = "durafix"
-ROLES = {BOT: "push", MAINTAINER: "push", TRIAGER: "triage", READER: "pull"}
 EXAMPLES = Path(__file__).resolve().parents[1] / "infra" / "forge" / "data" / "webhook-examples"
 # What a decision sent to a run leaves in its history: a signal (reject, withdraw) or an Update (approve).
 DECISION_EVENTS = (
@@ -190,30 +182,24 @@ class Site:
         history = await self.client.get_workflow_handle(workflow_id).fetch_history()
         return [ev for ev in history.events if ev.event_type in types]
 
+    def labelled_run(
+        self, labeller: str = TRIAGER, title: str = "Total is wrong", body: str = "see title"
+    ) -> tuple[Issue, str, dict[str, Any]]:
+        """An outsider's issue ``labeller`` labelled through the forge's API, whose delivery started its run
+        (answered 202). The issue as the labeller sees it, the run's workflow ID and the ``labeled`` delivery."""
+        issue = self.repo(OUTSIDER).create_issue(title=title, body=body)
+        labelled = self.repo(labeller).get_issue(issue.number)
+        labelled.add_to_labels(TRIGGER)
+        workflow_id = self.run_id(issue.number)
+        [delivery] = self.deliveries("issues", "labeled")
+        assert delivery["status_code"] == 202, delivery
+        return labelled, workflow_id, delivery
 
-def wait_until(predicate: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.1)
-
-
-async def eventually(predicate: Callable[[], Any], timeout_s: float, what: str) -> Any:
-    """``predicate`` (sync or async) until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        await asyncio.sleep(0.2)
+    async def ended_labelled_run(self) -> tuple[Issue, str, dict[str, Any]]:
+        """A triager's :meth:`labelled_run`, then terminated."""
+        triager, workflow_id, delivery = self.labelled_run()
+        await self.client.get_workflow_handle(workflow_id).terminate("ended for the test")
+        return triager, workflow_id, delivery
 
 
 @pytest.fixture(scope="module")
@@ -225,12 +211,20 @@ def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
 
 @pytest.fixture(scope="module")
 def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
+    return receiver_config(temporal_env, forge.handle, forge.tokens[BOT], tmp_path_factory.mktemp("state"))
+
+
+def receiver_config(
+    temporal_env: WorkflowEnvironment, handle: ForgeHandle, bot_token: str, state_dir: Path
+) -> DurafixConfig:
+    """The configuration of a receiver on the test's Temporal and forge emulator, acting with ``bot_token``: a
+    fresh webhook secret, the trigger label :data:`TRIGGER`."""
     return DurafixConfig(
-        state_dir=tmp_path_factory.mktemp("state"),
+        state_dir=state_dir,
         temporal_address=temporal_env.client.service_client.config.target_host,
-        forge_api_url=forge.handle.api_url,
-        forge_git_base=forge.handle.base_url,
-        forge_token=forge.tokens[BOT],
+        forge_api_url=handle.api_url,
+        forge_git_base=handle.base_url,
+        forge_token=bot_token,
         webhook_secret=uuid.uuid4().hex,
         trigger_label=TRIGGER,
     )

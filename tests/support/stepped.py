@@ -21,17 +21,17 @@ from typing import Any
 import httpx
 from temporalio import activity
 from temporalio.client import Client
-from temporalio.worker import Worker
 
 from environments.spec import build_recovery_spec, canonical_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
+from pipeline.state import Phase, RunState
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
-from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
 from tests.support.gitrepo import Repo
 from tests.support.repair_context import cart_procedure_json
+from tests.support.temporal_workers import pipeline_workers, running
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -94,6 +94,15 @@ def worker_process(module: str, client: Client, state: Path, args: list[str]) ->
         log.close()
 
 
+async def proposal_of(harness: Harness, wf: str, store: ArtifactStore, timeout: float) -> tuple[bytes, RunState]:
+    """The patch of the run's one candidate (attempt 1) once it awaits review, and its state; the run is then
+    terminated."""
+    state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=timeout)
+    await harness.client.get_workflow_handle(wf).terminate("the test has the proposal")
+    assert [c.attempt for c in state.candidates] == [1]
+    return store.read_bytes(state.candidates[0].patch_ref), state
+
+
 async def wait_for_file(path: Path, timeout: float = 120) -> None:
     """Until ``path`` exists (a held worker wrote it)."""
     deadline = time.monotonic() + timeout
@@ -134,14 +143,8 @@ async def pipeline_without_model(
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
     acts[TaskQueue.BROWSER].append(prepare_procedure)
-    workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=[*WORKFLOWS, *workflows])]
-    workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
+    async with running(pipeline_workers(client, acts, workflows)):
         yield Harness(client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def wait_until_held(server: ScriptedModelServer, timeout: float = 60) -> None:

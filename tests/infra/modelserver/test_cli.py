@@ -9,24 +9,21 @@ from pathlib import Path
 
 import httpx
 
+from tests.support.served import started_printing_url
+
 REPO = Path(__file__).resolve().parents[3]
 FIX_SCRIPT = REPO / "examples" / "cart" / "model" / "fix.yaml"
 
 
 def test_serve_prints_its_base_url_serves_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
-    proc = subprocess.Popen(
+    proc, base_url = started_printing_url(
         [
             *(sys.executable, "-m", "infra.modelserver", "serve", "--script", str(FIX_SCRIPT)),
             *("--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", "0"),
         ],
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
-        assert proc.stdout is not None
-        base_url = proc.stdout.readline().strip()
         assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
         models = httpx.get(f"{base_url}/models", headers={"Authorization": "Bearer k"}, timeout=10)
         assert models.json()["data"][0]["id"] == "durafix-scripted"

@@ -12,20 +12,13 @@ import pytest
 
 from environments.processes import read_stat
 from infra import processes
+from tests.support.waiting import wait_for
 
 
 def _spawn_sleeper(tmp_path: Path, seconds: int = 60) -> processes.ServiceRecord:
     return processes.spawn(
         "sleeper", [sys.executable, "-c", f"import time; time.sleep({seconds})"], log=tmp_path / "s.log", port=0, url=""
     )
-
-
-def _wait_for(condition: object, timeout_s: float = 10.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 def test_a_spawned_service_is_recorded_with_its_start_time_and_is_alive(tmp_path: Path) -> None:
@@ -44,7 +37,9 @@ def test_a_killed_service_left_unreaped_is_a_zombie_and_not_alive(tmp_path: Path
     record = _spawn_sleeper(tmp_path)
     os.kill(record.pid, signal.SIGKILL)
     # spawn never waits for its child, so the killed process stays a zombie of this test process.
-    _wait_for(lambda: (stat := read_stat(record.pid)) is None or stat.state == "Z")
+    wait_for(
+        lambda: (stat := read_stat(record.pid)) is None or stat.state == "Z", 10, "the service to end", interval_s=0.05
+    )
     assert not processes.is_alive(record)
     assert processes.stop(record)
 
@@ -82,7 +77,7 @@ def _spawn_leader_with_child(tmp_path: Path, handler: str) -> tuple[processes.Se
     record = processes.spawn(
         "leader", [sys.executable, "-c", code, str(pid_file)], log=tmp_path / "l.log", port=0, url=""
     )
-    _wait_for(lambda: pid_file.exists() and pid_file.read_text() != "")
+    wait_for(lambda: pid_file.exists() and pid_file.read_text() != "", 10, "the pid file", interval_s=0.05)
     child = int(pid_file.read_text())
     stat = read_stat(child)
     assert stat is not None and stat.pgid == record.pid

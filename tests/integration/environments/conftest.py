@@ -1,12 +1,6 @@
 from __future__ import annotations
 
-from pathlib import Path
+from tests.support.git_http import server
+from tests.support.gitrepo import repo
 
-import pytest
-
-from tests.support.gitrepo import Repo, make_repo
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
+__all__ = ["repo", "server"]

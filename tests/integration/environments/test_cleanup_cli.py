@@ -12,6 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -162,6 +163,13 @@ async def cli(main: Main, argv: list[str], capsys: pytest.CaptureFixture[str]) -
     return code, captured.out, captured.err
 
 
+async def json_of(main: Main, argv: list[str], capsys: pytest.CaptureFixture[str]) -> Any:
+    """The JSON document a command printed, which exited 0."""
+    code, out, _ = await cli(main, argv, capsys)
+    assert code == 0
+    return json.loads(out)
+
+
 def owners(resources: list[dict[str, object]]) -> set[tuple[object, object]]:
     return {(r["run_id"], r["kind"]) for r in resources}
 
@@ -170,10 +178,7 @@ def owners(resources: list[dict[str, object]]) -> set[tuple[object, object]]:
 async def test_resources_lists_each_runs_process_and_workspace(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(durafix_resources, ["--json"], capsys)
-
-    assert code == 0
-    document = json.loads(out)
+    document = await json_of(durafix_resources, ["--json"], capsys)
     assert document["unavailable"] == []
     assert owners(document["resources"]) == {(run, kind) for run in runs.all() for kind in ("process", "workspace")}
     by_kind = {(r["run_id"], r["kind"]): r for r in document["resources"]}
@@ -194,10 +199,7 @@ async def test_resources_lists_each_runs_process_and_workspace(
 async def test_dry_runs_list_their_targets_and_remove_nothing(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--json"], capsys)
-
-    assert code == 0
-    document = json.loads(out)
+    document = await json_of(durafix_cleanup, ["--run", runs.finished, "--json"], capsys)
     assert document["dry_run"] is True and document["temporal_status"] == "completed"
     assert owners(document["resources"]) == {(runs.finished, "process"), (runs.finished, "workspace")}
 
@@ -212,10 +214,7 @@ async def test_dry_runs_list_their_targets_and_remove_nothing(
 async def test_cleanup_of_one_run_removes_only_that_runs_resources(
     owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = await cli(durafix_cleanup, ["--run", runs.finished, "--yes", "--json"], capsys)
-
-    assert code == 0
-    document = json.loads(out)
+    document = await json_of(durafix_cleanup, ["--run", runs.finished, "--yes", "--json"], capsys)
     assert owners(document["removed"]) == {(runs.finished, "process"), (runs.finished, "workspace")}
     assert document["remaining"] == [] and document["errors"] == []
     assert not owned.alive(runs.finished) and not owned.tree[runs.finished].exists()
@@ -256,20 +255,15 @@ async def test_orphans_are_the_finished_and_unknown_runs_never_the_running_one(
         run_id="manual-experiment", op_id="manual", clone_url=owned.repo.url, base_revision=owned.repo.base
     )
 
-    code, out, _ = await cli(durafix_cleanup, ["--orphans", "--json"], capsys)
-
-    assert code == 0
-    document = json.loads(out)
+    document = await json_of(durafix_cleanup, ["--orphans", "--json"], capsys)
     planned = {t["run_id"]: t["temporal_status"] for t in document["targets"] if t["run_id"] in runs.all()}
     assert planned == {runs.finished: "completed", runs.unknown: "not-found"}
     kept = {k["run_id"]: k for k in document["kept"]}
     assert kept[runs.running]["temporal_status"] == "running"
     assert kept["manual-experiment"]["note"] == "not a run ID; inspect by hand"
 
-    code, out, _ = await cli(durafix_cleanup, ["--orphans", "--yes", "--json"], capsys)
-
-    assert code == 0
-    results = {t["run_id"]: t for t in json.loads(out)["targets"] if t["run_id"] in runs.all()}
+    document = await json_of(durafix_cleanup, ["--orphans", "--yes", "--json"], capsys)
+    results = {t["run_id"]: t for t in document["targets"] if t["run_id"] in runs.all()}
     assert set(results) == {runs.finished, runs.unknown}
     assert all(len(t["removed"]) == 2 and t["remaining"] == [] for t in results.values())
     assert not owned.alive(runs.finished) and not owned.alive(runs.unknown)

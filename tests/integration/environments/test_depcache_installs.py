@@ -36,10 +36,11 @@ from environments.workspace import Workspace, WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
-from pipeline.steps import CleanupRunInput, PrepareSpecInput, ProvisionInput, VerifyInput
+from pipeline.steps import CleanupRunInput, PrepareSpecInput, ProvisionInput
 from tests.conftest import require
 from tests.support.gitrepo import Repo
 from tests.support.projects import counter_lines, npm_project, pip_project
+from tests.support.step_inputs import first_verify
 
 pytestmark = pytest.mark.slow
 
@@ -127,14 +128,7 @@ def check_reuse(host: Host, repo: Repo, counter: Path, installed: str, patch: st
     patch_ref = host.services.store.put_bytes(
         patch.encode(), kind=ArtifactKind.PATCH, run_id=RUN, name="candidate.patch", media_type="text/x-diff"
     )
-    verify = VerifyInput(
-        run_id=RUN,
-        op_id=f"{RUN}:verify:1",
-        spec_ref=spec_ref,
-        patch_ref=patch_ref,
-        message="Check more",
-        commit_timestamp=1_700_000_200,
-    )
+    verify = first_verify(RUN, spec_ref, patch_ref, "Check more", 1_700_000_200)
     result = host.run(host.env.verify_candidate, verify)
     test_log = host.services.store.read_bytes(result.test_output_ref).decode()
     assert result.tests_passed, test_log

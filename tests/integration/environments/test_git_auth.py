@@ -1,24 +1,16 @@
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from environments.git import GitError
 from environments.workspace import WorkspaceManager
-from tests.support.git_http import GitHttpServer
+from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo
 
 RUN = "repair:acme/cart#12"
-TOKEN = "ghs_token-that-must-never-touch-disk"
-
-
-@pytest.fixture
-def server(repo: Repo) -> Iterator[GitHttpServer]:
-    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
-        yield srv
 
 
 def files_containing(root: Path, needle: bytes) -> list[Path]:

@@ -31,6 +31,8 @@ from environments.processes import is_live, read_stat, start_time
 from environments.secrets import SecretRefusedError, SecretUnavailableError
 from environments.spec import load_recipe
 from tests.support.gitrepo import CART_APP
+from tests.support.proctree import environ_pids
+from tests.support.waiting import wait_for
 
 RUN = "repair:acme/cart#12"
 OTHER_RUN = "repair:acme/cart#13"
@@ -38,18 +40,8 @@ OTHER_RUN = "repair:acme/cart#13"
 
 def tagged_pids(tag: str) -> set[int]:
     """Live processes whose environment carries ``DURAFIX_TEST_TAG=<tag>`` (read from /proc)."""
-    pids = set()
     needle = f"DURAFIX_TEST_TAG={tag}".encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0") and is_live(int(entry.name)):
-            pids.add(int(entry.name))
-    return pids
+    return {pid for pid in environ_pids(lambda environ: needle in environ.split(b"\0")) if is_live(pid)}
 
 
 def _cmdline(pid: int) -> str:
@@ -57,14 +49,6 @@ def _cmdline(pid: int) -> str:
         return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
-
-
-def wait_until(condition: object, timeout_s: float = 10.0) -> None:
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -153,7 +137,7 @@ def test_a_process_killed_behind_its_back_is_detected_and_replaced(
     op = f"{RUN}:provision"
     handle = provider.provision(run_id=RUN, op_id=op, spec=cart_spec(tag), workspace=str(workspace))
     os.killpg(leader_pid(handle), signal.SIGKILL)
-    wait_until(lambda: not tagged_pids(tag))
+    wait_for(lambda: not tagged_pids(tag), 10, "the tagged processes to end", interval_s=0.05)
 
     assert provider.check(handle) is EnvironmentStatus.GONE
     assert [r.detail["state"] for r in provider.list_owned(RUN)] == ["dead"]
@@ -179,7 +163,7 @@ def test_teardown_leaves_no_process_even_one_that_left_its_group(
     spec = cart_spec(tag, start="setsid sleep 300 & exec python3 app.py --port $PORT")
     handle = provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
     # The app runs in a sandbox (forwarder, bwrap, its init, then the commands): wait for the escaped sleep.
-    wait_until(lambda: any(_cmdline(pid).startswith("sleep") for pid in tagged_pids(tag)))
+    wait_for(lambda: any(_cmdline(pid).startswith("sleep") for pid in tagged_pids(tag)), 10, "a sleep", interval_s=0.05)
     pgid = leader_pid(handle)
 
     report = provider.teardown(handle)
@@ -392,7 +376,7 @@ def test_replacing_a_dead_app_reports_stopping_it_before_starting_anew(
     spec = cart_spec(tag)
     dead = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace))
     os.killpg(leader_pid(dead), signal.SIGKILL)
-    wait_until(lambda: not tagged_pids(tag))
+    wait_for(lambda: not tagged_pids(tag), 10, "the tagged processes to end", interval_s=0.05)
     progress = ProgressLog()
 
     replaced = provider.provision(run_id=RUN, op_id=op, spec=spec, workspace=str(workspace), progress=progress)
@@ -413,7 +397,7 @@ def test_a_failing_fixture_stops_the_app_and_the_next_provision_seeds_a_fresh_on
         provider.provision(run_id=RUN, op_id=op, spec=failing, workspace=str(workspace))
     assert "no seed data" in str(info.value)
     assert provider.list_owned(RUN) == []
-    wait_until(lambda: tagged_pids(tag) == set())
+    wait_for(lambda: tagged_pids(tag) == set(), 10, "the tagged processes to end", interval_s=0.05)
 
     handle = provider.provision(run_id=RUN, op_id=op, spec=cart_spec(tag, fixtures=[SEED]), workspace=str(workspace))
     assert provider.check(handle) is EnvironmentStatus.READY

@@ -22,17 +22,10 @@ from environments.git import (
 )
 from environments.mirror import MirrorCache, RevisionNotFoundError
 from environments.workspace import WorkspaceManager
-from tests.support.git_http import GitHttpServer
+from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo, git
 
-TOKEN = "ghs_mirror-test-token"
 RUN = "repair:acme/cart#7"
-
-
-@pytest.fixture
-def server(repo: Repo) -> Iterator[GitHttpServer]:
-    with GitHttpServer(repo.bare.parent, TOKEN) as srv:
-        yield srv
 
 
 @pytest.fixture
@@ -77,6 +70,13 @@ def hangs_up() -> Iterator[str]:
 
 
 # --- classification, from what real git prints ---------------------------------------------------------------
+
+
+def mirrored_before_a_push(tmp_path: Path, repo: Repo, url: str) -> tuple[MirrorCache, Path, str]:
+    """A mirror cache holding ``url`` at the base, and a commit pushed after it: the cache, the mirror, the commit."""
+    cache = MirrorCache(tmp_path / "cache")
+    mirror = cache.ensure(url, repo.base, token=TOKEN)
+    return cache, mirror, repo.push_commit("NOTES.md", "later\n", "a later commit")
 
 
 def test_a_wrong_token_is_a_protocol_error(url: str) -> None:
@@ -170,9 +170,7 @@ def _leftovers(cache: MirrorCache) -> list[str]:
 
 
 def test_a_mirror_whose_fetch_fails_locally_is_cloned_again(tmp_path: Path, repo: Repo, url: str) -> None:
-    cache = MirrorCache(tmp_path / "cache")
-    mirror = cache.ensure(url, repo.base, token=TOKEN)
-    newer = repo.push_commit("NOTES.md", "later\n", "a later commit")
+    cache, mirror, newer = mirrored_before_a_push(tmp_path, repo, url)
     # A worker killed mid-fetch leaves ref locks behind; every later fetch into that mirror fails on them.
     (mirror / "refs" / "heads").mkdir(parents=True, exist_ok=True)
     (mirror / "refs" / "heads" / "main.lock").write_text("")
@@ -190,9 +188,7 @@ def test_a_mirror_whose_fetch_fails_locally_is_cloned_again(tmp_path: Path, repo
 def test_a_fetch_the_server_drops_is_answered_by_one_fresh_clone(
     tmp_path: Path, repo: Repo, url: str, server: GitHttpServer
 ) -> None:
-    cache = MirrorCache(tmp_path / "cache")
-    mirror = cache.ensure(url, repo.base, token=TOKEN)
-    newer = repo.push_commit("NOTES.md", "later\n", "a later commit")
+    cache, mirror, newer = mirrored_before_a_push(tmp_path, repo, url)
     server.fail_next(1, status=None)
 
     cache.ensure(url, newer, token=TOKEN)
@@ -204,9 +200,7 @@ def test_a_fetch_the_server_drops_is_answered_by_one_fresh_clone(
 def test_when_the_fresh_clone_fails_too_its_error_is_raised_and_the_old_mirror_stays(
     tmp_path: Path, repo: Repo, url: str, server: GitHttpServer
 ) -> None:
-    cache = MirrorCache(tmp_path / "cache")
-    mirror = cache.ensure(url, repo.base, token=TOKEN)
-    newer = repo.push_commit("NOTES.md", "later\n", "a later commit")
+    cache, mirror, newer = mirrored_before_a_push(tmp_path, repo, url)
     server.fail_next(2, status=503)
 
     with pytest.raises(GitTransportError) as raised:
@@ -223,9 +217,7 @@ def test_when_the_fresh_clone_fails_too_its_error_is_raised_and_the_old_mirror_s
 def test_a_revoked_token_is_a_protocol_error_after_one_clone_attempt(
     tmp_path: Path, repo: Repo, url: str, server: GitHttpServer
 ) -> None:
-    cache = MirrorCache(tmp_path / "cache")
-    mirror = cache.ensure(url, repo.base, token=TOKEN)
-    newer = repo.push_commit("NOTES.md", "later\n", "a later commit")
+    cache, mirror, newer = mirrored_before_a_push(tmp_path, repo, url)
     server.accept_token("ghs_the-new-token")
     refused_before = server.refused_requests
 

@@ -77,12 +77,15 @@ def runner(ws: Path, recipe: AppRecipe, setups: list[str] | None = None) -> tupl
     return commands, run
 
 
-def cart_proof(ws: Path, base: str, run: TestRunner, tmp_path: Path) -> RegressionProof:
-    """The cart sample's proof (no report, no subset)."""
+def head_proof(
+    ws: Path, base: str, run: TestRunner, tmp_path: Path, recipe: AppRecipe = CART_RECIPE
+) -> RegressionProof:
+    """The proof of ``recipe`` (by default the cart sample's, with no report and no subset) for the workspace's
+    head."""
     return prove_regression(
         ws,
         base,
-        CART_RECIPE,
+        recipe,
         run=run,
         log_dir=tmp_path / "logs",
         candidate_cases=None,
@@ -97,7 +100,7 @@ def test_a_test_that_fails_without_the_fix_and_passes_with_it_is_proven(tmp_path
         {"cart.py": (BROKEN, FIXED), "tests/test_cart.py": ("    def test_format_cents(self) -> None:\n", NEW_TEST)},
     )
     commands, run = runner(ws, CART_RECIPE)
-    proof = cart_proof(ws, base, run, tmp_path)
+    proof = head_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.PROVEN, proof
     assert proof.test_files == ["tests/test_cart.py"]
     assert commands == [CART_RECIPE.test]  # no subset declared: the full suite, on the base's code
@@ -121,7 +124,7 @@ def test_a_test_that_passes_on_the_base_too_proves_nothing(tmp_path: Path) -> No
         },
     )
     _, run = runner(ws, CART_RECIPE)
-    proof = cart_proof(ws, base, run, tmp_path)
+    proof = head_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.NOT_PROVEN
     assert "pass on the base too" in proof.summary()
 
@@ -129,7 +132,7 @@ def test_a_test_that_passes_on_the_base_too_proves_nothing(tmp_path: Path) -> No
 def test_a_patch_without_tests_has_nothing_to_prove(tmp_path: Path) -> None:
     ws, base = workspace_with(tmp_path, CART_APP, {"cart.py": (BROKEN, FIXED)})
     commands, run = runner(ws, CART_RECIPE)
-    proof = cart_proof(ws, base, run, tmp_path)
+    proof = head_proof(ws, base, run, tmp_path)
     assert proof.status == ProofStatus.NO_TESTS and commands == []
 
 
@@ -176,15 +179,7 @@ def test_with_a_junit_report_the_proof_names_the_cases_and_a_reverted_lock_file_
     )
     setups: list[str] = []
     commands, run = runner(ws, NODE_RECIPE, setups)
-    proof = prove_regression(
-        ws,
-        base,
-        NODE_RECIPE,
-        run=run,
-        log_dir=tmp_path / "logs",
-        candidate_cases=None,
-        candidate=git("rev-parse", "HEAD", cwd=ws),
-    )
+    proof = head_proof(ws, base, run, tmp_path, recipe=NODE_RECIPE)
     assert proof.status == ProofStatus.PROVEN, proof
     assert proof.fixed_cases == ["test::double of two is four"]
     assert NODE_RECIPE.test_subset is not None

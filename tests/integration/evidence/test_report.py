@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser
+from playwright.sync_api import Browser, Page
 from temporalio.testing import ActivityEnvironment
 
 from browser.results import ReproductionStatus
@@ -44,6 +44,20 @@ def section(page: str, name: str) -> str:
     found = re.search(rf'<section id="{name}">(.*?)</section>', page, re.S)
     assert found is not None, f"no section {name}"
     return found.group(1)
+
+
+def watched(page: Page) -> list[str]:
+    """The console errors and uncaught exceptions of ``page``, as they come."""
+    problems: list[str] = []
+    page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
+    page.on("pageerror", lambda err: problems.append(str(err)))
+    return problems
+
+
+def opened(page: Page, url: str) -> None:
+    """``page`` at ``url``, loaded, which answered 200."""
+    response = page.goto(url, wait_until="load")
+    assert response is not None and response.status == 200
 
 
 def test_report_shows_both_revisions_steps_patch_checks_and_hashes(tmp_path: Path) -> None:
@@ -240,12 +254,9 @@ def test_served_report_renders_in_chromium_with_images_and_no_console_errors(tmp
         report = store.put_file(html, kind=ArtifactKind.REPORT, run_id=bundle.run_id, name="evidence.html")
 
         page = chromium.new_page()
-        problems: list[str] = []
-        page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda err: problems.append(str(err)))
+        problems = watched(page)
         page.on("requestfailed", lambda req: problems.append(f"request failed: {req.url}"))
-        response = page.goto(store.url_for(report), wait_until="load")
-        assert response is not None and response.status == 200
+        opened(page, store.url_for(report))
 
         widths = page.eval_on_selector_all("img", "imgs => imgs.map(i => i.complete ? i.naturalWidth : 0)")
         assert len(widths) == 4 and all(w > 0 for w in widths)
@@ -371,12 +382,9 @@ def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops
         report = store.put_file(rendered, kind=ArtifactKind.REPORT, run_id=RUN_ID, name="evidence.html")
         # Wider than a screenshot, so "full size" is the screenshot's own width.
         page = chromium.new_page(viewport={"width": 1400, "height": 1000})
-        problems: list[str] = []
-        page.on("console", lambda msg: problems.append(msg.text) if msg.type == "error" else None)
-        page.on("pageerror", lambda err: problems.append(str(err)))
+        problems = watched(page)
         page.on("dialog", lambda dialog: problems.append(f"dialog: {dialog.message}"))
-        response = page.goto(store.url_for(report), wait_until="load")
-        assert response is not None and response.status == 200
+        opened(page, store.url_for(report))
 
         def observed(role: str, check: int) -> str:
             return page.inner_text(f'#proof td[data-role="{role}"][data-check="{check}"] code.observed')

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,21 +12,15 @@ import pytest
 
 from evidence.interface import ArtifactKind
 from evidence.local import LocalArtifactStore
+from tests.support.served import started_printing_url
 
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[LocalArtifactStore, str]]:
     root = tmp_path / "store"
     store = LocalArtifactStore(root)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "evidence.serve", "--root", str(root), "--port", "0"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc, url = started_printing_url([sys.executable, "-m", "evidence.serve", "--root", str(root), "--port", "0"])
     try:
-        assert proc.stdout is not None
-        url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), proc.stderr.read() if proc.stderr else ""
         yield store, url
     finally:

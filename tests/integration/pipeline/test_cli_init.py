@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -42,6 +43,19 @@ def init(tmp_path: Path, *args: str) -> int:
     return run_command(["--state-dir", str(tmp_path / "state"), "init", *args])
 
 
+def initialised(tmp_path: Path, repo: Path) -> AppRecipe:
+    """``durafix init`` on ``repo`` succeeds; the recipe it wrote, read back."""
+    assert init(tmp_path, str(repo)) == 0
+    return load_recipe(repo)
+
+
+def served_recipe(*, deadline_s: int = 30, **fields: Any) -> AppRecipe:
+    """A recipe as init guesses it for a served app: its setup may use the network, and it is ready once
+    ``GET /`` answers 200 within ``deadline_s``."""
+    readiness = ReadinessProbe(path="/", expected_status=200, deadline_s=deadline_s)
+    return AppRecipe(setup_network=True, readiness=readiness, **fields)
+
+
 def node_project(root: Path, scripts: dict[str, str], lock: tuple[str, str] | None) -> Path:
     manifest = {"name": "shop", "version": "1.0.0", "scripts": scripts, "dependencies": {"express": "^4.19.2"}}
     files = {"package.json": json.dumps(manifest, indent=2) + "\n", "server.js": "require('express')().listen(1)\n"}
@@ -61,12 +75,11 @@ def test_an_npm_project_gets_npm_ci_its_test_script_and_its_start_script(
 
     assert init(tmp_path, str(repo)) == 0
 
-    assert load_recipe(repo) == AppRecipe(
+    assert load_recipe(repo) == served_recipe(
+        deadline_s=60,
         setup=["npm ci"],
-        setup_network=True,
         start="npm start",
         port=3000,
-        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=60),
         test="npm test",
         lock_files=["package-lock.json"],
         image=ImageRecipe(packages=["nodejs", "npm"]),
@@ -147,14 +160,10 @@ def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_requir
         },
     )
 
-    assert init(tmp_path, str(repo)) == 0
-
-    assert load_recipe(repo) == AppRecipe(
+    assert initialised(tmp_path, repo) == served_recipe(
         setup=["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -r requirements-dev.txt"],
-        setup_network=True,
         start=".venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT",
         port=5000,
-        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
         test=".venv/bin/python -m pytest",
         lock_files=["requirements.txt", "requirements-dev.txt"],
         image=ImageRecipe(packages=["python3", "python3-venv"]),
@@ -180,9 +189,7 @@ def test_a_pip_project_without_pytest_is_tested_with_unittest(tmp_path: Path) ->
         },
     )
 
-    assert init(tmp_path, str(repo)) == 0
-
-    recipe = load_recipe(repo)
+    recipe = initialised(tmp_path, repo)
     assert recipe.test == ".venv/bin/python -m unittest discover"
     assert recipe.start == ".venv/bin/python server.py --port $PORT"
 
@@ -206,14 +213,10 @@ def test_a_uv_project_syncs_frozen_and_runs_pytest_through_uv(tmp_path: Path) ->
         },
     )
 
-    assert init(tmp_path, str(repo)) == 0
-
-    assert load_recipe(repo) == AppRecipe(
+    assert initialised(tmp_path, repo) == served_recipe(
         setup=["uv sync --frozen"],
-        setup_network=True,
         start="uv run python -m uvicorn src.main:api --host 0.0.0.0 --port $PORT",
         port=8000,
-        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
         test="uv run pytest",
         lock_files=["uv.lock"],
         image=ImageRecipe(packages=["python3"]),
@@ -237,9 +240,7 @@ def test_a_poetry_project_with_pytest_configured(tmp_path: Path) -> None:
         },
     )
 
-    assert init(tmp_path, str(repo)) == 0
-
-    recipe = load_recipe(repo)
+    recipe = initialised(tmp_path, repo)
     assert (recipe.setup, recipe.test, recipe.lock_files) == (["poetry install"], "poetry run pytest", ["poetry.lock"])
     assert recipe.start == "poetry run python manage.py runserver 0.0.0.0:$PORT --noreload"
 

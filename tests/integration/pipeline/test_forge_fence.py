@@ -113,6 +113,22 @@ def refused(site: Site, fn: Callable[..., Any], inp: Any) -> ApplicationError:
     return raised.value
 
 
+def ticket_input(site: Site, op_id: str, body: str) -> EnsureTicketInput:
+    return EnsureTicketInput(op_id=op_id, repository=site.repository, issue_number=site.issue, title="t", body=body)
+
+
+def draft_pr_input(site: Site) -> EnsureDraftPrInput:
+    return EnsureDraftPrInput(
+        op_id=f"{site.run_id}:pr",
+        run_id=site.run_id,
+        repository=site.repository,
+        branch=BRANCH,
+        base="main",
+        title="Fix the total",
+        body="The fix.",
+    )
+
+
 def forge_truth(site: Site) -> dict[str, Any]:
     """What the repository holds: its PRs (state, merged), branches, and every comment of the issue and PRs."""
     pulls = list(site.maintainer.get_pulls(state="all"))
@@ -132,22 +148,12 @@ def test_a_late_attempt_of_every_forge_write_after_cleanup_is_refused_and_the_fo
     forge = site.forge
     ticket = site.attempt(
         forge.ensure_ticket,
-        EnsureTicketInput(
-            op_id=f"{site.run_id}:ticket", repository=site.repository, issue_number=site.issue, title="t", body="open"
-        ),
+        ticket_input(site, f"{site.run_id}:ticket", "open"),
     )
     head = branch_with(site.bot, BRANCH, {"cart.py": "fixed = True\n"})
     pr = site.attempt(
         forge.ensure_draft_pr,
-        EnsureDraftPrInput(
-            op_id=f"{site.run_id}:pr",
-            run_id=site.run_id,
-            repository=site.repository,
-            branch=BRANCH,
-            base="main",
-            title="Fix the total",
-            body="The fix.",
-        ),
+        draft_pr_input(site),
     )
     site.maintainer.get_pull(pr.number).create_review(commit=site.maintainer.get_commit(head), event="APPROVE")
     merge = MergeInput(op_id=f"{site.run_id}:merge:1", repository=site.repository, number=pr.number, approved_sha=head)
@@ -164,9 +170,7 @@ def test_a_late_attempt_of_every_forge_write_after_cleanup_is_refused_and_the_fo
     refused(
         site,
         late.ensure_ticket,
-        EnsureTicketInput(
-            op_id=f"{site.run_id}:ticket:2", repository=site.repository, issue_number=site.issue, title="t", body="b"
-        ),
+        ticket_input(site, f"{site.run_id}:ticket:2", "b"),
     )
     refused(
         site,
@@ -199,15 +203,7 @@ def test_a_late_attempt_of_every_forge_write_after_cleanup_is_refused_and_the_fo
     refused(
         site,
         late.ensure_draft_pr,
-        EnsureDraftPrInput(
-            op_id=f"{site.run_id}:pr",
-            run_id=site.run_id,
-            repository=site.repository,
-            branch=BRANCH,
-            base="main",
-            title="Fix the total",
-            body="The fix.",
-        ),
+        draft_pr_input(site),
     )
     refused(
         site,
@@ -235,7 +231,7 @@ def test_the_runs_closing_ticket_update_is_the_one_write_after_cleanup(site: Sit
     op_id = f"{site.run_id}:ticket"
     ticket = site.attempt(
         forge.ensure_ticket,
-        EnsureTicketInput(op_id=op_id, repository=site.repository, issue_number=site.issue, title="t", body="open"),
+        ticket_input(site, op_id, "open"),
     )
     cleaned_up(site)
 

@@ -46,20 +46,10 @@ from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support import security_harness as harness
 from tests.support.forge import branch_with, commit_files
+from tests.support.forge_logins import BOT, MAINTAINER, OWNER, READER, TRIAGER, TRIGGER
 from tests.support.run_history import started_input
-from tests.support.security_harness import (
-    BOT,
-    MAINTAINER,
-    OWNER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Forge,
-    config,
-    forge,
-    hooked_repository,
-    serving,
-)
+from tests.support.security_harness import Forge, config, forge, hooked_repository, serving
+from tests.support.waiting import eventually
 
 pytestmark = [pytest.mark.slow]
 __all__ = ["config", "forge"]  # fixtures shared with the security tests' harness
@@ -128,26 +118,13 @@ async def status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | 
         raise
 
 
-async def eventually(predicate: Callable[[], Any], what: str, timeout_s: float = 30) -> Any:
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.2)
-
-
 async def visible(client: Client, workflow_id: str) -> None:
     """Until Temporal's visibility lists ``workflow_id`` as running (it lags a start on the dev server)."""
 
     async def listed() -> bool:
         return any([wf.id async for wf in client.list_workflows(f'WorkflowId="{workflow_id}"')])
 
-    await eventually(listed, f"{workflow_id} to be listed")
+    await eventually(listed, 30, f"{workflow_id} to be listed")
 
 
 async def decisions(client: Client, workflow_id: str) -> list[Any]:
@@ -241,7 +218,7 @@ async def parked_run(site: Site) -> AsyncIterator[Parked]:
             state = await runs.get_state(site.client, workflow_id)
             return state if state.phase == Phase.AWAITING_REVIEW else None
 
-        state = await eventually(awaiting, f"{workflow_id} to await review")
+        state = await eventually(awaiting, 30, f"{workflow_id} to await review")
         assert state.pending_approval is not None and state.pending_approval.head_sha == head
         await visible(site.client, workflow_id)
         yield Parked(workflow_id, issue, pr.number, head, script)
@@ -254,6 +231,14 @@ def review(site: Site, parked: Parked, login: str, event: str) -> int:
 
 def delivered_to(report: ReconcileReport, workflow_id: str) -> list[str]:
     return [d.kind for d in report.delivered if d.workflow_id == workflow_id]
+
+
+async def reconciled_after_a_lost(site: Site, parked: Parked, event: str, action: str) -> list[str]:
+    """The forge's ``event``/``action`` delivery for the parked run is lost; one pass of the reconciler then
+    delivers what it finds: the decisions it sent to the run."""
+    site.failed_deliveries(event, action)
+    report = await reconcile_once(site.client, site.config)
+    return delivered_to(report, parked.workflow_id)
 
 
 # ---- approvals, requests for changes, moved heads, closed PRs --------------------------------------------
@@ -314,7 +299,7 @@ async def test_a_request_for_changes_reaches_the_run_as_one_and_is_not_sent_agai
             state = await runs.get_state(site.client, parked.workflow_id)
             return any(c.review_id == str(review_id) for c in state.candidates)
 
-        await eventually(revised, "the run to revise on the review")
+        await eventually(revised, 30, "the run to revise on the review")
         second = await reconcile_once(site.client, site.config)
         assert "changes_requested" not in delivered_to(second, parked.workflow_id)
         [rejection] = await signals(site.client, parked.workflow_id, "reject", Rejection)
@@ -327,11 +312,7 @@ async def test_a_head_pushed_by_someone_else_is_told_to_the_run(site: Site) -> N
         repo = site.repo(MAINTAINER)
         moved = commit_files(repo, parked.head, {"cart.py": "total = 0\n"}, "a push the run did not make")
         repo.get_git_ref(f"heads/{branch_for(parked.workflow_id)}").edit(moved, force=True)
-        site.failed_deliveries("pull_request", "synchronize")
-
-        report = await reconcile_once(site.client, site.config)
-
-        assert delivered_to(report, parked.workflow_id) == ["head_moved"]
+        assert await reconciled_after_a_lost(site, parked, "pull_request", "synchronize") == ["head_moved"]
         pushes = await signals(site.client, parked.workflow_id, "head_moved", HeadPush)
     assert pushes == [HeadPush(pr_number=parked.pr, head_sha=moved, before=parked.head, source="reconciler")]
 
@@ -339,9 +320,7 @@ async def test_a_head_pushed_by_someone_else_is_told_to_the_run(site: Site) -> N
 async def test_a_pr_closed_without_merging_rejects_the_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(MAINTAINER).get_pull(parked.pr).edit(state="closed")
-        site.failed_deliveries("pull_request", "closed")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["reject"]
+        assert await reconciled_after_a_lost(site, parked, "pull_request", "closed") == ["reject"]
         final: RunState = await site.client.get_workflow_handle(parked.workflow_id, result_type=RunState).result()
         [rejection] = await signals(site.client, parked.workflow_id, "reject", Rejection)
     assert rejection == Rejection(
@@ -357,9 +336,7 @@ async def test_a_pr_closed_without_merging_rejects_the_run(site: Site) -> None:
 async def test_a_closed_issue_cancels_its_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(MAINTAINER).get_issue(parked.issue).edit(state="closed")
-        site.failed_deliveries("issues", "closed")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["cancel"]
+        assert await reconciled_after_a_lost(site, parked, "issues", "closed") == ["cancel"]
         with pytest.raises(WorkflowFailureError):
             await site.client.get_workflow_handle(parked.workflow_id).result()
         final = await runs.get_state(site.client, parked.workflow_id)
@@ -370,9 +347,7 @@ async def test_a_closed_issue_cancels_its_run(site: Site) -> None:
 async def test_a_removed_trigger_label_cancels_its_run(site: Site) -> None:
     async with parked_run(site) as parked:
         site.repo(TRIAGER).get_issue(parked.issue).remove_from_labels(TRIGGER)
-        site.failed_deliveries("issues", "unlabeled")
-        report = await reconcile_once(site.client, site.config)
-        assert delivered_to(report, parked.workflow_id) == ["cancel"]
+        assert await reconciled_after_a_lost(site, parked, "issues", "unlabeled") == ["cancel"]
         events = await decisions(site.client, parked.workflow_id)
     assert [e.event_type for e in events] == [EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED]
 
@@ -457,7 +432,7 @@ async def test_the_loop_passes_at_start_and_again_exposes_its_last_pass_and_stop
     reports: list[ReconcileReport] = []
     try:
         rec: Reconciler = start_in_background(loop, client, config, interval_s=0.2, on_pass=reports.append)
-        await eventually(lambda: rec.passes >= 2, "two passes")
+        await eventually(lambda: rec.passes >= 2, 30, "two passes")
         assert rec.last_pass_at is not None and rec.last_report is reports[-1]
         assert rec.lag_seconds() >= 0
         assert rec.running

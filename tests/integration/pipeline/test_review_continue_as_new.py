@@ -9,7 +9,6 @@ merges on an approval sent to the continued execution.
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -18,15 +17,14 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
 from pipeline.client import recorded_state_of
 from pipeline.state import Delivered, DeliveryAck, DeliveryKind, Outcome, Phase, Rejection
-from pipeline.steps import TaskQueue
-from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
+from pipeline.workflow import RepairBugWorkflow
 from tests.conftest import DEV_SERVER_STARTUP, require, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE, Harness, Script, approve, doubles
 from tests.replay.record import record_history
+from tests.support.temporal_workers import pipeline_workers, running
 
 # Events after which the server suggests continue-as-new: above a run's history at its review wait (about a
 # hundred events with the doubles), far below what a few dozen deliveries add.
@@ -55,15 +53,8 @@ async def suggesting_client() -> AsyncIterator[Client]:
 @pytest.fixture
 async def harness(suggesting_client: Client) -> AsyncIterator[Harness]:
     script = Script()
-    workers = [Worker(suggesting_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
-    for queue, acts in doubles(script).items():
-        workers.append(Worker(suggesting_client, task_queue=queue.value, activities=acts))
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
+    async with running(pipeline_workers(suggesting_client, doubles(script))):
         yield Harness(suggesting_client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
 
 
 def command(guid: str) -> Delivered:

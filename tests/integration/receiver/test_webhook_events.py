@@ -37,19 +37,8 @@ from reviews.markers import COMMENT, PULL, find_marker, pull_marker
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack, owned_processes, wait_for
 from tests.support.forge import branch_with, commit_files
-from tests.support.security_harness import (
-    BOT,
-    MAINTAINER,
-    OUTSIDER,
-    OWNER,
-    READER,
-    TRIAGER,
-    TRIGGER,
-    Site,
-    eventually,
-    example,
-    workers,
-)
+from tests.support.forge_logins import BOT, MAINTAINER, OUTSIDER, OWNER, READER, TRIAGER, TRIGGER
+from tests.support.security_harness import Site, eventually, example, workers
 
 # ---- the emulator's record of deliveries, through GitHub's hook-delivery API ------------------------------
 

@@ -18,7 +18,7 @@ import http.client
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +40,7 @@ from pipeline.steps import TaskQueue
 from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
 from reviews.markers import pull_marker
 from tests.support.run_history import started_input
-from tests.support.security_harness import example, receiver, serving, sign
+from tests.support.security_harness import example, receiver, receiver_config, serving, sign
 
 __all__ = ["receiver"]  # a fixture of the harness, on this module's own config
 
@@ -242,27 +242,33 @@ def forge(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forge]:
 
 @pytest.fixture(scope="module")
 def config(temporal_env: WorkflowEnvironment, forge: Forge, tmp_path_factory: pytest.TempPathFactory) -> DurafixConfig:
-    return DurafixConfig(
-        state_dir=tmp_path_factory.mktemp("webhooks"),
-        temporal_address=temporal_env.client.service_client.config.target_host,
-        forge_api_url=forge.handle.api_url,
-        forge_git_base=forge.handle.base_url,
-        forge_token=forge.bot_token,
-        webhook_secret=secrets.token_hex(16),
-        trigger_label=TRIGGER,
-    )
+    return receiver_config(temporal_env, forge.handle, forge.bot_token, tmp_path_factory.mktemp("webhooks"))
 
 
-@pytest.fixture
-async def hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
-    h = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=temporal_client)
+@asynccontextmanager
+async def hooked(
+    receiver: WebhookReceiver, forge: Forge, client: Client, runs: Callable[[Hook], Awaitable[Iterable[str]]], why: str
+) -> AsyncIterator[Hook]:
+    """A :class:`Hook` on a fresh repository of the forge; afterwards, those of its ``runs`` still running are
+    terminated, saying ``why``."""
+    h = Hook(url=receiver.url, secret=receiver.config.webhook_secret, client=client)
     forge.create_repository(h.repository)
     try:
         yield h
     finally:
-        for workflow_id in h.touched:
-            if await describe_status(temporal_client, workflow_id) == WorkflowExecutionStatus.RUNNING:
-                await temporal_client.get_workflow_handle(workflow_id).terminate("webhook test over")
+        for workflow_id in await runs(h):
+            if await describe_status(client, workflow_id) == WorkflowExecutionStatus.RUNNING:
+                await client.get_workflow_handle(workflow_id).terminate(why)
+
+
+async def touched_runs(h: Hook) -> set[str]:
+    return h.touched
+
+
+@pytest.fixture
+async def hook(receiver: WebhookReceiver, forge: Forge, temporal_client: Client) -> AsyncIterator[Hook]:
+    async with hooked(receiver, forge, temporal_client, touched_runs, "webhook test over") as h:
+        yield h
 
 
 # ---- signatures and malformed deliveries ------------------------------------------------------------

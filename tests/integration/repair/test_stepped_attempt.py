@@ -13,15 +13,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from environments.spec import build_recovery_spec, canonical_json
-from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
 from pipeline.steps import (
     AGENT_MAX_TURNS,
     AgentConcludeInput,
-    AgentToolsInput,
     AgentToolsResult,
     AgentTurnInput,
     ProposalResult,
@@ -29,26 +26,15 @@ from pipeline.steps import (
 from repair.compaction import COMPACTED_MARKER
 from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
 from repair.workspace_tools import WorkspaceTools
-from reviews.git_credentials import NO_GIT_CREDENTIALS
-from tests.support.gitrepo import Repo, make_repo
+from tests.support import agent_steps
+from tests.support.agent_steps import activities, tools_input
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded
 from tests.support.repair import CART_SCRIPTS, engine_for, request_for
 
 RUN = "repair:shop/cart#7"
 TITLE = "Cart total ignores quantities"
 BODY = "The cart page shows Total: $23.75 but the lines add up to $40.00."
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArtifactStore]:
-    store = LocalArtifactStore(tmp_path / "evidence")
-    workspaces = WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "workspaces")
-    endpoint = engine_for(base_url).endpoint
-    return AgentActivities(store, workspaces, lambda: endpoint, git_token=NO_GIT_CREDENTIALS), store
 
 
 def drive(
@@ -84,16 +70,7 @@ def drive(
         if not answer.calls:
             summary = answer.summary
             break
-        tools = AgentToolsInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:tools-{turn}",
-            attempt=1,
-            turn=turn,
-            spec_ref=spec_ref,
-            transcript_ref=transcript,
-            patch_ref=patch,
-            calls=answer.calls,
-        )
+        tools = tools_input(RUN, turn, spec_ref, transcript, answer.calls, patch)
         ran: AgentToolsResult = env.run(agent.agent_tools, tools)
         if rerun_tools:
             assert env.run(agent.agent_tools, tools) == ran
@@ -119,8 +96,7 @@ def drive(
 
 
 def spec_of(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
-    spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
-    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=RUN, name="spec.json")
+    return agent_steps.spec_of(store, repo, RUN)
 
 
 def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_batch_changes_nothing(
@@ -192,18 +168,7 @@ def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, re
     assert [c.name for c in first.calls] == ["search"] and first.summary is None
     assert any("asking the model (attempt 1, turn 1)" in str(b) for b in beats)
 
-    ran = env.run(
-        agent.agent_tools,
-        AgentToolsInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:tools-1",
-            attempt=1,
-            turn=1,
-            spec_ref=spec_ref,
-            transcript_ref=first.transcript_ref,
-            calls=first.calls,
-        ),
-    )
+    ran = env.run(agent.agent_tools, tools_input(RUN, 1, spec_ref, first.transcript_ref, first.calls))
     after = decode_transcript(store.read_bytes(ran.transcript_ref))
     assert after[:3] == messages and after[3]["role"] == "tool" and after[3]["tool_call_id"] == first.calls[0].id
     assert "cart.py" in after[3]["content"]

@@ -15,20 +15,20 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
 from pipeline.activities.agent_calls import REF_PREFIX
 from pipeline.state import ReproductionFact, ReproductionOutcome
-from pipeline.steps import AgentToolCall, AgentToolsInput, AgentTurnInput
+from pipeline.steps import AgentToolCall, AgentTurnInput
 from repair.context import EarlierAttempt
 from repair.stepping import MAX_SUMMARY_CHARS, arguments_digest, decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
-from tests.support.gitrepo import Repo, make_repo
+from tests.support import agent_steps
+from tests.support.agent_steps import activities, tools_input
+from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded, tool_turn
-from tests.support.repair import engine_for
 
 RUN = "repair:shop/cart#23"
 TITLE = "Cart total ignores quantities"
@@ -41,21 +41,8 @@ def history_bytes(value: BaseModel) -> int:
     return payload.ByteSize()
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    return make_repo(tmp_path / "repo")
-
-
-def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArtifactStore]:
-    store = LocalArtifactStore(tmp_path / "evidence")
-    workspaces = WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "workspaces")
-    endpoint = engine_for(base_url).endpoint
-    return AgentActivities(store, workspaces, lambda: endpoint, git_token=NO_GIT_CREDENTIALS), store
-
-
 def spec_of(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
-    spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
-    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=RUN, name="spec.json")
+    return agent_steps.spec_of(store, repo, RUN)
 
 
 def script(*turns: dict[str, Any]) -> dict[str, Any]:
@@ -79,15 +66,7 @@ def test_a_turn_that_writes_a_megabyte_file_records_a_reference_and_the_file_rea
     env = ActivityEnvironment()
 
     answer = env.run(agent.agent_turn, first_turn(issue_body="The total is wrong."))
-    tools = AgentToolsInput(
-        run_id=RUN,
-        op_id=f"{RUN}:repair:1:tools-1",
-        attempt=1,
-        turn=1,
-        spec_ref=spec_ref,
-        transcript_ref=answer.transcript_ref,
-        calls=answer.calls,
-    )
+    tools = tools_input(RUN, 1, spec_ref, answer.transcript_ref, answer.calls)
     ran = env.run(agent.agent_tools, tools)
 
     # History holds the call by reference: the turn's result and the tool step's input are each under 2 kB.
@@ -125,15 +104,7 @@ def test_calls_sharing_an_id_are_told_apart_by_their_arguments_and_a_foreign_ref
         AgentToolCall(id="dup", name="write_file", arguments=f"{REF_PREFIX}{arguments_digest(a)}:{len(a)}")
         for a in (two, one)
     ]
-    tools = AgentToolsInput(
-        run_id=RUN,
-        op_id=f"{RUN}:repair:1:tools-1",
-        attempt=1,
-        turn=1,
-        spec_ref=spec_ref,
-        transcript_ref=transcript,
-        calls=refs,
-    )
+    tools = tools_input(RUN, 1, spec_ref, transcript, refs)
     env = ActivityEnvironment()
     ran = env.run(agent.agent_tools, tools)
     assert sorted(ran.files_changed) == ["a.txt", "b.txt"] and ran.patch_ref is not None
@@ -178,18 +149,7 @@ def test_the_opening_facts_travel_with_the_first_turn_only_and_later_turns_still
     assert opening.issue_body == body and history_bytes(opening) > len(body)
     env = ActivityEnvironment()
     answer = env.run(agent.agent_turn, opening)
-    ran = env.run(
-        agent.agent_tools,
-        AgentToolsInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:tools-1",
-            attempt=1,
-            turn=1,
-            spec_ref=spec_ref,
-            transcript_ref=answer.transcript_ref,
-            calls=answer.calls,
-        ),
-    )
+    ran = env.run(agent.agent_tools, tools_input(RUN, 1, spec_ref, answer.transcript_ref, answer.calls))
     # The second turn's input is built as the first was, every fact passed again; it carries none of them.
     later = AgentTurnInput(
         run_id=RUN,
@@ -220,18 +180,7 @@ def test_a_summary_is_cut_for_history_and_kept_whole_in_the_transcript(
     spec_ref = spec_of(store, repo)
     env = ActivityEnvironment()
     answer = env.run(agent.agent_turn, first_turn(issue_body="The total is wrong."))
-    ran = env.run(
-        agent.agent_tools,
-        AgentToolsInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:tools-1",
-            attempt=1,
-            turn=1,
-            spec_ref=spec_ref,
-            transcript_ref=answer.transcript_ref,
-            calls=answer.calls,
-        ),
-    )
+    ran = env.run(agent.agent_tools, tools_input(RUN, 1, spec_ref, answer.transcript_ref, answer.calls))
     assert ran.summary is not None and ran.summary.startswith(summary[:MAX_SUMMARY_CHARS])
     assert len(ran.summary) < MAX_SUMMARY_CHARS + 100 and "more characters of the summary" in ran.summary
     assert history_bytes(ran) < MAX_SUMMARY_CHARS + 1_000

@@ -13,7 +13,6 @@ showed is redacted.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -42,7 +41,6 @@ from pipeline.steps import (
     ReproduceResult,
     TaskQueue,
 )
-from pipeline.workflow import WORKFLOWS
 from repair.procedure_draft import ProcedureDrafter
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.integration.workflow.test_workflow_logic import BASE, Harness, Script, doubles
@@ -50,6 +48,7 @@ from tests.support.gitrepo import make_repo
 from tests.support.modelserver import Serve, recorded, serve
 from tests.support.repair import CART_SCRIPTS, engine_for
 from tests.support.repair_context import PAGE_EVENTS, cart_log, cart_procedure_json
+from tests.support.temporal_workers import pipeline_workers, running
 
 pytestmark = [pytest.mark.slow]
 
@@ -176,17 +175,12 @@ async def pipeline(
         git_token=NO_GIT_CREDENTIALS,
     )
     with ThreadPoolExecutor(max_workers=2) as executor:
-        workers = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
-        workers += [Worker(client, task_queue=queue.value, activities=a) for queue, a in acts.items()]
+        workers = pipeline_workers(client, acts)
         workers.append(
             Worker(client, task_queue=TaskQueue.MODEL.value, activities=model.all(), activity_executor=executor)
         )
-        runs = [asyncio.create_task(w.run()) for w in workers]
-        try:
+        async with running(workers):
             yield Harness(client, script)
-        finally:
-            await asyncio.gather(*(w.shutdown() for w in workers))
-            await asyncio.gather(*runs, return_exceptions=True)
 
 
 @dataclass(frozen=True)

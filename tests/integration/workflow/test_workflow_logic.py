@@ -83,8 +83,10 @@ from pipeline.steps import (
     VerifyInput,
     VerifyResult,
 )
-from pipeline.workflow import WORKFLOWS, RepairBugWorkflow
+from pipeline.workflow import RepairBugWorkflow
 from tests.replay.record import record_history
+from tests.support.artifacts import artifact_ref
+from tests.support.temporal_workers import pipeline_workers, running
 
 BASE = "a" * 40
 CANDIDATE = "c" * 40
@@ -102,17 +104,7 @@ def revised(n: int) -> str:
 
 def ref(name: str, kind: ArtifactKind = ArtifactKind.OTHER) -> ArtifactRef:
     digest = (name.encode().hex() * 64)[:64]
-    return ArtifactRef(
-        key=f"sha256/{digest}",
-        sha256=digest,
-        size=1,
-        kind=kind,
-        media_type="application/octet-stream",
-        name=name,
-        run_id="r",
-        revision=None,
-        created_at="2026-01-01T00:00:00Z",
-    )
+    return artifact_ref(name, key=f"sha256/{digest}", media_type="application/octet-stream", kind=kind, sha256=digest)
 
 
 @dataclass
@@ -544,15 +536,8 @@ class Harness:
 @pytest.fixture
 async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
     script = Script()
-    workers = [Worker(temporal_client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
-    for queue, acts in doubles(script).items():
-        workers.append(Worker(temporal_client, task_queue=queue.value, activities=acts))
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    try:
+    async with running(pipeline_workers(temporal_client, doubles(script))):
         yield Harness(temporal_client, script)
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
-        await asyncio.gather(*runs, return_exceptions=True)
 
 
 async def approve(
@@ -685,23 +670,12 @@ async def test_approval_of_another_head_is_refused(harness: Harness) -> None:
     assert final.outcome == Outcome.REJECTED
 
 
-async def wait_pending(harness: Harness, wf: str, head: str) -> RunState:
-    for _ in range(300):
-        st = await harness.state(wf)
-        if st.pending_approval is not None and st.pending_approval.head_sha == head:
-            return st
-        if st.outcome is not None:
-            break
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{wf} never asked for a review of {head}; last {st.phase} {st.outcome_detail}")
-
-
 async def test_moved_head_after_approval_is_verified_before_a_renewed_review(harness: Harness) -> None:
     harness.script.merge_answers = [MergeStatus.HEAD_MOVED, MergeStatus.MERGED]
     wf = await harness.start()
     await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
     await approve(harness, wf)
-    st = await wait_pending(harness, wf, MOVED)
+    st = await review_of(harness, wf, MOVED)
     # The renewed review names the new head and its own evidence, never the old digest.
     assert st.pending_approval is not None and st.pending_approval.evidence_digest == "f" * 64
     assert st.publish is not None and st.publish.commit == MOVED and st.publish.evidence_digest == "f" * 64
@@ -757,7 +731,7 @@ async def test_head_moved_signal_is_verified_once_and_other_prs_and_own_heads_ar
     push = HeadPush(pr_number=3, head_sha=MOVED, before=CANDIDATE, pusher="maint", source="webhook:z")
     await handle.signal(RepairBugWorkflow.head_moved, push)
     await handle.signal(RepairBugWorkflow.head_moved, push)
-    st = await wait_pending(harness, wf, MOVED)
+    st = await review_of(harness, wf, MOVED)
     assert [(p.head_sha, p.pusher, p.status.value) for p in st.head_pushes] == [(MOVED, "maint", "passed")]
     await handle.signal(RepairBugWorkflow.head_moved, push)
     await approve(harness, wf, sha=MOVED, review_id="r2")
@@ -826,7 +800,7 @@ async def test_a_rebuilt_change_that_differs_is_pushed_and_reviewed_again(harnes
     wf = await harness.start()
     await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
     await approve(harness, wf)
-    st = await wait_pending(harness, wf, "b" * 40)
+    st = await review_of(harness, wf, "b" * 40)
     assert st.approval is None and st.publish is not None and st.publish.verified_base == "e" * 40
     push = [c for n, c in harness.script.calls if n == "publish_branch"][-1]
     assert (push.base_revision, push.expected_old, push.expected_commit) == ("e" * 40, CANDIDATE, "b" * 40)
@@ -1041,6 +1015,7 @@ async def request_changes(h: Harness, wf_id: str, head: str, review_id: str = "4
 
 
 async def review_of(h: Harness, wf_id: str, head: str) -> RunState:
+    """The run's state once it asks for a review of ``head``; fails if it ends first or takes over 30 s."""
     for _ in range(300):
         st = await h.state(wf_id)
         if st.pending_approval is not None and st.pending_approval.head_sha == head:

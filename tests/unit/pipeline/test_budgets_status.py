@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
-from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import accounting
 from pipeline.cli.spending import budget_lines, cost_json
 from pipeline.cli.status import state_summary
@@ -30,16 +29,10 @@ from pipeline.state import (
     RunState,
 )
 from pipeline.steps import AgentToolsResult, AgentTurnResult
+from tests.support.artifacts import artifact_ref
 
-TRANSCRIPT = ArtifactRef(
-    key="other/00/t.json",
-    sha256="0" * 64,
-    size=1,
-    kind=ArtifactKind.OTHER,
-    media_type="application/json",
-    name="t.json",
-    run_id="r",
-    created_at="2026-05-09T12:00:00Z",
+TRANSCRIPT = artifact_ref(
+    "t.json", key="other/00/t.json", media_type="application/json", created_at="2026-05-09T12:00:00Z"
 )
 PRICES = {"m": ModelPrice(prompt=2.0, completion=8.0)}
 

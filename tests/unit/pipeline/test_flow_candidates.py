@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactRef
 from pipeline.flow import candidates
 from pipeline.flow.candidates import CandidateKind
 from pipeline.state import Budgets, CandidateFact, RunState, VerificationStatus
+from tests.support.artifacts import artifact_ref
 
 WF = "repair:acme/shop#7"
 HEAD = "d" * 40
@@ -19,17 +20,7 @@ BASE = "b" * 40
 
 
 def patch() -> ArtifactRef:
-    return ArtifactRef(
-        key="sha256/" + "0" * 64,
-        sha256="0" * 64,
-        size=1,
-        kind=ArtifactKind.OTHER,
-        media_type="text/x-diff",
-        name="patch",
-        run_id="r",
-        revision=None,
-        created_at="2026-01-01T00:00:00Z",
-    )
+    return artifact_ref("patch", key="sha256/" + "0" * 64, media_type="text/x-diff")
 
 
 def candidate(**fields: object) -> CandidateFact:

@@ -5,12 +5,12 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
-from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline.ops.reconcile_decisions import Decision, RunTruth, Skip, decide_run, deciding_reviewers, unpinnable
 from pipeline.state import ApprovalRequest, Budgets, CandidateFact, Phase, PublishFact, RunState
 from reviews.issues import IssueInfo, LabelAdded
 from reviews.models import PullState, ReviewInfo
 from reviews.permissions import RepoPermission
+from tests.support.artifacts import artifact_ref
 
 WF = "repair:acme/shop#1"
 HEAD = "a" * 40
@@ -37,17 +37,7 @@ def state(phase: Phase = Phase.AWAITING_REVIEW, candidates: list[CandidateFact] 
 
 
 def candidate(commit: str, review_id: str | None = None) -> CandidateFact:
-    ref = ArtifactRef(
-        key="k",
-        sha256="0" * 64,
-        size=1,
-        kind=ArtifactKind.OTHER,
-        media_type="x",
-        name="p",
-        run_id="r",
-        revision=None,
-        created_at="2026-01-01T00:00:00Z",
-    )
+    ref = artifact_ref("p", key="k", media_type="x")
     return CandidateFact(
         attempt=1, op_id="o", patch_ref=ref, summary="", commit_timestamp=0, commit=commit, review_id=review_id
     )

@@ -19,6 +19,7 @@ from environments.checks import SetupError
 from environments.docker import DockerProvider, UnsupportedRecipeError
 from environments.docker.naming import container_name, network_name, ownership_labels, run_filter
 from environments.interface import (
+    AppRecipe,
     EnvironmentHandle,
     EnvironmentStatus,
     FixtureError,
@@ -27,6 +28,7 @@ from environments.interface import (
     ResourceConflictError,
     ResourceKind,
     RunFencedError,
+    TestRunResult,
 )
 from environments.test_results import CaseOutcome, read_workspace_report
 from infra.docker.engine import DockerEngine
@@ -360,15 +362,21 @@ def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_h
     tmp_path: Path,
 ) -> None:
     log = tmp_path / "checks.log"
-    result = provider.run_checks(
-        cart_spec,
-        str(cart_workspace),
-        run_id=run_id,
-        op_id=f"{run_id}:verify:1",
-        log_path=log,
-        setup_timeout_s=60,
-        test_timeout_s=120,
-    )
+
+    def checks(step: int, recipe: AppRecipe, test_timeout_s: float = 120, command: str | None = None) -> TestRunResult:
+        """The checks of ``recipe`` in the cart workspace, as verify step ``step`` of the run."""
+        return provider.run_checks(
+            cart_spec.model_copy(update={"recipe": recipe}),
+            str(cart_workspace),
+            run_id=run_id,
+            op_id=f"{run_id}:verify:{step}",
+            log_path=log,
+            setup_timeout_s=60,
+            test_timeout_s=test_timeout_s,
+            command=command,
+        )
+
+    result = checks(1, cart_spec.recipe)
     assert result.passed and result.exit_code == 0 and "OK" in log.read_text()
 
     # Another command than the recipe's test (the regression proof's subset), whose JUnit report is copied out of
@@ -376,14 +384,9 @@ def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_h
     reporting = cart_spec.recipe.model_copy(update={"test_report": "out/report.xml"})
     (cart_workspace / "out").mkdir(exist_ok=True)
     (cart_workspace / "out" / "report.xml").symlink_to("/etc/hostname")  # left by the repository: not followed
-    result = provider.run_checks(
-        cart_spec.model_copy(update={"recipe": reporting}),
-        str(cart_workspace),
-        run_id=run_id,
-        op_id=f"{run_id}:verify:4",
-        log_path=log,
-        setup_timeout_s=60,
-        test_timeout_s=120,
+    result = checks(
+        4,
+        reporting,
         command="""mkdir -p out && rm -f out/report.xml && printf '<testsuite><testcase classname="c" name="t"/>"""
         """</testsuite>' > out/report.xml""",
     )
@@ -393,26 +396,10 @@ def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_h
 
     broken = cart_spec.recipe.model_copy(update={"setup": ["echo about to fail; exit 3"]})
     with pytest.raises(SetupError, match="setup command 'echo about to fail; exit 3' failed"):
-        provider.run_checks(
-            cart_spec.model_copy(update={"recipe": broken}),
-            str(cart_workspace),
-            run_id=run_id,
-            op_id=f"{run_id}:verify:2",
-            log_path=log,
-            setup_timeout_s=60,
-            test_timeout_s=60,
-        )
+        checks(2, broken, test_timeout_s=60)
 
     hung = cart_spec.recipe.model_copy(update={"test": "echo started; sleep 300"})
-    result = provider.run_checks(
-        cart_spec.model_copy(update={"recipe": hung}),
-        str(cart_workspace),
-        run_id=run_id,
-        op_id=f"{run_id}:verify:3",
-        log_path=log,
-        setup_timeout_s=60,
-        test_timeout_s=3,
-    )
+    result = checks(3, hung, test_timeout_s=3)
     # Killed at its timeout (the command would sleep 300 s): the result says so.
     assert result.timed_out and not result.passed
     assert "started" in log.read_text()

@@ -1,0 +1,51 @@
+"""The stepped attempt's agent activities on a local evidence store and real git, as the repair tests drive them:
+the activities, the recovery spec they work from, and one tool step's input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from environments.spec import build_recovery_spec, canonical_json
+from environments.workspace import WorkspaceManager
+from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.local import LocalArtifactStore
+from pipeline.activities.agent import AgentActivities
+from pipeline.steps import AgentToolCall, AgentToolsInput
+from reviews.git_credentials import NO_GIT_CREDENTIALS
+from tests.support.gitrepo import Repo
+from tests.support.repair import engine_for
+
+
+def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArtifactStore]:
+    """Agent activities asking the model server at ``base_url``, storing under ``tmp_path``, and their store."""
+    store = LocalArtifactStore(tmp_path / "evidence")
+    workspaces = WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "workspaces")
+    endpoint = engine_for(base_url).endpoint
+    return AgentActivities(store, workspaces, lambda: endpoint, git_token=NO_GIT_CREDENTIALS), store
+
+
+def spec_of(store: LocalArtifactStore, repo: Repo, run: str) -> ArtifactRef:
+    """The recovery spec of ``repo`` (as ``shop/cart``), stored for ``run``."""
+    spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
+    return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run, name="spec.json")
+
+
+def tools_input(
+    run: str,
+    turn: int,
+    spec_ref: ArtifactRef,
+    transcript_ref: ArtifactRef,
+    calls: list[AgentToolCall],
+    patch_ref: ArtifactRef | None = None,
+) -> AgentToolsInput:
+    """The tool step of attempt 1's ``turn``, as the workflow builds it."""
+    return AgentToolsInput(
+        run_id=run,
+        op_id=f"{run}:repair:1:tools-{turn}",
+        attempt=1,
+        turn=turn,
+        spec_ref=spec_ref,
+        transcript_ref=transcript_ref,
+        patch_ref=patch_ref,
+        calls=calls,
+    )
