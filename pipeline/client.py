@@ -30,6 +30,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline.config import DurafixConfig
+from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, take_back
 from pipeline.ids import workflow_id_for
 from pipeline.inputs import ApprovalAck, PinnedReport, RepairInput
 from pipeline.policies import RunPolicy
@@ -40,6 +41,7 @@ from pipeline.state import (
     Delivered,
     DeliveryAck,
     HeadPush,
+    Phase,
     Rejection,
     ReportEdit,
     RunState,
@@ -283,8 +285,33 @@ def handle_for(client: Client, workflow_id: str) -> RunHandle:
 async def get_state(client: Client, workflow_id: str, rpc_timeout: timedelta | None = None) -> RunState:
     """The run's live state (the ``state`` query): a worker polling ``durafix-orchestration`` answers it, for
     a closed run too. Without one the server fails it (``no poller seen``) or, while it still remembers a
-    poller that died, holds it until ``rpc_timeout``. :func:`recorded_state_of` needs no worker."""
-    return await handle_for(client, workflow_id).query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
+    poller that died, holds it until ``rpc_timeout``. :func:`recorded_state_of` needs no worker.
+
+    While a repair attempt runs as a child workflow, what it has changed so far (its turns, tokens, phase and
+    evidence) is in the attempt's state, not yet in the run's: it is taken from the attempt's own ``state``
+    query, as the run takes it back when the attempt ends. An attempt that does not answer leaves the run's."""
+    state = await handle_for(client, workflow_id).query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
+    if state.outcome is not None or state.phase != Phase.REPAIR:
+        return state
+    for child in await running_attempts(client, workflow_id):
+        try:
+            attempt = await client.get_workflow_handle(child).query(
+                "state", result_type=RunState, rpc_timeout=rpc_timeout
+            )
+        except (RPCError, WorkflowQueryFailedError):
+            continue
+        take_back(state, attempt)
+    return state
+
+
+async def running_attempts(client: Client, workflow_id: str) -> list[str]:
+    """The workflow IDs of the run's repair attempts running as child workflows now (at most one)."""
+    description = await handle_for(client, workflow_id).describe()
+    return [
+        child.workflow_id
+        for child in description.raw_description.pending_children
+        if child.workflow_type_name == ATTEMPT_WORKFLOW
+    ]
 
 
 async def get_record(client: Client, workflow_id: str, rpc_timeout: timedelta | None = None) -> RunState:

@@ -26,7 +26,7 @@ from pipeline.cli.durations import parse_duration
 from pipeline.cli.output import print_json
 from pipeline.cli.run_ids import run_ref
 from pipeline.cli.spending import cost_json
-from pipeline.cli.status import NotLive, live_or_recorded, pending_activities, recorded_summary, state_summary
+from pipeline.cli.status import NotLive, live_or_recorded, recorded_summary, run_pending_activities, state_summary
 from pipeline.config import DurafixConfig
 from pipeline.pricing import ModelPrice
 from pipeline.services import Services
@@ -124,7 +124,7 @@ def cmd_status(args: argparse.Namespace, config: DurafixConfig) -> int:
             return await _watch(client, workflow_id, args.json, prices=config.model_prices)
         description = await runs.handle_for(client, workflow_id).describe()
         state = await live_or_recorded(client, workflow_id, description)
-        pending = await pending_activities(description)
+        pending = await run_pending_activities(client, description)
         status = description.status
         if isinstance(state, NotLive):  # no worker answered: what the server holds, said to be not live
             if args.json:

@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.cli.spending import budget_lines
+from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW
 from pipeline.pricing import ModelPrice
 from pipeline.recorded_state import RecordedState
 from pipeline.state import RunState
@@ -109,6 +110,16 @@ async def pending_activities(description: WorkflowExecutionDescription) -> list[
         await decode_pending_activity(info, description.data_converter)
         for info in description.raw_description.pending_activities
     ]
+
+
+async def run_pending_activities(client: Client, description: WorkflowExecutionDescription) -> list[PendingActivity]:
+    """:func:`pending_activities` of a described run, and of the repair attempt it runs as a child workflow
+    (where an attempt's steps are)."""
+    pending = await pending_activities(description)
+    for child in description.raw_description.pending_children:
+        if child.workflow_type_name == ATTEMPT_WORKFLOW:
+            pending += await pending_activities(await client.get_workflow_handle(child.workflow_id).describe())
+    return pending
 
 
 async def decode_pending_activity(info: PendingActivityInfo, converter: DataConverter) -> PendingActivity:

@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         AttemptInput,
         AttemptOrder,
         AttemptOutcome,
+        take_back,
     )
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
@@ -149,16 +150,10 @@ class SteppedAgent:
         return outcome.proposal
 
     def _take_back(self, outcome: AttemptOutcome) -> None:
-        """The parts of the run's state an attempt changes, as the child left them (the rest is the run's: its
-        handlers may have changed it meanwhile)."""
-        ctx, after = self.ctx, outcome.state
-        # In place: the phases hold the budgets object and the lists while an attempt runs.
-        for name in type(after.budgets).model_fields:
-            setattr(ctx.state.budgets, name, getattr(after.budgets, name))
-        ctx.state.evidence[:] = after.evidence
-        ctx.state.timeline[:] = after.timeline
-        ctx.state.phase = after.phase
-        ctx.state.environment = after.environment
+        """What the attempt changed of the run's state (:func:`~pipeline.flow.attempt_carry.take_back`), and
+        the hosts and environments it holds."""
+        ctx = self.ctx
+        take_back(ctx.state, outcome.state)
         ctx.hosts[:] = outcome.hosts
         ctx.live_envs.clear()
         ctx.live_envs.update(outcome.live_envs)

@@ -35,6 +35,18 @@ def attempt_workflow_id(run_workflow_id: str, attempt: int) -> str:
     return f"{run_workflow_id}:attempt-{attempt}"
 
 
+def take_back(run: RunState, attempt: RunState) -> None:
+    """Into ``run``, the parts of the run's state an attempt changes, as ``attempt`` (the child's copy) has
+    them; the rest stays the run's (its handlers may have changed it meanwhile). In place: the phases hold
+    the budgets object and the lists while an attempt runs."""
+    for name in type(attempt.budgets).model_fields:
+        setattr(run.budgets, name, getattr(attempt.budgets, name))
+    run.evidence[:] = attempt.evidence
+    run.timeline[:] = attempt.timeline
+    run.phase = attempt.phase
+    run.environment = attempt.environment
+
+
 class AttemptOrder(BaseModel):
     """One attempt as the run orders it (:class:`pipeline.flow.agent.AttemptSpec` as a value)."""
 

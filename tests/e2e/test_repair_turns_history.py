@@ -22,8 +22,11 @@ import pytest
 import yaml
 from temporalio.client import WorkflowExecutionStatus
 
+from pipeline import client as durafix_client
 from pipeline.config import DurafixConfig
 from pipeline.flow.attempt_carry import attempt_workflow_id
+from pipeline.state import RunState
+from pipeline.workflow import RepairBugWorkflow
 from tests.e2e.history_size import executions, report
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.replay.record import record_history
@@ -77,6 +80,15 @@ def long_repair_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2ES
         yield stack
 
 
+def mid_first_attempt(state: RunState, _status: object) -> bool:
+    """Attempt 1 has answered turns, and many are to come (so it still runs when the test looks again)."""
+    return 0 < calls_of_first_attempt(state) <= TURNS - 10 and state.outcome is None
+
+
+def calls_of_first_attempt(state: RunState) -> int:
+    return sum(u.calls for u in state.budgets.attempts if u.attempt == 1)
+
+
 def answered_turns(stack: E2EStack) -> dict[str, int]:
     """Per scripted conversation, the turns the model server answered (HTTP 200)."""
     answer = httpx.get(f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests", timeout=30)
@@ -95,6 +107,15 @@ async def test_three_attempts_of_30_turns_leave_the_parent_history_under_1000_ev
     stack = long_repair_stack
     started = time.monotonic()
     client, repository, _, wf = await stack.open_run()
+    # While the first attempt runs in its child workflow, the run's state as `durafix status` reads it counts
+    # the attempt's turns so far, and its pending steps are the attempt's.
+    live = await state_when(client, wf, mid_first_attempt, timeout_s=300)
+    assert live.budgets.repair_attempts_used == 1, live.budgets
+    # Ten turns or more are still to come, so the attempt is still running: its turns are the child's until
+    # it ends, and the run's own state has none of them.
+    assert await durafix_client.running_attempts(client, wf) == [attempt_workflow_id(wf, 1)]
+    own = await durafix_client.handle_for(client, wf).query(RepairBugWorkflow.state)
+    assert calls_of_first_attempt(own) == 0, own.budgets
     state = await state_when(client, wf, awaiting_review, timeout_s=600)
     assert state.pending_approval is not None, state.outcome_detail
     repaired_s = time.monotonic() - started
