@@ -24,8 +24,10 @@ from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
 from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
+from pipeline import client as runs
 from pipeline import steps
 from pipeline.failures import NO_PATCH_KIND, WORKER_LOST, FailureClass
+from pipeline.flow.attempt_carry import attempt_workflow_id
 from pipeline.hosts import host_queue
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
@@ -132,6 +134,8 @@ class Script:
     # When set, the base reproduction blocks until the event is set and never heartbeats, so a cancellation
     # cannot reach it: it completes normally after the run was cancelled.
     hold_reproduce: asyncio.Event | None = None
+    # When set, turn 2 of attempt 1 sets it and then beats until a cancellation reaches it.
+    hold_turn: asyncio.Event | None = None
     # How long each successive read of the PR takes (later reads are immediate).
     read_pr_delays_s: list[float] = field(default_factory=list)
     # Attempts whose conclusion is NoPatch of the kind named ("refused" or "no-op").
@@ -391,6 +395,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         """Turn 1 asks for one edit; turn 2 finishes without a call. The first turn of an attempt is what the
         old single activity was: the request for a proposal (recorded as ``propose``)."""
         s.calls.append(("propose" if i.transcript_ref is None else "agent_turn", i))
+        if s.hold_turn is not None and (i.attempt, i.turn) == (1, 2):
+            s.hold_turn.set()
+            while True:
+                activity.heartbeat()
+                await asyncio.sleep(0.2)
         calls = (
             [AgentToolCall(id=f"c{n}", name=name, arguments="{}") for n, name in enumerate(s.turn_one_calls, 1)]
             if i.turn == 1
@@ -895,6 +904,23 @@ async def test_cancellation_wins_over_an_activity_that_completes_after_it(harnes
     assert not {"propose", "verify", "publish_branch", "ensure_draft_pr"} & set(harness.script.names())
     assert "cleanup_run" in harness.script.names() and harness.script.live_envs == set()
     record_history(await handle.fetch_history(), "cancelled-after-late-completion")
+
+
+async def test_a_cancellation_during_a_child_attempt_takes_its_state_back_and_cleans_up(harness: Harness) -> None:
+    harness.script.hold_turn = asyncio.Event()
+    wf = await harness.start()
+    await asyncio.wait_for(harness.script.hold_turn.wait(), 60)
+    assert await runs.running_attempts(harness.client, wf) == [attempt_workflow_id(wf, 1)]
+    await harness.client.get_workflow_handle(wf).cancel()
+    assert await harness.ended(wf) == WorkflowExecutionStatus.CANCELED
+    st = await harness.state(wf)
+    assert st.outcome == Outcome.CANCELLED and st.cancellation[-1].step.value == "cancelled"
+    # The attempt ended by itself, cancelled, and gave back what it had done: its first turn is the run's.
+    child = await harness.client.get_workflow_handle(attempt_workflow_id(wf, 1)).describe()
+    assert child.status == WorkflowExecutionStatus.COMPLETED
+    assert [u.calls for u in st.budgets.attempts if u.attempt == 1] == [1], st.budgets
+    assert not {"verify", "publish_branch", "ensure_draft_pr"} & set(harness.script.names())
+    assert "cleanup_run" in harness.script.names() and harness.script.live_envs == set()
 
 
 async def test_permanent_step_failure_ends_in_triage_with_cleanup(harness: Harness) -> None:
