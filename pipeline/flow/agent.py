@@ -19,8 +19,8 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.attempt_carry import (
         ATTEMPT_STEP_FAILED,
         AttemptInput,
-        AttemptOrder,
         AttemptOutcome,
+        AttemptSpec,
         take_back,
     )
     from pipeline.flow.context import RunContext, RunEnded
@@ -39,46 +39,8 @@ with workflow.unsafe.imports_passed_through():
         AgentWorkspaceInput,
         ProposalResult,
     )
-    from repair.context import EarlierAttempt
     from repair.stepping import Segment, ToolCall, segments
     from repair.tools import RUN_REPRODUCTION, RUN_TOOLS, WORKSPACE_TOOLS
-
-
-@dataclass
-class AttemptSpec:
-    """What one stepped attempt is: its number, operation ID, what it is told, and where it starts. A revision
-    starts from ``start_patch`` (the patch under review) and opens with what the review asked for."""
-
-    attempt: int
-    repair_op: str
-    failures: list[EarlierAttempt]
-    token_budget: int
-    start_patch: ArtifactRef | None = None
-    revision: int = 0
-    review_feedback: str = ""
-
-    def order(self) -> AttemptOrder:
-        return AttemptOrder(
-            attempt=self.attempt,
-            repair_op=self.repair_op,
-            failures=list(self.failures),
-            token_budget=self.token_budget,
-            start_patch=self.start_patch,
-            revision=self.revision,
-            review_feedback=self.review_feedback,
-        )
-
-    @classmethod
-    def of(cls, order: AttemptOrder) -> AttemptSpec:
-        return cls(
-            order.attempt,
-            order.repair_op,
-            list(order.failures),
-            order.token_budget,
-            start_patch=order.start_patch,
-            revision=order.revision,
-            review_feedback=order.review_feedback,
-        )
 
 
 @dataclass
@@ -127,7 +89,7 @@ class SteppedAgent:
             hosts=ctx.hosts,
             live_envs=ctx.live_envs,
             cancellation_v2=ctx.cancellation_v2,
-            order=spec.order(),
+            order=spec,
         )
         try:
             outcome = await ctx.attempt_in_child(inp)

@@ -17,7 +17,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from pipeline.flow.agent import AttemptSpec, SteppedAgent
+    from pipeline.flow.agent import SteppedAgent
     from pipeline.flow.attempt_carry import ATTEMPT_STEP_FAILED, ATTEMPT_WORKFLOW, AttemptInput, AttemptOutcome
     from pipeline.flow.context import RunContext, RunEnded, is_cancellation
     from pipeline.flow.environments import Environments
@@ -46,7 +46,7 @@ class RepairAttemptWorkflow:
         ctx = self._ctx
         agent = SteppedAgent(ctx, Environments(ctx))
         try:
-            proposal = await agent.attempt_here(AttemptSpec.of(inp.order))
+            proposal = await agent.attempt_here(inp.order)
         except RunEnded as ended:
             return self._outcome(ended=ended.outcome, detail=ended.detail)
         except asyncio.CancelledError:

@@ -47,8 +47,9 @@ def take_back(run: RunState, attempt: RunState) -> None:
     run.environment = attempt.environment
 
 
-class AttemptOrder(BaseModel):
-    """One attempt as the run orders it (:class:`pipeline.flow.agent.AttemptSpec` as a value)."""
+class AttemptSpec(BaseModel):
+    """What one stepped attempt is: its number, operation ID, what it is told, and where it starts. A revision
+    starts from ``start_patch`` (the patch under review) and opens with what the review asked for."""
 
     attempt: int
     repair_op: str
@@ -71,7 +72,7 @@ class AttemptInput(BaseModel):
     hosts: list[str] = Field(default_factory=list)
     live_envs: dict[str, EnvironmentHandle] = Field(default_factory=dict)
     cancellation_v2: bool = True
-    order: AttemptOrder
+    order: AttemptSpec
 
 
 class AttemptOutcome(BaseModel):

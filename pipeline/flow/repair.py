@@ -13,7 +13,8 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from pipeline import accounting, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
-    from pipeline.flow.agent import AttemptSpec, SteppedAgent
+    from pipeline.flow.agent import SteppedAgent
+    from pipeline.flow.attempt_carry import AttemptSpec
     from pipeline.flow.context import RunContext, RunEnded, detail_ref
     from pipeline.flow.verify import Verify
     from pipeline.ids import op_id
@@ -114,7 +115,9 @@ class Repair:
         if engine == Engine.COMMAND:
             return await self._command(attempt, repair_op, [f.line() for f in failures], token_budget)
         if engine == Engine.STEPPED:
-            return await self.agent.attempt(AttemptSpec(attempt, repair_op, list(failures), token_budget))
+            return await self.agent.attempt(
+                AttemptSpec(attempt=attempt, repair_op=repair_op, failures=list(failures), token_budget=token_budget)
+            )
         return await ctx.step(
             steps.PROPOSE_PATCH,
             self._input(ProposePatchInput, attempt, repair_op, [f.line() for f in failures], token_budget),

@@ -10,7 +10,8 @@ with workflow.unsafe.imports_passed_through():
     from pipeline import revisions, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
     from pipeline.flow import publish as publishing
-    from pipeline.flow.agent import AttemptSpec, SteppedAgent
+    from pipeline.flow.agent import SteppedAgent
+    from pipeline.flow.attempt_carry import AttemptSpec
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.publish import OnPublished, Publish
     from pipeline.flow.verify import Verify
@@ -93,10 +94,10 @@ class Revisions(OnPublished):
         attempt = budgets.repair_attempts_used + n
         repair_op = op_id(ctx.wf, "revision", n)
         spec = AttemptSpec(
-            attempt,
-            repair_op,
-            [],
-            budgets.model_token_budget - spent,
+            attempt=attempt,
+            repair_op=repair_op,
+            failures=[],
+            token_budget=budgets.model_token_budget - spent,
             start_patch=under_review.patch_ref,
             revision=n,
             review_feedback=feedback,
