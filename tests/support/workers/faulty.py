@@ -172,9 +172,11 @@ def stop_mid_step() -> None:
 
 
 def changed_workflow() -> None:
+    from pipeline.flow.attempt import RepairAttemptWorkflow
     from tests.replay.changed_workflow import ChangedRepairBug
 
-    worker.RepairBugWorkflow = ChangedRepairBug  # type: ignore[attr-defined]
+    # The worker hosts every workflow of pipeline.workflow.WORKFLOWS: the changed run in place of the current one.
+    worker.WORKFLOWS = (ChangedRepairBug, RepairAttemptWorkflow)  # type: ignore[attr-defined]
 
 
 FAULTS: dict[str, Callable[[], None]] = {
