@@ -49,6 +49,7 @@ from environments.checks import SetupSettings, run_setup
 from environments.depcache import CacheKey, DependencyCache, RestoreMode, _Copier, _walk
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
+from environments.sandbox import WORKSPACE
 from environments.spec import build_recovery_spec, load_recipe
 from environments.workspace import WorkspaceManager
 from tests.bench.report import argument_parser
@@ -128,8 +129,9 @@ class Bench:
     def key(self) -> CacheKey:
         ws = self.mgr.rebuild(run_id=RUN, op_id=f"{RUN}:key", clone_url=self.repo.url, base_revision=self.repo.base)
         try:
+            # The local provider's setup runs sandboxed, seeing every workspace at the sandbox's fixed path.
             key = DependencyCache(self.deps).key_for(
-                ws.path, load_recipe(ws.path), repository="bench/deps", provider="local"
+                ws.path, load_recipe(ws.path), repository="bench/deps", provider="local", mount=WORKSPACE
             )
         finally:
             self.mgr.remove(ws)
@@ -304,9 +306,11 @@ def run_setup_cases(root: Path, runs: int) -> None:
 
 
 def repository_packages(packages: Path) -> Path:
-    """The package cache directory of the benchmark's repository under ``packages``."""
+    """The package cache directory of the benchmark's repository under ``packages``, made now: the sandbox binds
+    it only if it exists, and setup's counter is written there."""
     directory = SetupSettings(package_caches=packages).package_cache("bench/deps")
     assert directory is not None
+    directory.mkdir(parents=True, exist_ok=True)
     return directory
 
 
