@@ -197,8 +197,16 @@ class RunSetups:
     patch: str
     runs: int = 0
 
+    # The installs setup ran (``npm ci``), heard from the setups' progress: a candidate's setup gets a throwaway
+    # package cache, so nothing it writes outside its workspace could count them.
+    installs: int = 0
+
     def __post_init__(self) -> None:
         self.mgr = WorkspaceManager(cache_dir=self.root / "cache", root=self.root / "workspaces")
+
+    def heard(self, state: str) -> None:
+        if state.startswith("setup: npm ci"):
+            self.installs += 1
 
     def once(self, settings: SetupSettings) -> RunTimes:
         """Baseline, base provision, verify, candidate provision of a new run, with ``settings`` for every setup."""
@@ -222,8 +230,13 @@ class RunSetups:
                 if app:
                     # The provider sets up, then says it starts the app: setup is what came before.
                     heard = AppStart()
+
+                    def progress(state: str, heard: AppStart = heard) -> None:
+                        heard(state)
+                        self.heard(state)
+
                     handle = provider.provision(
-                        run_id=run_id, op_id=op, spec=self.spec, workspace=str(ws.path), progress=heard
+                        run_id=run_id, op_id=op, spec=self.spec, workspace=str(ws.path), progress=progress
                     )
                     done = time.perf_counter()
                     assert heard.at is not None, "the provider never said it was starting the app"
@@ -235,6 +248,7 @@ class RunSetups:
                         self.spec.recipe,
                         marker=f"bench/{op}",
                         log_path=self.root / f"{step}.log",
+                        progress=self.heard,
                         timeout_s=300,
                         settings=settings,
                         repository=self.spec.repository,
@@ -252,10 +266,7 @@ class RunSetups:
 
 def run_setup_cases(root: Path, runs: int) -> None:
     """One run's setups without the dependency cache and with it (first and later run of the lock file)."""
-    # Setup runs sandboxed and may write only its workspace and its repository's package cache: the counter
-    # lives there.
-    counter = repository_packages(root / "runs" / "packages") / "counter"
-    repo = npm_project(root / "run-fixture", counter)
+    repo = npm_project(root / "run-fixture", None)
     bench = Bench(root / "run-spec", repo)
     try:
         spec = bench.spec()
@@ -271,16 +282,16 @@ def run_setup_cases(root: Path, runs: int) -> None:
         return SetupSettings(cache=DependencyCache(deps), package_caches=packages)
 
     run.once(without)  # warms npm's download cache, as a worker's is; not counted
-    installs = [len(counter.read_text().splitlines())]
+    installs = [run.installs]
     before = [run.once(without) for _ in range(runs)]
-    installs.append(len(counter.read_text().splitlines()))
+    installs.append(run.installs)
     first = []
     for _ in range(runs):
         shutil.rmtree(deps, ignore_errors=True)
         first.append(run.once(cached()))
-    installs.append(len(counter.read_text().splitlines()))
+    installs.append(run.installs)
     later = [run.once(cached()) for _ in range(runs)]
-    installs.append(len(counter.read_text().splitlines()))
+    installs.append(run.installs)
     ran = [b - a for a, b in itertools.pairwise(installs)]
 
     print(f"one run's setups (baseline, base provision, verify, candidate provision), median of {runs} runs each:")

@@ -82,8 +82,11 @@ def write_project(root: Path, files: dict[str, str], recipe: dict[str, object]) 
     return root
 
 
-def npm_project(tmp: Path, counter: Path, *, extra_setup: list[str] | None = None) -> Repo:
-    """A node app needing ``is-number`` (package.json + package-lock.json), set up with ``npm ci``."""
+def npm_project(tmp: Path, counter: Path | None, *, extra_setup: list[str] | None = None) -> Repo:
+    """A node app needing ``is-number`` (package.json + package-lock.json), set up with ``npm ci``. Each setup
+    appends a line to ``counter`` (a file setup can write: under the repository's package cache), unless it is
+    None."""
+    count = ['echo npm >> "$SETUP_COUNTER"'] if counter is not None else []
     source = write_project(
         tmp / "npm-source",
         {
@@ -103,11 +106,11 @@ def npm_project(tmp: Path, counter: Path, *, extra_setup: list[str] | None = Non
             ".gitignore": "node_modules/\n",
         },
         {
-            "setup": ["npm ci --no-audit --no-fund", *(extra_setup or []), 'echo npm >> "$SETUP_COUNTER"'],
+            "setup": ["npm ci --no-audit --no-fund", *(extra_setup or []), *count],
             "start": "node app.js",
             "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
             "test": "node test.js",
-            "env": {"SETUP_COUNTER": str(counter)},
+            "env": {"SETUP_COUNTER": str(counter)} if counter is not None else {},
             "setup_network": True,
         },
     )
