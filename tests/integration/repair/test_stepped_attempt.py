@@ -20,14 +20,13 @@ from pipeline.steps import (
     AGENT_MAX_TURNS,
     AgentConcludeInput,
     AgentToolsResult,
-    AgentTurnInput,
     ProposalResult,
 )
 from repair.compaction import COMPACTED_MARKER
 from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
 from repair.workspace_tools import WorkspaceTools
 from tests.support import agent_steps
-from tests.support.agent_steps import activities, tools_input
+from tests.support.agent_steps import activities, tools_input, turn_input
 from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded
 from tests.support.repair import CART_SCRIPTS, engine_for, request_for
@@ -52,15 +51,13 @@ def drive(
     for turn in range(1, AGENT_MAX_TURNS + 1):
         answer = env.run(
             agent.agent_turn,
-            AgentTurnInput(
-                run_id=RUN,
-                op_id=f"{RUN}:repair:1:turn-{turn}",
-                attempt=1,
-                turn=turn,
-                issue_title=TITLE,
+            turn_input(
+                RUN,
+                turn,
+                TITLE,
+                100_000 - prompt - completion,
                 issue_body=BODY,
                 transcript_ref=transcript,
-                token_budget=100_000 - prompt - completion,
                 patch_ref=patch,
                 compact_above_chars=compact_above,
             ),
@@ -150,18 +147,7 @@ def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, re
     env = ActivityEnvironment()
     beats: list[object] = []
     env.on_heartbeat = lambda *details: beats.extend(details)
-    first = env.run(
-        agent.agent_turn,
-        AgentTurnInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:turn-1",
-            attempt=1,
-            turn=1,
-            issue_title=TITLE,
-            issue_body=BODY,
-            token_budget=100_000,
-        ),
-    )
+    first = env.run(agent.agent_turn, turn_input(RUN, 1, TITLE, 100_000, issue_body=BODY))
     messages = decode_transcript(store.read_bytes(first.transcript_ref))
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert "durafix-attempt: 1" in messages[0]["content"] and TITLE in messages[1]["content"]
