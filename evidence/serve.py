@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef, IntegrityError
@@ -120,6 +121,11 @@ def is_loopback(host: str) -> bool:
 ServedStore = LocalArtifactStore | S3ArtifactStore
 
 
+def _media_type(meta: Mapping[str, object], kind: ArtifactKind, key: str) -> str:
+    """The media type an artifact is served as: the one stored with it, else the one its kind and key imply."""
+    return str(meta.get("media_type") or media_type_for(kind, key, None))
+
+
 class EvidenceServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -169,42 +175,37 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_text(HTTPStatus.NOT_FOUND, "not found\n", send_body)
 
     def _send_object(self, key: str, send_body: bool) -> None:
-        store = self.server.store
-        if isinstance(store, S3ArtifactStore):
-            self._send_s3_object(store, key, send_body)
-            return
         try:
             kind, expected_sha256 = parse_key(key)
-            path = store.object_path(key)
-            src = store.open_object(key)
         except ValueError:
             self._send_text(HTTPStatus.BAD_REQUEST, "malformed artifact key\n", send_body)
             return
+        store = self.server.store
+        if isinstance(store, S3ArtifactStore):
+            self._send_s3_object(store, key, kind, expected_sha256, send_body)
+            return
+        try:
+            path = store.object_path(key)
+            src = store.open_object(key)
         except ArtifactMissingError:
-            self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+            self._send_no_such_artifact(send_body)
             return
         with src:
             sha256, size = hash_file(path)
             if sha256 != expected_sha256:
-                self._send_text(HTTPStatus.INTERNAL_SERVER_ERROR, "artifact failed its integrity check\n", send_body)
+                self._send_failed_integrity(send_body)
                 return
-            meta = store.stored_meta(key) or {}
-            media_type = str(meta.get("media_type") or media_type_for(kind, key, None))
-            self._send_artifact_headers(media_type, size, sha256)
-            if send_body:
-                shutil.copyfileobj(src, self.wfile)
+            media_type = _media_type(store.stored_meta(key) or {}, kind, key)
+            self._send_artifact(src, media_type, size, sha256, send_body)
 
-    def _send_s3_object(self, store: S3ArtifactStore, key: str, send_body: bool) -> None:
-        try:
-            kind, expected_sha256 = parse_key(key)
-            meta = store.stored_meta(key)
-        except ValueError:
-            self._send_text(HTTPStatus.BAD_REQUEST, "malformed artifact key\n", send_body)
-            return
+    def _send_s3_object(
+        self, store: S3ArtifactStore, key: str, kind: ArtifactKind, expected_sha256: str, send_body: bool
+    ) -> None:
+        meta = store.stored_meta(key)
         if meta is None:
-            self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+            self._send_no_such_artifact(send_body)
             return
-        media_type = str(meta.get("media_type") or media_type_for(kind, key, None))
+        media_type = _media_type(meta, kind, key)
         ref = ArtifactRef(
             key=key,
             sha256=expected_sha256,
@@ -219,15 +220,24 @@ class _Handler(BaseHTTPRequestHandler):
             try:
                 path = store.get_to_file(ref, Path(scratch) / "object")
             except IntegrityError:
-                self._send_text(HTTPStatus.INTERNAL_SERVER_ERROR, "artifact failed its integrity check\n", send_body)
+                self._send_failed_integrity(send_body)
                 return
             except ArtifactMissingError:
-                self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+                self._send_no_such_artifact(send_body)
                 return
-            self._send_artifact_headers(media_type, ref.size, ref.sha256)
-            if send_body:
-                with path.open("rb") as src:
-                    shutil.copyfileobj(src, self.wfile)
+            with path.open("rb") as src:
+                self._send_artifact(src, media_type, ref.size, ref.sha256, send_body)
+
+    def _send_no_such_artifact(self, send_body: bool) -> None:
+        self._send_text(HTTPStatus.NOT_FOUND, "no such artifact\n", send_body)
+
+    def _send_failed_integrity(self, send_body: bool) -> None:
+        self._send_text(HTTPStatus.INTERNAL_SERVER_ERROR, "artifact failed its integrity check\n", send_body)
+
+    def _send_artifact(self, src: BinaryIO, media_type: str, size: int, sha256: str, send_body: bool) -> None:
+        self._send_artifact_headers(media_type, size, sha256)
+        if send_body:
+            shutil.copyfileobj(src, self.wfile)
 
     def _send_artifact_headers(self, media_type: str, size: int, sha256: str) -> None:
         self.send_response(HTTPStatus.OK)

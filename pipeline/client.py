@@ -130,12 +130,8 @@ async def start_run(
     """Start ``repair_bug`` (run ``run`` of the report), or attach to the run that already handles it.
     ``report`` pins the text the run works on (a run attached to keeps the text it was started with)."""
     workflow_id = workflow_id_for(repository, issue_number, run)
-    try:
-        desc = await handle_for(client, workflow_id).describe()
-    except RPCError as err:
-        if err.status != RPCStatusCode.NOT_FOUND:
-            raise
-    else:
+    desc = await _described(client, workflow_id)
+    if desc is not None:
         if desc.status == WorkflowExecutionStatus.RUNNING:
             return Started(workflow_id=workflow_id, run_id=desc.run_id, attached=True)
         raise RunAlreadyEnded(workflow_id, desc.status)
@@ -189,11 +185,8 @@ async def runs_of_issue(client: Client, repository: str, issue_number: int) -> l
     found: list[RunOfIssue] = []
     for k in range(1, MAX_RUNS_PER_ISSUE + 1):
         workflow_id = workflow_id_for(repository, issue_number, k)
-        try:
-            desc = await handle_for(client, workflow_id).describe()
-        except RPCError as err:
-            if err.status != RPCStatusCode.NOT_FOUND:
-                raise
+        desc = await _described(client, workflow_id)
+        if desc is None:
             break
         found.append(RunOfIssue(k, workflow_id, desc.run_id, desc.status, await _trigger_of(desc), desc.start_time))
     return found
@@ -211,6 +204,16 @@ async def trigger_of(client: Client, workflow_id: str) -> str:
         return await _trigger_of(await client.get_workflow_handle(workflow_id).describe())
     except RPCError:
         return ""
+
+
+async def _described(client: Client, workflow_id: str) -> WorkflowExecutionDescription | None:
+    """The run ``workflow_id`` as the server describes it; None when there is no such run."""
+    try:
+        return await handle_for(client, workflow_id).describe()
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND:
+            raise
+        return None
 
 
 async def _trigger_of(desc: WorkflowExecutionDescription) -> str:

@@ -79,18 +79,7 @@ class SteppedAgent:
         """:meth:`attempt_here` in the child workflow ``repair_attempt``; what it changed of the run's state is
         taken back whichever way it ended, then it ends here as it ended there."""
         ctx = self.ctx
-        assert ctx.procedure_ref is not None
-        inp = AttemptInput(
-            run=ctx.input.model_copy(update={"resume": None}),
-            state=ctx.state,
-            report=ctx.the_report,
-            spec_ref=ctx.spec,
-            procedure_ref=ctx.procedure_ref,
-            hosts=ctx.hosts,
-            live_envs=ctx.live_envs,
-            cancellation_v2=ctx.cancellation_v2,
-            order=spec,
-        )
+        inp = AttemptInput(run=ctx.input.model_copy(update={"resume": None}), order=spec, **ctx.carried())
         try:
             outcome = await ctx.attempt_in_child(inp)
         except ChildWorkflowError as err:

@@ -30,10 +30,7 @@ class RepairAttemptWorkflow:
     @workflow.init
     def __init__(self, inp: AttemptInput) -> None:
         ctx = RunContext(input=inp.run, state=inp.state)
-        ctx.report, ctx.spec_ref, ctx.procedure_ref = inp.report, inp.spec_ref, inp.procedure_ref
-        ctx.hosts = list(inp.hosts)
-        ctx.live_envs = dict(inp.live_envs)
-        ctx.cancellation_v2 = inp.cancellation_v2
+        ctx.take_up(inp)
         self._ctx = ctx
 
     @workflow.query

@@ -20,9 +20,10 @@ from pydantic import BaseModel, Field
 
 from environments.interface import EnvironmentHandle
 from evidence.interface import ArtifactRef
+from pipeline.flow.carry import RunCarry
 from pipeline.inputs import RepairInput
 from pipeline.state import Outcome, RunState
-from pipeline.steps import ProposalResult, ReportInfo
+from pipeline.steps import ProposalResult
 from repair.context import EarlierAttempt
 
 ATTEMPT_WORKFLOW = "repair_attempt"
@@ -60,18 +61,11 @@ class AttemptSpec(BaseModel):
     review_feedback: str = ""
 
 
-class AttemptInput(BaseModel):
+class AttemptInput(RunCarry):
     """What the child starts with: the run's input (without a carried review state), a copy of its state, and
     what every step of an attempt needs."""
 
     run: RepairInput
-    state: RunState
-    report: ReportInfo
-    spec_ref: ArtifactRef
-    procedure_ref: ArtifactRef
-    hosts: list[str] = Field(default_factory=list)
-    live_envs: dict[str, EnvironmentHandle] = Field(default_factory=dict)
-    cancellation_v2: bool = True
     order: AttemptSpec
 
 

@@ -18,8 +18,10 @@ from pipeline.state import Approval, HeadPush, Rejection, RunState
 from pipeline.steps import ReportInfo
 
 
-class ReviewCarry(BaseModel):
-    """The state a run's review wait continues with in its next execution (see the module docstring)."""
+class RunCarry(BaseModel):
+    """The run's context past intake, as a workflow other than the one holding it takes it up: the run's own
+    next execution (:class:`ReviewCarry`) or an attempt's child
+    (:class:`~pipeline.flow.attempt_carry.AttemptInput`). The names are the run context's."""
 
     state: RunState
     report: ReportInfo
@@ -28,6 +30,11 @@ class ReviewCarry(BaseModel):
     hosts: list[str] = Field(default_factory=list)
     live_envs: dict[str, EnvironmentHandle] = Field(default_factory=dict)
     cancellation_v2: bool = True
+
+
+class ReviewCarry(RunCarry):
+    """The state a run's review wait continues with in its next execution (see the module docstring)."""
+
     closing_note: str = ""
     approval: Approval | None = None
     rejection: Rejection | None = None

@@ -16,7 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline import accounting, messages, steps
     from pipeline.failures import failure_details, failure_message, worker_lost
     from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, AttemptInput, AttemptOutcome, attempt_workflow_id
-    from pipeline.flow.carry import ReviewCarry
+    from pipeline.flow.carry import ReviewCarry, RunCarry
     from pipeline.hosts import host_queue
     from pipeline.inputs import RepairInput
     from pipeline.patches import HOST_WORKER_LOST_PATCH, LATE_COMPLETION_PATCH, MODEL_OUTAGE_PATCH, STATE_MEMO_PATCH
@@ -88,10 +88,8 @@ class ReviewDecisions:
     review_note: str = ""
 
 
-# What a run continued as new carries of its context and of its review decisions, under the same names there and
-# in :class:`~pipeline.flow.carry.ReviewCarry` (the state, the hosts, the environments and the review wait's
-# counters besides).
-CARRIED = ("report", "spec_ref", "procedure_ref", "cancellation_v2", "closing_note")
+# What a run continued as new carries of its review decisions, under the same names there and in
+# :class:`~pipeline.flow.carry.ReviewCarry` (its context besides: :meth:`RunContext.carried`).
 CARRIED_DECISIONS = ("approval", "rejection", "revision_request", "moved_head", "review_note")
 
 
@@ -116,25 +114,32 @@ class RunContext:
     # turn comes, so the last write carries the latest state. Uncontended, it never yields.
     ticket_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
-    def resume(self, carry: ReviewCarry) -> None:
-        """Take up what the previous execution of the run carried (its state is already :attr:`state`)."""
-        for name in CARRIED:
-            setattr(self, name, getattr(carry, name))
+    def carried(self) -> dict[str, Any]:
+        """The run's context as another workflow takes it up (:class:`~pipeline.flow.carry.RunCarry`'s fields)."""
+        assert self.report is not None and self.spec_ref is not None and self.procedure_ref is not None
+        return {name: getattr(self, name) for name in RunCarry.model_fields}
+
+    def take_up(self, carry: RunCarry) -> None:
+        """Take up the run's context as ``carry`` has it (its state is already :attr:`state`)."""
+        self.report, self.spec_ref, self.procedure_ref = carry.report, carry.spec_ref, carry.procedure_ref
         self.hosts = list(carry.hosts)
         self.live_envs = dict(carry.live_envs)
+        self.cancellation_v2 = carry.cancellation_v2
+
+    def resume(self, carry: ReviewCarry) -> None:
+        """Take up what the previous execution of the run carried (its state is already :attr:`state`)."""
+        self.take_up(carry)
+        self.closing_note = carry.closing_note
         self.decisions = ReviewDecisions(**{name: getattr(carry, name) for name in CARRIED_DECISIONS})
 
     def carry(self, head: str, renewals: int, continued: int) -> ReviewCarry:
         """What the next execution of the run continues with (see :mod:`pipeline.flow.carry`)."""
-        assert self.report is not None and self.spec_ref is not None and self.procedure_ref is not None
         return ReviewCarry(
-            state=self.state,
-            hosts=self.hosts,
-            live_envs=self.live_envs,
+            **self.carried(),
+            closing_note=self.closing_note,
             head=head,
             renewals=renewals,
             continued=continued,
-            **{name: getattr(self, name) for name in CARRIED},
             **{name: getattr(self.decisions, name) for name in CARRIED_DECISIONS},
         )
 

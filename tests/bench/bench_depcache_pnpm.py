@@ -16,7 +16,6 @@ Prints medians and ratios, never asserts a time.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import shutil
 import statistics
@@ -31,6 +30,7 @@ from environments.local import LocalProcessProvider
 from environments.sandbox import Sandbox
 from environments.spec import build_recovery_spec
 from environments.workspace import WorkspaceManager
+from tests.bench.report import argument_parser
 from tests.support.gitrepo import Repo
 from tests.support.workspace_projects import pnpm_prefix, pnpm_project
 
@@ -88,7 +88,7 @@ def times(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
     if shutil.which("npm") is None:

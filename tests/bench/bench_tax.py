@@ -27,7 +27,6 @@ the activity raised it (no retries), and a run that ends otherwise than merged i
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import concurrent.futures
 import dataclasses
@@ -61,6 +60,7 @@ from pipeline.services import Services
 from pipeline.state import Approval, ApprovalRequest, Outcome, Phase, RunState
 from pipeline.steps import Step
 from pipeline.worker.runner import ALL_QUEUES, activities_for, build_workers
+from tests.bench.report import argument_parser, print_rows
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 
 In = TypeVar("In", bound=BaseModel)
@@ -383,14 +383,12 @@ def report(results: list[Round], command: str) -> None:
             f"{sum(r.plain.merged for r in results)} / {sum(r.temporal.merged for r in results)}",
         ),
     ]
-    width = max(len(label) for label, _ in rows)
-    for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+    print_rows(rows)
     print("(the Temporal figure includes the operator's approval, sent within 0.1 s of the run asking for it)")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser = argument_parser(__doc__)
     parser.add_argument("--rounds", type=int, default=None, help=f"rounds (default {DEFAULT_ROUNDS})")
     parser.add_argument("--quick", action="store_true", help="one round")
     args = parser.parse_args()

@@ -1,16 +1,17 @@
 """The stepped attempt's agent activities on a local evidence store and real git, as the repair tests drive them:
-the activities, the recovery spec they work from, and one tool step's input."""
+the activities, the recovery spec they work from, and one model step's or tool step's input."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
-from pipeline.steps import AgentToolCall, AgentToolsInput
+from pipeline.steps import AgentToolCall, AgentToolsInput, AgentTurnInput
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.support.gitrepo import Repo
 from tests.support.repair import engine_for
@@ -28,6 +29,19 @@ def spec_of(store: LocalArtifactStore, repo: Repo, run: str) -> ArtifactRef:
     """The recovery spec of ``repo`` (as ``shop/cart``), stored for ``run``."""
     spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
     return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run, name="spec.json")
+
+
+def turn_input(run: str, turn: int, issue_title: str, token_budget: int, **fields: Any) -> AgentTurnInput:
+    """The model step of attempt 1's ``turn``, as the workflow builds it; ``fields`` are its other fields."""
+    return AgentTurnInput(
+        run_id=run,
+        op_id=f"{run}:repair:1:turn-{turn}",
+        attempt=1,
+        turn=turn,
+        issue_title=issue_title,
+        token_budget=token_budget,
+        **fields,
+    )
 
 
 def tools_input(

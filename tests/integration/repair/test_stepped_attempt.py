@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -15,19 +15,19 @@ from temporalio.testing import ActivityEnvironment
 
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
+from infra.modelserver.server import ScriptedModelServer
 from pipeline.activities.agent import AgentActivities
 from pipeline.steps import (
     AGENT_MAX_TURNS,
     AgentConcludeInput,
     AgentToolsResult,
-    AgentTurnInput,
     ProposalResult,
 )
 from repair.compaction import COMPACTED_MARKER
 from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
 from repair.workspace_tools import WorkspaceTools
 from tests.support import agent_steps
-from tests.support.agent_steps import activities, tools_input
+from tests.support.agent_steps import activities, tools_input, turn_input
 from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded
 from tests.support.repair import CART_SCRIPTS, engine_for, request_for
@@ -52,15 +52,13 @@ def drive(
     for turn in range(1, AGENT_MAX_TURNS + 1):
         answer = env.run(
             agent.agent_turn,
-            AgentTurnInput(
-                run_id=RUN,
-                op_id=f"{RUN}:repair:1:turn-{turn}",
-                attempt=1,
-                turn=turn,
-                issue_title=TITLE,
+            turn_input(
+                RUN,
+                turn,
+                TITLE,
+                100_000 - prompt - completion,
                 issue_body=BODY,
                 transcript_ref=transcript,
-                token_budget=100_000 - prompt - completion,
                 patch_ref=patch,
                 compact_above_chars=compact_above,
             ),
@@ -99,13 +97,29 @@ def spec_of(store: LocalArtifactStore, repo: Repo) -> ArtifactRef:
     return agent_steps.spec_of(store, repo, RUN)
 
 
-def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_batch_changes_nothing(
-    tmp_path: Path, repo: Repo, cart_repo: Path, serve: Serve
-) -> None:
+class Fixing(NamedTuple):
+    """The model server answering with the cart's fix script, agent activities asking it, their store, and the
+    cart's recovery spec stored there."""
+
+    server: ScriptedModelServer
+    agent: AgentActivities
+    store: LocalArtifactStore
+    spec_ref: ArtifactRef
+
+
+@pytest.fixture
+def fixing(tmp_path: Path, repo: Repo, serve: Serve) -> Fixing:
     server = serve(CART_SCRIPTS / "fix.yaml")
     agent, store = activities(tmp_path, server.base_url)
+    return Fixing(server, agent, store, spec_of(store, repo))
 
-    stepped = drive(agent, spec_of(store, repo), rerun_tools=True)
+
+def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_batch_changes_nothing(
+    fixing: Fixing, cart_repo: Path
+) -> None:
+    server, agent, store, spec_ref = fixing
+
+    stepped = drive(agent, spec_ref, rerun_tools=True)
     in_memory = engine_for(server.base_url).propose(request_for(cart_repo, issue_title=TITLE, issue_body=BODY))
 
     assert store.read_bytes(stepped.patch_ref).decode() == in_memory.patch
@@ -118,11 +132,9 @@ def test_the_stepped_attempt_proposes_what_the_engine_proposes_and_a_rerun_tool_
 
 
 def test_a_long_transcript_is_compacted_from_durable_facts_and_the_attempt_proposes_the_same_patch(
-    tmp_path: Path, repo: Repo, serve: Serve
+    fixing: Fixing,
 ) -> None:
-    server = serve(CART_SCRIPTS / "fix.yaml")
-    agent, store = activities(tmp_path, server.base_url)
-    spec_ref = spec_of(store, repo)
+    server, agent, store, spec_ref = fixing
     whole = drive(agent, spec_ref)
     compacted = drive(agent, spec_ref, compact_above=2_500)
 
@@ -143,25 +155,12 @@ def test_a_long_transcript_is_compacted_from_durable_facts_and_the_attempt_propo
             assert request[3]["role"] == "assistant"  # the kept tail starts at a turn, tool results follow it
 
 
-def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, repo: Repo, serve: Serve) -> None:
-    server = serve(CART_SCRIPTS / "fix.yaml")
-    agent, store = activities(tmp_path, server.base_url)
-    spec_ref = spec_of(store, repo)
+def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, fixing: Fixing) -> None:
+    _, agent, store, spec_ref = fixing
     env = ActivityEnvironment()
     beats: list[object] = []
     env.on_heartbeat = lambda *details: beats.extend(details)
-    first = env.run(
-        agent.agent_turn,
-        AgentTurnInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1:turn-1",
-            attempt=1,
-            turn=1,
-            issue_title=TITLE,
-            issue_body=BODY,
-            token_budget=100_000,
-        ),
-    )
+    first = env.run(agent.agent_turn, turn_input(RUN, 1, TITLE, 100_000, issue_body=BODY))
     messages = decode_transcript(store.read_bytes(first.transcript_ref))
     assert [m["role"] for m in messages] == ["system", "user", "assistant"]
     assert "durafix-attempt: 1" in messages[0]["content"] and TITLE in messages[1]["content"]
@@ -177,12 +176,8 @@ def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, re
     assert not any((tmp_path / "workspaces").rglob("cart.py"))
 
 
-def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_patch(
-    tmp_path: Path, repo: Repo, serve: Serve
-) -> None:
-    server = serve(CART_SCRIPTS / "fix.yaml")
-    agent, store = activities(tmp_path, server.base_url)
-    spec_ref = spec_of(store, repo)
+def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_patch(fixing: Fixing) -> None:
+    _, agent, store, spec_ref = fixing
     env = ActivityEnvironment()
     conclude = AgentConcludeInput(
         run_id=RUN,

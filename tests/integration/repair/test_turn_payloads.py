@@ -26,7 +26,7 @@ from repair.context import EarlierAttempt
 from repair.stepping import MAX_SUMMARY_CHARS, arguments_digest, decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.support import agent_steps
-from tests.support.agent_steps import activities, tools_input
+from tests.support.agent_steps import activities, tools_input, turn_input
 from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded, tool_turn
 
@@ -50,9 +50,7 @@ def script(*turns: dict[str, Any]) -> dict[str, Any]:
 
 
 def first_turn(**facts: Any) -> AgentTurnInput:
-    return AgentTurnInput(
-        run_id=RUN, op_id=f"{RUN}:repair:1:turn-1", attempt=1, turn=1, issue_title=TITLE, token_budget=10**7, **facts
-    )
+    return turn_input(RUN, 1, TITLE, 10**7, **facts)
 
 
 def test_a_turn_that_writes_a_megabyte_file_records_a_reference_and_the_file_reaches_the_workspace(
@@ -151,16 +149,7 @@ def test_the_opening_facts_travel_with_the_first_turn_only_and_later_turns_still
     answer = env.run(agent.agent_turn, opening)
     ran = env.run(agent.agent_tools, tools_input(RUN, 1, spec_ref, answer.transcript_ref, answer.calls))
     # The second turn's input is built as the first was, every fact passed again; it carries none of them.
-    later = AgentTurnInput(
-        run_id=RUN,
-        op_id=f"{RUN}:repair:1:turn-2",
-        attempt=1,
-        turn=2,
-        issue_title=TITLE,
-        transcript_ref=ran.transcript_ref,
-        token_budget=10**7,
-        **facts,
-    )
+    later = turn_input(RUN, 2, TITLE, 10**7, transcript_ref=ran.transcript_ref, **facts)
     assert (later.issue_title, later.issue_body, later.previous_failures, later.earlier_attempts) == ("", "", [], [])
     assert (later.spec_ref, later.reproduction, later.baseline_summary) == (None, None, None)
     assert history_bytes(later) < 1_500
