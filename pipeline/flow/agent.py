@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
         AttemptInput,
         AttemptOutcome,
         AttemptSpec,
+        attempt_state,
         take_back,
     )
     from pipeline.flow.context import RunContext, RunEnded
@@ -79,7 +80,8 @@ class SteppedAgent:
         """:meth:`attempt_here` in the child workflow ``repair_attempt``; what it changed of the run's state is
         taken back whichever way it ended, then it ends here as it ended there."""
         ctx = self.ctx
-        inp = AttemptInput(run=ctx.input.model_copy(update={"resume": None}), order=spec, **ctx.carried())
+        carried = ctx.carried() | {"state": attempt_state(ctx.state)}
+        inp = AttemptInput(run=ctx.input.model_copy(update={"resume": None}), order=spec, **carried)
         try:
             outcome = await ctx.attempt_in_child(inp)
         except ChildWorkflowError as err:

@@ -6,8 +6,9 @@ as a child workflow of the run (ATTEMPT_CHILD_PATCH): the parent's history holds
 result, the turns stay in the child's, and the agent's own changes are confined to a workflow that lives
 for minutes.
 
-The child works on a copy of the run's state and gives back the parts an attempt changes (budgets, evidence,
-timeline, environment, hosts, live environments), in every ending: with its proposal, with the run's ending
+The child works on a copy of the run's state (:func:`attempt_state`: without the lists only the run's
+handlers grow) and gives back the parts an attempt changes (budgets, evidence, timeline, environment, hosts,
+live environments), in every ending: with its proposal, with the run's ending
 (:class:`AttemptOutcome.ended`), cancelled, or, when a step failed, as the first detail of an
 ``ApplicationError`` of type :data:`ATTEMPT_STEP_FAILED` whose cause is the step's own failure, which the
 parent raises again as it was. Operation IDs are the run's (the child's state names the run's workflow ID), so
@@ -34,6 +35,17 @@ ATTEMPT_STEP_FAILED = "AttemptStepFailed"
 def attempt_workflow_id(run_workflow_id: str, attempt: int) -> str:
     """The child's workflow ID: one per attempt number of the run (revisions have numbers of their own)."""
     return f"{run_workflow_id}:attempt-{attempt}"
+
+
+# Lists only the run's own handlers and review grow, which no attempt reads: the child starts without them,
+# so a run that has handled hundreds of deliveries does not copy them into every attempt's input and result.
+NOT_FOR_ATTEMPTS = ("deliveries", "report_edits", "head_pushes")
+
+
+def attempt_state(run: RunState) -> RunState:
+    """The copy of the run's state an attempt starts with: all of it but :data:`NOT_FOR_ATTEMPTS`, which
+    :func:`take_back` never copies back."""
+    return run.model_copy(update={name: [] for name in NOT_FOR_ATTEMPTS}, deep=True)
 
 
 def take_back(run: RunState, attempt: RunState) -> None:
