@@ -137,10 +137,12 @@ class WorkspaceManager:
         )
 
     def commit(self, ws: Workspace, message: str, timestamp: int, parent: str | None = None) -> str:
-        """Commit the workspace's index on top of ``parent`` (default: its base revision); return the commit ID.
+        """Commit the workspace's rebuilt tree on top of ``parent`` (default: its base revision); return the commit ID.
 
         Deterministic: fixed author and committer, both dated ``timestamp`` (UTC), parent = ``parent`` or the
-        base revision, tree = the index (base + patch; stray files in the working tree never enter it). The
+        base revision, tree = ``ws.tree_sha``, the tree :meth:`rebuild` built from base + patch (stray files in
+        the working tree never enter it, and the index is not read again: a tree half-replaced by a concurrent
+        rebuild of the same ``op_id`` fails the commit instead of making another one). The
         same base, patch, parent, message and timestamp give the same commit ID on any worker, and calling this
         twice is a no-op. HEAD is moved (detached) to the commit. A ``parent`` other than the base (a revision
         stacked on the commit under review) must already be in the mirror the workspace borrows from
@@ -151,6 +153,8 @@ class WorkspaceManager:
             raise ValueError("commit message must not be empty")
         if timestamp < 0:
             raise ValueError("timestamp must be seconds since the epoch")
+        if not ws.tree_sha:
+            raise ValueError("only a rebuilt workspace, whose tree is recorded, can be committed")
         date = f"@{timestamp} +0000"
         env = git_env(
             extra={
@@ -162,9 +166,8 @@ class WorkspaceManager:
                 "GIT_COMMITTER_DATE": date,
             }
         )
-        tree = run_git(["write-tree"], cwd=ws.path)
         commit = run_git(
-            ["commit-tree", tree, "-p", parent or ws.base_revision, "-F", "-"],
+            ["commit-tree", ws.tree_sha, "-p", parent or ws.base_revision, "-F", "-"],
             cwd=ws.path,
             env=env,
             stdin=message.rstrip("\n") + "\n",
