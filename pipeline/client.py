@@ -285,18 +285,26 @@ def handle_for(client: Client, workflow_id: str) -> RunHandle:
     return client.get_workflow_handle_for(RepairBugWorkflow.run, workflow_id)
 
 
-async def get_state(client: Client, workflow_id: str, rpc_timeout: timedelta | None = None) -> RunState:
+async def get_state(
+    client: Client,
+    workflow_id: str,
+    rpc_timeout: timedelta | None = None,
+    description: WorkflowExecutionDescription | None = None,
+) -> RunState:
     """The run's live state (the ``state`` query): a worker polling ``durafix-orchestration`` answers it, for
     a closed run too. Without one the server fails it (``no poller seen``) or, while it still remembers a
     poller that died, holds it until ``rpc_timeout``. :func:`recorded_state_of` needs no worker.
 
     While a repair attempt runs as a child workflow, what it has changed so far (its turns, tokens, phase and
     evidence) is in the attempt's state, not yet in the run's: it is taken from the attempt's own ``state``
-    query, as the run takes it back when the attempt ends. An attempt that does not answer leaves the run's."""
+    query, as the run takes it back when the attempt ends. An attempt that does not answer leaves the run's.
+    A caller that has just described the run passes ``description``, so the run is not described again."""
     state = await handle_for(client, workflow_id).query(RepairBugWorkflow.state, rpc_timeout=rpc_timeout)
     if state.outcome is not None or state.phase != Phase.REPAIR:
         return state
-    for child in await running_attempts(client, workflow_id):
+    if description is None:
+        description = await handle_for(client, workflow_id).describe()
+    for child in running_attempts(description):
         try:
             attempt = await client.get_workflow_handle(child).query(
                 "state", result_type=RunState, rpc_timeout=rpc_timeout
@@ -307,9 +315,8 @@ async def get_state(client: Client, workflow_id: str, rpc_timeout: timedelta | N
     return state
 
 
-async def running_attempts(client: Client, workflow_id: str) -> list[str]:
-    """The workflow IDs of the run's repair attempts running as child workflows now (at most one)."""
-    description = await handle_for(client, workflow_id).describe()
+def running_attempts(description: WorkflowExecutionDescription) -> list[str]:
+    """The workflow IDs of the described run's repair attempts running as child workflows (at most one)."""
     return [
         child.workflow_id
         for child in description.raw_description.pending_children

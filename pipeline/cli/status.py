@@ -28,7 +28,6 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
 from pipeline.cli.spending import budget_lines
-from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW
 from pipeline.pricing import ModelPrice
 from pipeline.recorded_state import RecordedState
 from pipeline.state import RunState
@@ -116,9 +115,8 @@ async def run_pending_activities(client: Client, description: WorkflowExecutionD
     """:func:`pending_activities` of a described run, and of the repair attempt it runs as a child workflow
     (where an attempt's steps are)."""
     pending = await pending_activities(description)
-    for child in description.raw_description.pending_children:
-        if child.workflow_type_name == ATTEMPT_WORKFLOW:
-            pending += await pending_activities(await client.get_workflow_handle(child.workflow_id).describe())
+    for child in runs.running_attempts(description):
+        pending += await pending_activities(await client.get_workflow_handle(child).describe())
     return pending
 
 
@@ -289,7 +287,8 @@ async def live_or_recorded(
     queue = TaskQueue.ORCHESTRATION.value
     try:
         return await asyncio.wait_for(
-            runs.get_state(client, workflow_id, rpc_timeout=QUERY_TIMEOUT), QUERY_TIMEOUT.total_seconds() + 5
+            runs.get_state(client, workflow_id, rpc_timeout=QUERY_TIMEOUT, description=description),
+            QUERY_TIMEOUT.total_seconds() + 5,
         )
     except RPCError as err:
         if err.status == RPCStatusCode.NOT_FOUND:

@@ -28,7 +28,7 @@ from pipeline.flow.attempt_carry import attempt_workflow_id
 from pipeline.state import RunState
 from pipeline.workflow import RepairBugWorkflow
 from tests.e2e.history_size import executions, report
-from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, one_of_each, state_when
 from tests.replay.record import record_history
 from tests.support.e2e_stack import MODEL_DIR, E2EStack, scripted_stack
 
@@ -106,14 +106,16 @@ async def test_three_attempts_of_30_turns_leave_the_parent_history_under_1000_ev
 ) -> None:
     stack = long_repair_stack
     started = time.monotonic()
-    client, repository, _, wf = await stack.open_run()
+    client, repository, issue, wf = await stack.open_run()
     # While the first attempt runs in its child workflow, the run's state as `durafix status` reads it counts
     # the attempt's turns so far, and its pending steps are the attempt's.
     live = await state_when(client, wf, mid_first_attempt, timeout_s=300)
     assert live.budgets.repair_attempts_used == 1, live.budgets
     # Ten turns or more are still to come, so the attempt is still running: its turns are the child's until
     # it ends, and the run's own state has none of them.
-    assert await durafix_client.running_attempts(client, wf) == [attempt_workflow_id(wf, 1)]
+    assert durafix_client.running_attempts(await durafix_client.handle_for(client, wf).describe()) == [
+        attempt_workflow_id(wf, 1)
+    ]
     own = await durafix_client.handle_for(client, wf).query(RepairBugWorkflow.state)
     assert calls_of_first_attempt(own) == 0, own.budgets
     state = await state_when(client, wf, awaiting_review, timeout_s=600)
@@ -135,6 +137,11 @@ async def test_three_attempts_of_30_turns_leave_the_parent_history_under_1000_ev
     assert turns.get("attempt-1-wrong") == TURNS and turns.get("attempt-2-wrong") == TURNS, measured
     assert turns.get("later-attempts-fix") == TURNS, measured
     assert final.outcome == "merged", f"{final.outcome_detail}\n{measured}"
+    # External truth: the third attempt's fix is main's, and the run left one ticket, one branch, its one PR
+    # and one evidence comment, though three attempts and two failed verifications came before.
+    assert stack.github().get_repo(repository).get_branch("main").commit.sha == final.merged_sha
+    assert "line_total(item) for item in items" in file_on_main(stack, repository, "cart.py")
+    one_of_each(stack, repository, wf, issue, final)
     for run in runs:
         assert run.events < MAX_PARENT_EVENTS, measured
     # Each attempt ran as a child workflow of its own, and completed there.

@@ -910,7 +910,7 @@ async def test_a_cancellation_during_a_child_attempt_takes_its_state_back_and_cl
     harness.script.hold_turn = asyncio.Event()
     wf = await harness.start()
     await asyncio.wait_for(harness.script.hold_turn.wait(), 60)
-    assert await runs.running_attempts(harness.client, wf) == [attempt_workflow_id(wf, 1)]
+    assert runs.running_attempts(await runs.handle_for(harness.client, wf).describe()) == [attempt_workflow_id(wf, 1)]
     await harness.client.get_workflow_handle(wf).cancel()
     assert await harness.ended(wf) == WorkflowExecutionStatus.CANCELED
     st = await harness.state(wf)
