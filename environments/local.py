@@ -50,7 +50,7 @@ from typing import Any
 
 from environments import app_forwarder
 from environments.checks import SetupSettings, run_setup, run_tests
-from environments.commands import command_env, run_to_completion, spawn, tail
+from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
     APP_URL_VAR,
@@ -324,8 +324,9 @@ class LocalProcessProvider(EnvironmentProvider):
             )
             if code != 0:
                 self._abandon(run_dir, key, record)
-                outcome = "timed out" if code is None else f"exited {code}"
-                raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
+                raise FixtureError(
+                    f"fixture command {command!r} {exit_text(code)}:\n{tail(log_path)}", log_path=log_path
+                )
         record["seeded"] = True
         write_json_atomic(run_dir / f"{key}.json", record)
 
