@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from environments.commands import command_env, run_to_completion, tail
+from environments.commands import command_env, exit_text, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.egress import (
     ALLOWED_PORTS,
@@ -406,7 +406,7 @@ class _Runner:
         code = self._one(command, Network.NONE, writable=[])
         if code == 0:
             return ""
-        return "timed out" if code is None else f"exited {code}"
+        return exit_text(code)
 
     def _one(self, command: str, network: Network | Egress, *, writable: list[Path]) -> int | None:
         """One command in the workspace, logged, in the sandbox; its exit code (``None``: timed out)."""
@@ -432,8 +432,9 @@ class _Runner:
                 logged = self._log_egress(proxy, logged)
             if code != 0:
                 stop_owned(self.marker, grace_s=self.stop_grace_s)
-                outcome = "timed out" if code is None else f"exited {code}"
-                raise SetupError(f"setup command {command!r} {outcome}:\n{tail(self.log_path)}", log_path=self.log_path)
+                raise SetupError(
+                    f"setup command {command!r} {exit_text(code)}:\n{tail(self.log_path)}", log_path=self.log_path
+                )
 
     def _log_egress(self, proxy: EgressProxy, logged: int) -> int:
         """Append the proxy's events since the ``logged`` first ones to the setup log (see

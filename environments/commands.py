@@ -103,6 +103,12 @@ def spawn(
     return proc, started_at
 
 
+def exit_text(code: int | None) -> str:
+    """How a command ended, as a message says it: ``timed out`` for ``None`` (the convention of
+    :func:`run_to_completion`), else ``exited <code>``."""
+    return "timed out" if code is None else f"exited {code}"
+
+
 def run_to_completion(
     command: str,
     *,

@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
@@ -51,7 +50,7 @@ from typing import Any
 
 from environments import app_forwarder
 from environments.checks import SetupSettings, run_setup, run_tests
-from environments.commands import command_env, run_to_completion, spawn, tail
+from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
     APP_URL_VAR,
@@ -70,13 +69,13 @@ from environments.interface import (
     RecoverySpec,
     ResourceConflictError,
     ResourceKind,
-    RunFencedError,
     TestRunResult,
 )
 from environments.ports import free_port
 from environments.processes import StopOutcome, is_running, live_processes, stop_owned
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
+from environments.run_dirs import RunDirs
 from environments.sandbox import Network, Sandbox
 from environments.secrets import check_allowlist
 
@@ -107,6 +106,7 @@ class LocalProcessProvider(EnvironmentProvider):
         allowed_secrets: Sequence[str] = (),
     ) -> None:
         self.state_dir = state_dir.absolute()
+        self.runs = RunDirs(self.state_dir)
         self.setup_timeout_s = setup_timeout_s
         self.stop_grace_s = stop_grace_s
         self.setup = setup or SetupSettings()
@@ -131,32 +131,28 @@ class LocalProcessProvider(EnvironmentProvider):
         ws = Path(workspace).absolute()
         if not ws.is_dir():
             raise EnvironmentError(f"workspace {ws} does not exist")
-        run_dir = self._run_dir(run_id)
         key = path_key(op_id)
-        with locked(run_dir / "run.lock", shared=True):
-            if (run_dir / "tombstone.json").exists():
-                raise RunFencedError(f"run {run_id} was cleaned up; refusing to provision {op_id}")
-            with locked(run_dir / f"{key}.lock"):
-                record = read_json(run_dir / f"{key}.json")
-                if record is not None:
-                    if (record["run_id"], record["op_id"]) != (run_id, op_id):
-                        raise ResourceConflictError(
-                            f"process record for {op_id} belongs to {record['run_id']} / {record['op_id']}"
-                        )
-                    if _adoptable(record, ws, spec):
-                        handle = _handle(record)
-                        progress(f"adopting {handle.env_id}")
-                        return handle
-                    progress(f"stopping earlier {_handle(record).env_id}")
-                    survivors = self._stop(record).survivors
-                    if survivors:
-                        raise EnvironmentError(f"earlier processes {sorted(survivors)} of {op_id} survived SIGKILL")
-                    (run_dir / f"{key}.json").unlink()
-                return self._start(run_dir, key, run_id=run_id, op_id=op_id, spec=spec, ws=ws, progress=progress)
+        with self.runs.creating(run_id, op_id) as run_dir, locked(run_dir / f"{key}.lock"):
+            record = read_json(run_dir / f"{key}.json")
+            if record is not None:
+                if (record["run_id"], record["op_id"]) != (run_id, op_id):
+                    raise ResourceConflictError(
+                        f"process record for {op_id} belongs to {record['run_id']} / {record['op_id']}"
+                    )
+                if _adoptable(record, ws, spec):
+                    handle = _handle(record)
+                    progress(f"adopting {handle.env_id}")
+                    return handle
+                progress(f"stopping earlier {_handle(record).env_id}")
+                survivors = self._stop(record).survivors
+                if survivors:
+                    raise EnvironmentError(f"earlier processes {sorted(survivors)} of {op_id} survived SIGKILL")
+                (run_dir / f"{key}.json").unlink()
+            return self._start(run_dir, key, run_id=run_id, op_id=op_id, spec=spec, ws=ws, progress=progress)
 
     def check(self, handle: EnvironmentHandle) -> EnvironmentStatus:
         """READY if the handle's process is alive and answers the probe now; GONE if it no longer exists."""
-        record = read_json(self._run_dir(handle.run_id) / f"{path_key(handle.op_id)}.json")
+        record = read_json(self.runs.run_dir(handle.run_id) / f"{path_key(handle.op_id)}.json")
         if record is None or _url(record) != handle.base_url or not _alive(record):
             return EnvironmentStatus.GONE
         if probe_once(handle.base_url, _probe(record)):
@@ -165,22 +161,11 @@ class LocalProcessProvider(EnvironmentProvider):
 
     def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
         """Recorded processes for ``run_id`` (all runs when ``None``); ``detail['state']`` is live or dead."""
-        if run_id is not None:
-            run_dirs = [self._run_dir(run_id)]
-        elif self.state_dir.is_dir():
-            run_dirs = sorted(p for p in self.state_dir.iterdir() if p.is_dir())
-        else:
-            run_dirs = []
-        owned = []
-        for run_dir in run_dirs:
-            for record_path in sorted(run_dir.glob("*.json")):
-                if record_path.name != "tombstone.json" and (record := read_json(record_path)) is not None:
-                    owned.append(_resource(record))
-        return owned
+        return [_resource(record) for _, record in self.runs.records(run_id)]
 
     def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
         """Stop the operation's processes and drop its record (the log stays); idempotent."""
-        run_dir = self._run_dir(handle.run_id)
+        run_dir = self.runs.run_dir(handle.run_id)
         key = path_key(handle.op_id)
         report = CleanupReport(run_id=handle.run_id)
         with locked(run_dir / "run.lock", shared=True), locked(run_dir / f"{key}.lock"):
@@ -193,13 +178,10 @@ class LocalProcessProvider(EnvironmentProvider):
 
     def cleanup_run(self, run_id: str) -> CleanupReport:
         """Tombstone ``run_id``, then stop and forget everything it owns; idempotent, other runs untouched."""
-        run_dir = self._run_dir(run_id)
         report = CleanupReport(run_id=run_id)
-        write_json_atomic(run_dir / "tombstone.json", {"run_id": run_id, "at": time.time()})
-        with locked(run_dir / "run.lock"):
-            for record_path in sorted(run_dir.glob("*.json")):
-                if record_path.name != "tombstone.json" and (record := read_json(record_path)) is not None:
-                    self._stop_into(report, run_dir, record_path.stem, record)
+        with self.runs.cleaning(run_id) as run_dir:
+            for key, record in self.runs.records(run_id):
+                self._stop_into(report, run_dir, key, record)
             # Processes marked for this run but never recorded (a crash between spawn and record).
             swept = stop_owned(f"{run_dir.name}/", prefix=True, grace_s=self.stop_grace_s)
             _report_unrecorded(report, swept, "(unrecorded)")
@@ -217,7 +199,7 @@ class LocalProcessProvider(EnvironmentProvider):
         # the call (the sandbox's PID namespace ends with each command, and a call given up on stops its
         # command). The marker is under the run's key all the same, so the run's cleanup sweep and anyone
         # listing the run's processes see a check that is still running.
-        checks = f"{self._run_dir(run.run_id).name}/checks-{uuid.uuid4().hex}"
+        checks = f"{self.runs.run_dir(run.run_id).name}/checks-{uuid.uuid4().hex}"
         if run.setup:
             self._setup(ws, run.spec, f"{checks}/setup", run.log_path, run.setup_timeout_s, run.progress)
         run.progress(f"running tests: {command_text(run.command or run.spec.recipe.test)}")
@@ -342,8 +324,9 @@ class LocalProcessProvider(EnvironmentProvider):
             )
             if code != 0:
                 self._abandon(run_dir, key, record)
-                outcome = "timed out" if code is None else f"exited {code}"
-                raise FixtureError(f"fixture command {command!r} {outcome}:\n{tail(log_path)}", log_path=log_path)
+                raise FixtureError(
+                    f"fixture command {command!r} {exit_text(code)}:\n{tail(log_path)}", log_path=log_path
+                )
         record["seeded"] = True
         write_json_atomic(run_dir / f"{key}.json", record)
 
@@ -367,9 +350,6 @@ class LocalProcessProvider(EnvironmentProvider):
         else:
             (run_dir / f"{key}.json").unlink(missing_ok=True)
             report.removed.append(resource)
-
-    def _run_dir(self, run_id: str) -> Path:
-        return self.state_dir / path_key(run_id)
 
 
 def _app_netns(forwarder_pid: int) -> str | None:

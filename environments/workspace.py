@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import time
 import uuid
 from pathlib import Path
 
@@ -36,9 +35,9 @@ from environments.interface import (
     OwnedResource,
     ResourceConflictError,
     ResourceKind,
-    RunFencedError,
 )
 from environments.mirror import MirrorCache
+from environments.run_dirs import RunDirs
 from environments.staged_patch import staged_patch, unsafe_changes
 from environments.untrusted_files import UntrustedFileError, read_beneath
 
@@ -77,6 +76,7 @@ class WorkspaceManager:
     def __init__(self, cache_dir: Path, root: Path) -> None:
         self.mirrors = MirrorCache(cache_dir.absolute())
         self.root = root.absolute()
+        self.runs = RunDirs(self.root)
 
     def rebuild(
         self,
@@ -104,10 +104,7 @@ class WorkspaceManager:
         """
         if not _FULL_SHA.match(base_revision):
             raise ValueError(f"base revision must be a full commit ID, got {base_revision!r}")
-        run_dir = self._run_dir(run_id)
-        with locked(run_dir / "run.lock", shared=True):
-            if (run_dir / "tombstone.json").exists():
-                raise RunFencedError(f"run {run_id} was cleaned up; refusing to rebuild {op_id}")
+        with self.runs.creating(run_id, op_id, doing="rebuild") as run_dir:
             key = path_key(op_id)
             with locked(run_dir / f"{key}.lock"):
                 final = run_dir / key
@@ -201,19 +198,7 @@ class WorkspaceManager:
 
     def list_owned(self, run_id: str | None = None) -> list[OwnedResource]:
         """Workspaces recorded for ``run_id`` (all runs when ``None``), with whether the tree is present."""
-        if run_id is not None:
-            run_dirs = [self._run_dir(run_id)]
-        else:
-            run_dirs = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
-        owned = []
-        for run_dir in run_dirs:
-            for record_path in sorted(run_dir.glob("*.json")):
-                if record_path.name == "tombstone.json":
-                    continue
-                record = read_json(record_path)
-                if record is not None:
-                    owned.append(_resource(record))
-        return owned
+        return [_resource(record) for _, record in self.runs.records(run_id)]
 
     def borrowers(self, mirror: Path) -> list[Path]:
         """The trees under ``root`` whose git borrows objects from ``mirror`` through its alternates file.
@@ -226,8 +211,7 @@ class WorkspaceManager:
         """
         objects = (mirror / "objects").resolve()
         found: list[Path] = []
-        run_dirs = sorted(p for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else []
-        for run_dir in run_dirs:
+        for run_dir in self.runs.run_dirs():
             try:
                 trees = sorted(run_dir.iterdir())
             except FileNotFoundError:
@@ -247,7 +231,7 @@ class WorkspaceManager:
 
     def remove(self, ws: Workspace) -> None:
         """Remove one workspace's tree and record; idempotent."""
-        run_dir = self._run_dir(ws.run_id)
+        run_dir = self.runs.run_dir(ws.run_id)
         key = path_key(ws.op_id)
         with locked(run_dir / "run.lock", shared=True), locked(run_dir / f"{key}.lock"):
             _remove_leftovers(run_dir, key)
@@ -259,10 +243,8 @@ class WorkspaceManager:
 
         Touches nothing outside the run's own directory.
         """
-        run_dir = self._run_dir(run_id)
         report = CleanupReport(run_id=run_id)
-        write_json_atomic(run_dir / "tombstone.json", {"run_id": run_id, "at": time.time()})
-        with locked(run_dir / "run.lock"):
+        with self.runs.cleaning(run_id) as run_dir:
             for resource in self.list_owned(run_id):
                 key = path_key(resource.op_id)
                 try:
@@ -276,9 +258,6 @@ class WorkspaceManager:
                 else:
                     report.removed.append(resource)
         return report
-
-    def _run_dir(self, run_id: str) -> Path:
-        return self.root / path_key(run_id)
 
     def _record(self, run_dir: Path, key: str, *, run_id: str, op_id: str, path: Path) -> None:
         record_path = run_dir / f"{key}.json"

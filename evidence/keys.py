@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import PurePath
 
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactKind, ArtifactRef, PutRequest
 
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _KEY_RE = re.compile(r"^(?P<kind>[a-z-]+)/(?P<fan>[0-9a-f]{2})/(?P<sha>[0-9a-f]{64})(?:\.[a-z0-9]{1,8})?$")
@@ -111,13 +111,5 @@ def marker_ref(data: bytes, *, kind: ArtifactKind, media_type: str, name: str, r
     depends on its bytes alone, so a worker that never wrote it can look for it. ``created_at`` is fixed:
     a marker says that, not when."""
     sha = hashlib.sha256(data).hexdigest()
-    return ArtifactRef(
-        key=object_key(kind, sha, media_type),
-        sha256=sha,
-        size=len(data),
-        kind=kind,
-        media_type=media_type,
-        name=name,
-        run_id=run_id,
-        created_at="1970-01-01T00:00:00Z",
-    )
+    put = PutRequest(kind, run_id, name, revision=None, media_type=media_type)
+    return put.ref(object_key(kind, sha, media_type), sha, len(data), media_type, created_at="1970-01-01T00:00:00Z")

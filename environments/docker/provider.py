@@ -12,7 +12,7 @@ is a :class:`ResourceConflictError`. When another worker creates the same name b
 the engine's name conflict sends us back to adoption. A worker killed anywhere in between leaves at most one
 named container, which the next attempt adopts.
 
-Fencing. The tombstone check (:class:`~environments.docker.fencing.RunFence`) spans the whole
+Fencing. The tombstone check (:class:`~environments.run_dirs.RunDirs`) spans the whole
 check-then-create step, so once ``cleanup_run`` has started no late attempt creates anything for the run.
 
 Readiness is always re-probed over HTTP against the container's live address; the probe settings travel as
@@ -64,7 +64,6 @@ from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 
 from environments.checks import SetupError, result_of_tests
-from environments.docker.fencing import RunFence
 from environments.docker.hardening import hardened
 from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
 from environments.docker.naming import (
@@ -101,6 +100,7 @@ from environments.interface import (
 )
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
+from environments.run_dirs import RunDirs
 from environments.untrusted_files import UntrustedFileError, unlink_beneath, write_beneath
 
 PROVIDER_NAME = "docker"
@@ -152,7 +152,7 @@ class DockerProvider(EnvironmentProvider):
             egress_hosts=egress_hosts,
             egress_ports=egress_ports,
         )
-        self.fence = RunFence(self.state_dir / "runs")
+        self.fence = RunDirs(self.state_dir / "runs")
         self.stop_timeout_s = stop_timeout_s
         self.read_only_rootfs = read_only_rootfs
         self.fixture_timeout_s = fixture_timeout_s

@@ -52,6 +52,7 @@ from docker.types import Mount
 from requests.exceptions import RequestException
 
 from environments import egress
+from environments.commands import exit_text
 from environments.docker.hardening import hardened
 from environments.egress import EgressEvent, EgressProxy, log_events
 from environments.interface import AppRecipe, Progress
@@ -126,9 +127,8 @@ def run_setup_containers(
                     log_events(events[logged:], log_path, progress)
                     logged = len(events)
                     if code != 0:
-                        detail = "timed out" if code is None else f"exited {code}"
                         text = output.decode(errors="replace")
-                        raise SetupCommandFailed(command, detail, "\n".join(text.splitlines()[-_OUTPUT_TAIL:]))
+                        raise SetupCommandFailed(command, exit_text(code), "\n".join(text.splitlines()[-_OUTPUT_TAIL:]))
                     image = container.commit(
                         repository=repository if last else None, tag=version if last else None, conf=config
                     )
