@@ -129,6 +129,25 @@ def record(state_dir: Path, rec: ServiceRecord) -> None:
     _write_stack(state_dir, stack)
 
 
+def spawn_receiver(state_dir: Path, name: str, log_name: str) -> ServiceRecord:
+    """A webhook receiver (``durafix serve``) of the stack in ``state_dir`` on a free port, logging to
+    ``STATE/logs/LOG_NAME``; its ``url`` is the webhook's. Not waited for (:func:`wait_receiver`) nor recorded
+    (:func:`record`): the caller decides."""
+    port = processes.free_port()
+    return processes.spawn(
+        name,
+        [sys.executable, "-m", "pipeline", "--state-dir", str(state_dir), "serve", "--port", str(port)],
+        log=state_dir / "logs" / log_name,
+        port=port,
+        url=f"http://127.0.0.1:{port}/webhook",
+    )
+
+
+def wait_receiver(rec: ServiceRecord, timeout_s: float) -> None:
+    """Wait until the receiver ``rec`` accepts connections (see :func:`infra.processes.wait_ready`)."""
+    processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", rec.port), timeout_s)
+
+
 def _stack_file(state_dir: Path) -> Path:
     return state_dir / "stack.json"
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,18 +201,10 @@ class Soak:
         return config, stack.read_stack(state_dir)
 
     def _receiver(self) -> ServiceRecord:
-        port = processes.free_port()
-        state_dir = self.plan.state_dir
-        rec = processes.spawn(
-            "receiver",
-            [sys.executable, "-m", "pipeline", "--state-dir", str(state_dir), "serve", "--port", str(port)],
-            log=state_dir / "logs" / "chaos-receiver.log",
-            port=port,
-            url=f"http://127.0.0.1:{port}/webhook",
-        )
+        rec = stack.spawn_receiver(self.plan.state_dir, "receiver", "chaos-receiver.log")
         try:
             # Generous: on a loaded two-core host the receiver's imports alone can take half a minute.
-            processes.wait_ready(rec, lambda: processes.tcp_open("127.0.0.1", port), 120)
+            stack.wait_receiver(rec, 120)
         except BaseException:
             processes.stop(rec)
             raise

@@ -132,27 +132,22 @@ def run_demo(
         earlier = stack_state.services.get(name)
         if earlier is not None:
             processes.stop(earlier)
-    receiver_port = processes.free_port()
     children: list[processes.ServiceRecord] = []
     try:
-        py = sys.executable
-        base = [py, "-m", "pipeline", "--state-dir", str(state_dir)]
         worker = processes.spawn(
-            DEMO_WORKER, [*base, "worker"], log=state_dir / "logs" / "demo-worker.log", port=0, url=""
+            DEMO_WORKER,
+            [sys.executable, "-m", "pipeline", "--state-dir", str(state_dir), "worker"],
+            log=state_dir / "logs" / "demo-worker.log",
+            port=0,
+            url="",
         )
         children.append(worker)
         # Recorded in the stack at once: whatever becomes of this process, `durafix dev down` stops them.
         stack.record(state_dir, worker)
-        receiver = processes.spawn(
-            DEMO_RECEIVER,
-            [*base, "serve", "--port", str(receiver_port)],
-            log=state_dir / "logs" / "demo-receiver.log",
-            port=receiver_port,
-            url=f"http://127.0.0.1:{receiver_port}/webhook",
-        )
+        receiver = stack.spawn_receiver(state_dir, DEMO_RECEIVER, "demo-receiver.log")
         children.append(receiver)
         stack.record(state_dir, receiver)
-        processes.wait_ready(receiver, lambda: processes.tcp_open("127.0.0.1", receiver_port), 90)
+        stack.wait_receiver(receiver, 90)
         name = unused_repository_name(config, stack_state.admin_token)
         repository = seed_repository(config, stack_state.admin_token, "reviewer", receiver.url, name=name)
         title, body = issue_text()

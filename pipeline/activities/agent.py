@@ -26,6 +26,7 @@ returned, so it never runs again; what a retry re-does is only the step in fligh
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from temporalio import activity
@@ -50,6 +51,7 @@ from pipeline.steps import (
     AgentTurnInput,
     AgentTurnResult,
     ProposalResult,
+    ProposePatchInput,
 )
 from repair.compaction import compact
 from repair.interface import NoPatchError, RepairError, RepairRequest
@@ -92,21 +94,10 @@ class AgentActivities(PatchingActivities):
             ensure_not_fenced(self.store, inp.run_id, f"to ask the model for {inp.op_id}")
         earlier, beat = budgeted(f"asking the model (attempt {inp.attempt}, turn {inp.turn})", inp.token_budget, "turn")
         if inp.transcript_ref is None:
+            # The opening messages state the attempt's whole budget, not what this step's earlier tries left:
+            # a retried first turn builds the same messages.
             messages = opening_messages(
-                RepairRequest(
-                    run_id=inp.run_id,
-                    op_id=inp.op_id,
-                    attempt=inp.attempt,
-                    issue_title=inp.issue_title,
-                    issue_body=inp.issue_body,
-                    workspace="",
-                    previous_failures=inp.previous_failures,
-                    token_budget=max(1, inp.token_budget),
-                    revision=inp.revision,
-                    review_feedback=inp.review_feedback,
-                ),
-                repair_context(self.store, inp, self.git_token),
-                tools=inp.tools,
+                attempt_request(inp, None, Spend()), repair_context(self.store, inp, self.git_token), tools=inp.tools
             )
         else:
             messages = decode_transcript(self.store.read_bytes(inp.transcript_ref))
@@ -208,6 +199,26 @@ class AgentActivities(PatchingActivities):
             name=f"attempt-{attempt}-{step}.transcript.json",
             media_type="application/json",
         )
+
+
+def attempt_request(inp: ProposePatchInput | AgentTurnInput, workspace: Path | None, earlier: Spend) -> RepairRequest:
+    """What an attempt asks of its engine: in ``workspace`` (``None``: a stepped attempt, whose turns have no
+    workspace of their own), with the budget left after what ``earlier`` tries spent (at least 1). A stepped
+    attempt's turn also carries its revision and what the review asked for; the one-shot and the command
+    engine's attempts are never revisions."""
+    revision, feedback = (inp.revision, inp.review_feedback) if isinstance(inp, AgentTurnInput) else (0, "")
+    return RepairRequest(
+        run_id=inp.run_id,
+        op_id=inp.op_id,
+        attempt=inp.attempt,
+        issue_title=inp.issue_title,
+        issue_body=inp.issue_body,
+        workspace="" if workspace is None else str(workspace),
+        previous_failures=inp.previous_failures,
+        token_budget=max(1, inp.token_budget - earlier.total),
+        revision=revision,
+        review_feedback=feedback,
+    )
 
 
 def proposal_result(

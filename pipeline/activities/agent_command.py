@@ -45,14 +45,14 @@ from environments.sandbox import Sandbox
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import accepted_patch, proposal_result
+from pipeline.activities.agent import accepted_patch, attempt_request, proposal_result
 from pipeline.activities.classify import classified
 from pipeline.activities.environments import put_redacted_output
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import Spend, budgeted, failing
 from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild
 from pipeline.failures import FailureClass
-from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput
+from pipeline.steps import AgentCommandInput, ProposalResult
 from repair.agent_command import AgentCommand
 from repair.interface import RepairRequest
 from repair.model_proxy import ModelProxy
@@ -260,18 +260,3 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
-
-
-def attempt_request(inp: ProposePatchInput, workspace: Path, earlier: Spend) -> RepairRequest:
-    """What an attempt of the one-shot or the command engine asks in ``workspace``, given the budget left after
-    what its earlier tries spent."""
-    return RepairRequest(
-        run_id=inp.run_id,
-        op_id=inp.op_id,
-        attempt=inp.attempt,
-        issue_title=inp.issue_title,
-        issue_body=inp.issue_body,
-        workspace=str(workspace),
-        previous_failures=inp.previous_failures,
-        token_budget=max(1, inp.token_budget - earlier.total),
-    )

@@ -25,8 +25,8 @@ from temporalio import activity
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
-from pipeline.activities.agent import AgentActivities, accepted_patch, proposal_result
-from pipeline.activities.agent_command import CommandActivities, attempt_request
+from pipeline.activities.agent import AgentActivities, accepted_patch, attempt_request, proposal_result
+from pipeline.activities.agent_command import CommandActivities
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.spend import budgeted, earlier_attempts_spend, failing
 from pipeline.activities.workspace import PatchingActivities, open_spec, rebuild

@@ -120,24 +120,30 @@ def owner_api(config: DurafixConfig, owner: str, local: LocalForgeLookup, *, cre
         raise
 
 
+def _answer(args: argparse.Namespace, document: dict[str, Any], text: str) -> int:
+    """A setup command's answer: ``document`` as one JSON object with ``--json``, else ``text``; exit 0."""
+    if args.json:
+        print_json(document)
+    else:
+        print(text)
+    return EXIT_OK
+
+
 def _create_repo(args: argparse.Namespace, config: DurafixConfig, local: LocalForgeLookup) -> int:
     owner, _ = forge_setup.split_repository(args.repository)
     repo = forge_setup.ensure_repository(
         owner_api(config, owner, local, create=True), args.repository, private=args.private
     )
-    if args.json:
-        print_json(
-            {
-                "repository": repo.full_name,
-                "html_url": repo.html_url,
-                "clone_url": repo.clone_url,
-                "created": repo.created,
-            }
-        )
-    else:
-        print(f"{'created' if repo.created else 'exists '} {repo.full_name}  {repo.html_url}")
-        print(f"push to {repo.clone_url}")
-    return EXIT_OK
+    return _answer(
+        args,
+        {
+            "repository": repo.full_name,
+            "html_url": repo.html_url,
+            "clone_url": repo.clone_url,
+            "created": repo.created,
+        },
+        f"{'created' if repo.created else 'exists '} {repo.full_name}  {repo.html_url}\npush to {repo.clone_url}",
+    )
 
 
 def _add_collaborator(args: argparse.Namespace, config: DurafixConfig, local: LocalForgeLookup) -> int:
@@ -148,23 +154,23 @@ def _add_collaborator(args: argparse.Namespace, config: DurafixConfig, local: Lo
         # On the emulator, accounts are durafix's to make: a new reviewer needs no sign-up.
         forge_setup.ensure_user(ForgeApi(emulator.api_url, emulator.admin_token), args.login)
     in_force = forge_setup.set_collaborator(api, args.repository, args.login, args.permission)
-    if args.json:
-        print_json(
-            {
-                "repository": args.repository,
-                "login": args.login,
-                "permission": args.permission,
-                "invited": not in_force,
-            }
-        )
-    elif in_force:
-        print(f"{args.login} has {args.permission} on {args.repository}")
+    if in_force:
+        text = f"{args.login} has {args.permission} on {args.repository}"
     else:
-        print(
+        text = (
             f"invited {args.login} to {args.repository} with {args.permission}: "
             f"{args.login} must accept the invitation before it counts"
         )
-    return EXIT_OK
+    return _answer(
+        args,
+        {
+            "repository": args.repository,
+            "login": args.login,
+            "permission": args.permission,
+            "invited": not in_force,
+        },
+        text,
+    )
 
 
 def _add_webhook(args: argparse.Namespace, config: DurafixConfig, local: LocalForgeLookup) -> int:
@@ -172,22 +178,18 @@ def _add_webhook(args: argparse.Namespace, config: DurafixConfig, local: LocalFo
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
     owner, _ = forge_setup.split_repository(args.repository)
     hook = forge_setup.ensure_webhook(owner_api(config, owner, local), args.repository, args.url, config.webhook_secret)
-    if args.json:
-        print_json(
-            {
-                "repository": args.repository,
-                "hook_id": hook.hook_id,
-                "url": hook.url,
-                "events": list(hook.events),
-                "created": hook.created,
-            }
-        )
-    else:
-        print(
-            f"{'created' if hook.created else 'updated'} hook {hook.hook_id} on {args.repository}: {hook.url}, "
-            f"events {', '.join(hook.events)}, signed with the configured webhook secret"
-        )
-    return EXIT_OK
+    return _answer(
+        args,
+        {
+            "repository": args.repository,
+            "hook_id": hook.hook_id,
+            "url": hook.url,
+            "events": list(hook.events),
+            "created": hook.created,
+        },
+        f"{'created' if hook.created else 'updated'} hook {hook.hook_id} on {args.repository}: {hook.url}, "
+        f"events {', '.join(hook.events)}, signed with the configured webhook secret",
+    )
 
 
 def _tokens(args: argparse.Namespace, config: DurafixConfig, local: LocalForgeLookup) -> int:
