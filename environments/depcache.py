@@ -352,7 +352,8 @@ class DependencyCache(CacheEntries):
         ws = ws.absolute()
         missing = [path for path in key.paths if not os.path.lexists(ws / path)]
         if missing:
-            return f"not cached: setup did not create {', '.join(missing)}"
+            # A default path next to a lock file outside the root (requirements/.venv) is one setup never makes.
+            return f"not cached: setup did not create {', '.join(missing)}; declare what it creates in `cache`"
         after = self.checkout_state(ws)
         if before is None or after is None:
             return "not cached: cannot tell what setup changed (the workspace is not a git checkout)"

@@ -182,7 +182,11 @@ def test_recognised_lock_files_and_their_default_cached_paths(tmp_path: Path) ->
     [
         ({"cache": []}, True, "not cached: the recipe declares cache: []"),
         ({}, False, "not cached: no lock file pins what setup installs"),
-        ({"setup": ['echo x >> "$SETUP_COUNTER"']}, True, "not cached: setup did not create node_modules"),
+        (
+            {"setup": ['echo x >> "$SETUP_COUNTER"']},
+            True,
+            "not cached: setup did not create node_modules; declare what it creates in `cache`",
+        ),
         (
             {"setup": [*SHELL_SETUP, "echo generated > generated.txt"]},
             True,
