@@ -8,12 +8,20 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from temporalio.testing import ActivityEnvironment
 
+from environments.depcache import CacheKey, DependencyCache
+from environments.files import path_key
 from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe
 from environments.spec import dependency_lock_hash, load_recipe
 from pipeline.cli import run_command
 from pipeline.cli.command import CliError
+from pipeline.config import DurafixConfig
+from pipeline.services import Services
+from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput
+from tests.support.gitrepo import make_repo
 
 PACKAGE_LOCK = {
     "name": "shop",
@@ -82,6 +90,7 @@ def test_an_npm_project_gets_npm_ci_its_test_script_and_its_start_script(
         port=3000,
         test="npm test",
         lock_files=["package-lock.json"],
+        cache=["node_modules"],
         image=ImageRecipe(packages=["nodejs", "npm"]),
     )
     assert dependency_lock_hash(repo, load_recipe(repo)) is not None
@@ -160,12 +169,14 @@ def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_requir
         },
     )
 
+    # requirements-dev.txt includes requirements.txt: pip installs it through that file.
     assert initialised(tmp_path, repo) == served_recipe(
-        setup=["python3 -m venv .venv && .venv/bin/pip install -r requirements.txt -r requirements-dev.txt"],
+        setup=["python3 -m venv .venv && .venv/bin/pip install -r requirements-dev.txt"],
         start=".venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT",
         port=5000,
         test=".venv/bin/python -m pytest",
         lock_files=["requirements.txt", "requirements-dev.txt"],
+        cache=[".venv"],
         image=ImageRecipe(packages=["python3", "python3-venv"]),
     )
     assert (
@@ -219,6 +230,7 @@ def test_a_uv_project_syncs_frozen_and_runs_pytest_through_uv(tmp_path: Path) ->
         port=8000,
         test="uv run pytest",
         lock_files=["uv.lock"],
+        cache=[".venv"],
         image=ImageRecipe(packages=["python3"]),
     )
 
@@ -319,3 +331,182 @@ def test_no_setup_check_is_guessed_when_the_package_is_not_where_its_name_says(t
     assert init(tmp_path, str(repo)) == 0
 
     assert load_recipe(repo).setup_check is None
+
+
+def cache_key(tmp_path: Path, repo: Path) -> CacheKey | str:
+    """What the dependency cache makes of the written recipe in ``repo``: its key, or why it caches nothing."""
+    cache = DependencyCache(tmp_path / "deps")
+    return cache.key_for(repo, load_recipe(repo), repository="acme/lib", provider="local")
+
+
+def pip_library(root: Path, pyproject_extra: str = "", files: dict[str, str] | None = None) -> Path:
+    """A library (no app) on setuptools in a src layout, its tests configured for pytest in pyproject.toml."""
+    pyproject = f"""
+        [build-system]
+        requires = ["setuptools>=61"]
+        build-backend = "setuptools.build_meta"
+
+        [project]
+        name = "Tiny-Lib"
+        version = "0.1.0"
+        dependencies = ["six==1.16.0"]
+        {pyproject_extra}
+
+        [tool.pytest.ini_options]
+        testpaths = ["tests"]
+    """
+    return write(
+        root,
+        {
+            "pyproject.toml": textwrap.dedent(pyproject),
+            "src/tiny_lib/__init__.py": "import six\n\n\ndef double(text):\n    return six.text_type(text) * 2\n",
+            "tests/test_double.py": "from tiny_lib import double\n\n\ndef test_double():\n"
+            "    assert double('a') == 'aa'\n",
+            ".gitignore": ".venv/\n*.egg-info/\n",
+            **(files or {}),
+        },
+    )
+
+
+def test_a_pip_library_installs_its_test_requirements_from_anywhere_and_declares_its_cache(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    repo = pip_library(
+        tmp_path / "lib",
+        files={
+            "requirements/base.txt": "six==1.16.0\n",
+            "requirements/test.txt": "-r base.txt\npytest==8.3.2\n",
+            "requirements/docs.txt": "sphinx==7.4.7\n",
+            "docs/requirements.txt": "sphinx==7.4.7\n",
+        },
+    )
+
+    recipe = initialised(tmp_path, repo)
+
+    # The project itself (editable: the tests import it) and the test requirements under requirements/; the
+    # lock hash covers the file they include; the docs' requirements are left out.
+    assert recipe.setup == ["python3 -m venv .venv && .venv/bin/pip install -e . -r requirements/test.txt"]
+    assert recipe.test == ".venv/bin/python -m pytest"
+    assert recipe.lock_files == ["pyproject.toml", "requirements/base.txt", "requirements/test.txt"]
+    # What setup creates is declared: the venv, and the metadata setuptools writes next to the package.
+    assert recipe.cache == [".venv", "src/Tiny_Lib.egg-info"]
+    key = cache_key(tmp_path, repo)
+    assert isinstance(key, CacheKey), key
+    assert key.paths == [".venv", "src/Tiny_Lib.egg-info"]
+    assert set(key.lock_files) == {"pyproject.toml", "requirements/base.txt", "requirements/test.txt"}
+    # A library: no start command that exits 1, a static server of the repository instead, said so.
+    assert recipe.start == "python3 -m http.server $PORT --bind 0.0.0.0"
+    out = capsys.readouterr().out
+    assert "left out docs/requirements.txt, requirements/docs.txt" in out
+    assert "start: no app was found" in out and "start: no app was found" in (repo / "durafix.yaml").read_text()
+
+
+@pytest.mark.slow
+def test_the_written_recipe_of_a_pip_library_sets_up_and_runs_its_tests_for_real(tmp_path: Path) -> None:
+    """init on a library whose pytest comes from requirements/test.txt; committed, the recipe's setup installs
+    from PyPI (sandboxed, through the dependency cache) and its test command runs pytest on the base; a second
+    environment restores the cached setup and the library's start answers its readiness probe."""
+    source = pip_library(
+        tmp_path / "source",
+        files={"requirements/test.txt": "pytest==8.3.2\n", "README.md": "# tiny-lib\n"},
+    )
+    repo = make_repo(tmp_path / "remote", source)
+    assert init(tmp_path, str(repo.work)) == 0
+    repo.push_commit("durafix.yaml", (repo.work / "durafix.yaml").read_text(), "durafix recipe")
+    config = DurafixConfig(state_dir=tmp_path / "state", evidence_url=(tmp_path / "evidence").as_uri())
+    services = Services(config)
+    env = services.environment_activities()
+    run_id = "repair:acme/tiny-lib#1"
+    spec_ref = ActivityEnvironment().run(
+        env.prepare_spec,
+        PrepareSpecInput(
+            run_id=run_id,
+            op_id=f"{run_id}:spec",
+            repository="acme/tiny-lib",
+            clone_url=repo.url,
+            base_revision=repo.push_commit("CHANGES.md", "0.1.0\n", "changelog"),
+        ),
+    )
+    try:
+        baseline = ActivityEnvironment().run(
+            env.run_baseline, BaselineInput(run_id=run_id, op_id=f"{run_id}:baseline", spec_ref=spec_ref)
+        )
+        log = services.store.read_bytes(baseline.test_output_ref).decode()
+        assert baseline.runnable and baseline.passed, log
+        assert "1 passed" in log
+        # The cache knew what to keep: no "not cached" note, an entry stored.
+        assert "# dependency cache: stored entry" in log and "not cached" not in log, log
+
+        handle = ActivityEnvironment().run(
+            env.provision, ProvisionInput(run_id=run_id, op_id=f"{run_id}:env-base:1", spec_ref=spec_ref)
+        )
+        provision_log = (
+            config.state_dir / "environments" / path_key(run_id) / f"{path_key(f'{run_id}:env-base:1')}.log"
+        ).read_text()
+        assert "# dependency cache: restored entry" in provision_log, provision_log
+        page = httpx.get(handle.base_url + "/", trust_env=False, timeout=10)
+        assert page.status_code == 200 and "README.md" in page.text
+    finally:
+        ActivityEnvironment().run(env.cleanup_run, CleanupRunInput(run_id=run_id))
+
+
+def test_the_tests_requirements_come_from_a_test_extra_a_dependency_group_or_pytest_itself(tmp_path: Path) -> None:
+    extra = pip_library(
+        tmp_path / "extra",
+        '[project.optional-dependencies]\n        docs = ["sphinx"]\n        test = ["pytest>=8"]',
+    )
+    group = pip_library(
+        tmp_path / "group",
+        '[dependency-groups]\n        lint = ["ruff"]\n        test = [{include-group = "pins"}]\n'
+        '        pins = ["pytest==8.3.2"]',
+    )
+    bare = pip_library(tmp_path / "bare")
+
+    assert initialised(tmp_path, extra).setup == ["python3 -m venv .venv && .venv/bin/pip install -e '.[test]'"]
+    # PEP 735 groups need pip 25.1; the group's include-group is followed to find pytest.
+    assert initialised(tmp_path, group).setup == [
+        "python3 -m venv .venv && .venv/bin/pip install --upgrade 'pip>=25.1' "
+        "&& .venv/bin/pip install -e . --group test"
+    ]
+    # pytest configured but required nowhere: setup installs it, and the maintainer is told to pin it.
+    assert initialised(tmp_path, bare).setup == ["python3 -m venv .venv && .venv/bin/pip install -e . pytest"]
+    assert "setup installs the newest pytest" in (bare / "durafix.yaml").read_text()
+    for repo in (extra, group, bare):
+        key = cache_key(tmp_path, repo)
+        assert isinstance(key, CacheKey) and key.paths == [".venv", "src/Tiny_Lib.egg-info"], key
+
+
+def test_node_recipes_declare_their_cache_yarn_berry_installs_immutable_and_a_library_gets_a_file_server(
+    tmp_path: Path,
+) -> None:
+    library = node_project(
+        tmp_path / "lib",
+        {"test": "node --test"},
+        ("package-lock.json", json.dumps(PACKAGE_LOCK, indent=2) + "\n"),
+    )
+    berry_lock = '__metadata:\n  version: 8\n\n"express@npm:^4.19.2":\n  version: 4.19.2\n'
+    berry = node_project(tmp_path / "berry", {"start": "node server.js", "test": "jest"}, ("yarn.lock", berry_lock))
+    (berry / ".yarnrc.yml").write_text("nodeLinker: node-modules\n")
+    pnp = node_project(tmp_path / "pnp", {"start": "node server.js", "test": "jest"}, ("yarn.lock", berry_lock))
+    pnpm = node_project(
+        tmp_path / "pnpm",
+        {"start": "node server.js", "test": "vitest run"},
+        ("pnpm-lock.yaml", "lockfileVersion: '9.0'\n"),
+    )
+
+    lib = initialised(tmp_path, library)
+    assert lib.start == "python3 -m http.server $PORT --bind 0.0.0.0"
+    assert lib.image.packages == ["nodejs", "npm", "python3"]
+    assert (lib.setup, lib.cache) == (["npm ci"], ["node_modules"])
+    berry_recipe = initialised(tmp_path, berry)
+    assert (berry_recipe.setup, berry_recipe.cache) == (
+        ["yarn install --immutable"],
+        ["node_modules", ".yarn/install-state.gz"],
+    )
+    # Plug'n'Play leaves no node_modules: caching is declared off, and the file says why.
+    assert initialised(tmp_path, pnp).cache == []
+    assert "yarn Plug'n'Play" in (pnp / "durafix.yaml").read_text()
+    assert initialised(tmp_path, pnpm).cache == ["node_modules"]
+    for repo in (library, berry, pnpm):
+        assert isinstance(cache_key(tmp_path, repo), CacheKey)
+    assert cache_key(tmp_path, pnp) == "not cached: the recipe declares cache: []"
