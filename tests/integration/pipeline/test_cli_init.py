@@ -254,6 +254,8 @@ def test_a_poetry_project_with_pytest_configured(tmp_path: Path) -> None:
 
     recipe = initialised(tmp_path, repo)
     assert (recipe.setup, recipe.test, recipe.lock_files) == (["poetry install"], "poetry run pytest", ["poetry.lock"])
+    # Poetry keeps its venvs in its cache directory, which the tests' sandbox does not see: in the project instead.
+    assert (recipe.env, recipe.cache) == ({"POETRY_VIRTUALENVS_IN_PROJECT": "true"}, [".venv"])
     assert recipe.start == "poetry run python manage.py runserver 0.0.0.0:$PORT --noreload"
 
 
