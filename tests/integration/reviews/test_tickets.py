@@ -108,13 +108,15 @@ def test_live_claim_of_another_attempt_is_waited_for_then_reported_with_its_leas
 
 @pytest.mark.slow
 def test_stale_claimer_cannot_create_after_a_successor_took_over(site: Site) -> None:
-    short = {"request_timeout_s": 1, "claim_lease_s": 2.5}
+    # A lease short enough to outlive in a test, and a request timeout a claim's git push meets on a loaded
+    # host (a 1 s one did not); the lease must exceed twice the timeout.
+    short = {"request_timeout_s": 3, "claim_lease_s": 6.5}
     stale_store = ClaimStore(Transport(site.config(**short)), site.config(**short))
     stale = stale_store.create(
         "ticket", ClaimRecord(name=OP, attempt="stale", state="creating", target=f"issue:{site.issue}")
     )
     assert stale is not None
-    time.sleep(3.5)
+    time.sleep(short["claim_lease_s"] + 1)
 
     successor = site.new_adapter(**short).ensure_ticket(OP, site.issue, "t", "Status: from successor")
     stale_creates: list[str] = []
