@@ -4,7 +4,6 @@ and a tiny in-process server whose page alternates between two answers."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -16,18 +15,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from environments.ports import free_port
 from tests.support.served import served
 
 CART_DIR = Path(__file__).resolve().parents[2] / "examples" / "cart"
 BUGGY_TOTAL = "return sum(item.unit_price_cents for item in items)"
 FIXED_TOTAL = "return sum(line_total(item) for item in items)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fixed_cart_copy(dest: Path) -> Path:

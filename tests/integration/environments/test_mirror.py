@@ -21,6 +21,7 @@ from environments.git import (
     run_git,
 )
 from environments.mirror import MirrorCache, RevisionNotFoundError
+from environments.ports import free_port
 from environments.workspace import WorkspaceManager
 from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo, git
@@ -37,14 +38,6 @@ def _failure(args: list[str], **kwargs: object) -> GitError:
     with pytest.raises(GitError) as raised:
         run_git(args, **kwargs)  # type: ignore[arg-type]
     return raised.value
-
-
-def _closed_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = int(probe.getsockname()[1])
-    probe.close()
-    return port
 
 
 @pytest.fixture
@@ -110,7 +103,7 @@ def test_a_server_error_is_a_transport_error_with_its_status(url: str, server: G
 
 
 def test_a_refused_connection_and_an_empty_reply_are_transport_errors(hangs_up: str) -> None:
-    refused = _failure(["ls-remote", f"http://127.0.0.1:{_closed_port()}/x.git"])
+    refused = _failure(["ls-remote", f"http://127.0.0.1:{free_port()}/x.git"])
     empty = _failure(["ls-remote", hangs_up])
     assert type(refused) is GitTransportError and type(empty) is GitTransportError
     assert "Empty reply" in empty.stderr
