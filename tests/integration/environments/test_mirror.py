@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pickle
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from environments.app_forwarder import serve_in_background
 from environments.git import (
     GitError,
     GitProtocolError,
@@ -47,17 +47,11 @@ def hangs_up() -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.close()
+    def hang_up(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    serve_in_background(listener, hang_up)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}/gone.git"
     listener.close()
 
