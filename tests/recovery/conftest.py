@@ -6,10 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from evidence.interface import ArtifactRef
+from evidence.local import LocalArtifactStore
 from tests.conftest import require
+from tests.support import stepped
 from tests.support.chromium import chromium
 from tests.support.git_http import GitHttpServer
-from tests.support.gitrepo import make_repo, repo
+from tests.support.gitrepo import Repo, make_repo, repo
 from tests.support.recovery_workers import TOKEN, Remote, Worker
 
 __all__ = ["chromium", "evidence_dir", "new_worker", "remote", "repo"]
@@ -26,6 +29,28 @@ def remote(tmp_path: Path) -> Iterator[Remote]:
 @pytest.fixture
 def evidence_dir(tmp_path: Path) -> Path:
     return tmp_path / "evidence"
+
+
+@pytest.fixture
+def store(evidence_dir: Path) -> LocalArtifactStore:
+    """The evidence store on ``evidence_dir``, which the test's worker processes store in too."""
+    return LocalArtifactStore(evidence_dir)
+
+
+@pytest.fixture
+def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
+    """The cart run's recovery spec and procedure in ``store`` (:func:`tests.support.stepped.stored_cart_run`)."""
+    return stepped.stored_cart_run(store, repo)
+
+
+@pytest.fixture
+def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[0]
+
+
+@pytest.fixture
+def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
+    return cart_run[1]
 
 
 @pytest.fixture

@@ -25,7 +25,6 @@ from evidence.local import LocalArtifactStore
 from pipeline.state import RunState
 from repair.tools import INTERRUPTED
 from tests.support import stepped
-from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
 
@@ -35,26 +34,6 @@ __all__ = ["serve"]  # the scripted model server's fixture
 
 FIXED_LINE = b"+    return sum(line_total(item) for item in items)"
 WRONG_LINE = b"item.unit_price_cents + item.quantity"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> LocalArtifactStore:
-    return LocalArtifactStore(tmp_path / "evidence")
-
-
-@pytest.fixture
-def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
-    return stepped.stored_cart_run(store, repo)
-
-
-@pytest.fixture
-def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[0]
-
-
-@pytest.fixture
-def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[1]
 
 
 def tool_results(record: dict[str, Any]) -> list[str]:
@@ -84,27 +63,27 @@ async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_ru
     tmp_path: Path,
     temporal_client: Client,
     serve: Serve,
+    evidence_dir: Path,
     store: LocalArtifactStore,
     spec_ref: ArtifactRef,
     procedure_ref: ArtifactRef,
 ) -> None:
     server = serve(CART_SCRIPTS / "test-driven.yaml")
-    evidence = tmp_path / "evidence"
     held = tmp_path / "run-held"
     async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref, environments=False) as harness:
-        with stepped.model_worker(temporal_client, tmp_path / "model", evidence, server.base_url):
-            with stepped.run_worker(temporal_client, tmp_path / "env-undisturbed", evidence, spec_ref):
+        with stepped.model_worker(temporal_client, tmp_path / "model", evidence_dir, server.base_url):
+            with stepped.run_worker(temporal_client, tmp_path / "env-undisturbed", evidence_dir, spec_ref):
                 undisturbed = await harness.start()
                 expected, first = await stepped.proposal_of(harness, undisturbed, store, timeout=180)
 
             with stepped.run_worker(
-                temporal_client, tmp_path / "env-doomed", evidence, spec_ref, hold_file=held
+                temporal_client, tmp_path / "env-doomed", evidence_dir, spec_ref, hold_file=held
             ) as doomed:
                 crashed = await harness.start()
                 await stepped.wait_for_file(held)  # the tests ran; their result is not recorded
                 doomed.send_signal(signal.SIGKILL)
                 assert doomed.wait(timeout=10) == -signal.SIGKILL
-            with stepped.run_worker(temporal_client, tmp_path / "env-survivor", evidence, spec_ref):
+            with stepped.run_worker(temporal_client, tmp_path / "env-survivor", evidence_dir, spec_ref):
                 got, state = await stepped.proposal_of(harness, crashed, store, timeout=180)
     server.stop()
     records = stepped.request_log(server)
@@ -131,26 +110,26 @@ async def test_a_worker_killed_during_a_replay_safe_tool_batch_replays_it_on_the
     tmp_path: Path,
     temporal_client: Client,
     serve: Serve,
+    evidence_dir: Path,
     store: LocalArtifactStore,
     spec_ref: ArtifactRef,
     procedure_ref: ArtifactRef,
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
-    evidence = tmp_path / "evidence"
     held = tmp_path / "batch-held"
     async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
-        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence_dir, server.base_url):
             undisturbed = await harness.start()
             expected, _ = await stepped.proposal_of(harness, undisturbed, store, timeout=120)
 
         with stepped.model_worker(
-            temporal_client, tmp_path / "doomed", evidence, server.base_url, hold_file=held
+            temporal_client, tmp_path / "doomed", evidence_dir, server.base_url, hold_file=held
         ) as doomed:
             crashed = await harness.start()
             await stepped.wait_for_file(held)  # the edit is on the dead worker's disk, its batch unrecorded
             doomed.send_signal(signal.SIGKILL)
             assert doomed.wait(timeout=10) == -signal.SIGKILL
-        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
+        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence_dir, server.base_url):
             got, _ = await stepped.proposal_of(harness, crashed, store, timeout=120)
     server.stop()
     records = stepped.request_log(server)
