@@ -20,9 +20,8 @@ from temporalio import activity
 from temporalio.client import Client
 
 from environments.git import git_env
-from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import PatchError, WorkspaceManager
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline import steps
 from pipeline.activities.model import ModelActivities
@@ -37,7 +36,7 @@ from tests.integration.workflow.test_workflow_logic import Harness, Script, doub
 from tests.support.gitrepo import Repo, fixed_cart_source, git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.repair import CART_SCRIPTS, engine_for
-from tests.support.repair_context import cart_procedure_json
+from tests.support.stepped import stored_cart_run
 from tests.support.temporal_workers import pipeline_workers, running
 
 RUN = "repair:acme/cart#10"
@@ -375,8 +374,8 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     check); the other queues are the recording doubles of the workflow-logic tests."""
     server = serve(refused_then_fixed_script())
     store = LocalArtifactStore(tmp_path / "evidence")
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
+    # The model worker reads the stored procedure for an attempt's first message (the doubles' is not stored).
+    spec_ref, procedure_ref = stored_cart_run(store, repo)
     model = ModelActivities(
         store,
         WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "root"),
@@ -390,11 +389,6 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     @activity.defn(name=steps.PREPARE_SPEC.name)
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
         return spec_ref
-
-    # The model worker reads the stored procedure for an attempt's first message (the doubles' is not stored).
-    procedure_ref = store.put_bytes(
-        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
-    )
 
     @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:

@@ -22,13 +22,13 @@ import httpx
 from temporalio import activity
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.state import Phase, RunState
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
+from tests.support import agent_steps
 from tests.support.gitrepo import Repo
 from tests.support.repair_context import cart_procedure_json
 from tests.support.temporal_workers import pipeline_workers, running
@@ -39,8 +39,7 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def stored_cart_run(store: ArtifactStore, repo: Repo, run_id: str = "r") -> tuple[ArtifactRef, ArtifactRef]:
     """The cart run's recovery spec (of ``repo``'s base) and procedure in ``store``, as ``env.prepare_spec`` and
     ``browser.prepare_procedure`` store them: the references the workflow's doubles answer with."""
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run_id, name="spec.json")
+    spec_ref = agent_steps.spec_of(store, repo, run_id, "acme/shop")
     procedure = cart_procedure_json()
     procedure_ref = store.put_bytes(procedure, kind=ArtifactKind.PROCEDURE, run_id=run_id, name="procedure.json")
     return spec_ref, procedure_ref
