@@ -13,7 +13,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -128,6 +128,17 @@ async def pipeline_without_model(
     del acts[TaskQueue.MODEL]
     if not environments:
         del acts[TaskQueue.ENVIRONMENTS]
+    answer_stored(acts, spec_ref, procedure_ref)
+    async with running(pipeline_workers(client, acts, workflows)):
+        yield Harness(client, script)
+
+
+def answer_stored(
+    acts: dict[TaskQueue, list[Callable[..., Any]]], spec_ref: ArtifactRef, procedure_ref: ArtifactRef
+) -> None:
+    """In the doubles ``acts``, ``env.prepare_spec`` (where ``acts`` serves the environments queue) and
+    ``browser.prepare_procedure`` answer with the stored ``spec_ref`` and ``procedure_ref``: the model worker
+    reads both for an attempt's first message, and the doubles' own are not stored."""
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
@@ -137,13 +148,11 @@ async def pipeline_without_model(
     async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:
         return ProcedureResult(procedure_ref=procedure_ref)
 
-    if environments:
+    if TaskQueue.ENVIRONMENTS in acts:
         acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
     acts[TaskQueue.BROWSER].append(prepare_procedure)
-    async with running(pipeline_workers(client, acts, workflows)):
-        yield Harness(client, script)
 
 
 async def wait_until_held(server: ScriptedModelServer, timeout: float = 60) -> None:
