@@ -6,14 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
 from tests.conftest import require
-from tests.support import stepped
 from tests.support.chromium import chromium
 from tests.support.git_http import GitHttpServer
 from tests.support.gitrepo import Repo, make_repo, repo
 from tests.support.recovery_workers import TOKEN, Remote, Worker
+from tests.support.stepped import StoredCart, stored_cart_run
 
 __all__ = ["chromium", "evidence_dir", "new_worker", "remote", "repo"]
 
@@ -32,25 +31,10 @@ def evidence_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(evidence_dir: Path) -> LocalArtifactStore:
-    """The evidence store on ``evidence_dir``, which the test's worker processes store in too."""
-    return LocalArtifactStore(evidence_dir)
-
-
-@pytest.fixture
-def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
-    """The cart run's recovery spec and procedure in ``store`` (:func:`tests.support.stepped.stored_cart_run`)."""
-    return stepped.stored_cart_run(store, repo)
-
-
-@pytest.fixture
-def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[0]
-
-
-@pytest.fixture
-def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[1]
+def cart(repo: Repo, evidence_dir: Path) -> StoredCart:
+    """The cart run of ``repo`` stored in an evidence store on ``evidence_dir``."""
+    store = LocalArtifactStore(evidence_dir)
+    return StoredCart(evidence_dir, store, *stored_cart_run(store, repo))
 
 
 @pytest.fixture

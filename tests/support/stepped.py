@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ from temporalio import activity
 from temporalio.client import Client
 
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from evidence.local import LocalArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.state import Phase, RunState
@@ -43,6 +46,17 @@ def stored_cart_run(store: ArtifactStore, repo: Repo, run_id: str = "r") -> tupl
     procedure = cart_procedure_json()
     procedure_ref = store.put_bytes(procedure, kind=ArtifactKind.PROCEDURE, run_id=run_id, name="procedure.json")
     return spec_ref, procedure_ref
+
+
+@dataclass(frozen=True)
+class StoredCart:
+    """The cart run's spec and procedure (:func:`stored_cart_run`) in ``store``, the evidence store at ``evidence``
+    that the test's worker processes store in too."""
+
+    evidence: Path
+    store: LocalArtifactStore
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
 
 
 @contextmanager
@@ -91,6 +105,12 @@ def worker_process(module: str, client: Client, state: Path, args: list[str]) ->
             proc.kill()
         proc.wait(timeout=30)
         log.close()
+
+
+def killed(worker: subprocess.Popen[str]) -> None:
+    """SIGKILL ``worker`` (a :func:`worker_process`); it has died of it."""
+    worker.send_signal(signal.SIGKILL)
+    assert worker.wait(timeout=10) == -signal.SIGKILL
 
 
 async def proposal_of(harness: Harness, wf: str, store: ArtifactStore, timeout: float) -> tuple[bytes, RunState]:
