@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -41,6 +40,7 @@ import httpx
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from environments.ports import free_port
 from pipeline.client import approve, start_run
 from pipeline.config import DurafixConfig
 from pipeline.policies import RunPolicy
@@ -122,13 +122,6 @@ def vm_rss_kib(pid: int) -> int:
 
 def is_dev_server(argv: list[str]) -> bool:
     return "start-dev" in argv
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Metrics:

@@ -60,7 +60,7 @@ from pipeline.services import Services
 from pipeline.state import Approval, ApprovalRequest, Outcome, Phase, RunState
 from pipeline.steps import Step
 from pipeline.worker.runner import ALL_QUEUES, activities_for, build_workers
-from tests.bench.report import argument_parser, print_rows
+from tests.bench.report import counted, print_rows
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 
 In = TypeVar("In", bound=BaseModel)
@@ -388,11 +388,7 @@ def report(results: list[Round], command: str) -> None:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--rounds", type=int, default=None, help=f"rounds (default {DEFAULT_ROUNDS})")
-    parser.add_argument("--quick", action="store_true", help="one round")
-    args = parser.parse_args()
-    rounds = args.rounds or (1 if args.quick else DEFAULT_ROUNDS)
+    rounds = counted(__doc__, "--rounds", DEFAULT_ROUNDS, "rounds")
     report(bench(rounds), f"python -m tests.bench.bench_tax --rounds {rounds}")
 
 

@@ -54,8 +54,8 @@ from pipeline.workflow import WORKFLOWS
 from tests.bench.bench_parked import REPOSITORY, bounded
 from tests.bench.report import argument_parser, print_rows
 from tests.conftest import start_dev_server, temporal_binary
-from tests.integration.workflow.test_workflow_logic import CANDIDATE, Script, doubles
-from tests.support.workers.parked import AlwaysMerged, Forgetful
+from tests.integration.workflow.test_workflow_logic import CANDIDATE
+from tests.support.workers.parked import double_workers
 
 DEFAULT_RUNS = 24
 DEFAULT_CONCURRENCY = 8
@@ -204,18 +204,8 @@ class Bench:
 def workers(client: Client, watcher: EvidencePosted) -> list[Worker]:
     """The orchestration worker (the production settings of :func:`pipeline.worker.runner.build_workers`), the
     doubles on every activity queue, and the floor's workflow and activity on a queue of its own."""
-    script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
     built = [Worker(client, task_queue=TaskQueue.ORCHESTRATION.value, workflows=list(WORKFLOWS))]
-    for queue, activities in doubles(script).items():
-        built.append(
-            Worker(
-                client,
-                task_queue=queue.value,
-                activities=activities,
-                max_concurrent_activities=8,
-                interceptors=[watcher],
-            )
-        )
+    built += double_workers(client, [watcher])
     # The floor's workflow lives in this module, whose imports the sandbox need not re-import.
     runner = SandboxedWorkflowRunner(restrictions=SandboxRestrictions.default.with_passthrough_all_modules())
     built.append(

@@ -37,7 +37,7 @@ from pipeline import client as runs
 from pipeline import steps
 from pipeline.ids import branch_for, workflow_id_for
 from tests.bench.bench_tax import e2e_stack
-from tests.bench.report import argument_parser
+from tests.bench.report import counted
 from tests.support.e2e_stack import E2EStack
 
 DEFAULT_RUNS = 3
@@ -190,11 +190,7 @@ def report(results: list[Measured], command: str) -> None:
 
 
 def main() -> None:
-    parser = argument_parser(__doc__)
-    parser.add_argument("--runs", type=int, default=None, help=f"measured runs (default {DEFAULT_RUNS})")
-    parser.add_argument("--quick", action="store_true", help="one measured run")
-    args = parser.parse_args()
-    n = args.runs or (1 if args.quick else DEFAULT_RUNS)
+    n = counted(__doc__, "--runs", DEFAULT_RUNS, "measured runs")
     report(bench(n), f"python -m tests.bench.bench_webhook_pr --runs {n}")
 
 

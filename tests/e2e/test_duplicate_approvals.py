@@ -27,7 +27,7 @@ from temporalio.client import Client
 from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
 from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
-from tests.e2e.test_review_gate import opened_for_review
+from tests.e2e.test_review_gate import opened_for_review, pr_and_head
 from tests.support.e2e_stack import E2EStack, scripted_stack, wait_for
 from tests.support.forge import Received, running_receiver
 
@@ -147,8 +147,7 @@ async def test_one_approval_delivered_twice_at_once_and_redelivered_later_merges
 ) -> None:
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    number, head = state.pending_approval.pr_number, state.pending_approval.head_sha
+    number, head = pr_and_head(state)
     owner = stack.github().get_repo(repository)
     main_before = owner.get_branch("main").commit.sha
 

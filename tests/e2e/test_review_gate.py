@@ -64,6 +64,13 @@ def push_to_branch(stack: E2EStack, repository: str, branch: str, files: dict[st
         return git("rev-parse", "HEAD")
 
 
+def push_breaking_test(stack: E2EStack, repository: str, wf: str) -> str:
+    """As the repository's owner, push :data:`BREAKING_TEST` onto the run's branch; the new head."""
+    return push_to_branch(
+        stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
+    )
+
+
 def file_on_branch(stack: E2EStack, repository: str, branch: str, path: str) -> str:
     """A file of ``branch`` as a git clone over the forge's smart HTTP sees it."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,6 +102,12 @@ async def opened_for_review(stack: E2EStack) -> tuple[Client, str, int, str, Run
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
     return client, repository, issue, wf, state
+
+
+def pr_and_head(state: RunState) -> tuple[int, str]:
+    """The PR number and the head SHA that a run awaiting review asks a reviewer to approve."""
+    assert state.pending_approval is not None, state.outcome_detail
+    return state.pending_approval.pr_number, state.pending_approval.head_sha
 
 
 def assert_failed_head_said_and_not_merged(
@@ -136,13 +149,10 @@ async def test_a_breaking_push_while_awaiting_review_then_approved_is_verified_f
 ) -> None:
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    number, first = pr_and_head(state)
     main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
 
-    pushed = push_to_branch(
-        stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
-    )
+    pushed = push_breaking_test(stack, repository, wf)
     assert pushed != first
     # The reviewer approves what the PR now shows; the run verifies that head instead of refusing in silence.
     stack.approve_on_forge(repository, number, pushed)
@@ -238,13 +248,10 @@ async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merge
 async def test_a_breaking_push_after_the_approval_is_never_offered(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    number, first = pr_and_head(state)
     main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
     with webhooks_paused(stack, repository):
-        pushed = push_to_branch(
-            stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
-        )
+        pushed = push_breaking_test(stack, repository, wf)
     stack.approve_on_forge(repository, number, first)
     final = await state_when(client, wf, finished)
     assert_failed_head_said_and_not_merged(stack, repository, issue, number, main_before, pushed, final)
@@ -257,8 +264,7 @@ async def test_main_moved_during_the_wait_is_verified_again_then_merged_with_bot
 ) -> None:
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    number, first = pr_and_head(state)
     fixed_cart = file_on_branch(stack, repository, branch_for(wf), "cart.py")
     # Someone else's change lands on main while the run waits for its review.
     moved_main = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made")

@@ -8,15 +8,28 @@ of the first, an evidence comment per head, the reviewer asked again, and the me
 from __future__ import annotations
 
 import pytest
+from temporalio.client import Client
 
 from pipeline.ids import branch_for
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
-from tests.e2e.test_review_gate import opened_for_review
+from pipeline.state import RunState
+from tests.e2e.test_pipeline import file_on_main, finished, footprint, state_when
+from tests.e2e.test_review_gate import opened_for_review, pr_and_head
 from tests.support.e2e_stack import E2EStack
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 COMMENT_LINE = "    # Each line counts its quantity: line_total is the unit price times the quantity.\n"
+
+
+async def revised_from(client: Client, wf: str, head: str) -> RunState:
+    """The run's state once it asks for a review of a head other than ``head`` (or has ended)."""
+    return await state_when(
+        client,
+        wf,
+        lambda st, status: (
+            (st.pending_approval is not None and st.pending_approval.head_sha != head) or finished(st, status)
+        ),
+    )
 
 
 @pytest.mark.timeout(900)
@@ -25,9 +38,7 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
 ) -> None:
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    first = state.pending_approval.head_sha
-    number = state.pending_approval.pr_number
+    number, first = pr_and_head(state)
 
     repo = stack.github(stack.reviewer_token).get_repo(repository)
     pr = repo.get_pull(number)
@@ -38,13 +49,7 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
         comments=[{"path": "cart.py", "line": 22, "body": "a comment on this line, please"}],
     )
 
-    state = await state_when(
-        client,
-        wf,
-        lambda st, status: (
-            (st.pending_approval is not None and st.pending_approval.head_sha != first) or finished(st, status)
-        ),
-    )
+    state = await revised_from(client, wf, first)
     assert state.pending_approval is not None, f"{state.outcome_detail}\n{stack.deliveries_log()}"
     second = state.pending_approval.head_sha
     assert state.budgets.revisions_used == 1
@@ -79,25 +84,17 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
 @pytest.mark.timeout(1200)
 async def test_the_revision_budget_ends_the_run_honestly_when_spent(stack_with_worker: E2EStack) -> None:
     stack = stack_with_worker
-    client, repository, _, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
-    number = state.pending_approval.pr_number
+    client, repository, _, wf, state = await opened_for_review(stack)
+    number, first = pr_and_head(state)
     repo = stack.github(stack.reviewer_token).get_repo(repository)
-    heads = [state.pending_approval.head_sha]
+    heads = [first]
     budget = state.budgets.revisions_max
     assert budget == 2
     for _ in range(budget):
         repo.get_pull(number).create_review(
             commit=repo.get_commit(heads[-1]), event="REQUEST_CHANGES", body="Say the rule of the total."
         )
-        state = await state_when(
-            client,
-            wf,
-            lambda st, status: (
-                (st.pending_approval is not None and st.pending_approval.head_sha != heads[-1]) or finished(st, status)
-            ),
-        )
+        state = await revised_from(client, wf, heads[-1])
         assert state.pending_approval is not None, state.outcome_detail
         heads.append(state.pending_approval.head_sha)
     repo.get_pull(number).create_review(

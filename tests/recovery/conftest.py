@@ -6,11 +6,13 @@ from pathlib import Path
 
 import pytest
 
+from evidence.local import LocalArtifactStore
 from tests.conftest import require
 from tests.support.chromium import chromium
 from tests.support.git_http import GitHttpServer
-from tests.support.gitrepo import make_repo, repo
+from tests.support.gitrepo import Repo, make_repo, repo
 from tests.support.recovery_workers import TOKEN, Remote, Worker
+from tests.support.stepped import StoredCart, stored_cart_run
 
 __all__ = ["chromium", "evidence_dir", "new_worker", "remote", "repo"]
 
@@ -26,6 +28,13 @@ def remote(tmp_path: Path) -> Iterator[Remote]:
 @pytest.fixture
 def evidence_dir(tmp_path: Path) -> Path:
     return tmp_path / "evidence"
+
+
+@pytest.fixture
+def cart(repo: Repo, evidence_dir: Path) -> StoredCart:
+    """The cart run of ``repo`` stored in an evidence store on ``evidence_dir``."""
+    store = LocalArtifactStore(evidence_dir)
+    return StoredCart(evidence_dir, store, *stored_cart_run(store, repo))
 
 
 @pytest.fixture

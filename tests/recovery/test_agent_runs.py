@@ -13,21 +13,19 @@ from __future__ import annotations
 
 import collections
 import json
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from temporalio.client import Client
 
-from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.state import RunState
 from repair.tools import INTERRUPTED
 from tests.support import stepped
-from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
+from tests.support.stepped import StoredCart
 
 pytestmark = [pytest.mark.slow]
 
@@ -35,26 +33,6 @@ __all__ = ["serve"]  # the scripted model server's fixture
 
 FIXED_LINE = b"+    return sum(line_total(item) for item in items)"
 WRONG_LINE = b"item.unit_price_cents + item.quantity"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> LocalArtifactStore:
-    return LocalArtifactStore(tmp_path / "evidence")
-
-
-@pytest.fixture
-def cart_run(repo: Repo, store: LocalArtifactStore) -> tuple[ArtifactRef, ArtifactRef]:
-    return stepped.stored_cart_run(store, repo)
-
-
-@pytest.fixture
-def spec_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[0]
-
-
-@pytest.fixture
-def procedure_ref(cart_run: tuple[ArtifactRef, ArtifactRef]) -> ArtifactRef:
-    return cart_run[1]
 
 
 def tool_results(record: dict[str, Any]) -> list[str]:
@@ -81,37 +59,32 @@ def assert_fixed_its_own_patch_after_reading_the_tests(records: list[dict[str, A
 
 
 async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_run_tests_reports_it_interrupted(
-    tmp_path: Path,
-    temporal_client: Client,
-    serve: Serve,
-    store: LocalArtifactStore,
-    spec_ref: ArtifactRef,
-    procedure_ref: ArtifactRef,
+    tmp_path: Path, temporal_client: Client, serve: Serve, cart: StoredCart
 ) -> None:
     server = serve(CART_SCRIPTS / "test-driven.yaml")
-    evidence = tmp_path / "evidence"
     held = tmp_path / "run-held"
-    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref, environments=False) as harness:
-        with stepped.model_worker(temporal_client, tmp_path / "model", evidence, server.base_url):
-            with stepped.run_worker(temporal_client, tmp_path / "env-undisturbed", evidence, spec_ref):
+    async with stepped.pipeline_without_model(
+        temporal_client, cart.spec_ref, cart.procedure_ref, environments=False
+    ) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "model", cart.evidence, server.base_url):
+            with stepped.run_worker(temporal_client, tmp_path / "env-undisturbed", cart.evidence, cart.spec_ref):
                 undisturbed = await harness.start()
-                expected, first = await stepped.proposal_of(harness, undisturbed, store, timeout=180)
+                expected, first = await stepped.proposal_of(harness, undisturbed, cart.store, timeout=180)
 
             with stepped.run_worker(
-                temporal_client, tmp_path / "env-doomed", evidence, spec_ref, hold_file=held
+                temporal_client, tmp_path / "env-doomed", cart.evidence, cart.spec_ref, hold_file=held
             ) as doomed:
                 crashed = await harness.start()
                 await stepped.wait_for_file(held)  # the tests ran; their result is not recorded
-                doomed.send_signal(signal.SIGKILL)
-                assert doomed.wait(timeout=10) == -signal.SIGKILL
-            with stepped.run_worker(temporal_client, tmp_path / "env-survivor", evidence, spec_ref):
-                got, state = await stepped.proposal_of(harness, crashed, store, timeout=180)
+                stepped.killed(doomed)
+            with stepped.run_worker(temporal_client, tmp_path / "env-survivor", cart.evidence, cart.spec_ref):
+                got, state = await stepped.proposal_of(harness, crashed, cart.store, timeout=180)
     server.stop()
     records = stepped.request_log(server)
 
     assert_fixed_its_own_patch_after_reading_the_tests(stepped.requests_of(records, undisturbed), expected)
     assert first.budgets.repair_attempts_used == 1
-    outputs = run_outputs(first, store)
+    outputs = run_outputs(first, cart.store)
     assert len(outputs) == 2 and "FAILED (failures=2)" in outputs[0] and "OK" in outputs[1]
 
     assert got == expected
@@ -123,35 +96,28 @@ async def test_the_model_fixes_its_own_patch_from_the_tests_and_a_kill_during_ru
     # No model request went twice: the kill was in a tool call, and every completed turn stands.
     assert all(n == 1 for n in collections.Counter(stepped.body_of(r) for r in after).values())
     # The killed command is not run again behind the model's back: the survivor ran only the second one.
-    assert [o.count("Ran ") for o in run_outputs(state, store)] == [1]
+    assert [o.count("Ran ") for o in run_outputs(state, cart.store)] == [1]
     assert state.budgets.repair_attempts_used == 1
 
 
 async def test_a_worker_killed_during_a_replay_safe_tool_batch_replays_it_on_the_recorded_pre_state(
-    tmp_path: Path,
-    temporal_client: Client,
-    serve: Serve,
-    store: LocalArtifactStore,
-    spec_ref: ArtifactRef,
-    procedure_ref: ArtifactRef,
+    tmp_path: Path, temporal_client: Client, serve: Serve, cart: StoredCart
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
-    evidence = tmp_path / "evidence"
     held = tmp_path / "batch-held"
-    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
-        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+    async with stepped.pipeline_without_model(temporal_client, cart.spec_ref, cart.procedure_ref) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", cart.evidence, server.base_url):
             undisturbed = await harness.start()
-            expected, _ = await stepped.proposal_of(harness, undisturbed, store, timeout=120)
+            expected, _ = await stepped.proposal_of(harness, undisturbed, cart.store, timeout=120)
 
         with stepped.model_worker(
-            temporal_client, tmp_path / "doomed", evidence, server.base_url, hold_file=held
+            temporal_client, tmp_path / "doomed", cart.evidence, server.base_url, hold_file=held
         ) as doomed:
             crashed = await harness.start()
             await stepped.wait_for_file(held)  # the edit is on the dead worker's disk, its batch unrecorded
-            doomed.send_signal(signal.SIGKILL)
-            assert doomed.wait(timeout=10) == -signal.SIGKILL
-        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
-            got, _ = await stepped.proposal_of(harness, crashed, store, timeout=120)
+            stepped.killed(doomed)
+        with stepped.model_worker(temporal_client, tmp_path / "survivor", cart.evidence, server.base_url):
+            got, _ = await stepped.proposal_of(harness, crashed, cart.store, timeout=120)
     server.stop()
     records = stepped.request_log(server)
 

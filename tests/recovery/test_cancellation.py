@@ -39,6 +39,7 @@ from pipeline.ids import workflow_id_for
 from pipeline.policies import RunPolicy
 from pipeline.state import CleanupStatus, Outcome, Phase, RunState
 from tests.conftest import require
+from tests.e2e.test_pipeline import finished, state_when
 from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, scripted_stack, wait_for
 from tests.support.proctree import Proc, descendants
 
@@ -81,26 +82,6 @@ def worker(stack: E2EStack) -> Iterator[ServiceRecord]:
         stack.stop_workers()
 
 
-async def _state_when(client: Client, wf: str, predicate: Any, what: str) -> RunState:
-    """Poll the run's state until ``predicate(state, status)`` holds (the webhook may not have started it yet)."""
-    deadline = time.monotonic() + RUN_TIMEOUT_S
-    last: RunState | None = None
-    while time.monotonic() < deadline:
-        try:
-            status, last = await runs.status_and_state(client, wf)
-        except Exception:
-            await asyncio.sleep(0.5)
-            continue
-        if predicate(last, status):
-            return last
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{wf}: timed out waiting for {what}; last state {last!r}")
-
-
-def _ended(_: RunState, status: WorkflowExecutionStatus | None) -> bool:
-    return status is not None and status != WorkflowExecutionStatus.RUNNING
-
-
 async def _running(client: Client, wf: str, activity_type: str, detail: str) -> PendingActivity | None:
     """The run's pending ``activity_type`` once it runs and its last heartbeat's detail contains ``detail``."""
     description = await runs.handle_for(client, wf).describe()
@@ -130,7 +111,7 @@ async def _cancelled_within_heartbeat(client: Client, wf: str, activity: str, he
     """Cancels the run while ``activity`` runs: the run ends cancelled, and the activity saw the cancellation
     within its heartbeat (and a margin). The run's final state."""
     await runs.cancel(client, wf)
-    final = await _state_when(client, wf, _ended, "the run to end")
+    final = await state_when(client, wf, finished, timeout_s=RUN_TIMEOUT_S)
 
     assert await runs.status_of(client, wf) == WorkflowExecutionStatus.CANCELED
     requested, canceled = await _cancellation_seen(client, wf, activity)
@@ -296,7 +277,7 @@ async def test_a_cleanup_that_cannot_remove_a_workspace_ends_incomplete_and_the_
     subprocess.run(["chattr", "+i", str(stuck)], check=True)
     try:
         await runs.cancel(client, wf)
-        final = await _state_when(client, wf, _ended, "the run to end")
+        final = await state_when(client, wf, finished, timeout_s=RUN_TIMEOUT_S)
         assert final.outcome == Outcome.CLEANUP_INCOMPLETE, final.outcome_detail
         assert final.cancellation[-1].step.value == "cleanup-incomplete"
         cleanup = final.cleanup
@@ -317,7 +298,7 @@ async def test_a_cleanup_that_cannot_remove_a_workspace_ends_incomplete_and_the_
         subprocess.run(["chattr", "-i", str(stuck)], check=True)
 
     # Doing what the ticket says, once the cause is gone, finishes the cleanup.
-    finished = _durafix(stack, "cleanup", "--run", wf, "--yes")
-    assert finished.returncode == 0, finished.stdout + finished.stderr
+    cleaned = _durafix(stack, "cleanup", "--run", wf, "--yes")
+    assert cleaned.returncode == 0, cleaned.stdout + cleaned.stderr
     assert _resources(stack, wf) == []
     assert not stuck.exists()

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -26,18 +25,23 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from evidence.local import LocalArtifactStore
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import Phase
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
 from tests.support.command_engine import mini_swe_agent
-from tests.support.gitrepo import make_repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.proctree import descendants
 from tests.support.repair import CART_SCRIPTS
-from tests.support.stepped import pipeline_without_model, request_log, stored_cart_run, wait_until_held, worker_process
+from tests.support.stepped import (
+    StoredCart,
+    killed,
+    pipeline_without_model,
+    request_log,
+    wait_until_held,
+    worker_process,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -70,15 +74,15 @@ def agent_processes(venv: Path) -> list[int]:
 
 
 async def test_a_worker_killed_while_the_agent_runs_reruns_the_agent_from_the_base_revision(
-    tmp_path: Path, temporal_client: Client, serve: Serve, mini_swe_agent: Path
+    tmp_path: Path,
+    cart: StoredCart,
+    temporal_client: Client,
+    serve: Serve,
+    mini_swe_agent: Path,
 ) -> None:
-    repo = make_repo(tmp_path / "repo")
     server = serve(CART_SCRIPTS / "mini-swe-agent-fix.yaml")
-    evidence = tmp_path / "evidence"
-    store = LocalArtifactStore(evidence)
-    spec_ref, procedure_ref = stored_cart_run(store, repo)
 
-    async with pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
+    async with pipeline_without_model(temporal_client, cart.spec_ref, cart.procedure_ref) as harness:
         wf = "repair:acme/shop#4242"
         await temporal_client.start_workflow(
             RepairBugWorkflow.run,
@@ -92,24 +96,25 @@ async def test_a_worker_killed_while_the_agent_runs_reruns_the_agent_from_the_ba
             execution_timeout=timedelta(minutes=6),
         )
         inject_fault(server, delay_s=25, after=HELD_REQUEST - 1)
-        with command_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url, mini_swe_agent) as doomed:
+        with command_worker(
+            temporal_client, tmp_path / "doomed", cart.evidence, server.base_url, mini_swe_agent
+        ) as doomed:
             await wait_until_held(server, timeout=120)
             # Only the doomed worker's own agent: other tests may run agents from the same shared venv at once.
             running = [p for p in descendants(doomed.pid) if p.pid in agent_processes(mini_swe_agent)]
             assert running, "the agent is not running while its request is held"
-            doomed.send_signal(signal.SIGKILL)
-            assert doomed.wait(timeout=10) == -signal.SIGKILL
+            killed(doomed)
         # The dead worker's forwarder and sandbox went with it: nothing of the agent is left running.
         deadline = time.monotonic() + 10
         while any(p.alive() for p in running) and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert [p.pid for p in running if p.alive()] == []
-        with command_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url, mini_swe_agent):
+        with command_worker(temporal_client, tmp_path / "survivor", cart.evidence, server.base_url, mini_swe_agent):
             state = await harness.wait_phase(wf, Phase.AWAITING_REVIEW, timeout=240)
         await temporal_client.get_workflow_handle(wf).terminate("the test has the proposal")
 
     assert [c.attempt for c in state.candidates] == [1]  # the same attempt, not reported interrupted
-    patch = store.read_bytes(state.candidates[0].patch_ref)
+    patch = cart.store.read_bytes(state.candidates[0].patch_ref)
     assert b"+    return sum(line_total(item) for item in items)" in patch
     server.stop()
     records = [r for r in request_log(server) if r["headers"].get("x-durafix-op-id") == f"{wf}:repair:1"]

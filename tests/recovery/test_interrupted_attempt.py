@@ -12,19 +12,17 @@ only the one in flight twice, and the proposal is byte for byte the one an uncra
 from __future__ import annotations
 
 import collections
-import signal
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from evidence.local import LocalArtifactStore
 from repair.prompts import ATTEMPT_MARKER
 from tests.replay.record import record_history
 from tests.support import stepped
-from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
+from tests.support.stepped import StoredCart
 
 pytestmark = [pytest.mark.slow]
 
@@ -34,26 +32,22 @@ HELD_REQUEST = 4  # of the six the fix script answers: after search, read, edit,
 
 
 async def test_a_worker_killed_during_a_model_call_resumes_without_resending_completed_calls(
-    tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
+    tmp_path: Path, cart: StoredCart, temporal_client: Client, serve: Serve
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
-    evidence = tmp_path / "evidence"
-    store = LocalArtifactStore(evidence)
-    spec_ref, procedure_ref = stepped.stored_cart_run(store, repo)
 
-    async with stepped.pipeline_without_model(temporal_client, spec_ref, procedure_ref) as harness:
-        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", evidence, server.base_url):
+    async with stepped.pipeline_without_model(temporal_client, cart.spec_ref, cart.procedure_ref) as harness:
+        with stepped.model_worker(temporal_client, tmp_path / "undisturbed", cart.evidence, server.base_url):
             undisturbed = await harness.start()
-            expected, _ = await stepped.proposal_of(harness, undisturbed, store, timeout=90)
+            expected, _ = await stepped.proposal_of(harness, undisturbed, cart.store, timeout=90)
 
         inject_fault(server, delay_s=25, after=HELD_REQUEST - 1)
-        with stepped.model_worker(temporal_client, tmp_path / "doomed", evidence, server.base_url) as doomed:
+        with stepped.model_worker(temporal_client, tmp_path / "doomed", cart.evidence, server.base_url) as doomed:
             crashed = await harness.start()
             await stepped.wait_until_held(server)
-            doomed.send_signal(signal.SIGKILL)
-            assert doomed.wait(timeout=10) == -signal.SIGKILL
-        with stepped.model_worker(temporal_client, tmp_path / "survivor", evidence, server.base_url):
-            got, state = await stepped.proposal_of(harness, crashed, store, timeout=120)
+            stepped.killed(doomed)
+        with stepped.model_worker(temporal_client, tmp_path / "survivor", cart.evidence, server.base_url):
+            got, state = await stepped.proposal_of(harness, crashed, cart.store, timeout=120)
         record_history(await temporal_client.get_workflow_handle(crashed).fetch_history(), "stepped-attempt-killed")
 
     assert got == expected

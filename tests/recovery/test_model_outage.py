@@ -16,14 +16,12 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from evidence.local import LocalArtifactStore
 from pipeline.policies import StepTimeouts
 from pipeline.state import Outcome, Phase
 from tests.replay.record import record_history
-from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, inject_fault, serve
 from tests.support.repair import CART_SCRIPTS
-from tests.support.stepped import model_worker, pipeline_without_model, request_log, requests_of, stored_cart_run
+from tests.support.stepped import StoredCart, model_worker, pipeline_without_model, request_log, requests_of
 
 pytestmark = [pytest.mark.slow]
 
@@ -43,17 +41,15 @@ MODEL_STEPS = StepTimeouts(
 
 
 async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spending_an_attempt(
-    tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
+    tmp_path: Path, cart: StoredCart, temporal_client: Client, serve: Serve
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
-    evidence = tmp_path / "evidence"
-    store = LocalArtifactStore(evidence)
     # The attempt's first request: two 429s (the step's both tries), then a 500 (the re-sent step's first try).
     inject_fault(server, status=429, count=TRIES, retry_after=0.2)
     inject_fault(server, status=500, count=1)
 
-    async with pipeline_without_model(temporal_client, *stored_cart_run(store, repo)) as harness:
-        with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
+    async with pipeline_without_model(temporal_client, cart.spec_ref, cart.procedure_ref) as harness:
+        with model_worker(temporal_client, tmp_path / "worker", cart.evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=600
             )
@@ -64,7 +60,7 @@ async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spe
     b = state.budgets
     assert b.repair_attempts_used == 1
     assert [c.attempt for c in state.candidates] == [1]
-    assert b"line_total(item) for item in items" in store.read_bytes(state.candidates[0].patch_ref)
+    assert b"line_total(item) for item in items" in cart.store.read_bytes(state.candidates[0].patch_ref)
     # Every faulted request was counted; the workflow waited once, after the step's two tries.
     assert (b.transport_retries, b.outage_waits, b.outage_wait_s) == (3, 1, 0.5)
     assert [u.transport_retries for u in b.attempts] == [3]
@@ -81,15 +77,13 @@ async def test_a_storm_that_outlasts_the_steps_retries_is_waited_out_without_spe
 
 
 async def test_a_storm_that_outlasts_the_outage_allowance_ends_the_run_saying_the_endpoint_was_unavailable(
-    tmp_path: Path, repo: Repo, temporal_client: Client, serve: Serve
+    tmp_path: Path, cart: StoredCart, temporal_client: Client, serve: Serve
 ) -> None:
     server = serve(CART_SCRIPTS / "fix.yaml")
-    evidence = tmp_path / "evidence"
-    store = LocalArtifactStore(evidence)
     inject_fault(server, status=500, count=1000)
 
-    async with pipeline_without_model(temporal_client, *stored_cart_run(store, repo)) as harness:
-        with model_worker(temporal_client, tmp_path / "worker", evidence, server.base_url):
+    async with pipeline_without_model(temporal_client, cart.spec_ref, cart.procedure_ref) as harness:
+        with model_worker(temporal_client, tmp_path / "worker", cart.evidence, server.base_url):
             wf = await harness.start(
                 model=MODEL_STEPS, outage_backoff_s=0.5, outage_backoff_max_s=1.0, model_outage_allowance_s=2
             )

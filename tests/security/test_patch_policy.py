@@ -16,19 +16,15 @@ from typing import Any
 
 import pytest
 import yaml
-from temporalio import activity
 from temporalio.client import Client
 
 from environments.git import git_env
-from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import PatchError, WorkspaceManager
-from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
-from pipeline import steps
 from pipeline.activities.model import ModelActivities
 from pipeline.config import load_config
 from pipeline.state import Phase
-from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
+from pipeline.steps import TaskQueue
 from repair.patch import validate_patch, workspace_patch
 from repair.patch_policy import PatchPolicy, policy_for
 from repair.test_files import count_test_cases, is_test_file
@@ -37,7 +33,7 @@ from tests.integration.workflow.test_workflow_logic import Harness, Script, doub
 from tests.support.gitrepo import Repo, fixed_cart_source, git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.repair import CART_SCRIPTS, engine_for
-from tests.support.repair_context import cart_procedure_json
+from tests.support.stepped import answer_stored, stored_cart_run
 from tests.support.temporal_workers import pipeline_workers, running
 
 RUN = "repair:acme/cart#10"
@@ -375,8 +371,6 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     check); the other queues are the recording doubles of the workflow-logic tests."""
     server = serve(refused_then_fixed_script())
     store = LocalArtifactStore(tmp_path / "evidence")
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="r", name="spec.json")
     model = ModelActivities(
         store,
         WorkspaceManager(cache_dir=tmp_path / "cache", root=tmp_path / "root"),
@@ -386,24 +380,7 @@ async def test_a_refused_patch_reaches_the_next_attempts_model_request(
     )
     script = Script(fixes_on_attempt=2)
     acts = doubles(script)
-
-    @activity.defn(name=steps.PREPARE_SPEC.name)
-    async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
-        return spec_ref
-
-    # The model worker reads the stored procedure for an attempt's first message (the doubles' is not stored).
-    procedure_ref = store.put_bytes(
-        cart_procedure_json(), kind=ArtifactKind.PROCEDURE, run_id="r", name="procedure.json"
-    )
-
-    @activity.defn(name=steps.PREPARE_PROCEDURE.name)
-    async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:
-        return ProcedureResult(procedure_ref=procedure_ref)
-
-    acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
-    acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
-    acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
-    acts[TaskQueue.BROWSER].append(prepare_procedure)
+    answer_stored(acts, *stored_cart_run(store, repo))
     acts[TaskQueue.MODEL] = list(model.all())
     with ThreadPoolExecutor(max_workers=4) as executor:
         async with running(pipeline_workers(temporal_client, acts, activity_executor=executor)):

@@ -250,13 +250,11 @@ async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_th
     stack_with_worker: E2EStack,
 ) -> None:
     from tests.e2e.test_pipeline import finished, state_when
-    from tests.e2e.test_review_gate import opened_for_review
+    from tests.e2e.test_review_gate import opened_for_review, pr_and_head
 
     stack = stack_with_worker
     client, repository, issue, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    pending = state.pending_approval
-    head, number = pending.head_sha, pending.pr_number
+    number, head = pr_and_head(state)
 
     # Another PR's number: refused before it enters history.
     with pytest.raises(WorkflowUpdateFailedError):

@@ -8,7 +8,7 @@ from typing import Any
 
 from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
 from pipeline.steps import AgentToolCall, AgentToolsInput, AgentTurnInput
@@ -25,9 +25,9 @@ def activities(tmp_path: Path, base_url: str) -> tuple[AgentActivities, LocalArt
     return AgentActivities(store, workspaces, lambda: endpoint, git_token=NO_GIT_CREDENTIALS), store
 
 
-def spec_of(store: LocalArtifactStore, repo: Repo, run: str) -> ArtifactRef:
-    """The recovery spec of ``repo`` (as ``shop/cart``), stored for ``run``."""
-    spec = build_recovery_spec("shop/cart", repo.url, repo.base, repo.work)
+def spec_of(store: ArtifactStore, repo: Repo, run: str, repository: str = "shop/cart") -> ArtifactRef:
+    """The recovery spec of ``repo`` (as ``repository``), stored for ``run`` as ``env.prepare_spec`` stores it."""
+    spec = build_recovery_spec(repository, repo.url, repo.base, repo.work)
     return store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run, name="spec.json")
 
 

@@ -4,7 +4,6 @@ and a tiny in-process server whose page alternates between two answers."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -16,18 +15,12 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from environments.ports import free_port
 from tests.support.served import served
 
 CART_DIR = Path(__file__).resolve().parents[2] / "examples" / "cart"
 BUGGY_TOTAL = "return sum(item.unit_price_cents for item in items)"
 FIXED_TOTAL = "return sum(line_total(item) for item in items)"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def fixed_cart_copy(dest: Path) -> Path:
@@ -81,16 +74,8 @@ def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, deadline_s: floa
     raise RuntimeError(f"cart app did not answer {base_url}/healthz within {deadline_s} s")
 
 
-class PagesHandler(BaseHTTPRequestHandler):
-    server: PagesServer
-
-    def do_GET(self) -> None:
-        if self.path == "/flaky":
-            self._send(200, f'<p id="verdict">{self.server.next_verdict()}</p>')
-        elif self.path == "/noisy":
-            self._send(200, self.server.noisy_page())
-        else:
-            self._send(404, "not found")
+class _HtmlHandler(BaseHTTPRequestHandler):
+    """A handler answering HTML, silently."""
 
     def _send(self, status: int, body: str) -> None:
         data = body.encode()
@@ -102,6 +87,18 @@ class PagesHandler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: object) -> None:
         """Silent: per-request lines would drown the test output; failures show as HTTP answers."""
+
+
+class PagesHandler(_HtmlHandler):
+    server: PagesServer
+
+    def do_GET(self) -> None:
+        if self.path == "/flaky":
+            self._send(200, f'<p id="verdict">{self.server.next_verdict()}</p>')
+        elif self.path == "/noisy":
+            self._send(200, self.server.noisy_page())
+        else:
+            self._send(404, "not found")
 
 
 class PagesServer(ThreadingHTTPServer):
@@ -141,20 +138,15 @@ def base_url_of(server: ThreadingHTTPServer) -> str:
     return f"http://{host!s}:{port}"
 
 
-class StaticPagesHandler(BaseHTTPRequestHandler):
+class StaticPagesHandler(_HtmlHandler):
     server: StaticPages
 
     def do_GET(self) -> None:
         body = self.server.pages.get(self.path)
-        data = (body if body is not None else "not found").encode()
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Silent, as PagesHandler."""
+        if body is None:
+            self._send(404, "not found")
+        else:
+            self._send(200, body)
 
 
 class StaticPages(ThreadingHTTPServer):

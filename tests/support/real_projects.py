@@ -31,6 +31,7 @@ import yaml
 
 from pipeline.ops.forge_setup import maintainer_git_env
 from tests.support.gitrepo import git
+from tests.support.modelserver import tool_turn
 from tests.support.projects import IS_NUMBER_LOCK
 
 HISTORY_COMMITS = 55
@@ -203,35 +204,21 @@ TALLY = Project(
     fix_turns=[
         {
             "content": "The page's total is built by total() in lib/total.js.",
-            "tool_calls": [{"name": "read_file", "arguments": {"path": "lib/total.js"}}],
+            **tool_turn("read_file", path="lib/total.js"),
         },
         {
             "content": "The counts are strings, so sum + v concatenates them; they must be converted first.",
-            "tool_calls": [
-                {
-                    "name": "replace_in_file",
-                    "arguments": {"path": "lib/total.js", "old": TALLY_TOTAL_BUG, "new": TALLY_TOTAL_FIX},
-                }
-            ],
+            **tool_turn("replace_in_file", path="lib/total.js", old=TALLY_TOTAL_BUG, new=TALLY_TOTAL_FIX),
         },
         {
             "content": "A regression test with the counts as the page gets them.",
-            "tool_calls": [
-                {"name": "write_file", "arguments": {"path": "test/strings.test.js", "content": TALLY_ADDED_TEST}}
-            ],
+            **tool_turn("write_file", path="test/strings.test.js", content=TALLY_ADDED_TEST),
         },
-        {
-            "tool_calls": [
-                {
-                    "name": "finish",
-                    "arguments": {
-                        "summary": "total() added the counts as strings, so they were concatenated (0345). It "
-                        "now converts each numeric value with Number() before adding. Added "
-                        "test/strings.test.js, which fails on the old code."
-                    },
-                }
-            ]
-        },
+        tool_turn(
+            "finish",
+            summary="total() added the counts as strings, so they were concatenated (0345). It now converts each "
+            "numeric value with Number() before adding. Added test/strings.test.js, which fails on the old code.",
+        ),
     ],
     fixed=("lib/total.js", "sum + Number(v)"),
     added_test="test/strings.test.js",
@@ -375,36 +362,23 @@ LEADERBOARD = Project(
     fix_turns=[
         {
             "content": "The total on the page comes from total_points.",
-            "tool_calls": [{"name": "search", "arguments": {"pattern": "def total_points"}}],
+            **tool_turn("search", pattern="def total_points"),
         },
-        {"tool_calls": [{"name": "read_file", "arguments": {"path": "scores.py"}}]},
+        tool_turn("read_file", path="scores.py"),
         {
             "content": "rows[1:] drops the first player, as if the rows still had a CSV header.",
-            "tool_calls": [
-                {
-                    "name": "replace_in_file",
-                    "arguments": {"path": "scores.py", "old": BOARD_TOTAL_BUG, "new": BOARD_TOTAL_FIX},
-                }
-            ],
+            **tool_turn("replace_in_file", path="scores.py", old=BOARD_TOTAL_BUG, new=BOARD_TOTAL_FIX),
         },
         {
             "content": "A regression test with this season's players.",
-            "tool_calls": [
-                {"name": "write_file", "arguments": {"path": "tests/test_total.py", "content": BOARD_ADDED_TEST}}
-            ],
+            **tool_turn("write_file", path="tests/test_total.py", content=BOARD_ADDED_TEST),
         },
-        {
-            "tool_calls": [
-                {
-                    "name": "finish",
-                    "arguments": {
-                        "summary": "total_points skipped the first row (rows[1:]), a leftover from rows read "
-                        "from a CSV with a header, so the leader's points were missing from the total. It now "
-                        "sums every row. Added tests/test_total.py, which fails on the old code."
-                    },
-                }
-            ]
-        },
+        tool_turn(
+            "finish",
+            summary="total_points skipped the first row (rows[1:]), a leftover from rows read from a CSV with a "
+            "header, so the leader's points were missing from the total. It now sums every row. Added "
+            "tests/test_total.py, which fails on the old code.",
+        ),
     ],
     fixed=("scores.py", BOARD_TOTAL_FIX.strip()),
     added_test="tests/test_total.py",

@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +24,14 @@ import httpx
 from temporalio import activity
 from temporalio.client import Client
 
-from environments.spec import build_recovery_spec, canonical_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from evidence.local import LocalArtifactStore
 from infra.modelserver.server import ScriptedModelServer
 from pipeline import steps
 from pipeline.state import Phase, RunState
 from pipeline.steps import PrepareProcedureInput, PrepareSpecInput, ProcedureResult, TaskQueue
 from tests.integration.workflow.test_workflow_logic import Harness, Script, doubles
+from tests.support import agent_steps
 from tests.support.gitrepo import Repo
 from tests.support.repair_context import cart_procedure_json
 from tests.support.temporal_workers import pipeline_workers, running
@@ -39,11 +42,21 @@ PROJECT_ROOT = Path(__file__).resolve().parents[2]
 def stored_cart_run(store: ArtifactStore, repo: Repo, run_id: str = "r") -> tuple[ArtifactRef, ArtifactRef]:
     """The cart run's recovery spec (of ``repo``'s base) and procedure in ``store``, as ``env.prepare_spec`` and
     ``browser.prepare_procedure`` store them: the references the workflow's doubles answer with."""
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id=run_id, name="spec.json")
+    spec_ref = agent_steps.spec_of(store, repo, run_id, "acme/shop")
     procedure = cart_procedure_json()
     procedure_ref = store.put_bytes(procedure, kind=ArtifactKind.PROCEDURE, run_id=run_id, name="procedure.json")
     return spec_ref, procedure_ref
+
+
+@dataclass(frozen=True)
+class StoredCart:
+    """The cart run's spec and procedure (:func:`stored_cart_run`) in ``store``, the evidence store at ``evidence``
+    that the test's worker processes store in too."""
+
+    evidence: Path
+    store: LocalArtifactStore
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
 
 
 @contextmanager
@@ -94,6 +107,12 @@ def worker_process(module: str, client: Client, state: Path, args: list[str]) ->
         log.close()
 
 
+def killed(worker: subprocess.Popen[str]) -> None:
+    """SIGKILL ``worker`` (a :func:`worker_process`); it has died of it."""
+    worker.send_signal(signal.SIGKILL)
+    assert worker.wait(timeout=10) == -signal.SIGKILL
+
+
 async def proposal_of(harness: Harness, wf: str, store: ArtifactStore, timeout: float) -> tuple[bytes, RunState]:
     """The patch of the run's one candidate (attempt 1) once it awaits review, and its state; the run is then
     terminated."""
@@ -129,6 +148,17 @@ async def pipeline_without_model(
     del acts[TaskQueue.MODEL]
     if not environments:
         del acts[TaskQueue.ENVIRONMENTS]
+    answer_stored(acts, spec_ref, procedure_ref)
+    async with running(pipeline_workers(client, acts, workflows)):
+        yield Harness(client, script)
+
+
+def answer_stored(
+    acts: dict[TaskQueue, list[Callable[..., Any]]], spec_ref: ArtifactRef, procedure_ref: ArtifactRef
+) -> None:
+    """In the doubles ``acts``, ``env.prepare_spec`` (where ``acts`` serves the environments queue) and
+    ``browser.prepare_procedure`` answer with the stored ``spec_ref`` and ``procedure_ref``: the model worker
+    reads both for an attempt's first message, and the doubles' own are not stored."""
 
     @activity.defn(name=steps.PREPARE_SPEC.name)
     async def prepare_spec(_: PrepareSpecInput) -> ArtifactRef:
@@ -138,13 +168,11 @@ async def pipeline_without_model(
     async def prepare_procedure(_: PrepareProcedureInput) -> ProcedureResult:
         return ProcedureResult(procedure_ref=procedure_ref)
 
-    if environments:
+    if TaskQueue.ENVIRONMENTS in acts:
         acts[TaskQueue.ENVIRONMENTS] = [a for a in acts[TaskQueue.ENVIRONMENTS] if a.__name__ != "prepare_spec"]
         acts[TaskQueue.ENVIRONMENTS].append(prepare_spec)
     acts[TaskQueue.BROWSER] = [a for a in acts[TaskQueue.BROWSER] if a.__name__ != "prepare_procedure"]
     acts[TaskQueue.BROWSER].append(prepare_procedure)
-    async with running(pipeline_workers(client, acts, workflows)):
-        yield Harness(client, script)
 
 
 async def wait_until_held(server: ScriptedModelServer, timeout: float = 60) -> None:

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 from github import GithubException
+from github.GithubObject import NotSet, Opt
+from github.PullRequest import PullRequest
 
 from tests.support.forge import Team, branch_with, commit_files
+
+
+def refused_merge(pull: PullRequest, sha: str, merge_method: Opt[str] = NotSet) -> tuple[int, str]:
+    """The status and message the forge refuses the merge of ``pull`` at ``sha`` with."""
+    with pytest.raises(GithubException) as err:
+        pull.merge(sha=sha, merge_method=merge_method)
+    return err.value.status, err.value.data["message"]
 
 
 def test_draft_pull_request_reads_back_with_head_base_and_mergeability(team: Team) -> None:
@@ -90,12 +99,7 @@ def test_merge_with_stale_sha_is_409_and_changes_nothing(team: Team) -> None:
     head = branch_with(repo, "s", {"s.txt": "s\n"})
     pull = repo.create_pull(title="s", body="", head="s", base="main")
     main_before = repo.get_branch("main").commit.sha
-    with pytest.raises(GithubException) as err:
-        pull.merge(sha="f" * 40)
-    assert (err.value.status, err.value.data["message"]) == (
-        409,
-        "Head branch was modified. Review and try the merge again.",
-    )
+    assert refused_merge(pull, "f" * 40) == (409, "Head branch was modified. Review and try the merge again.")
     assert repo.get_branch("main").commit.sha == main_before
     assert repo.get_pull(pull.number).merged is False
     assert pull.merge(sha=head).merged is True
@@ -105,9 +109,7 @@ def test_merging_a_draft_is_405(team: Team) -> None:
     repo = team.shop
     head = branch_with(repo, "dr", {"x.txt": "x\n"})
     pull = repo.create_pull(title="d", body="", head="dr", base="main", draft=True)
-    with pytest.raises(GithubException) as err:
-        pull.merge(sha=head)
-    assert (err.value.status, err.value.data["message"]) == (405, "Pull Request is still a draft")
+    assert refused_merge(pull, head) == (405, "Pull Request is still a draft")
 
 
 def test_conflicting_pull_is_unmergeable_and_merge_is_405(team: Team) -> None:
@@ -118,9 +120,7 @@ def test_conflicting_pull_is_unmergeable_and_merge_is_405(team: Team) -> None:
     pull = repo.create_pull(title="c", body="", head="conflict", base="main")
     fetched = repo.get_pull(pull.number)
     assert (fetched.mergeable, fetched.mergeable_state) == (False, "dirty")
-    with pytest.raises(GithubException) as err:
-        pull.merge(sha=head)
-    assert (err.value.status, err.value.data["message"]) == (405, "Pull Request is not mergeable")
+    assert refused_merge(pull, head) == (405, "Pull Request is not mergeable")
 
 
 def test_merge_writes_a_real_merge_commit_and_moves_base(team: Team) -> None:
@@ -146,9 +146,7 @@ def test_merge_writes_a_real_merge_commit_and_moves_base(team: Team) -> None:
         status.sha,
         "alice",
     )
-    with pytest.raises(GithubException) as err:
-        pull.merge(sha=head)
-    assert (err.value.status, err.value.data["message"]) == (405, "Pull Request is not mergeable")
+    assert refused_merge(pull, head) == (405, "Pull Request is not mergeable")
 
 
 def test_squash_merge_writes_one_commit_with_a_single_parent(team: Team) -> None:
@@ -169,18 +167,16 @@ def test_rebase_merge_is_refused_with_405(team: Team) -> None:
     repo = team.shop
     head = branch_with(repo, "rb", {"r.txt": "r\n"})
     pull = repo.create_pull(title="r", body="", head="rb", base="main")
-    with pytest.raises(GithubException) as err:
-        pull.merge(sha=head, merge_method="rebase")
-    assert err.value.status == 405
+    status, _ = refused_merge(pull, head, merge_method="rebase")
+    assert status == 405
 
 
 def test_reader_cannot_merge(team: Team) -> None:
     repo = team.shop
     head = branch_with(repo, "m", {"m.txt": "m\n"})
     pull = repo.create_pull(title="m", body="", head="m", base="main")
-    with pytest.raises(GithubException) as err:
-        team.gh(team.carol).get_repo("alice/shop").get_pull(pull.number).merge(sha=head)
-    assert err.value.status == 403
+    status, _ = refused_merge(team.gh(team.carol).get_repo("alice/shop").get_pull(pull.number), head)
+    assert status == 403
 
 
 def test_reviews_are_tied_to_the_head_they_were_made_on(team: Team) -> None:

@@ -12,7 +12,8 @@ from browser.procedure import Procedure, parse_procedure
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
 from browser.session import VIEWPORT
-from tests.support.browser_apps import CART_DIR, PagesServer, base_url_of, free_port, serve_static
+from environments.ports import free_port
+from tests.support.browser_apps import CART_DIR, PagesServer, base_url_of, serve_static
 from tests.support.pixels import colourful_pixels, png_size
 
 pytestmark = pytest.mark.browser

@@ -21,11 +21,11 @@ from environments.checks import SetupSettings, run_setup
 from environments.depcache import TMP_MARK, DependencyCache
 from environments.docker.images import build_lock_path, rootfs_stamp_path
 from environments.files import locked
+from environments.ports import free_port
 from environments.spec import load_recipe
 from environments.workspace import Workspace, WorkspaceManager
 from pipeline.cli import run_command
 from pipeline.config import DurafixConfig
-from tests.integration.environments.test_cleanup_cli import closed_port
 from tests.support.durafix_cli import run_durafix
 from tests.support.gitrepo import Repo, git, make_repo
 from tests.support.projects import shell_project
@@ -281,7 +281,7 @@ def test_rootfs_tarballs_are_pruned_by_their_stamp_without_an_engine_unless_thei
 def test_an_unreachable_engine_leaves_images_unchecked_prunes_the_rest_and_exits_1(
     mirrors: Mirrors, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("DURAFIX_DOCKER_HOST", f"tcp://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("DURAFIX_DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
 
     code, out, err = run(["--yes", "--json"], capsys)
 

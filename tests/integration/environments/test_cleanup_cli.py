@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-import socket
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from environments.files import path_key
 from environments.interface import RecoverySpec
 from environments.local import LocalProcessProvider
+from environments.ports import free_port
 from environments.processes import is_running
 from environments.spec import load_recipe
 from environments.workspace import WorkspaceManager
@@ -87,14 +87,6 @@ async def runs(temporal_client: Client) -> AsyncIterator[Runs]:
         assert await finished.result() == "done"
     yield ids
     await temporal_client.get_workflow_handle(ids.running).terminate("test over")
-
-
-def closed_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
 
 
 @pytest.fixture
@@ -306,7 +298,7 @@ async def test_a_resource_that_cannot_be_removed_is_named_with_its_error_and_exi
 async def test_without_temporal_orphans_are_refused_and_a_run_needs_force(
     state: Path, owned: Owned, runs: Runs, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    DurafixConfig(state_dir=state, temporal_address=f"127.0.0.1:{closed_port()}").save()
+    DurafixConfig(state_dir=state, temporal_address=f"127.0.0.1:{free_port()}").save()
 
     for argv in (["--orphans"], ["--orphans", "--yes"]):
         code, _, err = await cli(durafix_cleanup, argv, capsys)
@@ -336,7 +328,7 @@ def test_the_durafix_command_lists_resources_as_json(owned: Owned, runs: Runs, s
 def test_an_unreachable_docker_engine_makes_the_listing_incomplete_not_empty(
     state: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("DURAFIX_DOCKER_HOST", f"tcp://127.0.0.1:{closed_port()}")
+    monkeypatch.setenv("DURAFIX_DOCKER_HOST", f"tcp://127.0.0.1:{free_port()}")
 
     code = durafix_resources(["--json"])
     out, err = capsys.readouterr()

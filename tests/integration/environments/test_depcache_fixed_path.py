@@ -135,6 +135,19 @@ def check_restores(
     return lengths
 
 
+def check_node_restores(worker: Worker, repo: Repo, semver: str) -> None:
+    """:func:`check_restores` for a node project, whose install is ``node_modules``: restored in a workspace whose
+    path is as long as the first's and in a longer one, each prints its own ``lib/index.js`` and the ``semver``
+    it loads from ``node_modules/`` (``semver``: that package's path there)."""
+    check_restores(
+        worker,
+        repo,
+        followers=[*same_length_ops(1), "ws-longer-path-0"],
+        built_paths=["node_modules"],
+        printed=lambda op, where: f"mark mark-of-{op} {where}/lib/index.js {where}/node_modules/{semver}",
+    )
+
+
 @pytest.mark.parametrize("kind", [SANDBOXED, UNSANDBOXED])
 def test_an_editable_pip_install_restored_imports_each_workspaces_own_source(
     worker: Worker, tmp_path: Path, kind: str
@@ -165,13 +178,7 @@ def test_an_npm_install_with_bin_links_is_restored_and_runs_each_workspaces_own_
     require(shutil.which("npm") is not None, "npm is missing")
     repo = npm_bin_project(tmp_path, worker.counter)
 
-    check_restores(
-        worker,
-        repo,
-        followers=[*same_length_ops(1), "ws-longer-path-0"],
-        built_paths=["node_modules"],
-        printed=lambda op, where: f"mark mark-of-{op} {where}/lib/index.js {where}/node_modules/semver/",
-    )
+    check_node_restores(worker, repo, "semver/")
 
 
 def test_a_pnpm_install_is_cached_with_its_store_outside_the_workspace_and_restored(
@@ -181,13 +188,7 @@ def test_a_pnpm_install_is_cached_with_its_store_outside_the_workspace_and_resto
     worker.sandbox = dataclasses.replace(worker.sandbox, read_only=(pnpm_prefix(),))
     repo = pnpm_project(tmp_path, worker.counter)
 
-    check_restores(
-        worker,
-        repo,
-        followers=[*same_length_ops(1), "ws-longer-path-0"],
-        built_paths=["node_modules"],
-        printed=lambda op, where: f"mark mark-of-{op} {where}/lib/index.js {where}/node_modules/.pnpm/semver@",
-    )
+    check_node_restores(worker, repo, ".pnpm/semver@")
 
     store = worker.packages / "pnpm-store"
     assert any(store.rglob("*")), "pnpm kept its store in the repository's package cache"

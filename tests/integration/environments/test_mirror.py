@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pickle
 import socket
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from environments.app_forwarder import serve_in_background
 from environments.git import (
     GitError,
     GitProtocolError,
@@ -21,6 +21,7 @@ from environments.git import (
     run_git,
 )
 from environments.mirror import MirrorCache, RevisionNotFoundError
+from environments.ports import free_port
 from environments.workspace import WorkspaceManager
 from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo, git
@@ -39,14 +40,6 @@ def _failure(args: list[str], **kwargs: object) -> GitError:
     return raised.value
 
 
-def _closed_port() -> int:
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    port = int(probe.getsockname()[1])
-    probe.close()
-    return port
-
-
 @pytest.fixture
 def hangs_up() -> Iterator[str]:
     """A URL whose server accepts every connection and closes it without answering."""
@@ -54,17 +47,11 @@ def hangs_up() -> Iterator[str]:
     listener.bind(("127.0.0.1", 0))
     listener.listen()
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            conn.recv(65536)
-            conn.close()
+    def hang_up(conn: socket.socket) -> None:
+        conn.recv(65536)
+        conn.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
+    serve_in_background(listener, hang_up)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}/gone.git"
     listener.close()
 
@@ -110,7 +97,7 @@ def test_a_server_error_is_a_transport_error_with_its_status(url: str, server: G
 
 
 def test_a_refused_connection_and_an_empty_reply_are_transport_errors(hangs_up: str) -> None:
-    refused = _failure(["ls-remote", f"http://127.0.0.1:{_closed_port()}/x.git"])
+    refused = _failure(["ls-remote", f"http://127.0.0.1:{free_port()}/x.git"])
     empty = _failure(["ls-remote", hangs_up])
     assert type(refused) is GitTransportError and type(empty) is GitTransportError
     assert "Empty reply" in empty.stderr

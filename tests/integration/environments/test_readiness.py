@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from environments.interface import ReadinessProbe
+from environments.ports import free_port
 from environments.readiness import answers, probe_once
 from tests.support.served import served
 
@@ -34,17 +35,10 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the tests read the probe's answers, not the server's access log."""
 
 
-def _dead_port() -> int:
-    """A port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-    return port
-
-
 @pytest.fixture
 def dead_port() -> int:
-    return _dead_port()
+    """A port nothing listens on (free just now)."""
+    return free_port()
 
 
 @pytest.fixture
@@ -59,7 +53,7 @@ def app(dead_port: int) -> Iterator[str]:
 @pytest.fixture
 def dead_proxy(monkeypatch: pytest.MonkeyPatch) -> str:
     """Every proxy variable points at a port nothing listens on; exemptions are removed."""
-    proxy = f"http://127.0.0.1:{_dead_port()}"
+    proxy = f"http://127.0.0.1:{free_port()}"
     for name in _PROXY_VARS:
         monkeypatch.setenv(name, proxy)
     for name in ("NO_PROXY", "no_proxy"):

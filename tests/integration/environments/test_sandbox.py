@@ -6,7 +6,6 @@ from __future__ import annotations
 import shutil
 import socket
 import subprocess
-import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from environments.app_forwarder import serve_in_background
 from environments.commands import run_to_completion
 from environments.interface import EnvironmentError, RecoverySpec
 from environments.local import LocalProcessProvider
@@ -47,16 +47,11 @@ def listener() -> Iterator[tuple[int, list[bytes]]]:
     sock.listen(8)
     seen: list[bytes] = []
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = sock.accept()
-            except OSError:
-                return
-            with conn:
-                seen.append(conn.recv(64))
+    def record(conn: socket.socket) -> None:
+        with conn:
+            seen.append(conn.recv(64))
 
-    threading.Thread(target=accept, daemon=True).start()
+    serve_in_background(sock, record)
     yield sock.getsockname()[1], seen
     sock.close()
 

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from environments.ports import free_port
 from infra.forge.testing import running_forge
 from pipeline.config import DurafixConfig
 from pipeline.receiver.logs import LOGGER_NAME
@@ -123,13 +124,6 @@ def deliver(
     body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
     answer = post(url, event, body, sign(secret, body) if signed else None)
     return answer.status, answer.body
-
-
-def closed_port() -> int:
-    """A local port nothing listens on (bound, then released)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 # ---- /metrics ------------------------------------------------------------------------------------------
@@ -283,7 +277,7 @@ def test_not_ready_naming_the_forge_once_it_is_gone(config: DurafixConfig, tmp_p
 def test_not_ready_naming_temporal_when_it_is_unreachable_and_deliveries_needing_it_are_503(
     config: DurafixConfig, hook: Hook
 ) -> None:
-    unreachable = config.model_copy(update={"temporal_address": f"127.0.0.1:{closed_port()}"})
+    unreachable = config.model_copy(update={"temporal_address": f"127.0.0.1:{free_port()}"})
     with serving(unreachable) as rec:
         assert get(rec.url, "/healthz")[0] == 200
         status, body, _ = get(rec.url, "/readyz")

@@ -34,6 +34,7 @@ from pipeline.state import CancelStep, DeliveryKind, HeadPush, Outcome, Phase, R
 from pipeline.steps import TaskQueue
 from pipeline.workflow import WORKFLOWS
 from reviews.markers import COMMENT, PULL, find_marker, pull_marker
+from tests.e2e.test_pipeline import finished, state_when
 from tests.replay.record import record_history
 from tests.support.e2e_stack import E2EStack, owned_processes, wait_for
 from tests.support.forge import branch_with, commit_files
@@ -362,7 +363,7 @@ async def test_a_review_before_the_wait_is_held_merges_once_and_a_retried_run_is
     assert review["status_code"] == 200, review["answer"]
     assert "held until the review wait begins" in review["answer"]["detail"], review["answer"]
 
-    final = await state_when(client, wf, lambda s, st: st is not None and st != WorkflowExecutionStatus.RUNNING)
+    final = await state_when(client, wf, finished)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert final.approval is not None and final.approval.head_sha == head
     # The same delivery posted again as the forge sent it (as to a second receiver), and redelivered through
@@ -388,16 +389,14 @@ async def test_a_review_before_the_wait_is_held_merges_once_and_a_retried_run_is
     await asyncio.to_thread(lambda: admin.get_issue(issue).create_comment("/durafix retry"))
 
     def env_live(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
-        return (state.environment is not None and state.environment.last_status == "ready") or (
-            status is not None and status != WorkflowExecutionStatus.RUNNING
-        )
+        return (state.environment is not None and state.environment.last_status == "ready") or finished(state, status)
 
     await state_when(client, retried, env_live)
     wait_for(lambda: owned_processes(retried), 60, "the app process of run 2")
     await asyncio.to_thread(lambda: admin.get_issue(issue).edit(state="closed"))
     [closed] = await asyncio.to_thread(deliveries.attempts, "issues", "closed")
     assert closed["status_code"] == 200 and closed["answer"]["workflow_id"] == retried, closed["answer"]
-    ended = await state_when(client, retried, lambda s, st: st is not None and st != WorkflowExecutionStatus.RUNNING)
+    ended = await state_when(client, retried, finished)
     assert await runs.status_of(client, retried) == WorkflowExecutionStatus.CANCELED
     assert ended.outcome == Outcome.CANCELLED, ended.outcome_detail
     assert ended.cleanup is not None and ended.cleanup.complete and ended.cleanup.removed >= 1
@@ -446,20 +445,6 @@ def stack_faults(stack: E2EStack, repository: str, pr_number: int) -> None:
     )
     with urllib.request.urlopen(req, timeout=10) as resp:
         assert resp.status == 201, resp.status  # the fault is in place before the run reaches it
-
-
-async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s: float = 300) -> RunState:
-    """The run's state once ``predicate(state, status)`` holds."""
-
-    async def check() -> RunState | None:
-        try:
-            status, state = await runs.status_and_state(client, workflow_id)
-        except Exception:  # not started yet
-            return None
-        return state if predicate(state, status) else None
-
-    found: RunState = await eventually(check, timeout_s, f"{workflow_id} to reach the condition")
-    return found
 
 
 # ---- what the receiver parses ----------------------------------------------------------------------------

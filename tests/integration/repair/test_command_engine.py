@@ -21,9 +21,8 @@ from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.testing import ActivityEnvironment
 
 from environments.sandbox import Sandbox, bwrap_problem
-from environments.spec import build_recovery_spec, canonical_json
 from environments.workspace import WorkspaceManager
-from evidence.interface import ArtifactKind, ArtifactRef
+from evidence.interface import ArtifactRef
 from evidence.local import LocalArtifactStore
 from infra.cli.demo import issue_text
 from infra.modelserver.server import ScriptedModelServer
@@ -33,6 +32,7 @@ from repair.agent_command import AgentCommand, ShellAgent
 from repair.mini_swe_agent import MiniSweAgent
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.conftest import require
+from tests.support.agent_steps import spec_of
 from tests.support.command_engine import mini_swe_agent
 from tests.support.gitrepo import Repo, make_repo
 from tests.support.modelserver import Serve, serve
@@ -65,8 +65,7 @@ def engine(tmp_path: Path, server: ScriptedModelServer, agent: AgentCommand) -> 
 
 
 def attempt_input(acts: CommandActivities, repo: Repo, budget: int = 100_000) -> AgentCommandInput:
-    spec = build_recovery_spec("acme/shop", repo.url, repo.base, repo.work)
-    spec_ref = acts.store.put_bytes(canonical_json(spec), kind=ArtifactKind.SPEC, run_id="run-1", name="spec.json")
+    spec_ref = spec_of(acts.store, repo, "run-1", "acme/shop")
     title, body = issue_text()
     return AgentCommandInput(
         run_id="run-1",

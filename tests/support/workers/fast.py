@@ -18,25 +18,18 @@ from temporalio.worker import Worker
 from pipeline.steps import TaskQueue
 from pipeline.worker.runner import STICKY_SCHEDULE_TO_START
 from pipeline.workflow import WORKFLOWS
-from tests.integration.workflow.test_workflow_logic import Script, doubles
-from tests.support.workers.parked import AlwaysMerged, Forgetful
+from tests.support.workers.parked import double_workers
 
 
 async def serve(address: str) -> None:
     client = await Client.connect(address, data_converter=pydantic_data_converter)
-    script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
-    built = [
-        Worker(
-            client,
-            task_queue=TaskQueue.ORCHESTRATION.value,
-            workflows=list(WORKFLOWS),
-            sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
-        )
-    ]
-    built += [
-        Worker(client, task_queue=queue.value, activities=activities, max_concurrent_activities=8)
-        for queue, activities in doubles(script).items()
-    ]
+    orchestration = Worker(
+        client,
+        task_queue=TaskQueue.ORCHESTRATION.value,
+        workflows=list(WORKFLOWS),
+        sticky_queue_schedule_to_start_timeout=STICKY_SCHEDULE_TO_START,
+    )
+    built = [orchestration, *double_workers(client)]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

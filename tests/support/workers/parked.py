@@ -25,6 +25,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, SupportsIndex
 
@@ -87,33 +88,39 @@ class _Counting(ActivityInboundInterceptor):
             self.counter.gauge.set(self.counter.running)
 
 
+def double_workers(
+    client: Client, interceptors: Sequence[Interceptor] = (), graceful_shutdown_timeout: timedelta = timedelta()
+) -> list[Worker]:
+    """A worker on every activity queue, 8 tasks at once, serving the workflow-logic tests' doubles of one
+    :class:`~tests.integration.workflow.test_workflow_logic.Script` that keeps nothing per run (:class:`Forgetful`,
+    :class:`AlwaysMerged`); ``interceptors`` and ``graceful_shutdown_timeout`` as :class:`Worker` takes them."""
+    script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
+    return [
+        Worker(
+            client,
+            task_queue=queue.value,
+            activities=activities,
+            max_concurrent_activities=8,
+            graceful_shutdown_timeout=graceful_shutdown_timeout,
+            interceptors=interceptors,
+        )
+        for queue, activities in doubles(script).items()
+    ]
+
+
 def build_workers(client: Client, runtime: Runtime, cache_size: int, workflow_tasks: int) -> list[Worker]:
     """One worker per task queue, with :func:`pipeline.worker.runner.build_workers`'s settings but for the cache."""
     gauge = runtime.metric_meter.create_gauge(RUNNING_GAUGE, "activities executing in this process")
     gauge.set(0)
     counting = RunningActivities(gauge)
-    script = Script(calls=Forgetful(), merge_answers=AlwaysMerged())
-    workers = [
-        Worker(
-            client,
-            task_queue=TaskQueue.ORCHESTRATION.value,
-            workflows=list(WORKFLOWS),
-            max_cached_workflows=cache_size,
-            max_concurrent_workflow_tasks=workflow_tasks,
-        )
-    ]
-    for queue, activities in doubles(script).items():
-        workers.append(
-            Worker(
-                client,
-                task_queue=queue.value,
-                activities=activities,
-                max_concurrent_activities=8,
-                graceful_shutdown_timeout=timedelta(seconds=10),
-                interceptors=[counting],
-            )
-        )
-    return workers
+    orchestration = Worker(
+        client,
+        task_queue=TaskQueue.ORCHESTRATION.value,
+        workflows=list(WORKFLOWS),
+        max_cached_workflows=cache_size,
+        max_concurrent_workflow_tasks=workflow_tasks,
+    )
+    return [orchestration, *double_workers(client, [counting], graceful_shutdown_timeout=timedelta(seconds=10))]
 
 
 async def serve(target: str, namespace: str, metrics_address: str, cache_size: int, workflow_tasks: int) -> None:
