@@ -18,6 +18,7 @@ from evidence.local import LocalArtifactStore
 from pipeline.config import DurafixConfig
 from pipeline.failures import FailureClass
 from pipeline.services import Services
+from pipeline.state import EnvironmentFailureFact
 from pipeline.steps import CaptureHeadInput, PrepareSpecInput, ProvisionInput
 from tests.support.gitrepo import git, make_repo
 
@@ -58,19 +59,27 @@ def failed_provision(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("change", "said"),
+    ("change", "said", "failed"),
     [
-        ({"setup": [f"{PRINT}; exit 3"]}, "setup failed: setup command"),
+        ({"setup": [f"{PRINT}; exit 3"]}, "setup failed: setup command", ("setup", f"{PRINT}; exit 3", 3, "")),
         (
             {"start": f"{PRINT}; sleep 30", "readiness": {"path": "/healthz", "deadline_s": 2}},
             "did not answer",
+            ("start", f"{PRINT}; sleep 30", None, "not-listening"),
+        ),
+        (
+            {"start": "python3 -m http.server $PORT", "readiness": {"path": "/healthz", "deadline_s": 2}},
+            "did not answer",
+            ("start", "python3 -m http.server $PORT", None, "readiness-status"),
         ),
     ],
-    ids=["setup-fails", "never-ready"],
+    ids=["setup-fails", "never-ready", "readiness-404"],
 )
 def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it(
-    tmp_path: Path, change: dict[str, object], said: str
+    tmp_path: Path, change: dict[str, object], said: str, failed: tuple[str, str, int | None, str]
 ) -> None:
+    """The failure names the stored log and the command that failed, with the cause recognised in its log: an
+    app that never listened on its port, a readiness path answering 404 (the provider's readiness verdict)."""
     err, store = failed_provision(tmp_path, change)
     assert err.type == FailureClass.NOT_READY.value and err.non_retryable
     assert said in err.message and "its output is in environment.log" in err.message
@@ -79,7 +88,18 @@ def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it
     assert isinstance(details, dict)
     log_ref = ArtifactRef.model_validate(details["log_ref"])
     assert log_ref.kind == ArtifactKind.LOG and log_ref.revision is not None and len(log_ref.revision) == 40
-    assert PRINTED in store.read_bytes(log_ref).decode()
+    log = store.read_bytes(log_ref).decode()
+    assert PRINTED in log or failed[3] == "readiness-status"
+    fact = EnvironmentFailureFact.model_validate(details["environment_failure"])
+    assert (fact.stage, fact.command, fact.exit_code, fact.cause) == failed, fact
+    assert fact.log_ref == log_ref and fact.log_url == store.url_for(log_ref)
+    assert PRINTED not in fact.hint
+    if fact.cause == "readiness-status":
+        assert "# readiness: GET /healthz answered 404, expected 200" in log, log
+        assert "GET /healthz with 404" in fact.hint
+    if fact.cause == "not-listening":
+        assert "# readiness: nothing answered on $PORT" in log, log
+        assert "`$PORT`" in fact.hint
 
 
 SECRET = "cart-secret-value-4242"
