@@ -219,9 +219,7 @@ class EnvironmentActivities:
                     )
                     return handle.model_copy(update={"host": self.host}) if self.host else handle
                 except (SetupError, NotReadyError) as err:
-                    # Not chained: the error's own message quotes its log, which the failure names instead (the
-                    # workflow says a failure's innermost message on the ticket).
-                    raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from None
+                    raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
 
     def _not_ready(
         self, err: SetupError | NotReadyError, run_id: str, revision: str, recipe_secrets: Mapping[str, str]

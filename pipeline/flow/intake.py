@@ -152,11 +152,16 @@ class Intake:
         if base.status == ReproductionOutcome.APP_NOT_READY:
             # The procedure never ran: no verdict on the report, but a recipe (or worker) to fix.
             # The hint, the command and its log are the triage fact's, said on the ticket and by `durafix status`.
+            # The reproduction's detail (the provider's own words, the log's tail among them: what a repair agent
+            # is told when its candidate's app does not start) is not quoted on the ticket when the command is known.
             failure = base.environment_failure
             ctx.state.triage = TriageFact(reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=failure)
+            said = base.detail if failure is None else messages.failed_command_text(failure)
+            if failure is not None and failure.log_ref is not None:
+                said += f"; its output is in {failure.log_ref.name}"
             raise RunEnded(
                 Outcome.NEEDS_HUMAN_TRIAGE,
-                f"the environment could not be set up on {revision[:12]}, so the report was not tried: {base.detail}",
+                f"the environment could not be set up on {revision[:12]}, so the report was not tried: {said}",
             )
         if base.status != ReproductionOutcome.REPRODUCED:
             reason = (

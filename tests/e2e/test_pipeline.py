@@ -388,6 +388,10 @@ async def test_a_setup_without_network_ends_naming_its_cause_before_any_model_re
     body = ticket[0]
     assert "needs human triage" in body and "`environment-not-set-up`" in body, body
     assert "did not reproduce" not in body, body
+    assert (
+        f"so the report was not tried: setup command `{OFFLINE_SETUP}` exited 1; its output is in environment.log"
+        in body
+    ), body
     assert f"failed: setup command `{OFFLINE_SETUP}` exited 1" in body, body
     assert f"[environment.log]({failed.log_url})" in body and failed.log_ref.sha256 in body, body
     assert "hint: setup has no network" in body and "`setup_network: true`" in body, body
