@@ -41,6 +41,7 @@ from pathlib import Path, PurePosixPath
 
 from environments.commands import command_env, exit_text, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
+from environments.diagnosis import FailedCommand, Stage
 from environments.egress import (
     ALLOWED_PORTS,
     DEFAULT_REGISTRY_HOSTS,
@@ -433,7 +434,9 @@ class _Runner:
             if code != 0:
                 stop_owned(self.marker, grace_s=self.stop_grace_s)
                 raise SetupError(
-                    f"setup command {command!r} {exit_text(code)}:\n{tail(self.log_path)}", log_path=self.log_path
+                    f"setup command {command!r} {exit_text(code)}:\n{tail(self.log_path)}",
+                    log_path=self.log_path,
+                    failed=FailedCommand(Stage.SETUP, command, code, setup_network=self.recipe.setup_network),
                 )
 
     def _log_egress(self, proxy: EgressProxy, logged: int) -> int:

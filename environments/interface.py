@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
+from environments.diagnosis import FailedCommand
 from environments.progress import ignore
 
 # A provider calls this with a short human sub-state ("setup: npm ci", "waiting for readiness at ...") each
@@ -258,11 +259,14 @@ class CleanupReport(BaseModel):
 
 class EnvironmentError(Exception):
     """Base of environment failures. ``log_path``: the log of the commands that failed, when there is one; the
-    caller keeps it as evidence (what the repository's commands printed goes no further than that log)."""
+    caller keeps it as evidence (what the repository's commands printed goes no further than that log).
+    ``failed``: the recipe command that failed, when one did (:func:`environments.diagnosis.diagnose` judges it
+    with the log's tail)."""
 
-    def __init__(self, *args: object, log_path: Path | None = None) -> None:
+    def __init__(self, *args: object, log_path: Path | None = None, failed: FailedCommand | None = None) -> None:
         super().__init__(*args)
         self.log_path = log_path
+        self.failed = failed
 
 
 class RunFencedError(EnvironmentError):

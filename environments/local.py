@@ -51,6 +51,7 @@ from typing import Any
 from environments import app_forwarder
 from environments.checks import SetupSettings, run_setup, run_tests
 from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
+from environments.diagnosis import FailedCommand, Stage
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
     APP_URL_VAR,
@@ -74,7 +75,7 @@ from environments.interface import (
 from environments.ports import free_port
 from environments.processes import StopOutcome, is_running, live_processes, stop_owned
 from environments.progress import command_text, ignore
-from environments.readiness import probe_once, wait_ready
+from environments.readiness import probe_once, verdict, wait_ready
 from environments.run_dirs import RunDirs
 from environments.sandbox import Network, Sandbox
 from environments.secrets import check_allowlist
@@ -273,11 +274,16 @@ class LocalProcessProvider(EnvironmentProvider):
         write_json_atomic(run_dir / f"{key}.json", record)
         progress(f"waiting for readiness at {_url(record)}{recipe.readiness.path}")
         if not wait_ready(_url(record), recipe.readiness, still_running=lambda: _alive(record)):
+            running = _alive(record)
+            with log_path.open("a", encoding="utf-8") as log:
+                found = verdict(_url(record), recipe.readiness) if running else "readiness: the app exited"
+                log.write(f"# {found}\n")
             self._abandon(run_dir, key, record)
             raise NotReadyError(
                 f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
                 f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}",
                 log_path=log_path,
+                failed=FailedCommand(Stage.START, recipe.start),
             )
         self._seed(run_dir, key, record, recipe, ws, log_path, progress)
         return _handle(record)
@@ -325,7 +331,9 @@ class LocalProcessProvider(EnvironmentProvider):
             if code != 0:
                 self._abandon(run_dir, key, record)
                 raise FixtureError(
-                    f"fixture command {command!r} {exit_text(code)}:\n{tail(log_path)}", log_path=log_path
+                    f"fixture command {command!r} {exit_text(code)}:\n{tail(log_path)}",
+                    log_path=log_path,
+                    failed=FailedCommand(Stage.FIXTURES, command, code),
                 )
         record["seeded"] = True
         write_json_atomic(run_dir / f"{key}.json", record)

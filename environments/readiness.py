@@ -54,3 +54,15 @@ def wait_ready(base_url: str, probe: ReadinessProbe, *, still_running: Callable[
         if not still_running() or time.monotonic() >= deadline:
             return False
         time.sleep(_POLL_S)
+
+
+def verdict(base_url: str, probe: ReadinessProbe, *, timeout_s: float = 2.0) -> str:
+    """What one more ``GET base_url + probe.path`` finds once readiness gave up, as the environment's log says it
+    (and :func:`environments.diagnosis.diagnose` reads it): ``readiness: GET /healthz answered 404, expected 200``
+    or ``readiness: nothing answered on $PORT (<why>)``."""
+    try:
+        with _client(timeout_s) as client:
+            status = client.get(base_url + probe.path).status_code
+    except (httpx.HTTPError, httpx.InvalidURL) as exc:
+        return f"readiness: nothing answered on $PORT ({type(exc).__name__})"
+    return f"readiness: GET {probe.path} answered {status}, expected {probe.expected_status}"

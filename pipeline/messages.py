@@ -6,7 +6,19 @@ these objects findable are added by the forge adapter, not here.
 
 from __future__ import annotations
 
-from pipeline.state import CandidateFact, CleanupFact, Outcome, Phase, RunState, VerificationStatus
+import re
+
+from pipeline.state import (
+    CandidateFact,
+    CleanupFact,
+    EnvironmentFailureFact,
+    Outcome,
+    Phase,
+    RunState,
+    TriageFact,
+    TriageReason,
+    VerificationStatus,
+)
 from pipeline.steps import EvidenceResult
 
 _OUTCOME_TEXT = {
@@ -28,6 +40,8 @@ def ticket_body(state: RunState, note: str = "") -> str:
         lines.append(f"- outcome: **{_OUTCOME_TEXT[state.outcome]}**")
         if state.outcome_detail:
             lines.append(f"- detail: {state.outcome_detail}")
+        if state.triage is not None:
+            lines.extend(f"- {line}" for line in triage_lines(state.triage))
     else:
         lines.append(f"- phase: `{state.phase.value}`")
     if state.target_revision:
@@ -70,6 +84,53 @@ def ticket_body(state: RunState, note: str = "") -> str:
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"
+
+
+_TRIAGE_TEXT = {
+    TriageReason.ENVIRONMENT_NOT_SET_UP: "the environment could not be set up, so the report was not tried",
+    TriageReason.NOT_REPRODUCED: "the report did not reproduce on the base revision",
+    TriageReason.INCONCLUSIVE: "the reproduction's runs on the base revision disagreed",
+    TriageReason.BASELINE_FAILS: "the recipe's tests already fail on the base revision",
+}
+
+
+def triage_text(reason: TriageReason) -> str:
+    """A triage reason in words."""
+    return _TRIAGE_TEXT[reason]
+
+
+def failed_command_text(env: EnvironmentFailureFact) -> str:
+    """``setup command `npm ci` exited 1``: the command an environment failed on, and how."""
+    if env.stage == "start" and env.exit_code is None:
+        how = "never became ready"
+    else:
+        how = "timed out" if env.exit_code is None else f"exited {env.exit_code}"
+    return f"{env.stage} command {code_span(env.command)} {how}"
+
+
+def triage_lines(triage: TriageFact) -> list[str]:
+    """The typed reason of a triage ending as the ticket says it, one item a line: the reason; for an environment
+    that could not be set up, the command it failed on and how, a link to its stored log, and the hint when the
+    cause was recognised."""
+    lines = [f"reason: **{triage_text(triage.reason)}** (`{triage.reason.value}`)"]
+    env = triage.environment
+    if env is None:
+        return lines
+    lines.append(f"failed: {failed_command_text(env)}")
+    if env.log_ref is not None:
+        name = f"[{env.log_ref.name}]({env.log_url})" if env.log_url else env.log_ref.name
+        lines.append(f"log: {name} (sha256 `{env.log_ref.sha256}`)")
+    if env.hint:
+        lines.append(f"hint: {env.hint}")
+    return lines
+
+
+def code_span(text: str) -> str:
+    """``text`` as a Markdown code span on one line, whatever backticks it holds."""
+    flat = " ".join(text.split())
+    fence = "`" * (max((len(run) for run in re.findall("`+", flat)), default=0) + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
 
 
 def cleanup_incomplete_note(workflow_id: str, cleanup: CleanupFact) -> str:

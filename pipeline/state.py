@@ -108,6 +108,46 @@ class EnvironmentFact(BaseModel):
     host: str = ""
 
 
+class EnvironmentFailureFact(BaseModel):
+    """The recipe command an environment failed on (:class:`environments.diagnosis.FailedCommand`), where its
+    stored log is, and the recognised cause with its hint (:func:`environments.diagnosis.diagnose`; empty when
+    none was recognised). ``stage``: ``setup``, ``start`` or ``fixtures`` (provisioning), ``tests`` (the
+    baseline). ``exit_code`` ``None``: it timed out, or (``start``) it ran but never became ready. ``log_url``: a
+    link to the stored log a reviewer's browser opens (the evidence store's, as the evidence comment links)."""
+
+    stage: str
+    command: str
+    exit_code: int | None = None
+    log_ref: ArtifactRef | None = None
+    log_url: str = ""
+    cause: str = ""
+    hint: str = ""
+
+
+class TriageReason(StrEnum):
+    """Why a run ended ``needs-human-triage`` before any repair, as a kind (:class:`TriageFact`)."""
+
+    ENVIRONMENT_NOT_SET_UP = "environment-not-set-up"
+    """The base revision's environment could not be set up (a setup command failed, the app never became ready,
+    its fixtures failed) or its tests could not run: the report was never tried; the recipe (or the worker) is
+    what to fix."""
+    NOT_REPRODUCED = "not-reproduced"
+    """The procedure ran on the base revision and did not show the bug."""
+    INCONCLUSIVE = "inconclusive"
+    """The procedure's runs on the base revision disagreed."""
+    BASELINE_FAILS = "baseline-fails"
+    """The recipe's tests already fail on the base revision."""
+
+
+class TriageFact(BaseModel):
+    """The typed reason of a ``needs-human-triage`` ending (``outcome_detail`` says it in words); ``environment``:
+    the failed command, when one is known: for :attr:`TriageReason.ENVIRONMENT_NOT_SET_UP`, and for
+    :attr:`TriageReason.BASELINE_FAILS` when the failing tests' log shows a recognised cause (the network)."""
+
+    reason: TriageReason
+    environment: EnvironmentFailureFact | None = None
+
+
 class ReproductionFact(BaseModel):
     op_id: str
     revision: str
@@ -118,6 +158,8 @@ class ReproductionFact(BaseModel):
     video_refs: list[ArtifactRef] = Field(default_factory=list)
     log_ref: ArtifactRef | None = None
     detail: str = ""
+    # ``app_not_ready``: the command the environment failed on, when the provider named it.
+    environment_failure: EnvironmentFailureFact | None = None
 
 
 class BaselineFact(BaseModel):
@@ -517,6 +559,8 @@ class RunState(BaseModel):
     phase: Phase = Phase.INTAKE
     outcome: Outcome | None = None
     outcome_detail: str = ""
+    triage: TriageFact | None = None
+    """The typed reason of a ``needs-human-triage`` ending the run can name (see :class:`TriageReason`)."""
     target_revision: str | None = None
     ticket: TicketFact | None = None
     environment: EnvironmentFact | None = None

@@ -23,7 +23,7 @@ from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
-from pipeline.state import RegressionFact, ReproductionFact, RunState
+from pipeline.state import EnvironmentFailureFact, RegressionFact, ReproductionFact, RunState
 from repair.context import EarlierAttempt
 from reviews.approval_policy import ApprovalPolicy
 
@@ -266,6 +266,8 @@ class BaselineResult(BaseModel):
     summary: str
     test_output_ref: ArtifactRef
     cases_ref: ArtifactRef | None = None
+    # The command it failed on, when it could not run, or failed with a recognised cause (the network).
+    environment_failure: EnvironmentFailureFact | None = None
 
 
 class CleanupRunInput(BaseModel):

@@ -31,6 +31,8 @@ from pathlib import Path
 from temporalio import activity
 
 from environments.checks import SetupError, SetupSettings
+from environments.commands import tail
+from environments.diagnosis import FailedCommand, Stage, diagnose
 from environments.head_capture import capture_head, rebuild_on_base
 from environments.interface import (
     CleanupReport,
@@ -61,7 +63,7 @@ from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.workspace import open_spec, rebuild
 from pipeline.failures import FailureClass
-from pipeline.state import RegressionFact
+from pipeline.state import EnvironmentFailureFact, RegressionFact
 from pipeline.steps import (
     BaselineInput,
     BaselineResult,
@@ -224,16 +226,39 @@ class EnvironmentActivities:
     ) -> Exception:
         """The app could not be set up or made ready: a finding about the revision. The environment's log
         (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends here, and the
-        failure names it instead of quoting it (details: ``{"log_ref": ...}``)."""
+        failure names it instead of quoting it (details: ``{"log_ref": ..., "environment_failure": ...}``, see
+        :meth:`_failure_details`)."""
         first = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
         said = f"setup failed: {first}" if isinstance(err, SetupError) else first
         log = err.log_path
         if log is None or not log.is_file():
-            return FailureClass.NOT_READY.error(said)
+            return FailureClass.NOT_READY.error(said, self._failure_details(err, None))
         ref = self._put_output(log, ArtifactKind.LOG, run_id, "environment.log", revision, recipe_secrets)
         return FailureClass.NOT_READY.error(
-            f"{said}; its output is in environment.log", {"log_ref": ref.model_dump(mode="json")}
+            f"{said}; its output is in environment.log",
+            {"log_ref": ref.model_dump(mode="json"), **self._failure_details(err, ref)},
         )
+
+    def _failure_details(self, err: SetupError | NotReadyError, ref: ArtifactRef | None) -> dict[str, object]:
+        """The failed command as the workflow records it (:class:`~pipeline.state.EnvironmentFailureFact`, under
+        ``environment_failure``): the command, its stored log and a link to it, and the cause
+        :func:`~environments.diagnosis.diagnose` recognises in the log's tail (judged here, on the worker, from the
+        unredacted log; the hint quotes none of it). Empty when the provider named no command."""
+        failed = err.failed
+        if failed is None:
+            return {}
+        log_tail = tail(err.log_path) if err.log_path is not None else str(err)
+        found = diagnose(failed, log_tail)
+        fact = EnvironmentFailureFact(
+            stage=failed.stage.value,
+            command=failed.command,
+            exit_code=failed.exit_code,
+            log_ref=ref,
+            log_url=self.store.url_for(ref) if ref is not None else "",
+            cause=found.cause.value if found else "",
+            hint=found.hint if found else "",
+        )
+        return {"environment_failure": fact.model_dump(mode="json")}
 
     @activity.defn(name=steps.TEARDOWN.name)
     def teardown(self, handle: EnvironmentHandle) -> CleanupReport:
@@ -416,6 +441,7 @@ class EnvironmentActivities:
                         spec.base_revision,
                         spec.recipe.secrets,
                     )
+                    failure = self._baseline_failure(result, log, test_ref)
                     cases = _cases(ws.path, spec) if result.runnable else None
                     cases_ref = None
                     if cases is not None:
@@ -436,6 +462,26 @@ class EnvironmentActivities:
             summary=result.summary,
             test_output_ref=test_ref,
             cases_ref=cases_ref,
+            environment_failure=failure,
+        )
+
+    def _baseline_failure(self, result: _Checked, log: Path, log_ref: ArtifactRef) -> EnvironmentFailureFact | None:
+        """The command a baseline failed on, when the workflow says it: tests that could not run (setup failed,
+        the test command not found, a timeout), or failing tests whose log shows a recognised cause (the network,
+        which tests never have); with the stored log, its link and the diagnosis."""
+        if result.passed or result.failed is None:
+            return None
+        found = diagnose(result.failed, tail(log))
+        if result.runnable and found is None:
+            return None
+        return EnvironmentFailureFact(
+            stage=result.failed.stage.value,
+            command=result.failed.command,
+            exit_code=result.failed.exit_code,
+            log_ref=log_ref,
+            log_url=self.store.url_for(log_ref),
+            cause=found.cause.value if found else "",
+            hint=found.hint if found else "",
         )
 
     @activity.defn(name=steps.CLEANUP_RUN.name)
@@ -488,22 +534,26 @@ class EnvironmentActivities:
 
 @dataclass(frozen=True)
 class _Checked:
-    """What one setup-and-test run came to, in the words the workflow records."""
+    """What one setup-and-test run came to, in the words the workflow records; ``failed``: the command that
+    failed (a setup command, or the test command), for :func:`~environments.diagnosis.diagnose`."""
 
     runnable: bool
     passed: bool
     summary: str
+    failed: FailedCommand | None = None
 
     @classmethod
-    def of(cls, result: TestRunResult, output: str | None) -> _Checked:
-        """``output``: what to say of the output, ``None`` for its last 400 characters."""
+    def of(cls, result: TestRunResult, output: str | None, command: str = "") -> _Checked:
+        """``output``: what to say of the output, ``None`` for its last 400 characters; ``command``: the test
+        command that ran."""
         if result.passed:
             return cls(True, True, "passed")
+        failed = FailedCommand(Stage.TESTS, command, result.exit_code)
         if result.timed_out:
-            return cls(False, False, f"timed out after {result.duration_s:.0f} s")
+            return cls(False, False, f"timed out after {result.duration_s:.0f} s", failed)
         why = "could not run (not found or not executable)" if not result.runnable else "failed"
         said = result.output_tail[-400:] if output is None else output
-        return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}")
+        return cls(result.runnable, False, f"{why}, exit {result.exit_code}: {said}", failed)
 
 
 def _on_base(spec: RecoverySpec, base_revision: str | None) -> RecoverySpec:
@@ -570,8 +620,8 @@ def _setup_and_test(
         )
     except SetupError as err:
         said = str(err)[-400:] if output is None else f"{str(err).splitlines()[0].rstrip(':')}; {output}"
-        return _Checked(False, False, f"setup failed: {said}")
-    return _Checked.of(result, output)
+        return _Checked(False, False, f"setup failed: {said}", err.failed)
+    return _Checked.of(result, output, spec.recipe.test)
 
 
 def bundle_from_input(inp: BuildEvidenceInput) -> EvidenceBundle:

@@ -27,10 +27,11 @@ from temporalio.converter import DataConverter
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
+from pipeline import messages
 from pipeline.cli.spending import budget_lines
 from pipeline.pricing import ModelPrice
 from pipeline.recorded_state import RecordedState
-from pipeline.state import RunState
+from pipeline.state import RunState, TriageFact
 from pipeline.steps import TaskQueue
 
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -179,6 +180,22 @@ def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value is not None else None
 
 
+def triage_summary(triage: TriageFact) -> list[str]:
+    """The typed reason of a triage ending: the reason, and for an environment that could not be set up the
+    command it failed on, its stored log (key, sha256, link) and the hint, when known."""
+    lines = [f"reason     {triage.reason.value}: {messages.triage_text(triage.reason)}"]
+    env = triage.environment
+    if env is None:
+        return lines
+    lines.append(f"failed     {messages.failed_command_text(env)}")
+    if env.log_ref is not None:
+        link = f"  {env.log_url}" if env.log_url else ""
+        lines.append(f"log        {env.log_ref.key} (sha256 {env.log_ref.sha256}){link}")
+    if env.hint:
+        lines.append(f"hint       {env.hint}")
+    return lines
+
+
 def state_summary(
     state: RunState,
     status: WorkflowExecutionStatus | None,
@@ -196,6 +213,8 @@ def state_summary(
     ]
     if state.outcome_detail:
         lines.append(f"detail     {state.outcome_detail}")
+    if state.triage is not None:
+        lines.extend(triage_summary(state.triage))
     lines.extend(activity.line(now or datetime.now(UTC)) for activity in pending)
     if state.target_revision:
         lines.append(f"base       {state.target_revision}")

@@ -10,12 +10,13 @@ with workflow.unsafe.imports_passed_through():
     from environments.interface import CleanupReport, EnvironmentHandle
     from evidence.interface import ArtifactRef
     from pipeline import steps
-    from pipeline.failures import FailureClass, failure_class, failure_message
+    from pipeline.failures import FailureClass, failure_class, failure_details, failure_message
     from pipeline.flow.context import RunContext, RunEnded, detail_ref, host_unreachable
     from pipeline.ids import op_id
     from pipeline.patches import HOST_AFFINITY_PATCH
     from pipeline.state import (
         EnvironmentFact,
+        EnvironmentFailureFact,
         EnvironmentState,
         Outcome,
         Phase,
@@ -92,6 +93,7 @@ class Environments:
                 procedure_ref=ctx.procedure_ref,
                 detail=failure_message(err),
                 log_ref=log_ref,
+                environment_failure=environment_failure(err),
             )
         ctx.live_envs[handle.env_id] = handle
         ctx.state.environment = EnvironmentFact(
@@ -198,3 +200,12 @@ class Environments:
             report.remaining.extend(r for r in part.remaining if (r.kind, r.resource_id) not in seen)
             report.errors.extend(e for e in part.errors if e not in report.errors)
         return unreachable
+
+
+def environment_failure(err: BaseException) -> EnvironmentFailureFact | None:
+    """The failed command a provisioning step's failure names in its details (``environment_failure``), or
+    ``None``: the provider named none, or the step ran before the details carried it."""
+    for detail in failure_details(err):
+        if isinstance(detail, dict) and isinstance(detail.get("environment_failure"), dict):
+            return EnvironmentFailureFact.model_validate(detail["environment_failure"])
+    return None

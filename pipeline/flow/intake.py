@@ -14,7 +14,16 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.environments import Environments
     from pipeline.ids import op_id
     from pipeline.patches import PINNED_REPORT_PATCH
-    from pipeline.state import BaselineFact, Outcome, Phase, ReportEdit, ReproductionOutcome, TicketFact
+    from pipeline.state import (
+        BaselineFact,
+        Outcome,
+        Phase,
+        ReportEdit,
+        ReproductionOutcome,
+        TicketFact,
+        TriageFact,
+        TriageReason,
+    )
     from pipeline.steps import (
         BaselineInput,
         DraftProcedureInput,
@@ -140,7 +149,27 @@ class Intake:
         revision = ctx.the_report.base_revision
         base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
         ctx.state.reproduction = base
+        if base.status == ReproductionOutcome.APP_NOT_READY:
+            # The procedure never ran: no verdict on the report, but a recipe (or worker) to fix.
+            # The hint, the command and its log are the triage fact's, said on the ticket and by `durafix status`.
+            # The reproduction's detail (the provider's own words, the log's tail among them: what a repair agent
+            # is told when its candidate's app does not start) is not quoted on the ticket when the command is known.
+            failure = base.environment_failure
+            ctx.state.triage = TriageFact(reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=failure)
+            said = base.detail if failure is None else messages.failed_command_text(failure)
+            if failure is not None and failure.log_ref is not None:
+                said += f"; its output is in {failure.log_ref.name}"
+            raise RunEnded(
+                Outcome.NEEDS_HUMAN_TRIAGE,
+                f"the environment could not be set up on {revision[:12]}, so the report was not tried: {said}",
+            )
         if base.status != ReproductionOutcome.REPRODUCED:
+            reason = (
+                TriageReason.INCONCLUSIVE
+                if base.status == ReproductionOutcome.INCONCLUSIVE
+                else TriageReason.NOT_REPRODUCED
+            )
+            ctx.state.triage = TriageFact(reason=reason)
             raise RunEnded(
                 Outcome.NEEDS_HUMAN_TRIAGE,
                 f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",
@@ -154,9 +183,12 @@ class Intake:
         baseline_op = op_id(ctx.wf, "baseline")
         result = await ctx.step(steps.RUN_BASELINE, BaselineInput(run_id=ctx.wf, op_id=baseline_op, spec_ref=ctx.spec))
         ctx.record(result.test_output_ref)
-        ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump())
+        ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump(exclude={"environment_failure"}))
         base = ctx.the_report.base_revision[:12]
         if not result.runnable:
+            ctx.state.triage = TriageFact(
+                reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=result.environment_failure
+            )
             raise RunEnded(
                 Outcome.NEEDS_HUMAN_TRIAGE,
                 f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
@@ -165,6 +197,7 @@ class Intake:
         if result.passed or result.cases_ref is not None:
             # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
             return
+        ctx.state.triage = TriageFact(reason=TriageReason.BASELINE_FAILS, environment=result.environment_failure)
         raise RunEnded(
             Outcome.NEEDS_HUMAN_TRIAGE,
             f"the recipe's tests already fail on the base revision {base} ({result.summary}); a fix is judged "

@@ -28,8 +28,9 @@ from infra.cli.demo import issue_text
 from pipeline import client as runs
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
-from pipeline.state import Outcome, Phase, Rejection, RunState
+from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
 from tests.replay.record import record_history
+from tests.support.durafix_cli import run_durafix
 from tests.support.e2e_stack import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -330,6 +331,12 @@ async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_r
         c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
     ]
     assert len(ticket) == 1 and "cannot run on the base revision" in ticket[0], ticket
+    # The environment reason, the command and the hint naming the program (a word of the recipe's command).
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, final.triage
+    assert final.triage.environment is not None and final.triage.environment.cause == "command-not-found"
+    assert "`environment-not-set-up`" in ticket[0], ticket
+    assert "failed: tests command `no-such-test-runner --all` exited 127" in ticket[0], ticket
+    assert "hint: `no-such-test-runner` was not found" in ticket[0], ticket
     # What the shell printed is evidence in the store, never quoted on the public ticket.
     log = Services(stack.config).store.read_bytes(final.baseline.test_output_ref).decode()
     assert "no-such-test-runner" in log and "not found" in log
@@ -338,3 +345,66 @@ async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_r
     assert chat_requests(model_requests) == asked_before, "the model was asked"
     assert footprint(stack, repository, wf, issue).pull_requests == []
     record_history(await client.get_workflow_handle(wf).fetch_history(), "baseline-cannot-run")
+
+
+# Fails in the sandbox for real: with no network pip reaches no index, at once (no retries).
+OFFLINE_SETUP = "python3 -m pip download --retries 0 --no-deps --dest .downloads six"
+
+
+async def test_a_setup_without_network_ends_naming_its_cause_before_any_model_request(
+    stack_with_worker: E2EStack,
+) -> None:
+    """A recipe whose setup downloads a package without `setup_network: true`: the run ends in triage with the
+    environment reason (not "did not reproduce"), the failed command, a link to its stored log and the
+    `setup_network` hint, on the ticket read back from the forge and in `durafix status`; the model was never
+    asked and no procedure ran."""
+    stack = stack_with_worker
+    repository = stack.new_repository()
+    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
+    offline = recipe.replace("setup: []", f"setup:\n  - {OFFLINE_SETUP}")
+    assert offline != recipe and "setup_network" not in offline
+    stack.push_files(repository, {"durafix.yaml": offline}, "Download a package in setup")
+    model_requests = f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests"
+    asked_before = chat_requests(model_requests)
+    client = await runs.connect(stack.config)
+    issue = stack.open_report(repository)
+    wf = workflow_id_for(repository, issue)
+    final = await state_when(client, wf, finished)
+
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, final.triage
+    failed = final.triage.environment
+    assert failed is not None and (failed.stage, failed.command, failed.exit_code) == ("setup", OFFLINE_SETUP, 1)
+    assert failed.cause == "no-setup-network" and failed.log_ref is not None and failed.log_url, failed
+    assert final.reproduction is not None and final.reproduction.status == "app_not_ready"
+    assert final.reproduction.trace_refs == [] and final.candidates == [] and final.baseline is None
+    # The stored log holds what pip printed; the ticket links it and quotes none of it.
+    log = Services(stack.config).store.read_bytes(failed.log_ref).decode()
+    assert "(from versions: none)" in log, log
+    ticket = [
+        c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
+    ]
+    assert len(ticket) == 1, ticket
+    body = ticket[0]
+    assert "needs human triage" in body and "`environment-not-set-up`" in body, body
+    assert "did not reproduce" not in body, body
+    assert (
+        f"so the report was not tried: setup command `{OFFLINE_SETUP}` exited 1; its output is in environment.log"
+        in body
+    ), body
+    assert f"failed: setup command `{OFFLINE_SETUP}` exited 1" in body, body
+    assert f"[environment.log]({failed.log_url})" in body and failed.log_ref.sha256 in body, body
+    assert "hint: setup has no network" in body and "`setup_network: true`" in body, body
+    assert "from versions: none" not in body, body
+    # The link opens the stored log (the evidence server, as the evidence comment's links do).
+    assert "(from versions: none)" in httpx.get(failed.log_url, timeout=10).text
+    # `durafix status` says the same.
+    status = run_durafix(stack.state_dir, "status", wf)
+    assert status.returncode == 0, status.stderr
+    assert "reason     environment-not-set-up" in status.stdout, status.stdout
+    assert f"failed     setup command `{OFFLINE_SETUP}` exited 1" in status.stdout, status.stdout
+    assert "hint       setup has no network" in status.stdout and failed.log_ref.key in status.stdout
+    # Tests of this module run one at a time on one worker: every request since is this run's.
+    assert chat_requests(model_requests) == asked_before, "the model was asked"
+    assert footprint(stack, repository, wf, issue).pull_requests == []
+    record_history(await client.get_workflow_handle(wf).fetch_history(), "setup-without-network")

@@ -15,10 +15,12 @@ from temporalio.testing import ActivityEnvironment
 
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
+from pipeline.activities.environments import EnvironmentActivities
 from pipeline.config import DurafixConfig
 from pipeline.failures import FailureClass
 from pipeline.services import Services
-from pipeline.steps import CaptureHeadInput, PrepareSpecInput, ProvisionInput
+from pipeline.state import EnvironmentFailureFact
+from pipeline.steps import BaselineInput, CaptureHeadInput, PrepareSpecInput, ProvisionInput
 from tests.support.gitrepo import git, make_repo
 
 PRINTED = "installer printed this line"
@@ -26,11 +28,11 @@ PRINTED = "installer printed this line"
 PRINT = "python3 -c \"print('installer ' + 'printed this line')\""
 
 
-def failed_provision(
+def changed_cart(
     tmp_path: Path, change: dict[str, object], **settings: object
-) -> tuple[ApplicationError, LocalArtifactStore]:
-    """Provision the cart sample with ``change`` made to its recipe, expecting it to fail; the failure and the
-    store."""
+) -> tuple[EnvironmentActivities, LocalArtifactStore, ArtifactRef]:
+    """The environments activities on a real store, and the spec of the cart sample with ``change`` made to its
+    recipe."""
     repo = make_repo(tmp_path / "repo")
     recipe = yaml.safe_load((repo.work / "durafix.yaml").read_text())
     recipe.update(change)
@@ -48,8 +50,17 @@ def failed_provision(
         activities.prepare_spec,
         PrepareSpecInput(run_id="r1", op_id="r1:spec", repository="o/cart", clone_url=repo.url, base_revision=base),
     )
+    return activities, store, spec_ref
+
+
+def failed_provision(
+    tmp_path: Path, change: dict[str, object], **settings: object
+) -> tuple[ApplicationError, LocalArtifactStore]:
+    """Provision the cart sample with ``change`` made to its recipe, expecting it to fail; the failure and the
+    store."""
+    activities, store, spec_ref = changed_cart(tmp_path, change, **settings)
     with pytest.raises(ApplicationError) as raised:
-        env.run(
+        ActivityEnvironment().run(
             activities.provision,
             ProvisionInput(run_id="r1", op_id="r1:env-base:1", spec_ref=spec_ref, patch_ref=None, provider="local"),
         )
@@ -58,19 +69,27 @@ def failed_provision(
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    ("change", "said"),
+    ("change", "said", "failed"),
     [
-        ({"setup": [f"{PRINT}; exit 3"]}, "setup failed: setup command"),
+        ({"setup": [f"{PRINT}; exit 3"]}, "setup failed: setup command", ("setup", f"{PRINT}; exit 3", 3, "")),
         (
             {"start": f"{PRINT}; sleep 30", "readiness": {"path": "/healthz", "deadline_s": 2}},
             "did not answer",
+            ("start", f"{PRINT}; sleep 30", None, "not-listening"),
+        ),
+        (
+            {"start": "python3 -m http.server $PORT", "readiness": {"path": "/healthz", "deadline_s": 2}},
+            "did not answer",
+            ("start", "python3 -m http.server $PORT", None, "readiness-status"),
         ),
     ],
-    ids=["setup-fails", "never-ready"],
+    ids=["setup-fails", "never-ready", "readiness-404"],
 )
 def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it(
-    tmp_path: Path, change: dict[str, object], said: str
+    tmp_path: Path, change: dict[str, object], said: str, failed: tuple[str, str, int | None, str]
 ) -> None:
+    """The failure names the stored log and the command that failed, with the cause recognised in its log: an
+    app that never listened on its port, a readiness path answering 404 (the provider's readiness verdict)."""
     err, store = failed_provision(tmp_path, change)
     assert err.type == FailureClass.NOT_READY.value and err.non_retryable
     assert said in err.message and "its output is in environment.log" in err.message
@@ -79,7 +98,38 @@ def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it
     assert isinstance(details, dict)
     log_ref = ArtifactRef.model_validate(details["log_ref"])
     assert log_ref.kind == ArtifactKind.LOG and log_ref.revision is not None and len(log_ref.revision) == 40
-    assert PRINTED in store.read_bytes(log_ref).decode()
+    log = store.read_bytes(log_ref).decode()
+    assert PRINTED in log or failed[3] == "readiness-status"
+    fact = EnvironmentFailureFact.model_validate(details["environment_failure"])
+    assert (fact.stage, fact.command, fact.exit_code, fact.cause) == failed, fact
+    assert fact.log_ref == log_ref and fact.log_url == store.url_for(log_ref)
+    assert PRINTED not in fact.hint
+    if fact.cause == "readiness-status":
+        assert "# readiness: GET /healthz answered 404, expected 200" in log, log
+        assert "GET /healthz with 404" in fact.hint
+    if fact.cause == "not-listening":
+        assert "# readiness: nothing answered on $PORT" in log, log
+        assert "`$PORT`" in fact.hint
+
+
+# Tests that fetch from the network: in the sandbox the name does not resolve.
+NETWORK_TEST = "python3 -c \"import urllib.request; urllib.request.urlopen('https://pypi.org/simple/six/')\""
+
+
+@pytest.mark.slow
+def test_a_baseline_whose_tests_need_the_network_names_the_command_its_log_and_the_hint(tmp_path: Path) -> None:
+    """The baseline's tests fail with a network error in the sandbox: its result names the test command, the
+    stored log (with its link) and the hint that tests never have the network."""
+    activities, store, spec_ref = changed_cart(tmp_path, {"test": NETWORK_TEST})
+    result = ActivityEnvironment().run(
+        activities.run_baseline, BaselineInput(run_id="r1", op_id="r1:baseline", spec_ref=spec_ref)
+    )
+    assert result.runnable and not result.passed, result
+    failed = result.environment_failure
+    assert failed is not None and (failed.stage, failed.command, failed.exit_code) == ("tests", NETWORK_TEST, 1)
+    assert failed.cause == "tests-need-network" and "never have the network" in failed.hint, failed
+    assert failed.log_ref == result.test_output_ref and failed.log_url == store.url_for(result.test_output_ref)
+    assert "name resolution" in store.read_bytes(result.test_output_ref).decode()
 
 
 SECRET = "cart-secret-value-4242"

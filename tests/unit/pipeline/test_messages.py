@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from pipeline import messages
-from pipeline.state import Budgets, CandidateFact, Outcome, RunState
+from pipeline.state import Budgets, CandidateFact, EnvironmentFailureFact, Outcome, RunState, TriageFact, TriageReason
 from tests.integration.workflow.test_workflow_logic import ref
 
 
@@ -51,3 +51,31 @@ def test_the_ticket_says_working_until_an_outcome_and_finished_after() -> None:
     assert "is working on this report" in messages.ticket_body(state())
     done = messages.ticket_body(state(outcome=Outcome.MERGED, merged_sha="m" * 40))
     assert "has finished with this report" in done and "working" not in done
+
+
+def test_a_triage_reason_is_said_with_the_failed_command_its_log_and_the_hint() -> None:
+    log = ref("environment.log")
+    failure = EnvironmentFailureFact(
+        stage="start",
+        command="node `which server`.js",
+        log_ref=log,
+        log_url="https://evidence.example/a/log",
+        cause="not-listening",
+        hint="nothing answered on the app's port",
+    )
+    ended = state(
+        outcome=Outcome.NEEDS_HUMAN_TRIAGE,
+        triage=TriageFact(reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=failure),
+    )
+    body = messages.ticket_body(ended)
+    assert "- reason: **the environment could not be set up, so the report was not tried**" in body
+    # A command holding backticks stays one code span.
+    assert "- failed: start command ``node `which server`.js`` never became ready" in body
+    assert f"- log: [environment.log](https://evidence.example/a/log) (sha256 `{log.sha256}`)" in body
+    assert "- hint: nothing answered on the app's port" in body
+    timed_out = failure.model_copy(update={"stage": "setup", "command": "npm ci", "log_url": ""})
+    assert messages.failed_command_text(timed_out) == "setup command `npm ci` timed out"
+    plain = messages.ticket_body(
+        state(outcome=Outcome.NEEDS_HUMAN_TRIAGE, triage=TriageFact(reason=TriageReason.NOT_REPRODUCED))
+    )
+    assert "(`not-reproduced`)" in plain and "- failed:" not in plain and "- hint:" not in plain
