@@ -6,9 +6,10 @@ SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
 APT_PACKAGES := git nodejs chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat
 PYTEST_ARGS ?=
-# Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay.
-# Whole modules go to one process (module fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
-PYTEST_WORKERS ?= 4
+# Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay
+# (with 4 on 2 cores a whole run kept the cores under half busy). Whole modules go to one process (module
+# fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
+PYTEST_WORKERS ?= 6
 # mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 # e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
