@@ -10,6 +10,9 @@ PYTEST_ARGS ?=
 # (with 4 on 2 cores a whole run kept the cores under half busy). Whole modules go to one process (module
 # fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
 PYTEST_WORKERS ?= 6
+# Modules are handed out in the order tests/conftest.py sorts them (the longest first): xdist's own default
+# reorders them by how many tests each holds, which put the few-test modules that run for minutes last.
+XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # mypy's incremental cache lives outside the checkout, so a fresh clone re-checks only what changed.
 export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 # e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
@@ -39,15 +42,15 @@ test: setup
 	$(UV) run ruff format --check .
 	$(UV) run lint-imports
 	$(UV) run mypy
-	$(UV) run pytest -m "not bench" -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(UV) run pytest -m "not bench" $(XDIST) --durations=15 $(PYTEST_ARGS)
 
 test-quick: setup
-	$(UV) run pytest -m "not slow" -x -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(UV) run pytest -m "not slow" -x -q $(XDIST) $(PYTEST_ARGS)
 
 # One kind of test (a folder of tests/, see tests/README.md), e.g. `make test-kind KIND=unit`.
 KIND ?= unit
 test-kind: setup
-	$(UV) run pytest -m "$(KIND) and not bench" -q -n $(PYTEST_WORKERS) --dist loadfile --durations=15 $(PYTEST_ARGS)
+	$(UV) run pytest -m "$(KIND) and not bench" -q $(XDIST) --durations=15 $(PYTEST_ARGS)
 
 lint: venv
 	$(UV) run ruff check .

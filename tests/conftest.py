@@ -97,10 +97,43 @@ def pytest_itemcollected(item: pytest.Item) -> None:
         item.add_marker(kind)
 
 
+# The modules that take longest in a whole run (by the durations `make test` prints; longest first). xdist gives
+# each process two modules at the start (process k the k-th and the (k + N)-th), so the longest must be at the
+# head of the order: a five-minute module queued behind another long one on the same process is what made
+# a run end with one module running alone for minutes. A listed module that no longer exists fails collection.
+LONGEST_FIRST = (
+    "e2e/test_long_review_wait_history.py",
+    "e2e/test_chaos.py",
+    "e2e/test_pipeline.py",
+    "e2e/test_review_gate.py",
+    "e2e/test_cli.py",
+    "recovery/test_engine_restarts.py",
+    "recovery/test_stale_worker.py",
+    "e2e/test_demo.py",
+    "e2e/test_repair_turns_history.py",
+    "e2e/test_docker_pipeline.py",
+    "e2e/test_oncall.py",
+    "e2e/test_revisions.py",
+    "recovery/test_host_cut_off.py",
+    "e2e/test_real_projects.py",
+)
+
+
+def module_order(items: list[pytest.Item]) -> dict[Path, int]:
+    """Each collected module's place: :data:`LONGEST_FIRST` in its order, then the other modules with slow
+    tests, then the rest."""
+    missing = [name for name in LONGEST_FIRST if not (TESTS / name).is_file()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py LONGEST_FIRST names modules that do not exist: {missing}")
+    rank = {(TESTS / name).resolve(): place for place, name in enumerate(LONGEST_FIRST)}
+    slow = {item.path.resolve() for item in items if item.get_closest_marker("slow") is not None}
+    return {path: rank.get(path, len(rank) + (0 if path in slow else 1)) for path in {i.path.resolve() for i in items}}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Modules with slow tests first, each module's tests in their own order.
+    """The longest modules first, then the other slow ones, each module's tests in their own order.
 
     ``make test`` spreads modules over processes (pytest-xdist, ``--dist loadfile``) in this order: the modules
     that take minutes start at once, so the run does not end with one of them running alone."""
-    slow_modules = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow_modules)
+    order = module_order(items)
+    items.sort(key=lambda item: order[item.path.resolve()])
