@@ -6,10 +6,11 @@ SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
 APT_PACKAGES := git nodejs chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat
 PYTEST_ARGS ?=
-# Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay
-# (with 4 on 2 cores a whole run kept the cores under half busy). Whole modules go to one process (module
-# fixtures stand up a stack once); PYTEST_WORKERS=0 runs them in this one.
-PYTEST_WORKERS ?= 6
+# Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay.
+# Not more than 4 on 2 cores: with 6 the short soak's runs could no longer take their steps in time and none
+# merged. Whole modules go to one process (module fixtures stand up a stack once); PYTEST_WORKERS=0 runs them
+# in this one.
+PYTEST_WORKERS ?= 4
 # Modules are handed out in the order tests/conftest.py sorts them (the longest first): xdist's own default
 # reorders them by how many tests each holds, which put the few-test modules that run for minutes last.
 XDIST = -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder
