@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -305,31 +306,61 @@ def chat_requests(log_url: str) -> int:
     return sum(r["path"] == "/v1/chat/completions" for r in httpx.get(log_url, timeout=10).json())
 
 
-async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_request(
-    stack_with_worker: E2EStack,
-) -> None:
-    """The baseline finds a missing test command on the base revision: the reason is on the ticket, no repair
-    attempt was made and the model was never asked."""
-    stack = stack_with_worker
+@dataclass
+class RecipeRun:
+    """A run of a fresh repository whose recipe was changed, once it ended: what the tests of a broken recipe
+    read back (the ticket from the forge, whether the model was asked since the report was opened)."""
+
+    stack: E2EStack
+    client: Client
+    repository: str
+    issue: int
+    wf: str
+    final: RunState
+    model_requests: str
+    asked_before: int
+
+    def tickets(self) -> list[str]:
+        """The bodies of the run's ticket comments on the report, as the forge has them."""
+        comments = self.stack.github().get_repo(self.repository).get_issue(self.issue).get_comments()
+        return [c.body for c in comments if self.wf in (c.body or "")]
+
+    def model_asked(self) -> bool:
+        """Whether the model server answered a chat request since the report was opened (the tests of this
+        module run one at a time on one worker: every request since is this run's)."""
+        return chat_requests(self.model_requests) != self.asked_before
+
+
+async def run_with_recipe(stack: E2EStack, recipe: str, message: str) -> RecipeRun:
+    """Push ``recipe`` as a fresh repository's ``durafix.yaml``, open a report and wait for the run to end."""
     repository = stack.new_repository()
-    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
-    broken = re.sub(r"^test: .*$", "test: no-such-test-runner --all", recipe, flags=re.MULTILINE)
-    assert broken != recipe
-    stack.push_files(repository, {"durafix.yaml": broken}, "Test runner renamed")
+    stack.push_files(repository, {"durafix.yaml": recipe}, message)
     model_requests = f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests"
     asked_before = chat_requests(model_requests)
     client = await runs.connect(stack.config)
     issue = stack.open_report(repository)
     wf = workflow_id_for(repository, issue)
     final = await state_when(client, wf, finished)
+    return RecipeRun(stack, client, repository, issue, wf, final, model_requests, asked_before)
+
+
+async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_request(
+    stack_with_worker: E2EStack,
+) -> None:
+    """The baseline finds a missing test command on the base revision: the reason is on the ticket, no repair
+    attempt was made and the model was never asked."""
+    stack = stack_with_worker
+    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
+    broken = re.sub(r"^test: .*$", "test: no-such-test-runner --all", recipe, flags=re.MULTILINE)
+    assert broken != recipe
+    run = await run_with_recipe(stack, broken, "Test runner renamed")
+    final, wf = run.final, run.wf
 
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
     assert "cannot run on the base revision" in final.outcome_detail
     assert final.baseline is not None and not final.baseline.runnable and "exit 127" in final.baseline.summary
     assert final.candidates == [] and final.budgets.repair_attempts_used == 0
-    ticket = [
-        c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
-    ]
+    ticket = run.tickets()
     assert len(ticket) == 1 and "cannot run on the base revision" in ticket[0], ticket
     # The environment reason, the command and the hint naming the program (a word of the recipe's command).
     assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, final.triage
@@ -341,10 +372,9 @@ async def test_a_recipe_whose_tests_cannot_run_ends_in_triage_before_any_model_r
     log = Services(stack.config).store.read_bytes(final.baseline.test_output_ref).decode()
     assert "no-such-test-runner" in log and "not found" in log
     assert "no-such-test-runner: not found" not in ticket[0] and "baseline-tests.log" in ticket[0]
-    # Tests of this module run one at a time on one worker: every request since is this run's.
-    assert chat_requests(model_requests) == asked_before, "the model was asked"
-    assert footprint(stack, repository, wf, issue).pull_requests == []
-    record_history(await client.get_workflow_handle(wf).fetch_history(), "baseline-cannot-run")
+    assert not run.model_asked(), "the model was asked"
+    assert footprint(stack, run.repository, wf, run.issue).pull_requests == []
+    record_history(await run.client.get_workflow_handle(wf).fetch_history(), "baseline-cannot-run")
 
 
 # Fails in the sandbox for real: with no network pip reaches no index, at once (no retries).
@@ -359,17 +389,11 @@ async def test_a_setup_without_network_ends_naming_its_cause_before_any_model_re
     `setup_network` hint, on the ticket read back from the forge and in `durafix status`; the model was never
     asked and no procedure ran."""
     stack = stack_with_worker
-    repository = stack.new_repository()
     recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
     offline = recipe.replace("setup: []", f"setup:\n  - {OFFLINE_SETUP}")
     assert offline != recipe and "setup_network" not in offline
-    stack.push_files(repository, {"durafix.yaml": offline}, "Download a package in setup")
-    model_requests = f"{stack.config.model_base_url.removesuffix('/v1')}/_admin/requests"
-    asked_before = chat_requests(model_requests)
-    client = await runs.connect(stack.config)
-    issue = stack.open_report(repository)
-    wf = workflow_id_for(repository, issue)
-    final = await state_when(client, wf, finished)
+    run = await run_with_recipe(stack, offline, "Download a package in setup")
+    final, wf = run.final, run.wf
 
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
     assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, final.triage
@@ -381,9 +405,7 @@ async def test_a_setup_without_network_ends_naming_its_cause_before_any_model_re
     # The stored log holds what pip printed; the ticket links it and quotes none of it.
     log = Services(stack.config).store.read_bytes(failed.log_ref).decode()
     assert "(from versions: none)" in log, log
-    ticket = [
-        c.body for c in stack.github().get_repo(repository).get_issue(issue).get_comments() if wf in (c.body or "")
-    ]
+    ticket = run.tickets()
     assert len(ticket) == 1, ticket
     body = ticket[0]
     assert "needs human triage" in body and "`environment-not-set-up`" in body, body
@@ -404,7 +426,6 @@ async def test_a_setup_without_network_ends_naming_its_cause_before_any_model_re
     assert "reason     environment-not-set-up" in status.stdout, status.stdout
     assert f"failed     setup command `{OFFLINE_SETUP}` exited 1" in status.stdout, status.stdout
     assert "hint       setup has no network" in status.stdout and failed.log_ref.key in status.stdout
-    # Tests of this module run one at a time on one worker: every request since is this run's.
-    assert chat_requests(model_requests) == asked_before, "the model was asked"
-    assert footprint(stack, repository, wf, issue).pull_requests == []
-    record_history(await client.get_workflow_handle(wf).fetch_history(), "setup-without-network")
+    assert not run.model_asked(), "the model was asked"
+    assert footprint(stack, run.repository, wf, run.issue).pull_requests == []
+    record_history(await run.client.get_workflow_handle(wf).fetch_history(), "setup-without-network")
