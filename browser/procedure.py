@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Annotated, Any, Literal, TypeAlias
+from collections.abc import Callable
+from typing import Annotated, Any, Literal, TypeAlias, TypeVar
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -179,6 +180,15 @@ def procedure_digest(procedure: Procedure) -> str:
 
 def parse_procedure(text: str, first_line: int = 1) -> Procedure:
     """Validate YAML ``text``; errors carry the line, counted from ``first_line`` for the text's first line."""
+    return parse_yaml_model(text, first_line, lambda _data: Procedure)
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def parse_yaml_model(text: str, first_line: int, model_for: Callable[[dict[str, Any]], type[ModelT]]) -> ModelT:
+    """Validate YAML ``text`` (a mapping) as the model ``model_for`` picks for it; errors (:class:`ProcedureError`)
+    carry the line, counted from ``first_line``. The caps and the error shape of every reproduction kind."""
     if len(text) > MAX_PROCEDURE_CHARS:
         raise ProcedureError(f"procedure is longer than {MAX_PROCEDURE_CHARS} characters", first_line)
     try:
@@ -193,7 +203,7 @@ def parse_procedure(text: str, first_line: int = 1) -> Procedure:
     if not isinstance(data, dict):
         raise ProcedureError("the procedure must be a YAML mapping (version, name, steps, bug_present)", first_line)
     try:
-        return Procedure.model_validate(data)
+        return model_for(data).model_validate(data)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"]) or "procedure"
@@ -209,6 +219,14 @@ def extract_procedure(issue_body: str) -> Procedure | None:
     :data:`MAX_REPORT_CHARS`, or the block is unterminated, appears more than once, or does not hold a
     valid procedure.
     """
+    block = find_block(issue_body)
+    return None if block is None else parse_procedure(block[1], block[0])
+
+
+def find_block(issue_body: str) -> tuple[int, str] | None:
+    """The text of ``issue_body``'s one fenced ``durafix-repro`` block and the body's line its text starts on,
+    or None if there is none. Raises ProcedureError when the body is longer than :data:`MAX_REPORT_CHARS`, or
+    the block is unterminated or appears more than once."""
     if len(issue_body) > MAX_REPORT_CHARS:
         raise ProcedureError(f"the report is longer than {MAX_REPORT_CHARS} characters")
     lines = issue_body.splitlines()
@@ -231,7 +249,7 @@ def extract_procedure(issue_body: str) -> Procedure | None:
     if len(blocks) > 1:
         raise ProcedureError(f"more than one {FENCE_TAG} block; keep exactly one", blocks[1][0] - 1)
     first_line, body = blocks[0]
-    return parse_procedure("\n".join(body), first_line)
+    return first_line, "\n".join(body)
 
 
 def _fence_open(line: str) -> tuple[str, str] | None:
