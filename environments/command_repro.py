@@ -163,6 +163,13 @@ def reproduce_in_sandbox(
     )
 
 
+def collected_paths(procedure: SandboxProcedure) -> tuple[str, ...]:
+    """What a run of ``procedure`` writes that is read afterwards: its output directory and the files its checks
+    read (a provider's ``run_checks(collect=...)``; the recipe's test report comes back on its own)."""
+    files = [c.path for c in procedure.bug_present if c.path] if isinstance(procedure, CommandProcedure) else []
+    return (OUTPUT_DIR, *files)
+
+
 def subset_command(recipe: AppRecipe, procedure: TestProcedure) -> str | None:
     """The recipe's ``test_subset`` with the tests (shell-quoted) for ``{ids}`` or ``{files}``; None without one."""
     subset = recipe.test_subset

@@ -301,6 +301,7 @@ class ChecksRun:
     progress: Progress
     command: str | None
     setup: bool
+    collect: tuple[str, ...] = ()
 
 
 class EnvironmentProvider(ABC):
@@ -351,6 +352,7 @@ class EnvironmentProvider(ABC):
         progress: Progress | None = None,
         command: str | None = None,
         setup: bool = True,
+        collect: tuple[str, ...] = (),
     ) -> TestRunResult:
         """Run the recipe's setup, then its tests, for ``workspace`` inside this provider's sandbox (the local
         provider: bubblewrap, no network for the tests; Docker: a container from the app image, network none,
@@ -365,11 +367,26 @@ class EnvironmentProvider(ABC):
         ``command`` runs instead of the recipe's ``test`` (the regression proof's subset). ``setup=False``: the
         workspace is set up already (a provider whose setup is part of what it builds from the workspace, as
         Docker's image, may still build).
+
+        ``collect``: workspace paths (files or directories) the command writes and the caller reads afterwards, as
+        a command or test reproduction's outputs: a provider whose command does not run in ``workspace`` itself
+        (Docker: in a container from an image of it) copies their regular files back into ``workspace`` (no link
+        followed on the way in; capped), so the caller reads them where they would be.
         """
         progress = progress or ignore
         return self._run_checks(
             ChecksRun(
-                spec, workspace, run_id, op_id, log_path, setup_timeout_s, test_timeout_s, progress, command, setup
+                spec,
+                workspace,
+                run_id,
+                op_id,
+                log_path,
+                setup_timeout_s,
+                test_timeout_s,
+                progress,
+                command,
+                setup,
+                collect,
             )
         )
 

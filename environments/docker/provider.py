@@ -56,7 +56,7 @@ from __future__ import annotations
 import io
 import tarfile
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
@@ -320,8 +320,8 @@ class DockerProvider(EnvironmentProvider):
             duration = time.monotonic() - started
             with log_path.open("ab") as log:
                 log.write(bytes(container.logs(stdout=True, stderr=True)))
-            if recipe.test_report:
-                _copy_report_out(container, recipe.test_report, workspace)
+            for path in (*([recipe.test_report] if recipe.test_report else []), *run.collect):
+                copy_out(container, path, workspace)
         finally:
             report = CleanupReport(run_id=run.run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
@@ -543,25 +543,39 @@ def _labelled_resource(kind: ResourceKind, name: str, resource_id: str, attrs: d
 _MAX_REPORT_ARCHIVE = 64 * 1024 * 1024
 
 
-def _copy_report_out(container: Any, report: str, workspace: Path) -> None:
-    """Copy the recipe's ``test_report`` file out of the finished test container into ``workspace``, where
-    per-test judging reads it (:mod:`environments.test_results`). A report the tests did not write, or one that is
-    not a regular file, is simply absent: the caller then has the exit code only."""
+def copy_out(container: Any, rel: str, workspace: Path) -> None:
+    """Copy ``rel`` (a file or a directory under the app directory) out of the finished container into
+    ``workspace``: the recipe's ``test_report``, which per-test judging reads (:mod:`environments.test_results`),
+    or a reproduction's outputs. Only regular files come out, each written fresh and never through a link the
+    repository left there (at the file or any parent), at most ``_MAX_REPORT_ARCHIVE`` bytes in all. What the
+    command did not write, or what is not a regular file, is simply absent: the caller says so."""
     try:
-        stream, stat = container.get_archive(f"{APP_DIR}/{report}")
+        stream, stat = container.get_archive(f"{APP_DIR}/{rel}")
     except (docker.errors.NotFound, docker.errors.APIError):
         return
     if int(stat.get("size", 0)) > _MAX_REPORT_ARCHIVE:
         return
-    data = b"".join(stream)
+    # A directory's stat says nothing of what it holds: the archive is read up to the cap, and dropped beyond it.
+    chunks, size = [], 0
+    for chunk in stream:
+        size += len(chunk)
+        if size > _MAX_REPORT_ARCHIVE:
+            return
+        chunks.append(chunk)
+    data = b"".join(chunks)
+    parent = PurePosixPath(rel).parent
     with tarfile.open(fileobj=io.BytesIO(data)) as archive:
-        member = next((m for m in archive.getmembers() if m.isfile()), None)
-        extracted = archive.extractfile(member) if member is not None else None
-        if extracted is None:
-            return
-        # Written fresh, never through a link the repository left there (at the file or any parent).
-        unlink_beneath(workspace, report)
-        try:
-            write_beneath(workspace, report, extracted.read(_MAX_REPORT_ARCHIVE))
-        except UntrustedFileError:
-            return
+        for member in archive.getmembers():
+            # The archive's root is the path's last component: its members land under the path's parent.
+            name = PurePosixPath(member.name)
+            if not member.isfile() or name.is_absolute() or ".." in name.parts:
+                continue
+            extracted = archive.extractfile(member)
+            if extracted is None:
+                continue
+            target = str(parent / name) if str(parent) != "." else str(name)
+            try:
+                unlink_beneath(workspace, target)
+                write_beneath(workspace, target, extracted.read(_MAX_REPORT_ARCHIVE))
+            except UntrustedFileError:
+                continue
