@@ -59,6 +59,7 @@ import docker
 from docker.errors import APIError, ImageNotFound
 
 from environments.commands import tail as log_tail
+from environments.diagnosis import FailedCommand, Stage
 from environments.docker.setup_containers import CA_BUNDLE, SetupCommandFailed, run_setup_containers
 from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, parse_hosts
 from environments.files import locked
@@ -112,8 +113,13 @@ class ImageBuildError(EnvironmentError):
 
 
 class SetupStepError(ImageBuildError):
-    """One of the recipe's setup commands failed as an image build step (the recipe's failure, not the engine's).
-    The first line names the command and its exit; the build's output tail follows."""
+    """One of the recipe's setup commands failed as an image build step or in a setup container (the recipe's
+    failure, not the engine's). The first line names the command and its exit; the output's tail follows.
+    ``failed`` names the command (:func:`environments.diagnosis.diagnose` judges it with the message)."""
+
+
+# How the engine's classic builder says a RUN step failed.
+_STEP_EXIT = re.compile(r"returned a non-zero code: (\d+)")
 
 
 def cache_key(tag: str) -> str | None:
@@ -525,7 +531,8 @@ class ImageBuilder:
                 ca_bundle=self.ca_bundle,
             )
         except SetupCommandFailed as exc:
-            raise SetupStepError(f"{exc}\n{exc.output}") from exc
+            failed = FailedCommand(Stage.SETUP, exc.command, exc.exit_code, setup_network=True)
+            raise SetupStepError(f"{exc}\n{exc.output}", failed=failed) from exc
         except APIError as exc:
             raise ImageBuildError(f"setting up {tag} failed: {exc}") from exc
         finally:
@@ -572,9 +579,12 @@ class ImageBuilder:
                         built = str(aux["ID"])
                     if "error" in chunk:
                         if current is not None and current.startswith("setup: "):
+                            command = current.removeprefix("setup: ")
+                            code = _STEP_EXIT.search(str(chunk["error"]))
+                            failed = FailedCommand(Stage.SETUP, command, int(code.group(1)) if code else None)
                             raise SetupStepError(
-                                f"setup command {current.removeprefix('setup: ')!r} failed: {chunk['error']}\n"
-                                f"{_build_log_tail(build_log)}"
+                                f"setup command {command!r} failed: {chunk['error']}\n{_build_log_tail(build_log)}",
+                                failed=failed,
                             )
                         raise ImageBuildError(f"building {what} failed: {chunk['error']}\n{_build_log_tail(build_log)}")
                     if _BUILD_STEP.match(str(chunk.get("stream", ""))):

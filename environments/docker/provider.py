@@ -188,7 +188,7 @@ class DockerProvider(EnvironmentProvider):
             with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
                 container = self._adopt(name, run_id, op_id)
                 if container is None:
-                    image = self.images.ensure_app(recipe, Path(workspace), progress=progress)
+                    image = self._app_image(recipe, Path(workspace), progress)
                     network = self._ensure_network(run_dir, run_id, op_id)
                     container = self._create(name, image, network, run_id, op_id, recipe)
                 else:
@@ -296,7 +296,7 @@ class DockerProvider(EnvironmentProvider):
         except SetupStepError as exc:
             with log_path.open("a", encoding="utf-8") as log:
                 log.write(f"# setup ran {how} the app image\n{exc}\n")
-            raise SetupError(str(exc)) from exc
+            raise SetupError(str(exc), failed=exc.failed) from exc
         with log_path.open("a", encoding="utf-8") as log:
             log.write(f"# setup ran {how} {image}\n$ {command}\n")
         run.progress(f"running tests: {command_text(command)}")
@@ -326,6 +326,14 @@ class DockerProvider(EnvironmentProvider):
             report = CleanupReport(run_id=run.run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
         return result_of_tests(code, duration, log_path)
+
+    def _app_image(self, recipe: AppRecipe, workspace: Path, progress: Progress) -> str:
+        """The app image for ``workspace``; a setup command that fails while it is built is the recipe's failure,
+        a :class:`~environments.checks.SetupError` naming the command, as on the local provider."""
+        try:
+            return self.images.ensure_app(recipe, workspace, progress=progress)
+        except SetupStepError as exc:
+            raise SetupError(str(exc), failed=exc.failed) from exc
 
     def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, command: str) -> Any:
         limits = recipe.limits

@@ -72,11 +72,13 @@ _OUTPUT_TAIL = 40
 class SetupCommandFailed(Exception):
     """A setup command exited non-zero or timed out (``detail`` says which, ``output`` is its output's tail)."""
 
-    def __init__(self, command: str, detail: str, output: str) -> None:
+    def __init__(self, command: str, detail: str, output: str, exit_code: int | None = None) -> None:
         super().__init__(f"setup command {command!r} {detail}")
         self.command = command
         self.detail = detail
         self.output = output
+        # None: it timed out (``detail`` says so).
+        self.exit_code = exit_code
 
 
 def setup_container_name(key: str) -> str:
@@ -128,7 +130,8 @@ def run_setup_containers(
                     logged = len(events)
                     if code != 0:
                         text = output.decode(errors="replace")
-                        raise SetupCommandFailed(command, exit_text(code), "\n".join(text.splitlines()[-_OUTPUT_TAIL:]))
+                        tail_text = "\n".join(text.splitlines()[-_OUTPUT_TAIL:])
+                        raise SetupCommandFailed(command, exit_text(code), tail_text, exit_code=code)
                     image = container.commit(
                         repository=repository if last else None, tag=version if last else None, conf=config
                     )

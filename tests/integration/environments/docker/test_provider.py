@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from environments.checks import SetupError
+from environments.diagnosis import FailedCommand, Stage
 from environments.docker import DockerProvider, UnsupportedRecipeError
 from environments.docker.naming import container_name, network_name, ownership_labels, run_filter
 from environments.interface import (
@@ -395,8 +396,10 @@ def test_checks_run_in_a_container_a_failing_setup_step_is_a_setup_error_and_a_h
     assert read_workspace_report(cart_workspace, "out/report.xml").cases == {"c::t": CaseOutcome.PASSED}
 
     broken = cart_spec.recipe.model_copy(update={"setup": ["echo about to fail; exit 3"]})
-    with pytest.raises(SetupError, match="setup command 'echo about to fail; exit 3' failed"):
+    with pytest.raises(SetupError, match="setup command 'echo about to fail; exit 3' failed") as failed:
         checks(2, broken, test_timeout_s=60)
+    # The command it failed on is named, as the local provider names it, for the run's triage and its hint.
+    assert failed.value.failed == FailedCommand(Stage.SETUP, "echo about to fail; exit 3", 3)
 
     hung = cart_spec.recipe.model_copy(update={"test": "echo started; sleep 300"})
     result = checks(3, hung, test_timeout_s=3)
