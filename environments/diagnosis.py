@@ -3,9 +3,9 @@ the command, how it ended and the tail of its log.
 
 :func:`diagnose` recognises a handful of causes that onboarding a repository runs into (a network error in a
 setup without ``setup_network``, a command the sandbox does not have, an app that never answered on ``$PORT``,
-a readiness path answering another status, tests that reach for the network) and answers a :class:`Diagnosis`:
-the cause as a stable name and a hint saying what to change. Anything else answers ``None``: an unrecognised
-failure is said as it is, never guessed at.
+a readiness path answering another status, tests that reach for the network, an app needed from a recipe that
+declares no ``start``) and answers a :class:`Diagnosis`: the cause as a stable name and a hint saying what to
+change. Anything else answers ``None``: an unrecognised failure is said as it is, never guessed at.
 
 A hint is written for a public ticket: it names the recipe's own fields, the recipe's command and the worker's
 settings, and never quotes the log (what the repository's commands printed stays in the stored log). A program
@@ -44,6 +44,8 @@ class Cause(StrEnum):
     """The app answered the readiness path, with another status than the recipe expects (a 404, say)."""
     TESTS_NEED_NETWORK = "tests-need-network"
     """The tests failed with network errors: tests never have the network."""
+    NO_APP = "no-app"
+    """The app was needed and the recipe declares no ``start`` (the failed command is empty: none was declared)."""
 
 
 @dataclass(frozen=True)
@@ -112,11 +114,19 @@ _READINESS_SILENT = re.compile(r"^# readiness: nothing answered on \$PORT", re.M
 def diagnose(failed: FailedCommand, log_tail: str) -> Diagnosis | None:
     """The recognised cause of ``failed``, judged from ``log_tail`` (the end of the command's log), or ``None``.
 
-    In order: a program not found (exit 127, or the shell saying so for the failing command); for ``start``, the
-    readiness verdict the provider logged (a status other than the expected one, or nothing answering on
-    ``$PORT``); a network error in setup (without the network: ``setup_network: true``; with it: the egress
-    allowlist) or in the tests. Pure: no I/O, the same answer for the same arguments.
+    In order: a ``start`` with no command (the recipe declares none); a program not found (exit 127, or the shell
+    saying so for the failing command); for ``start``, the readiness verdict the provider logged (a status other
+    than the expected one, or nothing answering on ``$PORT``); a network error in setup (without the network:
+    ``setup_network: true``; with it: the egress allowlist) or in the tests. Pure: no I/O, the same answer for
+    the same arguments.
     """
+    if failed.stage == Stage.START and not failed.command.strip():
+        return Diagnosis(
+            Cause.NO_APP,
+            "this reproduction needs the app running (a browser procedure, or a command reproduction with "
+            "`app: true`) and durafix.yaml declares no `start`: add `start` (the command serving the app on "
+            "`$PORT`) and `readiness`, or reproduce with a command or test",
+        )
     missing = _not_found(failed, log_tail)
     if missing is not None:
         return missing

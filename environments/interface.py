@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, Field, field_validator
 
-from environments.diagnosis import FailedCommand
+from environments.diagnosis import FailedCommand, Stage
 from environments.progress import ignore
 
 # A provider calls this with a short human sub-state ("setup: npm ci", "waiting for readiness at ...") each
@@ -66,9 +66,16 @@ class AppRecipe(BaseModel):
     """What a repository declares about itself in ``durafix.yaml`` at its root."""
 
     setup: list[str] = Field(default_factory=list)
-    start: str
+    start: str | None = Field(
+        default=None,
+        description="the command serving the app on `$PORT`; needed only by what reproduces a report in the running "
+        "app (a browser procedure, a command reproduction with `app: true`). Not given: the repository has no app "
+        "to start, and provisioning an environment is refused (NoAppError)",
+    )
     port: int = 8000
-    readiness: ReadinessProbe = Field(default_factory=ReadinessProbe)
+    readiness: ReadinessProbe = Field(
+        default_factory=ReadinessProbe, description="how the started app is probed; meaningless without `start`"
+    )
     test: str
     fixtures: list[str] = Field(
         default_factory=list,
@@ -286,6 +293,28 @@ class FixtureError(NotReadyError):
     reproduction expects. The app is stopped, so no later provision adopts a half-seeded environment."""
 
 
+NO_APP_MESSAGE = (
+    "durafix.yaml declares no `start`: this reproduction needs the app running (a browser procedure, or a command "
+    "reproduction with `app: true`); add `start` (and `readiness`) or reproduce with a command or test"
+)
+
+
+class NoAppError(EnvironmentError):
+    """The recipe declares no ``start`` and what was asked needs the app running. Raised before anything is
+    created (no workspace, process, container or record). ``failed`` names the ``start`` stage with an empty
+    command: no command failed, none was declared (:func:`environments.diagnosis.diagnose` says so)."""
+
+    def __init__(self, message: str = NO_APP_MESSAGE) -> None:
+        super().__init__(message, failed=FailedCommand(Stage.START, ""))
+
+
+def app_start(recipe: AppRecipe) -> str:
+    """The recipe's ``start`` command; :class:`NoAppError` when it declares none."""
+    if recipe.start is None:
+        raise NoAppError()
+    return recipe.start
+
+
 @dataclass(frozen=True)
 class ChecksRun:
     """One :meth:`EnvironmentProvider.run_checks` call as the provider carries it out: the call's arguments, with
@@ -321,6 +350,8 @@ class EnvironmentProvider(ABC):
         <command>`` (or the provider's equivalent, such as ``starting container <name>``), ``waiting for
         readiness at <url><path>``, and ``fixtures: <command>`` before each fixture command (commands on one
         line, cut to about 80 characters). It must not raise (see :data:`Progress`).
+
+        A recipe without ``start`` has no app to provision: :class:`NoAppError`, before anything is created.
         """
 
     @abstractmethod

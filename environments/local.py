@@ -6,12 +6,13 @@ time, port, workspace), the operation's log, lock files and, once cleaned up, th
 
 Contracts (see :mod:`environments.interface`):
 
-- ``provision`` refuses a tombstoned run before starting anything, runs the recipe's setup commands (or
-  restores their result from the dependency cache, see :func:`environments.checks.run_setup`), starts
-  the start command with a free port in ``$PORT``, and writes the ownership record *before* waiting for
-  readiness, so a crash while waiting leaves a process that cleanup can find. Every process also carries
-  the run/operation marker in its environment (see :mod:`environments.processes`), which covers the
-  instant between spawning and recording and any process that leaves its group.
+- ``provision`` refuses a recipe without ``start`` (``NoAppError``) and a tombstoned run before starting
+  anything, runs the recipe's setup commands (or restores their result from the dependency cache, see
+  :func:`environments.checks.run_setup`), starts the start command with a free port in ``$PORT``, and writes
+  the ownership record *before* waiting for readiness, so a crash while waiting leaves a process that cleanup
+  can find. Every process also carries the run/operation marker in its environment (see
+  :mod:`environments.processes`), which covers the instant between spawning and recording and any process
+  that leaves its group.
 - Fixtures (the recipe's seed commands) run once per started app, after it is ready, in the workspace with
   ``$PORT`` and ``$DURAFIX_APP_URL``; only then is the record marked seeded. An app whose fixtures did not
   all succeed (one failed, or the worker died meanwhile) is never adopted: a failure stops it, and a record
@@ -71,6 +72,7 @@ from environments.interface import (
     ResourceConflictError,
     ResourceKind,
     TestRunResult,
+    app_start,
 )
 from environments.ports import free_port
 from environments.processes import StopOutcome, is_running, live_processes, stop_owned
@@ -125,9 +127,11 @@ class LocalProcessProvider(EnvironmentProvider):
         after a command of a setup with the network), ``starting app: <command>``, ``waiting for
         readiness at <url><path>`` and ``fixtures: <command>`` per fixture, in that order.
 
-        Raises ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError``
-        (the process is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
+        Raises ``NoAppError`` (the recipe declares no ``start``; before anything is created or recorded),
+        ``RunFencedError`` (run cleaned up), :class:`SetupError`, ``NotReadyError`` or ``FixtureError`` (the process
+        is stopped and its record dropped), or ``SecretUnavailableError`` (before anything starts).
         """
+        app_start(spec.recipe)  # no app to start: refused before the run's directory, a record or a process exists
         progress = progress or ignore
         ws = Path(workspace).absolute()
         if not ws.is_dir():
@@ -241,22 +245,23 @@ class LocalProcessProvider(EnvironmentProvider):
         self, run_dir: Path, key: str, *, run_id: str, op_id: str, spec: RecoverySpec, ws: Path, progress: Progress
     ) -> EnvironmentHandle:
         recipe = spec.recipe
+        start = app_start(recipe)
         marker = _marker(run_dir, key)
         log_path = run_dir / f"{key}.log"
         self._setup(ws, spec, marker, log_path, self.setup_timeout_s, progress)
         # The port is released before the application binds it; a race with another binder shows up as a
         # readiness failure, never as a wrong environment (the probe goes to the recorded port).
         port = free_port()
-        progress(f"starting app: {command_text(recipe.start)}")
+        progress(f"starting app: {command_text(start)}")
         env = command_env(recipe, marker=marker, extra={"PORT": str(port)}, allowed_secrets=self.allowed_secrets)
         if self.sandbox.sandboxed:
             # The app gets a network namespace of its own; the forwarder on the worker's loopback is its one door.
             forwarder = [sys.executable, "-I", app_forwarder.__file__, str(port), str(port), "--"]
             proc, started_at = spawn(
-                recipe.start, cwd=ws, env=env, log_path=log_path, sandbox=self.sandbox, launcher=forwarder
+                start, cwd=ws, env=env, log_path=log_path, sandbox=self.sandbox, launcher=forwarder
             )
         else:
-            proc, started_at = spawn(recipe.start, cwd=ws, env=env, log_path=log_path)
+            proc, started_at = spawn(start, cwd=ws, env=env, log_path=log_path)
         record: dict[str, Any] = {
             "run_id": run_id,
             "op_id": op_id,
@@ -280,10 +285,10 @@ class LocalProcessProvider(EnvironmentProvider):
                 log.write(f"# {found}\n")
             self._abandon(run_dir, key, record)
             raise NotReadyError(
-                f"{recipe.start!r} did not answer GET {recipe.readiness.path} with "
+                f"{start!r} did not answer GET {recipe.readiness.path} with "
                 f"{recipe.readiness.expected_status} within {recipe.readiness.deadline_s}s:\n{tail(log_path)}",
                 log_path=log_path,
-                failed=FailedCommand(Stage.START, recipe.start),
+                failed=FailedCommand(Stage.START, start),
             )
         self._seed(run_dir, key, record, recipe, ws, log_path, progress)
         return _handle(record)

@@ -10,8 +10,9 @@ the parser every run uses, before writing it.
 Contracts of the recipes it writes: setup installs what the test command needs (npm's devDependencies; a
 Python project's test extra, test dependency group, test requirements files, and pytest itself when the tests
 are pytest's and nothing else installs it); ``cache`` is declared whenever setup installs anything, so the
-dependency cache never has to guess an install directory; a project without an app gets a static file server
-as ``start`` (:data:`LIBRARY_START`), never a command that fails.
+dependency cache never has to guess an install directory; a project without an app it recognises (a library)
+gets no ``start``, ``port`` or ``readiness`` at all, never a command that fails or serves nothing useful: its
+reports are reproduced by commands or tests.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ from environments.spec import JS_INSTALL_DIR, RECIPE_FILE, RecipeError, dependen
 
 DEFAULT_NODE_PORT = 3000
 DEFAULT_PYTHON_PORT = 8000
-LIBRARY_START = "python3 -m http.server $PORT --bind 0.0.0.0"
 # npm writes this as `scripts.test` of a new package.json: a test command that always fails.
 NPM_PLACEHOLDER_TEST = 'echo "Error: no test specified" && exit 1'
 _NODE_LOCKS = (
@@ -71,7 +71,8 @@ class RecipeGuess:
     guessed: list[str] = field(default_factory=list)
     """Each field that was guessed, with what it was guessed from."""
     check: list[str] = field(default_factory=list)
-    """What the maintainer must check (at least the start command, the port and the readiness path)."""
+    """What the maintainer must check (at least the start command, the port and the readiness path; for a
+    library, that it has no app)."""
 
 
 def guess_recipe(repo_dir: Path) -> RecipeGuess:
@@ -98,13 +99,12 @@ def guess_recipe(repo_dir: Path) -> RecipeGuess:
 
 def render_recipe(guess: RecipeGuess) -> str:
     """The ``durafix.yaml`` text: a comment naming the project and what to check, then the recipe's fields
-    (the empty ``fixtures``, ``env`` and ``secrets`` included, to show where they go)."""
-    data = guess.recipe.model_dump(
-        mode="json", include={"setup", "start", "port", "readiness", "test", "fixtures", "env", "secrets"}
-    )
-    ordered: dict[str, Any] = {
-        key: data[key] for key in ("setup", "start", "port", "readiness", "test", "fixtures", "env", "secrets")
-    }
+    (the empty ``fixtures``, ``env`` and ``secrets`` included, to show where they go). A recipe without ``start``
+    (a library) is written without ``start``, ``port`` and ``readiness``: they mean nothing without an app."""
+    app = ("start", "port", "readiness") if guess.recipe.start is not None else ()
+    fields = ("setup", *app, "test", "fixtures", "env", "secrets")
+    data = guess.recipe.model_dump(mode="json", include=set(fields))
+    ordered: dict[str, Any] = {key: data[key] for key in fields}
     after_setup: dict[str, Any] = {}
     if guess.recipe.setup_network:
         # Right after setup, where a reader looks for why an install can reach the registry.
@@ -117,8 +117,9 @@ def render_recipe(guess: RecipeGuess) -> str:
         # Declared, so the dependency cache never has to guess the install directory (nor warn that it cannot).
         ordered["cache"] = guess.recipe.cache
     ordered["image"] = guess.recipe.image.model_dump(mode="json")
+    does = "builds, starts, probes and tests" if guess.recipe.start is not None else "builds and tests"
     header = [
-        "# How durafix builds, starts, probes and tests this repository (durafix's docs/environments.md),",
+        f"# How durafix {does} this repository (durafix's docs/environments.md),",
         f"# written by `durafix init` for this {guess.project}.",
         "# Check before committing:",
         *(f"# - {line}" for line in guess.check),
@@ -218,6 +219,7 @@ def _guess_node(repo_dir: Path) -> RecipeGuess:
         )
 
     port = DEFAULT_NODE_PORT
+    start: str | None = None
     if "start" in scripts or "dev" in scripts:
         script_name = "start" if "start" in scripts else "dev"
         script = scripts[script_name]
@@ -240,36 +242,27 @@ def _guess_node(repo_dir: Path) -> RecipeGuess:
             else:
                 guessed.append(f"port: {port} (the usual default; scripts.{script_name} names none)")
     else:
-        start = _library_start()
-        guessed.append(f"start: {start} (package.json has no scripts.start or scripts.dev: it serves the files)")
-    check.append(_start_check(start) if start != LIBRARY_START else _library_check(start))
+        guessed.append("start: none (package.json has no scripts.start or scripts.dev: a library)")
+    check.append(_start_check(start) if start is not None else _library_check())
     if isinstance(manifest.get("workspaces"), (list, dict)) or (repo_dir / "pnpm-workspace.yaml").is_file():
         check.append(
             "cache: in a workspace the install may also create node_modules inside the packages; if the "
             "environment log says `not cached: setup also changed <path>`, add those paths to `cache`"
         )
 
-    check.extend(
-        [
-            f"port: {port} is the port inside a Docker environment",
-            "readiness: GET / must answer 200 within 60 s once started; point `readiness.path` at a health "
-            "endpoint if the app has one",
-        ]
-    )
-    packages = ["nodejs", "npm", *(["python3"] if start == LIBRARY_START else [])]
+    if start is not None:
+        check.extend(_app_checks(port, deadline_s=60))
     if manager != "npm":
         check.append(f"image: Debian has no {manager} package; the Docker provider needs it in the image")
     recipe = AppRecipe(
         setup=setup,
         # Installing from the registry needs the network, which setup has only when the recipe asks for it.
         setup_network=bool(setup),
-        start=start,
-        port=port,
-        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=60),
         test=test,
         lock_files=lock_files,
         cache=cache,
-        image=ImageRecipe(packages=packages),
+        image=ImageRecipe(packages=["nodejs", "npm"]),
+        **_app_fields(start, port, deadline_s=60),
     )
     return RecipeGuess(project, recipe, guessed, check)
 
@@ -310,11 +303,25 @@ def _port_in(script: str) -> int | None:
     return None
 
 
-def _library_start() -> str:
-    """The start of a project with no app (a library): a static server of the repository's files on $PORT, so a
-    run's environment starts and is ready (the recipe needs a start), and a browser reproduction can open a page
-    of the repository (an HTML file loading its browser build)."""
-    return LIBRARY_START
+def _app_checks(port: int, *, deadline_s: int) -> list[str]:
+    """What to check of an app's port and readiness probe."""
+    return [
+        f"port: {port} is the port inside a Docker environment",
+        f"readiness: GET / must answer 200 within {deadline_s} s once started; point `readiness.path` at a health "
+        "endpoint if the app has one",
+    ]
+
+
+def _app_fields(start: str | None, port: int, *, deadline_s: int) -> dict[str, Any]:
+    """The recipe's ``start``, ``port`` and ``readiness`` for an app; none of them for a library (``start`` is
+    ``None``): the recipe's defaults, which :func:`render_recipe` leaves out."""
+    if start is None:
+        return {}
+    return {
+        "start": start,
+        "port": port,
+        "readiness": ReadinessProbe(path="/", expected_status=200, deadline_s=deadline_s),
+    }
 
 
 # ---- Python -----------------------------------------------------------------------------------------------
@@ -430,28 +437,23 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         guessed.append(f"test: {test} (no pytest configuration or dependency found)")
         check.append("test: unittest discovery finds tests in importable packages only (a tests/__init__.py)")
 
-    start, port, reason = _python_start(repo_dir, tool.python)
-    if reason is None:
-        guessed.append(f"start: {start} (no app found: it serves the repository's files)")
-        check.append(_library_check(start))
+    app = _python_start(repo_dir, tool.python)
+    start: str | None = None
+    port = DEFAULT_PYTHON_PORT
+    if app is None:
+        guessed.append("start: none (no app found: a library)")
+        check.append(_library_check())
     else:
+        start, port, reason = app
         guessed.append(f"start: {start} ({reason})")
         guessed.append(f"port: {port} (its usual default)")
         check.append(_start_check(start))
-    check.extend(
-        [
-            f"port: {port} is the port inside a Docker environment",
-            "readiness: GET / must answer 200 within 30 s once started; point `readiness.path` at a health "
-            "endpoint if the app has one",
-        ]
-    )
+        check.extend(_app_checks(port, deadline_s=30))
     recipe = AppRecipe(
         setup=tool.setup,
         setup_network=bool(tool.setup),
         setup_check=setup_check,
-        start=start,
-        port=port,
-        readiness=ReadinessProbe(path="/", expected_status=200, deadline_s=30),
+        **_app_fields(start, port, deadline_s=30),
         test=test,
         env=tool.env,
         lock_files=tool.lock_files,
@@ -570,11 +572,11 @@ def _pip_tool(
     )
 
 
-def _library_check(start: str) -> str:
+def _library_check() -> str:
     return (
-        f"start: no app was found, so `{start}` serves the repository's files (a run starts it before "
-        "reproducing; a browser reproduction can open a page of the repository): if the project has an app, "
-        "set the command that serves it on $PORT"
+        "start: no app was found, so the recipe has no `start` (nor `port` and `readiness`): reproductions of this "
+        "project's reports will be commands or tests run in the sandbox, not a browser on a running app. If the "
+        "project has an app, add `start` (the command that serves it on $PORT) and `readiness`"
     )
 
 
@@ -792,8 +794,8 @@ def _dependency_names(pyproject: dict[str, Any]) -> set[str]:
     return names
 
 
-def _python_start(repo_dir: Path, python: str) -> tuple[str, int, str | None]:
-    """The start command, its port and where it was found (None: nothing was, the command is a placeholder)."""
+def _python_start(repo_dir: Path, python: str) -> tuple[str, int, str] | None:
+    """The start command, its port and where it was found; ``None`` when no app was (a library)."""
     if (repo_dir / "manage.py").is_file():
         return f"{python} manage.py runserver 0.0.0.0:$PORT --noreload", 8000, "manage.py: a Django project"
     for rel in _PYTHON_ENTRY_FILES:
@@ -818,4 +820,4 @@ def _python_start(repo_dir: Path, python: str) -> tuple[str, int, str | None]:
                 if re.search(rf"""['"]{option}['"]""", source)
             )
             return f"{python} {rel}{options}", DEFAULT_PYTHON_PORT, f"{rel} runs as a script"
-    return _library_start(), DEFAULT_PYTHON_PORT, None
+    return None

@@ -100,7 +100,10 @@ def triage_text(reason: TriageReason) -> str:
 
 
 def failed_command_text(env: EnvironmentFailureFact) -> str:
-    """``setup command `npm ci` exited 1``: the command an environment failed on, and how."""
+    """``setup command `npm ci` exited 1``: the command an environment failed on, and how. No command named: the
+    recipe declares none for the stage, said as "durafix.yaml declares no `start`"."""
+    if not env.command.strip():
+        return f"durafix.yaml declares no `{env.stage}`"
     if env.stage == "start" and env.exit_code is None:
         how = "never became ready"
     else:

@@ -97,6 +97,7 @@ from environments.interface import (
     ResourceKind,
     RunFencedError,
     TestRunResult,
+    app_start,
 )
 from environments.progress import command_text, ignore
 from environments.readiness import probe_once, wait_ready
@@ -170,12 +171,14 @@ class DockerProvider(EnvironmentProvider):
         <command>`` per setup step; nothing for cached images); then ``starting container <name>`` unless it
         runs already, ``waiting for readiness at <url><path>`` and ``fixtures: <command>`` per fixture.
 
-        Raises ``RunFencedError`` (run cleaned up), ``ResourceConflictError`` (name held by someone else),
+        Raises ``NoAppError`` (the recipe declares no ``start``; before any image, network or container exists),
+        ``RunFencedError`` (run cleaned up), ``ResourceConflictError`` (name held by someone else),
         ``NotReadyError`` (exited or not ready by the probe deadline; the container is kept for adoption or
         cleanup), ``UnsupportedRecipeError``, or ``ImageBuildError``.
         """
         progress = progress or ignore
         recipe = spec.recipe
+        app_start(recipe)  # no app to start: refused before an image is built or anything is created
         if recipe.secrets:
             raise UnsupportedRecipeError(
                 "the docker provider does not inject secrets: Docker would keep their values in the container's "
@@ -387,7 +390,7 @@ class DockerProvider(EnvironmentProvider):
         try:
             return self.client.containers.create(
                 image,
-                ["/bin/sh", "-c", recipe.start],
+                ["/bin/sh", "-c", app_start(recipe)],
                 name=name,
                 labels=labels,
                 environment={**recipe.env, "PORT": str(recipe.port), "HOME": "/tmp"},

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from browser.results import BrowserInfraError
 from environments.checks import SetupError
 from environments.git import GitError, GitInterrupted, GitProtocolError
-from environments.interface import NotReadyError, ResourceConflictError, RunFencedError
+from environments.interface import NoAppError, NotReadyError, ResourceConflictError, RunFencedError
 from environments.mirror import RevisionNotFoundError
 from environments.spec import RecipeError
 from environments.workspace import PatchError, TreeMismatchError
@@ -53,6 +53,8 @@ RULES: tuple[Rule, ...] = (
     Rule((RunFencedError,), F.POLICY, "run fenced: {err}"),
     Rule((ResourceConflictError,), F.POLICY, "resource conflict: {err}"),
     Rule((NotReadyError,), F.NOT_READY, "{err}"),
+    # A recipe without `start` asked for its app: a finding about the recipe, which retrying cannot change.
+    Rule((NoAppError,), F.NOT_READY, "{err}"),
     # A setup that fails is a finding about the revision's recipe (the app cannot be built), like NotReady.
     Rule((SetupError,), F.NOT_READY, "setup failed: {err}"),
     Rule((RecipeError, PatchError, TreeMismatchError, RevisionNotFoundError), F.PERMANENT, "{type}: {err}"),

@@ -38,6 +38,7 @@ from environments.interface import (
     CleanupReport,
     EnvironmentHandle,
     EnvironmentProvider,
+    NoAppError,
     NotReadyError,
     RecoverySpec,
     TestRunResult,
@@ -83,6 +84,9 @@ from reviews.git_credentials import GitCredentials
 
 TEST_TIMEOUT_S = 600.0
 SETUP_TIMEOUT_S = 600.0
+
+EnvironmentFailure = SetupError | NotReadyError | NoAppError
+"""What keeps an environment from being provisioned that is a finding about the revision's recipe (NotReady)."""
 
 ProviderFor = Callable[[str | None], EnvironmentProvider]
 """The provider by name; ``None`` is the worker's configured one."""
@@ -204,12 +208,16 @@ class EnvironmentActivities:
         """Rebuild the workspace (base + patch) and start or adopt the app for ``op_id``; wait until ready.
 
         The provider's sub-states (each setup command, the start, the readiness wait) are heartbeat details,
-        which ``durafix status`` shows."""
+        which ``durafix status`` shows. A recipe that declares no ``start`` fails ``NotReady`` at once, before a
+        workspace is built, its details naming the missing ``start`` and the hint (a finding about the recipe,
+        like an app that never became ready: retrying cannot help)."""
         spec = _on_base(spec_from_json(self.store.read_bytes(inp.spec_ref)), inp.base_revision)
         patch = self.store.read_bytes(inp.patch_ref).decode() if inp.patch_ref else None
         provider = self.provider_for(inp.provider)
         with classified():
             ensure_not_fenced(self.store, inp.run_id, f"to provision {inp.op_id}")
+            if spec.recipe.start is None:
+                raise self._not_ready(NoAppError(), inp.run_id, spec.base_revision, spec.recipe.secrets)
             with Heartbeat("rebuilding workspace") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 beat.set(f"starting app with {provider.name}")
@@ -218,16 +226,16 @@ class EnvironmentActivities:
                         run_id=inp.run_id, op_id=inp.op_id, spec=spec, workspace=str(ws.path), progress=beat.set
                     )
                     return handle.model_copy(update={"host": self.host}) if self.host else handle
-                except (SetupError, NotReadyError) as err:
+                except (SetupError, NotReadyError, NoAppError) as err:
                     raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
 
     def _not_ready(
-        self, err: SetupError | NotReadyError, run_id: str, revision: str, recipe_secrets: Mapping[str, str]
+        self, err: EnvironmentFailure, run_id: str, revision: str, recipe_secrets: Mapping[str, str]
     ) -> Exception:
-        """The app could not be set up or made ready: a finding about the revision. The environment's log
-        (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends here, and the
-        failure names it instead of quoting it (details: ``{"log_ref": ..., "environment_failure": ...}``, see
-        :meth:`_failure_details`)."""
+        """The app could not be set up or made ready (or the recipe declares none): a finding about the revision.
+        The environment's log (setup, start, readiness, fixtures) is kept as evidence, also for a run that ends
+        here, and the failure names it instead of quoting it (details: ``{"log_ref": ..., "environment_failure":
+        ...}``, see :meth:`_failure_details`)."""
         first = str(err).splitlines()[0].rstrip(":") if str(err) else type(err).__name__
         said = f"setup failed: {first}" if isinstance(err, SetupError) else first
         log = err.log_path
@@ -239,7 +247,7 @@ class EnvironmentActivities:
             {"log_ref": ref.model_dump(mode="json"), **self._failure_details(err, ref)},
         )
 
-    def _failure_details(self, err: SetupError | NotReadyError, ref: ArtifactRef | None) -> dict[str, object]:
+    def _failure_details(self, err: EnvironmentFailure, ref: ArtifactRef | None) -> dict[str, object]:
         """The failed command as the workflow records it (:class:`~pipeline.state.EnvironmentFailureFact`, under
         ``environment_failure``): the command, its stored log and a link to it, and the cause
         :func:`~environments.diagnosis.diagnose` recognises in the log's tail (judged here, on the worker, from the

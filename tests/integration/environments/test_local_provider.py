@@ -21,6 +21,7 @@ from environments.interface import (
     EnvironmentHandle,
     EnvironmentStatus,
     FixtureError,
+    NoAppError,
     NotReadyError,
     ReadinessProbe,
     RecoverySpec,
@@ -264,6 +265,24 @@ def test_a_missing_secret_starts_nothing(workspace: Path, tag: str, tmp_path: Pa
     with pytest.raises(SecretUnavailableError, match="CART_TEST_SURELY_UNSET"):
         provider.provision(run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace))
     assert tagged_pids(tag) == set() and provider.list_owned(RUN) == []
+
+
+def test_a_recipe_without_start_is_refused_before_anything_is_created(
+    provider: LocalProcessProvider, workspace: Path, tag: str
+) -> None:
+    """No ``start``: no app to provision. Refused before the setup runs, a process starts or the run's
+    directory (record, log, locks) exists; the workspace is as it was."""
+    spec = cart_spec(tag, start=None, setup=["echo set up > setup-done"])
+    before = sorted(p.relative_to(workspace) for p in workspace.rglob("*"))
+    states: list[str] = []
+    with pytest.raises(NoAppError, match=r"durafix\.yaml declares no `start`") as refused:
+        provider.provision(
+            run_id=RUN, op_id=f"{RUN}:provision", spec=spec, workspace=str(workspace), progress=states.append
+        )
+    assert refused.value.failed is not None and refused.value.failed.command == ""
+    assert states == [] and tagged_pids(tag) == set() and provider.list_owned(RUN) == []
+    assert not provider.runs.run_dir(RUN).exists()
+    assert sorted(p.relative_to(workspace) for p in workspace.rglob("*")) == before
 
 
 def test_a_secret_the_operator_did_not_allow_or_of_durafix_own_is_refused(

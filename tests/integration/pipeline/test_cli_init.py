@@ -8,17 +8,17 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from environments.depcache import CacheKey, DependencyCache
-from environments.files import path_key
 from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe
 from environments.spec import dependency_lock_hash, load_recipe
 from pipeline.cli import run_command
 from pipeline.cli.command import CliError
 from pipeline.config import DurafixConfig
+from pipeline.failures import FailureClass
 from pipeline.services import Services
 from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput
 from tests.support.gitrepo import make_repo
@@ -396,18 +396,23 @@ def test_a_pip_library_installs_its_test_requirements_from_anywhere_and_declares
     assert isinstance(key, CacheKey), key
     assert key.paths == [".venv", "src/Tiny_Lib.egg-info"]
     assert set(key.lock_files) == {"pyproject.toml", "requirements/base.txt", "requirements/test.txt"}
-    # A library: no start command that exits 1, a static server of the repository instead, said so.
-    assert recipe.start == "python3 -m http.server $PORT --bind 0.0.0.0"
+    # A library: no app, so no start, port or readiness at all (not even written), and the file says why.
+    assert recipe.start is None
+    written = (repo / "durafix.yaml").read_text()
+    assert not any(line.startswith(("start:", "port:", "readiness:")) for line in written.splitlines()), written
     out = capsys.readouterr().out
     assert "left out docs/requirements.txt, requirements/docs.txt" in out
-    assert "start: no app was found" in out and "start: no app was found" in (repo / "durafix.yaml").read_text()
+    assert "start: no app was found" in out and "start: no app was found" in written
+    assert "reproductions of this project's reports will be commands or tests" in written
+    assert "readiness: GET /" not in written and "How durafix builds and tests this repository" in written
 
 
 @pytest.mark.slow
 def test_the_written_recipe_of_a_pip_library_sets_up_and_runs_its_tests_for_real(tmp_path: Path) -> None:
     """init on a library whose pytest comes from requirements/test.txt; committed, the recipe's setup installs
     from PyPI (sandboxed, through the dependency cache) and its test command runs pytest on the base; a second
-    environment restores the cached setup and the library's start answers its readiness probe."""
+    run of the tests restores the cached setup. The recipe has no start: provisioning an app for it is refused
+    (NotReady, naming the missing start) before anything is created."""
     source = pip_library(
         tmp_path / "source",
         files={"requirements/test.txt": "pytest==8.3.2\n", "README.md": "# tiny-lib\n"},
@@ -439,15 +444,18 @@ def test_the_written_recipe_of_a_pip_library_sets_up_and_runs_its_tests_for_real
         # The cache knew what to keep: no "not cached" note, an entry stored.
         assert "# dependency cache: stored entry" in log and "not cached" not in log, log
 
-        handle = ActivityEnvironment().run(
-            env.provision, ProvisionInput(run_id=run_id, op_id=f"{run_id}:env-base:1", spec_ref=spec_ref)
+        again = ActivityEnvironment().run(
+            env.run_baseline, BaselineInput(run_id=run_id, op_id=f"{run_id}:baseline-again", spec_ref=spec_ref)
         )
-        provision_log = (
-            config.state_dir / "environments" / path_key(run_id) / f"{path_key(f'{run_id}:env-base:1')}.log"
-        ).read_text()
-        assert "# dependency cache: restored entry" in provision_log, provision_log
-        page = httpx.get(handle.base_url + "/", trust_env=False, timeout=10)
-        assert page.status_code == 200 and "README.md" in page.text
+        log = services.store.read_bytes(again.test_output_ref).decode()
+        assert again.runnable and again.passed and "# dependency cache: restored entry" in log, log
+
+        with pytest.raises(ApplicationError) as refused:
+            ActivityEnvironment().run(
+                env.provision, ProvisionInput(run_id=run_id, op_id=f"{run_id}:env-base:1", spec_ref=spec_ref)
+            )
+        assert refused.value.type == FailureClass.NOT_READY.value and "declares no `start`" in refused.value.message
+        assert env.workspaces.list_owned(run_id) == [] and env.provider_for(None).list_owned(run_id) == []
     finally:
         ActivityEnvironment().run(env.cleanup_run, CleanupRunInput(run_id=run_id))
 
@@ -478,7 +486,7 @@ def test_the_tests_requirements_come_from_a_test_extra_a_dependency_group_or_pyt
         assert isinstance(key, CacheKey) and key.paths == [".venv", "src/Tiny_Lib.egg-info"], key
 
 
-def test_node_recipes_declare_their_cache_yarn_berry_installs_immutable_and_a_library_gets_a_file_server(
+def test_node_recipes_declare_their_cache_yarn_berry_installs_immutable_and_a_library_gets_no_start(
     tmp_path: Path,
 ) -> None:
     library = node_project(
@@ -497,8 +505,9 @@ def test_node_recipes_declare_their_cache_yarn_berry_installs_immutable_and_a_li
     )
 
     lib = initialised(tmp_path, library)
-    assert lib.start == "python3 -m http.server $PORT --bind 0.0.0.0"
-    assert lib.image.packages == ["nodejs", "npm", "python3"]
+    assert (lib.start, lib.port, lib.readiness) == (None, 8000, ReadinessProbe())
+    assert lib.image.packages == ["nodejs", "npm"]
+    assert "start: no app was found" in (library / "durafix.yaml").read_text()
     assert (lib.setup, lib.cache) == (["npm ci"], ["node_modules"])
     berry_recipe = initialised(tmp_path, berry)
     assert (berry_recipe.setup, berry_recipe.cache) == (

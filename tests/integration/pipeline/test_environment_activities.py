@@ -13,6 +13,7 @@ import yaml
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from environments.interface import NO_APP_MESSAGE
 from evidence.interface import ArtifactKind, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.environments import EnvironmentActivities
@@ -32,10 +33,11 @@ def changed_cart(
     tmp_path: Path, change: dict[str, object], **settings: object
 ) -> tuple[EnvironmentActivities, LocalArtifactStore, ArtifactRef]:
     """The environments activities on a real store, and the spec of the cart sample with ``change`` made to its
-    recipe."""
+    recipe (a field changed to ``None`` is taken out)."""
     repo = make_repo(tmp_path / "repo")
     recipe = yaml.safe_load((repo.work / "durafix.yaml").read_text())
     recipe.update(change)
+    recipe = {name: value for name, value in recipe.items() if value is not None}
     (repo.work / "durafix.yaml").write_text(yaml.safe_dump(recipe))
     git("commit", "-qam", "a recipe that cannot start", cwd=repo.work)
     git("push", "-q", "origin", "HEAD:main", cwd=repo.work)
@@ -110,6 +112,33 @@ def test_an_environment_that_cannot_start_keeps_its_log_as_evidence_and_names_it
     if fact.cause == "not-listening":
         assert "# readiness: nothing answered on $PORT" in log, log
         assert "`$PORT`" in fact.hint
+
+
+def test_a_recipe_without_start_fails_provisioning_before_a_workspace_and_its_tests_still_run(tmp_path: Path) -> None:
+    """The cart's recipe without ``start`` and ``readiness``: provisioning fails NotReady (not retried) naming
+    the missing ``start`` and the hint, before a workspace is built or anything started; the baseline (setup
+    and tests, no app) runs as before."""
+    activities, _, spec_ref = changed_cart(tmp_path, {"start": None, "readiness": None})
+    with pytest.raises(ApplicationError) as raised:
+        ActivityEnvironment().run(
+            activities.provision,
+            ProvisionInput(run_id="r1", op_id="r1:env-base:1", spec_ref=spec_ref, patch_ref=None, provider="local"),
+        )
+    err = raised.value
+    assert err.type == FailureClass.NOT_READY.value and err.non_retryable
+    assert err.message == NO_APP_MESSAGE
+    (details,) = err.details
+    assert isinstance(details, dict) and "log_ref" not in details
+    fact = EnvironmentFailureFact.model_validate(details["environment_failure"])
+    assert (fact.stage, fact.command, fact.exit_code, fact.log_ref, fact.cause) == ("start", "", None, None, "no-app")
+    assert "add `start`" in fact.hint
+    assert activities.workspaces.list_owned("r1") == []
+    assert activities.provider_for("local").list_owned("r1") == []
+
+    baseline = ActivityEnvironment().run(
+        activities.run_baseline, BaselineInput(run_id="r1", op_id="r1:baseline", spec_ref=spec_ref)
+    )
+    assert baseline.runnable and baseline.passed, baseline.summary
 
 
 # Tests that fetch from the network: in the sandbox the name does not resolve.

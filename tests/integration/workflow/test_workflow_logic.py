@@ -21,7 +21,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from browser.results import ReproductionStatus
-from environments.interface import CleanupReport, EnvironmentHandle, OwnedResource, ResourceKind
+from environments.diagnosis import diagnose
+from environments.interface import CleanupReport, EnvironmentHandle, NoAppError, OwnedResource, ResourceKind
 from environments.regression import ProofStatus
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import client as runs
@@ -31,7 +32,17 @@ from pipeline.flow.attempt_carry import attempt_workflow_id
 from pipeline.hosts import host_queue
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
-from pipeline.state import Approval, HeadPush, Outcome, Phase, RegressionFact, Rejection, RunState
+from pipeline.state import (
+    Approval,
+    EnvironmentFailureFact,
+    HeadPush,
+    Outcome,
+    Phase,
+    RegressionFact,
+    Rejection,
+    RunState,
+    TriageReason,
+)
 from pipeline.steps import (
     AgentConcludeInput,
     AgentRecordInput,
@@ -121,6 +132,8 @@ class Script:
     spec_transport_down: bool = False
     # The recipe's tests on the base: (runnable, passed).
     baseline: tuple[bool, bool] = (True, True)
+    # The recipe declares no start: provisioning fails as env.provision says so.
+    no_app: bool = False
     # The baseline reports per-test results (the recipe names a test_report).
     baseline_cases: bool = False
     # From which attempt verification's regression proof holds (before it: the patch adds no test).
@@ -161,6 +174,17 @@ class Script:
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
+
+
+def no_app_failure() -> ApplicationError:
+    """What ``env.provision`` raises for a recipe without ``start``: NotReady, its details naming the start the
+    recipe does not declare and the diagnosis's hint (no log: nothing ran)."""
+    err = NoAppError()
+    assert err.failed is not None
+    found = diagnose(err.failed, str(err))
+    assert found is not None
+    fact = EnvironmentFailureFact(stage="start", command="", cause=found.cause.value, hint=found.hint)
+    return FailureClass.NOT_READY.error(str(err), {"environment_failure": fact.model_dump(mode="json")})
 
 
 def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
@@ -220,6 +244,8 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.PROVISION.name)
     async def provision(i: ProvisionInput) -> EnvironmentHandle:
         s.calls.append(("provision", i))
+        if s.no_app:
+            raise no_app_failure()
         s.live_envs.add(i.op_id)
         host = s.provision_hosts.pop(0) if s.provision_hosts else ""
         return EnvironmentHandle(
@@ -602,6 +628,27 @@ async def test_tests_that_cannot_run_or_fail_on_the_base_end_in_triage_before_an
     assert "propose" not in harness.script.names()
     assert [c.op_id for n, c in harness.script.calls if n == "baseline"] == [f"{final.workflow_id}:baseline"]
     assert any(p.phase == Phase.BASELINE for p in final.timeline)
+    assert final.cleanup is not None and final.cleanup.complete
+
+
+async def test_a_recipe_without_start_ends_in_triage_naming_what_to_add_before_any_reproduction(
+    harness: Harness,
+) -> None:
+    """The base's provisioning fails because the recipe declares no ``start``: the run ends in triage with the
+    environment reason, saying the recipe declares none and the hint; provisioned once (not retried), nothing
+    reproduced, no model asked, cleaned up."""
+    harness.script.no_app = True
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert final.outcome_detail.endswith("so the report was not tried: durafix.yaml declares no `start`")
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    failed = final.triage.environment
+    assert failed is not None and (failed.stage, failed.command, failed.cause) == ("start", "", "no-app")
+    assert "add `start`" in failed.hint and "reproduce with a command or test" in failed.hint
+    assert harness.script.names().count("provision") == 1
+    assert not {"reproduce", "baseline", "propose"} & set(harness.script.names())
+    closing = [c for n, c in harness.script.calls if n == "update_ticket"][-1]
+    assert "failed: durafix.yaml declares no `start`" in closing.body and "hint: this reproduction" in closing.body
     assert final.cleanup is not None and final.cleanup.complete
 
 

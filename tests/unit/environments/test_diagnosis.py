@@ -101,6 +101,17 @@ def test_readiness_verdicts_name_the_port_or_the_path() -> None:
     assert "GET /healthz with 404" in wrong.hint and "`readiness.path`" in wrong.hint
 
 
+def test_a_start_the_recipe_does_not_declare_is_said_with_the_fields_to_add() -> None:
+    """The app was needed and the recipe has no ``start``: no command failed, none was declared (the empty
+    command), whatever the log says; the hint names what to add and the way without an app."""
+    found = diagnose(FailedCommand(Stage.START, ""), "/bin/sh: 1: node: not found\n")
+    assert found is not None and found.cause == Cause.NO_APP
+    assert "declares no `start`" in found.hint and "add `start`" in found.hint and "`readiness`" in found.hint
+    assert "reproduce with a command or test" in found.hint
+    # Only an undeclared start: other stages with no command are not guessed at.
+    assert diagnose(FailedCommand(Stage.SETUP, ""), "") is None
+
+
 def test_tests_with_network_errors_are_told_they_never_have_the_network() -> None:
     log = (
         "E   urllib3.exceptions.NewConnectionError: <urllib3.connection.HTTPSConnection object at 0x7f0>: "

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from environments.diagnosis import FailedCommand, Stage
+from environments.interface import NoAppError, ReadinessProbe, app_start
 from environments.spec import (
     RecipeError,
     build_recovery_spec,
@@ -27,7 +29,7 @@ def write_recipe(tmp_path: Path, text: str) -> Path:
 
 def test_the_sample_app_recipe_loads() -> None:
     recipe = load_recipe(CART_APP)
-    assert "$PORT" in recipe.start
+    assert recipe.start is not None and "$PORT" in recipe.start
     assert recipe.readiness.path == "/healthz"
     assert recipe.readiness.deadline_s == 20
     assert recipe.limits.memory_mb == 256
@@ -39,7 +41,7 @@ def test_the_sample_app_recipe_loads() -> None:
     [
         ("start: [unclosed\n", "not valid YAML"),
         ("- just\n- a list\n", "must be a mapping"),
-        ("test: t\n", "start: Field required"),
+        ("start: s\n", "test: Field required"),
         ("start: s\ntest: t\nstrat: typo\n", "unknown keys: strat"),
         ("start: s\ntest: t\nreadiness:\n  pth: /x\n", "unknown keys: readiness.pth"),
         ("start: s\ntest: t\nreadiness:\n  deadline_s: soon\n", "readiness.deadline_s"),
@@ -56,6 +58,25 @@ def test_an_invalid_recipe_is_refused_with_the_reason(tmp_path: Path, text: str,
     with pytest.raises(RecipeError, match=r"durafix\.yaml") as info:
         load_recipe(write_recipe(tmp_path, text))
     assert message in str(info.value)
+
+
+def test_a_recipe_without_start_is_valid_and_one_with_start_keeps_it(tmp_path: Path) -> None:
+    """``start`` is needed only by what needs the app running: a recipe of commands and tests alone loads (its
+    readiness keeps its default, meaningless without an app), and its spec round-trips; one with ``start`` reads
+    as before."""
+    library = load_recipe(write_recipe(tmp_path, "setup: [make deps]\ntest: make test\n"))
+    assert library.start is None and library.test == "make test" and library.setup == ["make deps"]
+    assert (library.port, library.readiness) == (8000, ReadinessProbe())
+    # What needs the app is refused, naming the stage (no command: none was declared) and what to add.
+    with pytest.raises(NoAppError, match="declares no `start`") as refused:
+        app_start(library)
+    assert refused.value.failed == FailedCommand(Stage.START, "") and "add `start`" in str(refused.value)
+    spec = build_recovery_spec("acme/tiny", "u", REVISION, tmp_path)
+    assert spec_from_json(canonical_json(spec)) == spec and json.loads(canonical_json(spec))["recipe"]["start"] is None
+
+    app = load_recipe(write_recipe(tmp_path, "start: ./serve --port $PORT\ntest: make test\nreadiness: {path: /up}\n"))
+    assert app.start == "./serve --port $PORT" and app.readiness.path == "/up"
+    assert app_start(app) == "./serve --port $PORT"
 
 
 def test_a_missing_recipe_is_reported(tmp_path: Path) -> None:

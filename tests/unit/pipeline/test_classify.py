@@ -11,7 +11,7 @@ from temporalio.exceptions import ApplicationError
 from browser.results import BrowserInfraError
 from environments.checks import SetupError
 from environments.git import GitError, GitInterrupted, GitProtocolError, GitTransportError
-from environments.interface import FixtureError, RunFencedError
+from environments.interface import FixtureError, NoAppError, RunFencedError
 from pipeline.activities.classify import RULES, as_failure, classified
 from pipeline.failures import NON_RETRYABLE, FailureClass
 from repair.interface import ModelTransientError, NoPatchError, RepairError
@@ -29,6 +29,7 @@ from reviews.errors import ForgeNotFoundError, ForgeTransientError
         (GitInterrupted(["read-tree", "b" * 40], -9), FailureClass.TRANSIENT, "git: "),
         (FixtureError("seed failed"), FailureClass.NOT_READY, "seed failed"),
         (SetupError("npm ci exited 1"), FailureClass.NOT_READY, "setup failed: "),
+        (NoAppError(), FailureClass.NOT_READY, "durafix.yaml declares no `start`"),
         (RunFencedError("tombstoned"), FailureClass.POLICY, "run fenced: "),
         (ClaimLostError("lost"), FailureClass.POLICY, "forge conflict: "),
         (ForgeNotFoundError("gone"), FailureClass.PERMANENT, "forge: "),

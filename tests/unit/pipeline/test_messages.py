@@ -75,6 +75,17 @@ def test_a_triage_reason_is_said_with_the_failed_command_its_log_and_the_hint() 
     assert "- hint: nothing answered on the app's port" in body
     timed_out = failure.model_copy(update={"stage": "setup", "command": "npm ci", "log_url": ""})
     assert messages.failed_command_text(timed_out) == "setup command `npm ci` timed out"
+    # No command named: the recipe declares none (an app needed from a recipe without `start`).
+    undeclared = EnvironmentFailureFact(stage="start", command="", cause="no-app", hint="add `start`")
+    assert messages.failed_command_text(undeclared) == "durafix.yaml declares no `start`"
+    no_app = messages.ticket_body(
+        state(
+            outcome=Outcome.NEEDS_HUMAN_TRIAGE,
+            triage=TriageFact(reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=undeclared),
+        )
+    )
+    assert "- failed: durafix.yaml declares no `start`" in no_app and "- hint: add `start`" in no_app
+    assert "- log:" not in no_app
     plain = messages.ticket_body(
         state(outcome=Outcome.NEEDS_HUMAN_TRIAGE, triage=TriageFact(reason=TriageReason.NOT_REPRODUCED))
     )

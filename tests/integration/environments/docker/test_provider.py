@@ -24,6 +24,7 @@ from environments.interface import (
     EnvironmentHandle,
     EnvironmentStatus,
     FixtureError,
+    NoAppError,
     Progress,
     RecoverySpec,
     ResourceConflictError,
@@ -291,6 +292,20 @@ def test_recipe_with_secrets_is_refused_before_anything_is_created(
     with pytest.raises(UnsupportedRecipeError):
         provision(run_id, spec=spec)
     assert containers_of(docker_client, run_id) == []
+
+
+def test_recipe_without_start_is_refused_before_anything_is_created(
+    run_id: str, provision: Provision, cart_spec: RecoverySpec, docker_client: docker.DockerClient
+) -> None:
+    """No ``start``: no app, so no container to run it in. Refused before an image is built or the run's network
+    or container exists (nothing is said on the way)."""
+    spec = cart_spec.model_copy(update={"recipe": cart_spec.recipe.model_copy(update={"start": None})})
+    states: list[str] = []
+
+    with pytest.raises(NoAppError, match=r"durafix\.yaml declares no `start`"):
+        provision(run_id, spec=spec, progress=states.append)
+    assert states == [] and containers_of(docker_client, run_id) == []
+    assert docker_client.networks.list(filters=run_filter(run_id)) == []
 
 
 # A fixture that needs the app up: it reads the cart over HTTP, then records that it ran and as whom.
