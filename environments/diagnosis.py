@@ -123,8 +123,8 @@ def diagnose(failed: FailedCommand, log_tail: str) -> Diagnosis | None:
     if failed.stage == Stage.START and not failed.command.strip():
         return Diagnosis(
             Cause.NO_APP,
-            "this reproduction needs the app running (a browser procedure, or a command reproduction with "
-            "`app: true`) and durafix.yaml declares no `start`: add `start` (the command serving the app on "
+            "this reproduction needs the app running (a browser procedure) "
+            "and durafix.yaml declares no `start`: add `start` (the command serving the app on "
             "`$PORT`) and `readiness`, or reproduce with a command or test",
         )
     missing = _not_found(failed, log_tail)

@@ -69,7 +69,7 @@ class AppRecipe(BaseModel):
     start: str | None = Field(
         default=None,
         description="the command serving the app on `$PORT`; needed only by what reproduces a report in the running "
-        "app (a browser procedure, a command reproduction with `app: true`). Not given: the repository has no app "
+        "app (a browser procedure). Not given: the repository has no app "
         "to start, and provisioning an environment is refused (NoAppError)",
     )
     port: int = 8000
@@ -294,8 +294,8 @@ class FixtureError(NotReadyError):
 
 
 NO_APP_MESSAGE = (
-    "durafix.yaml declares no `start`: this reproduction needs the app running (a browser procedure, or a command "
-    "reproduction with `app: true`); add `start` (and `readiness`) or reproduce with a command or test"
+    "durafix.yaml declares no `start`: this reproduction needs the app running (a browser procedure); "
+    "add `start` (and `readiness`) or reproduce with a command or test"
 )
 
 
