@@ -8,6 +8,10 @@ side (each opens full size on click), the procedure as the reporter wrote it, th
 links to the Playwright traces, videos and logs, and every artifact's sha256 with the bundle digest an
 approval names.
 
+A command or test reproduction (a stored procedure with a ``kind``) has its own proof, output and procedure
+sections instead of the browser's (:mod:`evidence.sandbox_view`): each check or test on both revisions, and
+every command's exit status, stdout and stderr side by side with what a check read marked.
+
 Self-contained: images are embedded as ``data:`` URIs (each distinct image once per revision), styles are
 inline, and the full-size view is CSS only (``:target``), so the single file can be stored as a ``report``
 artifact and opened from any store URL (a presigned S3 URL included). Everything taken from artifacts
@@ -25,12 +29,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evidence import sandbox_view
 from evidence.blocked_requests import BlockedRequests, read_blocked_requests
 from evidence.bundle import CheckResult, EvidenceBundle, RegressionEvidence, RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
 from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
 from evidence.procedure_view import as_yaml, check_parts, load_procedure, step_html
+from evidence.report_parts import SIDE_LABEL, link, side_expectation, verdict_table
+from evidence.sandbox_runs import SandboxRuns, StoredProcedure, procedure_kind, read_sandbox_runs
 
 REPORT_NAME = "index.html"
 # Larger artifacts are linked instead of inlined, so a report stays small enough to open quickly.
@@ -70,8 +77,6 @@ max-height:98vh;background:#fff;pointer-events:none}
 pre.wrap{white-space:pre-wrap;word-break:break-word}.note{color:#59636e;font-size:13px}code.action{color:#59636e}
 """
 
-_SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
-
 
 def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -> Path:
     """Write ``out_dir/index.html`` for ``bundle``, reading artifacts from ``store``; return its path.
@@ -85,20 +90,21 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
     verdict = "pass" if bundle.passed else "fail"
     title = f"{bundle.repository}#{bundle.issue_number}"
     procedure_text = store.read_bytes(bundle.procedure).decode("utf-8", errors="replace")
-    procedure = load_procedure(procedure_text)
-    images = _Images(store)
-    observed: dict[str, Observations] = {s.role: read_observations(s, store) for s in (bundle.base, bundle.candidate)}
+    stored = procedure_kind(procedure_text)
+    style = _STYLE
+    if stored.kind in sandbox_view.KIND_TEXT:
+        reproduction = _sandbox_sections(bundle, store, stored, procedure_text)
+        style += sandbox_view.STYLE
+    else:
+        reproduction = _browser_sections(bundle, store, procedure_text)
     body = "\n".join(
         [
             f"<header><h1>durafix evidence for {_e(title)}</h1>",
             f'<p><span class="verdict {verdict}" id="verdict">'
             f"{'all checks passed' if bundle.passed else 'not all checks passed'}</span></p></header>",
             "<main>",
-            _summary(bundle, digest),
-            _proof(bundle, procedure, observed, images),
-            _comparison(bundle, observed, images),
-            _blocked_requests(bundle, store),
-            _procedure(bundle, store, procedure, procedure_text),
+            _summary(bundle, digest, sandbox_view.KIND_TEXT.get(stored.kind)),
+            *reproduction,
             _patch(bundle, store),
             _checks([*([bundle.baseline] if bundle.baseline else []), *bundle.checks], store),
             _regression(bundle.regression, store),
@@ -112,12 +118,38 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
         f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<link rel="icon" href="data:,">\n'
-        f"<title>durafix evidence: {_e(title)}</title>\n<style>{_STYLE}</style></head>\n"
+        f"<title>durafix evidence: {_e(title)}</title>\n<style>{style}</style></head>\n"
         f"<body>\n{body}\n</body></html>\n"
     )
     path = out_dir / REPORT_NAME
     path.write_text(page, encoding="utf-8")
     return path
+
+
+def _browser_sections(bundle: EvidenceBundle, store: ArtifactStore, procedure_text: str) -> list[str]:
+    """A browser procedure's proof, screenshots, blocked requests and steps."""
+    procedure = load_procedure(procedure_text)
+    images = _Images(store)
+    observed: dict[str, Observations] = {s.role: read_observations(s, store) for s in (bundle.base, bundle.candidate)}
+    return [
+        _proof(bundle, procedure, observed, images),
+        _comparison(bundle, observed, images),
+        _blocked_requests(bundle, store),
+        _procedure(bundle, store, procedure, procedure_text),
+    ]
+
+
+def _sandbox_sections(
+    bundle: EvidenceBundle, store: ArtifactStore, stored: StoredProcedure, procedure_text: str
+) -> list[str]:
+    """A command or test reproduction's proof, each command's output on both revisions, and the procedure."""
+    runs: dict[str, SandboxRuns] = {s.role: read_sandbox_runs(s, store) for s in (bundle.base, bundle.candidate)}
+    view = stored.view
+    return [
+        sandbox_view.proof(bundle, stored.kind, view, runs),
+        sandbox_view.comparison(bundle, stored.kind, view, runs, store),
+        sandbox_view.procedure(bundle, store, stored.kind, view, stored.problem, procedure_text, runs),
+    ]
 
 
 @dataclass
@@ -162,8 +194,13 @@ class _Images:
         )
 
 
-def _summary(bundle: EvidenceBundle, digest: str) -> str:
+def _summary(bundle: EvidenceBundle, digest: str, reproduced_with: str | None = None) -> str:
+    """The run at a glance; ``reproduced_with`` names a reproduction that is not a browser procedure's."""
+    kind = []
+    if reproduced_with:
+        kind = [("reproduced with", f'<span id="reproduction-kind">{_e(reproduced_with)}</span>')]
     rows = [
+        *kind,
         ("repository", _e(bundle.repository)),
         ("issue", f"#{bundle.issue_number}"),
         ("run", f"<code>{_e(bundle.run_id)}</code>"),
@@ -199,8 +236,8 @@ def _proof(
         return f'{head}<p class="note">the procedure names no checks and no log recorded any.</p></section>'
     sides = (bundle.base, bundle.candidate)
     columns = "".join(
-        f'<th scope="col">{_SIDE_LABEL[s.role]} {code(s.revision[:12], "sha")}<br>'
-        f'<span class="note">expected: {_side_expectation(s.role)}</span></th>'
+        f'<th scope="col">{SIDE_LABEL[s.role]} {code(s.revision[:12], "sha")}<br>'
+        f'<span class="note">expected: {side_expectation(s.role)}</span></th>'
         for s in sides
     )
     rows = []
@@ -219,12 +256,6 @@ def _proof(
         f'{head}<table><tr><th scope="col">check: what it reads</th><th scope="col">expected there</th>'
         f"{columns}</tr>{''.join(rows)}</table></section>"
     )
-
-
-def _side_expectation(role: str) -> str:
-    if role == "base":
-        return "every check holds (the bug is present)"
-    return "some check does not hold (the bug is gone)"
 
 
 def _observed_cell(side: RevisionEvidence, observations: Observations, index: int, images: _Images) -> str:
@@ -259,7 +290,7 @@ def _observation(
     which = f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>' if several_runs else ""
     value = _observed_value(first.actual)
     error = f'<p class="note">{_e(first.error)}</p>' if first.error else ""
-    where = f"{_SIDE_LABEL[side.role].lower()}, run {first.run}, check {index + 1}"
+    where = f"{SIDE_LABEL[side.role].lower()}, run {first.run}, check {index + 1}"
     crop = screenshot_named(side.screenshots, first.element_screenshot)
     page = screenshot_named(side.screenshots, first.screenshot)
     link = f'<a class="page" href="#{images.anchor(side.role, page)}">the whole page</a>' if page else ""
@@ -305,11 +336,11 @@ def _comparison(bundle: EvidenceBundle, observed: dict[str, Observations], image
     columns = []
     for column, side in enumerate(sides, start=2):
         cells = [
-            f'<h3 style="grid-area:1/{column}">{_SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}</h3>',
-            f'<div class="cell" style="grid-area:2/{column}">{_verdict(side, observed[side.role])}</div>',
+            f'<h3 style="grid-area:1/{column}">{SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}</h3>',
+            f'<div class="cell" style="grid-area:2/{column}">{verdict_table(side, observed[side.role].note)}</div>',
         ]
         for row, (key, (label, by_role)) in enumerate(moments.items(), start=3):
-            alt = f"{_SIDE_LABEL[side.role].lower()}, {label}: the page"
+            alt = f"{SIDE_LABEL[side.role].lower()}, {label}: the page"
             figures = "".join(images.figure(side.role, ref, label, alt) for ref in by_role.get(side.role, []))
             cells.append(
                 f'<div class="cell shot" data-moment="{_e(key)}" style="grid-area:{row}/{column}">'
@@ -322,27 +353,6 @@ def _comparison(bundle: EvidenceBundle, observed: dict[str, Observations], image
         f'<section id="reproduction"><h2>Observed vs expected</h2>{hint}'
         f'<div class="compare">{labels}{"".join(columns)}</div></section>'
     )
-
-
-def _verdict(side: RevisionEvidence, observations: Observations) -> str:
-    outcome = "as expected" if side.as_expected else "NOT as expected"
-    detail = f'<pre class="wrap">{_e(side.detail)}</pre>' if side.detail else ""
-    note = f'<p class="note">{_e(observations.note)}</p>' if observations.note else ""
-    return (
-        f'<table><tr><th scope="row">expected</th><td>{_e(_status_text(side.expected_status))}</td></tr>'
-        f'<tr><th scope="row">observed</th><td>{_e(_status_text(side.status))} '
-        f'<span class="verdict {"pass" if side.as_expected else "fail"}">{outcome}</span></td></tr></table>'
-        f"{detail}{note}"
-    )
-
-
-def _status_text(status: str) -> str:
-    return {
-        "reproduced": "reproduced: every check held, the bug is present",
-        "not_reproduced": "not reproduced: some check did not hold, the bug is absent",
-        "inconclusive": "inconclusive: runs disagreed or could not be completed",
-        "infra_failure": "infrastructure failure: no verdict",
-    }.get(status, status)
 
 
 def _blocked_requests(bundle: EvidenceBundle, store: ArtifactStore) -> str:
@@ -363,7 +373,7 @@ def _blocked_requests(bundle: EvidenceBundle, store: ArtifactStore) -> str:
 
 
 def _blocked_table(side: RevisionEvidence, blocked: BlockedRequests) -> str:
-    label = f"{_SIDE_LABEL[side.role]} {code(side.revision[:12], 'sha')}"
+    label = f"{SIDE_LABEL[side.role]} {code(side.revision[:12], 'sha')}"
     allowed = ", ".join(code(o) for o in blocked.allowed_origins) or '<span class="note">not recorded</span>'
     head = f'<h3>{label}</h3><p class="note">allowed origins: {allowed}</p>'
     if not blocked.total:
@@ -380,7 +390,7 @@ def _blocked_table(side: RevisionEvidence, blocked: BlockedRequests) -> str:
 
 
 def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str, Any] | None, text: str) -> str:
-    head = f'<section id="steps"><h2>Reproduction procedure</h2><p>{_link(bundle.procedure, store)}</p>'
+    head = f'<section id="steps"><h2>Reproduction procedure</h2><p>{link(bundle.procedure, store)}</p>'
     if procedure is None:
         return f"{head}<pre>{_e(text)}</pre></section>"
     name = f"<p><strong>{_e(str(procedure['name']))}</strong></p>" if procedure.get("name") else ""
@@ -404,7 +414,7 @@ def _procedure(bundle: EvidenceBundle, store: ArtifactStore, procedure: dict[str
 
 
 def _patch(bundle: EvidenceBundle, store: ArtifactStore) -> str:
-    head = f'<section id="patch"><h2>Patch</h2><p>{_link(bundle.patch, store)}</p>'
+    head = f'<section id="patch"><h2>Patch</h2><p>{link(bundle.patch, store)}</p>'
     if bundle.patch.size > _INLINE_TEXT_MAX:
         return f'{head}<p class="note">too large to show inline; follow the link.</p></section>'
     text = store.read_bytes(bundle.patch).decode("utf-8", errors="replace")
@@ -432,7 +442,7 @@ def _checks(checks: list[CheckResult], store: ArtifactStore) -> str:
     for check in checks:
         result = "passed" if check.passed else "failed"
         verdict = f'<span class="verdict {"pass" if check.passed else "fail"}">{result}</span>'
-        output = _link(check.output, store) if check.output else ""
+        output = link(check.output, store) if check.output else ""
         rows.append(f"<tr><td>{_e(check.name)}</td><td>{verdict}</td><td>{_e(check.detail)}</td><td>{output}</td></tr>")
         if check.output is not None and check.output.size <= _INLINE_TEXT_MAX:
             text = store.read_bytes(check.output).decode("utf-8", errors="replace")
@@ -460,8 +470,8 @@ def _regression(proof: RegressionEvidence | None, store: ArtifactStore) -> str:
         if proven
         else ("passed" if proof.status == "not-proven" else "did not run")
     )
-    base_log = _link(proof.base_output, store) if proof.base_output else ""
-    candidate_log = _link(proof.candidate_output, store) if proof.candidate_output else "the candidate's test run"
+    base_log = link(proof.base_output, store) if proof.base_output else ""
+    candidate_log = link(proof.candidate_output, store) if proof.candidate_output else "the candidate's test run"
     files = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.test_files)
     cases = "".join(f"<li><code>{_e(name)}</code></li>" for name in proof.fixed_cases)
     return (
@@ -480,7 +490,7 @@ def _traces(bundle: EvidenceBundle, store: ArtifactStore) -> str:
     items = []
     for side in (bundle.base, bundle.candidate):
         for ref in [*side.traces, *side.videos, *side.logs]:
-            items.append(f"<li>{side.role} <code>{_e(side.revision[:12])}</code>: {_link(ref, store)}</li>")
+            items.append(f"<li>{side.role} <code>{_e(side.revision[:12])}</code>: {link(ref, store)}</li>")
     listing = "".join(items) or "<li>none recorded</li>"
     return (
         '<section id="traces"><h2>Traces, videos and logs</h2><ul>'
@@ -501,10 +511,6 @@ def _hashes(bundle: EvidenceBundle, digest: str) -> str:
         f"<th>bytes</th><th>sha256</th></tr>{rows}</table>"
         f'<p class="note">Bundle digest <span class="sha">{digest}</span> covers all of the above.</p></section>'
     )
-
-
-def _link(ref: ArtifactRef, store: ArtifactStore) -> str:
-    return f'<a href="{_e(store.url_for(ref))}">{_e(ref.name)}</a> <span class="sha">sha256 {ref.sha256}</span>'
 
 
 def _e(text: str) -> str:

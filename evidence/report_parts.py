@@ -1,0 +1,42 @@
+"""Pieces of the reviewer's report that every kind of reproduction shows alike: the revisions' labels, a
+verdict against what was expected, and a link to a stored artifact."""
+
+from __future__ import annotations
+
+from evidence.bundle import RevisionEvidence
+from evidence.interface import ArtifactRef, ArtifactStore
+from evidence.markup import esc
+
+SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
+
+
+def side_expectation(role: str) -> str:
+    if role == "base":
+        return "every check holds (the bug is present)"
+    return "some check does not hold (the bug is gone)"
+
+
+def status_text(status: str) -> str:
+    return {
+        "reproduced": "reproduced: every check held, the bug is present",
+        "not_reproduced": "not reproduced: some check did not hold, the bug is absent",
+        "inconclusive": "inconclusive: runs disagreed or could not be completed",
+        "infra_failure": "infrastructure failure: no verdict",
+    }.get(status, status)
+
+
+def verdict_table(side: RevisionEvidence, note: str | None) -> str:
+    """``side``'s status against what was expected, the runner's detail, and ``note`` (what could not be read)."""
+    outcome = "as expected" if side.as_expected else "NOT as expected"
+    detail = f'<pre class="wrap">{esc(side.detail)}</pre>' if side.detail else ""
+    shown = f'<p class="note">{esc(note)}</p>' if note else ""
+    return (
+        f'<table><tr><th scope="row">expected</th><td>{esc(status_text(side.expected_status))}</td></tr>'
+        f'<tr><th scope="row">observed</th><td>{esc(status_text(side.status))} '
+        f'<span class="verdict {"pass" if side.as_expected else "fail"}">{outcome}</span></td></tr></table>'
+        f"{detail}{shown}"
+    )
+
+
+def link(ref: ArtifactRef, store: ArtifactStore) -> str:
+    return f'<a href="{esc(store.url_for(ref))}">{esc(ref.name)}</a> <span class="sha">sha256 {ref.sha256}</span>'
