@@ -492,12 +492,14 @@ def _traces(bundle: EvidenceBundle, store: ArtifactStore) -> str:
         for ref in [*side.traces, *side.videos, *side.logs]:
             items.append(f"<li>{side.role} <code>{_e(side.revision[:12])}</code>: {link(ref, store)}</li>")
     listing = "".join(items) or "<li>none recorded</li>"
-    return (
-        '<section id="traces"><h2>Traces, videos and logs</h2><ul>'
-        + listing
-        + '</ul><p class="note">Download a trace and open it with <code>playwright show-trace FILE</code> '
-        "to step through the run's actions, DOM snapshots, console and network.</p></section>"
+    # Only a browser run records traces; a command or test reproduction's page has logs and records only.
+    hint = (
+        '<p class="note">Download a trace and open it with <code>playwright show-trace FILE</code> '
+        "to step through the run's actions, DOM snapshots, console and network.</p>"
+        if any(side.traces for side in (bundle.base, bundle.candidate))
+        else ""
     )
+    return f'<section id="traces"><h2>Traces, videos and logs</h2><ul>{listing}</ul>{hint}</section>'
 
 
 def _hashes(bundle: EvidenceBundle, digest: str) -> str:
