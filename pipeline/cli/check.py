@@ -21,7 +21,9 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 from environments.checks import SetupSettings
+from environments.commands import tail
 from environments.sandbox import Sandbox, SandboxUnavailableError
+from environments.spec import RECIPE_FILE
 from pipeline.cli.command import EXIT_USAGE, AddArguments, CliError
 from pipeline.config import DurafixConfig
 from pipeline.recipe_check import (
@@ -60,6 +62,9 @@ exit codes:
   10  the reproduction was inconclusive
 """
 
+LOG_LINES = 8
+"""How many of a failed stage's last log lines are shown (the whole log is kept)."""
+
 _SAID = {
     Outcome.PASSED: "check passed",
     Outcome.NO_REPRODUCTION: "the report has no reproduction to run",
@@ -91,6 +96,12 @@ class Printer(Listener):
         if result.hint:
             _say(f"    fix: {result.hint}")
         if result.log is not None and result.status == "failed":
+            if result.log.suffix == ".log":
+                lines = tail(result.log, 2_000).splitlines()[-LOG_LINES:]
+                if lines:
+                    _say("    last lines of the log:")
+                    for line in lines:
+                        _say(f"      | {line[:200]}")
             _say(f"    log: {result.log}")
 
 
@@ -156,10 +167,13 @@ def _run(check: RecipeCheck, directory: Path) -> CheckResult:
     try:
         commit = checkout_head(directory)
         _say(f"    commit: {commit} (HEAD of {directory}); the workspace is that commit's tree")
-        changed = uncommitted(directory)
-        if changed:
-            shown = ", ".join(line[3:] for line in changed[:8]) + (" ..." if len(changed) > 8 else "")
-            _say(f"    not in the workspace (uncommitted; durafix.yaml is read from the working tree): {shown}")
+        changed = [line[3:] for line in uncommitted(directory)]
+        if RECIPE_FILE in changed:
+            _say(f"    {RECIPE_FILE}: read from the working tree (not committed as it is)")
+        others = [name for name in changed if name != RECIPE_FILE]
+        if others:
+            shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+            _say(f"    not in the workspace (uncommitted): {shown}")
         return check.run()
     except CheckError as err:
         raise CliError(str(err)) from err
