@@ -236,9 +236,12 @@ class RecipeCheck:
         stages.append(recipe_stage)
         if recipe is None:
             return
-        ws = workspaces.rebuild(
-            run_id=self.run_id, op_id="check:workspace", clone_url=str(directory), base_revision=self.commit
-        )
+        try:
+            ws = workspaces.rebuild(
+                run_id=self.run_id, op_id="check:workspace", clone_url=str(directory), base_revision=self.commit
+            )
+        except (EnvironmentError, GitError) as err:
+            raise CheckError(f"cannot build a workspace of {self.commit[:12]} from {directory}: {err}") from err
         try:
             lock_hash = dependency_lock_hash(ws.path, recipe)
         except RecipeError as err:

@@ -14,6 +14,7 @@ tests, report) gives the code.
 from __future__ import annotations
 
 import argparse
+import shutil
 import signal
 import tempfile
 from pathlib import Path
@@ -112,18 +113,36 @@ def cmd_check(args: argparse.Namespace, config: DurafixConfig) -> int:
     report = Path(args.report).resolve() if args.report else None
     if report is not None and not report.is_file():
         raise CliError(f"--report {args.report} is not a file", EXIT_USAGE)
-    try:
-        sandbox = Sandbox.detect(unsandboxed=config.unsandboxed)
-    except SandboxUnavailableError as err:
-        raise CliError(f"the check runs every command in the sandbox, which this host cannot make: {err}") from err
-    log_dir = Path(tempfile.mkdtemp(prefix="durafix-check-"))
+    base_tmp = tempfile.gettempdir()
     work_dir = Path(tempfile.mkdtemp(prefix="durafix-check-work-"))
     # Traversable by the unprivileged user Chromium runs as (its home is made in here, see below).
     work_dir.chmod(0o711)
     # Every temporary directory the libraries make for this process (git's empty home, the sandbox's /etc files,
-    # Chromium's home) goes under the work directory, which the check removes: the process ends with os._exit,
-    # so their own atexit removal never runs.
+    # Chromium's home) goes under the work directory, which is removed at the end: the process ends with
+    # os._exit, so their own atexit removal never runs.
     tempfile.tempdir = str(work_dir)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        return _check(
+            config, directory, report, work_dir, Path(tempfile.mkdtemp(prefix="durafix-check-", dir=base_tmp))
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        # The check removes it on every way out once it runs; this covers a failure before it does.
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+def _check(config: DurafixConfig, directory: Path, report: Path | None, work_dir: Path, log_dir: Path) -> int:
+    """The check, its work directory made: everything it makes goes there, and its logs into ``log_dir``."""
+    try:
+        sandbox = Sandbox.detect(unsandboxed=config.unsandboxed)
+        commit = checkout_head(directory)
+    except SandboxUnavailableError as err:
+        log_dir.rmdir()
+        raise CliError(f"the check runs every command in the sandbox, which this host cannot make: {err}") from err
+    except CheckError as err:
+        log_dir.rmdir()
+        raise CliError(str(err)) from err
     caches = config.state_dir.resolve()
     note = f"the worker's caches under {caches}"
     if caches.is_relative_to(directory):
@@ -149,12 +168,13 @@ def cmd_check(args: argparse.Namespace, config: DurafixConfig) -> int:
     check = RecipeCheck(settings, Printer())
     _say(f"durafix check {directory}" + (f" --report {report}" if report else ""))
     _say(f"    logs: {log_dir} (kept)")
-    _say(f"    setup uses {note}; commands run in the {sandbox.kind} sandbox")
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        result = _run(check, directory)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    where = (
+        f"in the {sandbox.kind} sandbox"
+        if sandbox.sandboxed
+        else "unsandboxed, as plain processes (DURAFIX_UNSANDBOXED)"
+    )
+    _say(f"    setup uses {note}; commands run {where}, on the local provider")
+    result = _run(check, directory, commit)
     code = result.code
     if code == Outcome.PASSED:
         _say(f"check passed on {result.commit[:12]}")
@@ -163,9 +183,8 @@ def cmd_check(args: argparse.Namespace, config: DurafixConfig) -> int:
     return int(code)
 
 
-def _run(check: RecipeCheck, directory: Path) -> CheckResult:
+def _run(check: RecipeCheck, directory: Path, commit: str) -> CheckResult:
     try:
-        commit = checkout_head(directory)
         _say(f"    commit: {commit} (HEAD of {directory}); the workspace is that commit's tree")
         changed = [line[3:] for line in uncommitted(directory)]
         if RECIPE_FILE in changed:

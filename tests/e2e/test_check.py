@@ -429,3 +429,13 @@ def test_an_interrupted_check_stops_the_app_and_removes_what_it_made(tmp_path: P
     assert proc.returncode == 130, out
     assert "interrupted: everything the check started has been stopped and removed" in out
     assert_nothing_left(tmp_path, token)
+
+
+def test_a_directory_that_is_not_a_checkout_cannot_be_checked_and_leaves_nothing(tmp_path: Path) -> None:
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    (plain / "durafix.yaml").write_text("start: 'true'\ntest: 'true'\n")
+    done = durafix_check(tmp_path, plain)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"durafix: {plain} is not a git checkout with a commit" in done.stderr
+    assert list((tmp_path / "tmpdir").iterdir()) == []
