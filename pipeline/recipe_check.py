@@ -245,7 +245,11 @@ class RecipeCheck:
         try:
             lock_hash = dependency_lock_hash(ws.path, recipe)
         except RecipeError as err:
-            recipe_stage.status, recipe_stage.code, recipe_stage.summary = "failed", Outcome.RECIPE_INVALID, str(err)
+            # A declared lock file the commit does not hold: the recipe does not fit the tree it is for.
+            hint = "list in `lock_files` only files the repository commits"
+            stages.append(
+                self._end("recipe", time.monotonic(), failed=Outcome.RECIPE_INVALID, summary=str(err), hint=hint)
+            )
             return
         spec = RecoverySpec(
             repository=repository_name(directory),
