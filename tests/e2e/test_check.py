@@ -107,6 +107,7 @@ def assert_nothing_left(tmp: Path, token: str = "") -> Path:
     return tmp / "tmpdir" / left[0]
 
 
+@pytest.mark.browser
 def test_the_sample_app_and_its_report_reproduce_in_chromium(tmp_path: Path) -> None:
     require_bubblewrap()
     chromium_path()
