@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from environments import app_forwarder
-from environments.checks import SetupSettings, run_setup, run_tests
+from environments.checks import SetupOutcome, SetupSettings, run_setup, run_tests
 from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
 from environments.diagnosis import FailedCommand, Stage
 from environments.files import locked, path_key, read_json, write_json_atomic
@@ -219,12 +219,38 @@ class LocalProcessProvider(EnvironmentProvider):
             marker=f"{checks}/tests",
         )
 
+    def run_setup(
+        self,
+        spec: RecoverySpec,
+        workspace: str,
+        *,
+        run_id: str,
+        log_path: Path,
+        timeout_s: float | None = None,
+        progress: Progress | None = None,
+    ) -> SetupOutcome:
+        """The recipe's setup alone in ``workspace``, exactly as :meth:`provision` and :meth:`run_checks` run it
+        (sandbox, dependency cache, secrets allowlist), logged to ``log_path``; for a caller that sets a workspace
+        up once and then runs its tests or a reproduction with ``setup=False`` (``durafix check``). Its processes
+        carry a marker under ``run_id``'s key, so the run's cleanup sweep finds one still running; nothing of it
+        outlives the call. ``timeout_s``: per command, default the provider's. Raises
+        :class:`~environments.checks.SetupError`."""
+        marker = f"{self.runs.run_dir(run_id).name}/setup-{uuid.uuid4().hex}"
+        return self._setup(
+            Path(workspace).absolute(),
+            spec,
+            marker,
+            log_path,
+            self.setup_timeout_s if timeout_s is None else timeout_s,
+            progress or ignore,
+        )
+
     def _setup(
         self, ws: Path, spec: RecoverySpec, marker: str, log_path: Path, timeout_s: float, progress: Progress
-    ) -> None:
+    ) -> SetupOutcome:
         """The recipe's setup in ``ws`` as every caller of this provider runs it: in its sandbox, with its dependency
         cache and secrets allowlist, its processes marked ``marker`` (see :func:`environments.checks.run_setup`)."""
-        run_setup(
+        return run_setup(
             ws,
             spec.recipe,
             marker=marker,

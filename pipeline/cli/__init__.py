@@ -22,6 +22,9 @@ __all__ = ["COMMANDS", "build_parser", "command_specs", "main", "run_command"]
 
 COMMANDS: dict[str, Spec] = {
     "init": Spec("pipeline.cli.init", "write a starter durafix.yaml for a repository"),
+    "check": Spec(
+        "pipeline.cli.check", "dry-run a checkout's recipe (and a report's reproduction) in the sandbox, no forge"
+    ),
     "worker": Spec("pipeline.cli.serve", "run a worker"),
     "serve": Spec("pipeline.cli.serve", "run the GitHub webhook receiver"),
     "start": Spec("pipeline.cli.runs", "start (or attach to) the run for a bug report"),

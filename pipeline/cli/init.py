@@ -46,7 +46,8 @@ def cmd_init(args: argparse.Namespace, config: DurafixConfig) -> int:
     for line in guess.check:
         print(f"  - {line}")
     print(
-        "then commit it; `durafix dev onboard DIR` pushes the repository to the local stack "
+        "try it with `durafix check DIR` (a dry run in the sandbox), then commit it; `durafix dev onboard DIR` pushes "
+        "the repository to the local stack "
         "(docs/onboarding.md in durafix's repository)"
     )
     return EXIT_OK
