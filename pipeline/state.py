@@ -578,6 +578,8 @@ class RunState(BaseModel):
     environment: EnvironmentFact | None = None
     reproduction: ReproductionFact | None = None
     baseline: BaselineFact | None = None
+    reproduction_kind: str = "browser"
+    """The kind of the run's reproduction (environments.reproduction.ReproductionKind): browser, command, test."""
     reproduction_seed: ReproductionSeedFact | None = None
     """A test reproduction's files as a patch the repair attempts start from (None: nothing to seed)."""
     candidates: list[CandidateFact] = Field(default_factory=list)

@@ -378,6 +378,7 @@ class ProcedureResult(BaseModel):
     error: str | None = None
     missing: bool = False
     drafted: bool = False
+    kind: ReproductionKind = ReproductionKind.BROWSER
     prompt_tokens: int = 0
     completion_tokens: int = 0
     # A drafted reproduction: the YAML the model submitted (for the ticket: "reproduced with this test, drafted
@@ -512,6 +513,8 @@ class AgentTurnInput(BaseModel):
     reproduction: ReproductionFact | None = None
     baseline_summary: str | None = None
     earlier_attempts: list[EarlierAttempt] = Field(default_factory=list)
+    # The reproduction's tests the attempt's workspace starts with (its seed patch): kept, and passing after.
+    seed_tests: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _opening_facts_once(self) -> AgentTurnInput:
@@ -533,6 +536,7 @@ _OPENING_FACTS = (
     "spec_ref",
     "reproduction",
     "baseline_summary",
+    "seed_tests",
     "earlier_attempts",
 )
 

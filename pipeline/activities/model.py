@@ -114,6 +114,7 @@ class ModelActivities(PatchingActivities):
         return ProcedureResult(
             procedure_ref=ref,
             drafted=True,
+            kind=draft.kind,
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
             drafted_yaml=draft.procedure_yaml,
