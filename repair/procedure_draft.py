@@ -41,6 +41,7 @@ from openai.types.chat import (
 from pydantic import BaseModel, Field
 
 from browser.procedure import Procedure, ProcedureError
+from environments.interface import AppRecipe
 from environments.reproduction import (
     CommandProcedure,
     Reproduction,
@@ -49,6 +50,7 @@ from environments.reproduction import (
     kind_of,
     parse_reproduction,
 )
+from environments.test_files import pick_test_files
 from repair.config import ModelConfig
 from repair.interface import RepairError
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
@@ -311,6 +313,41 @@ def available_kinds(*, serves_app: bool, runs_named_tests: bool) -> tuple[Reprod
     if runs_named_tests:
         kinds.append(ReproductionKind.TEST)
     return tuple(kinds)
+
+
+# A marker file at the repository's root, and the ecosystem it names (the first found, in this order).
+_ECOSYSTEMS = (
+    ("pyproject.toml", "python"),
+    ("setup.py", "python"),
+    ("requirements.txt", "python"),
+    ("package.json", "javascript"),
+    ("go.mod", "go"),
+    ("Cargo.toml", "rust"),
+    ("Gemfile", "ruby"),
+    ("pom.xml", "java"),
+    ("build.gradle", "java"),
+)
+
+
+def recipe_kinds(recipe: AppRecipe) -> tuple[ReproductionKind, ...]:
+    """:func:`available_kinds` for a repository's recipe."""
+    return available_kinds(serves_app=bool(recipe.start), runs_named_tests=recipe.test_subset is not None)
+
+
+def repository_facts(recipe: AppRecipe, paths: Sequence[str]) -> RepositoryFacts:
+    """The facts a drafter is told, from the recipe and the repository's tracked ``paths`` (as git lists them
+    at the base revision: names only, no file is read). Top-level entries and test files are sorted, so the
+    same checkout gives the same facts; the prompt shows at most :data:`MAX_FACT_PATHS` of each."""
+    top = sorted({p.split("/", 1)[0] + ("/" if "/" in p else "") for p in paths})
+    names = {t.rstrip("/") for t in top}
+    ecosystem = next((name for marker, name in _ECOSYSTEMS if marker in names), "")
+    return RepositoryFacts(
+        ecosystem=ecosystem,
+        test_command=recipe.test,
+        test_subset=recipe.test_subset,
+        top_level=top,
+        test_files=pick_test_files(paths, recipe.test_files),
+    )
 
 
 def conversation(

@@ -15,6 +15,7 @@ import pytest
 from browser.procedure import ExpectText, Procedure, Step, extract_procedure, parse_procedure
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
+from environments.interface import AppRecipe
 from environments.reproduction import (
     CommandProcedure,
     OutputCheck,
@@ -29,6 +30,7 @@ from repair.procedure_draft import (
     EXAMPLE_COMMAND,
     EXAMPLE_PROCEDURE,
     EXAMPLE_TEST,
+    MAX_FACT_PATHS,
     DraftResult,
     DraftRound,
     ProcedureDrafter,
@@ -37,6 +39,8 @@ from repair.procedure_draft import (
     available_kinds,
     conversation,
     draft_procedure,
+    recipe_kinds,
+    repository_facts,
     schema_summary,
 )
 from tests.conftest import require
@@ -369,3 +373,22 @@ def test_schema_summary_covers_command_and_test_fields_and_every_example_is_vali
     assert all(f"{f}: " in summary for f in OutputCheck.model_fields)
     for example, kind in ((EXAMPLE_PROCEDURE, "browser"), (EXAMPLE_COMMAND, "command"), (EXAMPLE_TEST, "test")):
         assert kind_of(parse_reproduction(example)) == kind
+
+
+def test_the_facts_and_kinds_of_a_recipe_and_its_tracked_files() -> None:
+    recipe = AppRecipe(start="python3 app.py", test="python3 -m pytest", test_subset="python3 -m pytest {files}")
+    paths = ["stats.py", "pyproject.toml", "tests/test_stats.py", "tests/__init__.py", "docs/index.md"]
+
+    facts = repository_facts(recipe, paths)
+
+    assert facts == RepositoryFacts(
+        ecosystem="python",
+        test_command="python3 -m pytest",
+        test_subset="python3 -m pytest {files}",
+        top_level=["docs/", "pyproject.toml", "stats.py", "tests/"],
+        test_files=["tests/__init__.py", "tests/test_stats.py"],
+    )
+    assert recipe_kinds(recipe) == ALL_KINDS
+    assert recipe_kinds(recipe.model_copy(update={"test_subset": None})) == ALL_KINDS[:2]
+    many = RepositoryFacts(top_level=[f"f{n}.py" for n in range(MAX_FACT_PATHS + 5)]).render()
+    assert many.endswith('"f59.py" and 5 more')
