@@ -118,6 +118,7 @@ STATE_MEMO_PATCH = "state-in-memo"
 REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"
 RUN_RECORD_PATCH = "run-record-stored"
 ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
+REPRODUCTION_SEED_PATCH = "test-reproduction-seeds-repair"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -273,6 +274,15 @@ PATCHES: tuple[Patch, ...] = (
         "every turn in their own.",
         fixtures=("repair-attempts-as-children",),
         shipped=date(2026, 12, 5),
+    ),
+    Patch(
+        REPRODUCTION_SEED_PATCH,
+        "A run whose reproduction is a test writes its test files on the base (env.reproduction_seed) once "
+        "before the first repair attempt, and every attempt that would start from nothing starts from them, so "
+        "the candidate, its PR and its regression proof hold the test. Asked only by runs with a test "
+        "reproduction: browser runs issue the commands they always did.",
+        fixtures=("test-reproduction-seeded",),
+        shipped=date(2026, 12, 6),
     ),
 )
 

@@ -162,6 +162,18 @@ class ReproductionFact(BaseModel):
     environment_failure: EnvironmentFailureFact | None = None
 
 
+class ReproductionSeedFact(BaseModel):
+    """The reproduction's test files written on the base revision, as a patch every repair attempt starts from
+    (so the candidate, its pull request and its regression proof hold the test): ``patch_ref`` the stored
+    patch, ``files`` the paths it adds, ``tests`` the tests the reproduction names (the agent is told to keep
+    them passing)."""
+
+    op_id: str
+    patch_ref: ArtifactRef
+    files: list[str]
+    tests: list[str] = Field(default_factory=list)
+
+
 class BaselineFact(BaseModel):
     """The recipe's tests on the base revision, run once before any repair attempt. ``cases_ref``: its test cases
     (stored JSON, :class:`environments.test_results.TestCases`) when the recipe names a ``test_report``."""
@@ -566,6 +578,10 @@ class RunState(BaseModel):
     environment: EnvironmentFact | None = None
     reproduction: ReproductionFact | None = None
     baseline: BaselineFact | None = None
+    reproduction_kind: str = "browser"
+    """The kind of the run's reproduction (environments.reproduction.ReproductionKind): browser, command, test."""
+    reproduction_seed: ReproductionSeedFact | None = None
+    """A test reproduction's files as a patch the repair attempts start from (None: nothing to seed)."""
     candidates: list[CandidateFact] = Field(default_factory=list)
     publish: PublishFact | None = None
     pending_approval: ApprovalRequest | None = None

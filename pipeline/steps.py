@@ -21,10 +21,12 @@ from pydantic import BaseModel, Field, model_validator
 
 from browser.results import ReproductionStatus
 from environments.interface import CleanupReport, EnvironmentHandle
+from environments.reproduction import ReproductionKind
 from evidence.interface import ArtifactRef
 from pipeline.policies import TimeoutClass
 from pipeline.state import EnvironmentFailureFact, RegressionFact, ReproductionFact, RunState
 from repair.context import EarlierAttempt
+from repair.procedure_draft import BROWSER_ONLY, DraftRound, RepositoryFacts
 from reviews.approval_policy import ApprovalPolicy
 
 
@@ -376,8 +378,12 @@ class ProcedureResult(BaseModel):
     error: str | None = None
     missing: bool = False
     drafted: bool = False
+    kind: ReproductionKind = ReproductionKind.BROWSER
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    # A drafted reproduction: the YAML the model submitted (for the ticket: "reproduced with this test, drafted
+    # from your report"); empty for one the report carried.
+    drafted_yaml: str = ""
 
 
 class ReproduceInput(BaseModel):
@@ -407,10 +413,38 @@ class ReproduceResult(BaseModel):
 
 
 class DraftProcedureInput(BaseModel):
+    """``kinds``: the reproductions the recipe can run (browser only, as before other kinds existed, when not
+    given); ``facts``: what the drafter is told of the repository; ``previous``: earlier drafts that were valid
+    but did not show the bug on the base, with what their run found (the conversation is rebuilt from them)."""
+
     run_id: str
     op_id: str
     issue_title: str
     issue_body: str
+    kinds: list[ReproductionKind] = Field(default_factory=lambda: list(BROWSER_ONLY))
+    facts: RepositoryFacts | None = None
+    previous: list[DraftRound] = Field(default_factory=list)
+
+
+class ReproductionSeedInput(BaseModel):
+    """``procedure_ref``: the run's stored reproduction; a ``test`` one with ``files`` is written on the base
+    revision (``spec_ref``'s) and stored as the patch the repair attempts start from."""
+
+    run_id: str
+    op_id: str
+    spec_ref: ArtifactRef
+    procedure_ref: ArtifactRef
+
+
+class ReproductionSeedResult(BaseModel):
+    """``patch_ref``: the reproduction's files as a patch against the base revision, None when there is nothing
+    to seed (a browser or command reproduction, or a test one that writes no files); ``files`` the paths it
+    adds, ``tests`` the tests the reproduction names."""
+
+    patch_ref: ArtifactRef | None = None
+    files: list[str] = Field(default_factory=list)
+    tests: list[str] = Field(default_factory=list)
+    refused: str = Field(default="", description="why the files were not written (e.g. a link on their path)")
 
 
 class ProposePatchInput(BaseModel):
@@ -479,6 +513,8 @@ class AgentTurnInput(BaseModel):
     reproduction: ReproductionFact | None = None
     baseline_summary: str | None = None
     earlier_attempts: list[EarlierAttempt] = Field(default_factory=list)
+    # The reproduction's tests the attempt's workspace starts with (its seed patch): kept, and passing after.
+    seed_tests: list[str] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _opening_facts_once(self) -> AgentTurnInput:
@@ -500,6 +536,7 @@ _OPENING_FACTS = (
     "spec_ref",
     "reproduction",
     "baseline_summary",
+    "seed_tests",
     "earlier_attempts",
 )
 
@@ -702,6 +739,15 @@ AGENT_COMMAND = Step(
     "model.agent_command", Q.MODEL, AgentCommandInput, ProposalResult, T.MODEL, "<wf>:repair:<attempt>"
 )
 
+REPRODUCTION_SEED = Step(
+    "env.reproduction_seed",
+    Q.ENVIRONMENTS,
+    ReproductionSeedInput,
+    ReproductionSeedResult,
+    T.ENVIRONMENT,
+    "<wf>:reproduction-seed",
+)
+
 STEPS: tuple[Step[Any, Any], ...] = (
     READ_REPORT,
     ENSURE_TICKET,
@@ -734,4 +780,5 @@ STEPS: tuple[Step[Any, Any], ...] = (
     AGENT_RECORD,
     AGENT_CONCLUDE,
     AGENT_COMMAND,
+    REPRODUCTION_SEED,
 )

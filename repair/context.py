@@ -92,12 +92,18 @@ class RepairContext(_Value):
     test_command: str | None = None
     baseline: str | None = None
     earlier_attempts: list[EarlierAttempt] = Field(default_factory=list)
+    # The reproduction's tests already in the workspace (written on the base before the attempt).
+    seed_tests: list[str] = Field(default_factory=list)
 
     def render(self) -> str:
         """The context as the sections of the first user message, after the report; empty when it holds nothing."""
-        sections = [
-            s for s in (_reproduction(self.reproduction), _tests(self.test_command, self.baseline), _earlier(self)) if s
-        ]
+        parts = (
+            _reproduction(self.reproduction),
+            _seeded(self.seed_tests),
+            _tests(self.test_command, self.baseline),
+            _earlier(self),
+        )
+        sections = [s for s in parts if s]
         return "\n\n".join(sections)
 
 
@@ -290,6 +296,16 @@ def _tests(command: str | None, baseline: str | None) -> str:
     if baseline is not None:
         lines.append(f"Its result on the base revision: {_quoted(baseline)}")
     return "\n".join(lines)
+
+
+def _seeded(tests: list[str]) -> str:
+    if not tests:
+        return ""
+    named = ", ".join(_quoted(t) for t in tests)
+    return (
+        f"The test reproducing the bug is already in your workspace: {named}. It fails now; it must pass after "
+        "your fix. Keep it (do not delete or weaken it): it becomes the regression test of your change."
+    )
 
 
 def _earlier(context: RepairContext) -> str:

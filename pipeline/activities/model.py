@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from temporalio import activity
 
+from environments.reproduction import stored_form
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
@@ -81,7 +82,7 @@ class ModelActivities(PatchingActivities):
 
     @activity.defn(name=steps.DRAFT_PROCEDURE.name)
     def draft_procedure(self, inp: DraftProcedureInput) -> ProcedureResult:
-        """Draft a reproduction procedure from the report's prose and store it by content.
+        """Draft a reproduction (of the kinds the input offers) from the report's prose and store it by content.
 
         Not idempotent at the model (a retry asks again); the workflow records the reference it gets and
         never asks again for a run that has one. A model that never produces a valid procedure is a
@@ -91,11 +92,19 @@ class ModelActivities(PatchingActivities):
         beat = Heartbeat("drafting a reproduction procedure", carry={"spent": earlier.model_dump()})
         try:
             with beat:
-                draft = self.drafter().draft(inp.issue_title, inp.issue_body, inp.op_id)
+                draft = self.drafter().draft(
+                    inp.issue_title,
+                    inp.issue_body,
+                    inp.op_id,
+                    kinds=inp.kinds,
+                    facts=inp.facts,
+                    previous=inp.previous,
+                )
         except RepairError as err:
             raise failing(err, earlier.plus(err.prompt_tokens, err.completion_tokens), beat) from err
+        # Stored as a reported one is (a browser procedure exactly as before kinds existed).
         ref = self.store.put_bytes(
-            draft.procedure.model_dump_json(indent=2).encode(),
+            stored_form(draft.procedure),
             kind=ArtifactKind.PROCEDURE,
             run_id=inp.run_id,
             name="drafted-procedure.json",
@@ -105,8 +114,10 @@ class ModelActivities(PatchingActivities):
         return ProcedureResult(
             procedure_ref=ref,
             drafted=True,
+            kind=draft.kind,
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
+            drafted_yaml=draft.procedure_yaml,
         )
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)

@@ -37,7 +37,7 @@ MAX_PROCEDURE_BYTES = 1024 * 1024
 def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: GitCredentials) -> RepairContext | None:
     """The context of ``inp``'s attempt, or None when the workflow passed no facts (a run recorded before
     it did: its first message is what it was)."""
-    if inp.spec_ref is None and inp.reproduction is None and not inp.earlier_attempts:
+    if inp.spec_ref is None and inp.reproduction is None and not inp.earlier_attempts and not inp.seed_tests:
         return None
     spec = spec_from_json(store.read_bytes(inp.spec_ref)) if inp.spec_ref is not None else None
     redact: Redact = output_redactor(spec.recipe.secrets if spec else {}, git_token).text
@@ -46,6 +46,7 @@ def repair_context(store: ArtifactStore, inp: AgentTurnInput, git_token: GitCred
         test_command=clean(spec.recipe.test, redact) if spec is not None else None,
         baseline=clean(inp.baseline_summary, redact) if inp.baseline_summary is not None else None,
         earlier_attempts=[earlier_attempt(a.attempt, a.summary, a.reason, redact) for a in inp.earlier_attempts],
+        seed_tests=[clean(t, redact) for t in inp.seed_tests],
     )
 
 

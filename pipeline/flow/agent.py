@@ -168,6 +168,7 @@ class SteppedAgent:
                 reproduction=ctx.state.reproduction,
                 baseline_summary=baseline.summary if baseline else None,
                 earlier_attempts=spec.failures,
+                seed_tests=ctx.state.reproduction_seed.tests if ctx.state.reproduction_seed else [],
             ),
             spec.attempt,
         )

@@ -100,6 +100,7 @@ class Intake:
         if procedure.procedure_ref is None:
             raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
         ctx.procedure_ref = procedure.procedure_ref
+        ctx.state.reproduction_kind = procedure.kind
         ctx.record(procedure.procedure_ref)
 
     async def _draft_procedure(self) -> ProcedureResult:

@@ -11,6 +11,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from environments.reproduction import ReproductionKind
+    from evidence.interface import ArtifactRef
     from pipeline import accounting, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
     from pipeline.flow.agent import SteppedAgent
@@ -18,9 +20,9 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.context import RunContext, RunEnded, detail_ref
     from pipeline.flow.verify import Verify
     from pipeline.ids import op_id
-    from pipeline.patches import COMMAND_ENGINE_PATCH, STEPPED_AGENT_PATCH
-    from pipeline.state import CandidateFact, Outcome, Phase
-    from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput
+    from pipeline.patches import COMMAND_ENGINE_PATCH, REPRODUCTION_SEED_PATCH, STEPPED_AGENT_PATCH
+    from pipeline.state import CandidateFact, Outcome, Phase, ReproductionSeedFact
+    from pipeline.steps import AgentCommandInput, ProposalResult, ProposePatchInput, ReproductionSeedInput
     from repair.context import EarlierAttempt
 
 
@@ -56,6 +58,7 @@ class Repair:
         # Each refused attempt: its patch summary and why (the next attempt's first message says both).
         failures: list[EarlierAttempt] = []
         engine = self._engine()
+        await self._seed()
         for attempt in range(1, budgets.repair_attempts_max + 1):
             candidate = await self._attempt(engine, attempt, failures)
             if candidate is not None:
@@ -94,6 +97,32 @@ class Repair:
         failures.append(EarlierAttempt(attempt=attempt, summary=candidate.summary, reason=failure))
         return None
 
+    async def _seed(self) -> None:
+        """A test reproduction's files, written on the base once (``env.reproduction_seed``), as the patch the
+        attempts start from; recorded in the run's state. Only runs with a test reproduction ask for the patch,
+        so every other run issues the commands it always did."""
+        ctx = self.ctx
+        if ctx.state.reproduction_kind != ReproductionKind.TEST or ctx.state.reproduction_seed is not None:
+            return
+        if not ctx.patched(REPRODUCTION_SEED_PATCH):
+            return
+        assert ctx.procedure_ref is not None
+        seed_op = op_id(ctx.wf, "reproduction-seed")
+        seeded = await ctx.step(
+            steps.REPRODUCTION_SEED,
+            ReproductionSeedInput(run_id=ctx.wf, op_id=seed_op, spec_ref=ctx.spec, procedure_ref=ctx.procedure_ref),
+        )
+        if seeded.patch_ref is not None:
+            ctx.record(seeded.patch_ref)
+            ctx.state.reproduction_seed = ReproductionSeedFact(
+                op_id=seed_op, patch_ref=seeded.patch_ref, files=seeded.files, tests=seeded.tests
+            )
+
+    def _start_patch(self) -> ArtifactRef | None:
+        """Where an attempt starts: the reproduction's test files when the run has them, else the base."""
+        seed = self.ctx.state.reproduction_seed
+        return seed.patch_ref if seed is not None else None
+
     def _refused(self, err: ActivityError) -> str:
         """Why a failed proposal leaves no candidate (the next attempt is told); re-raised unless it is the
         attempt's failure (no usable patch, a permanent refusal); the budget spent ends the run."""
@@ -116,7 +145,13 @@ class Repair:
             return await self._command(attempt, repair_op, [f.line() for f in failures], token_budget)
         if engine == Engine.STEPPED:
             return await self.agent.attempt(
-                AttemptSpec(attempt=attempt, repair_op=repair_op, failures=list(failures), token_budget=token_budget)
+                AttemptSpec(
+                    attempt=attempt,
+                    repair_op=repair_op,
+                    failures=list(failures),
+                    token_budget=token_budget,
+                    start_patch=self._start_patch(),
+                )
             )
         return await ctx.step(
             steps.PROPOSE_PATCH,

@@ -70,12 +70,14 @@ def activities_for(queue: TaskQueue, services: Services, host: str = "") -> Sequ
         # Forge calls beat too, so their attempts have a heartbeat timeout shorter than start-to-close.
         return [heartbeating(a) for a in services.forge_activities().all()]
     if queue == TaskQueue.ENVIRONMENTS:
+        from pipeline.activities.reproduction_seed import ReproductionSeedActivities
         from pipeline.activities.run_record import RunRecordActivities
 
         return [
             *services.environment_activities(host).all(),
             *services.agent_run_activities().all(),
             *RunRecordActivities(services.store).all(),
+            *ReproductionSeedActivities(services.store, services.workspaces, services.git_token).all(),
         ]
     if queue == TaskQueue.BROWSER:
         return services.browser_activities().all()

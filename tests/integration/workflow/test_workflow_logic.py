@@ -24,6 +24,7 @@ from browser.results import ReproductionStatus
 from environments.diagnosis import diagnose
 from environments.interface import CleanupReport, EnvironmentHandle, NoAppError, OwnedResource, ResourceKind
 from environments.regression import ProofStatus
+from environments.reproduction import ReproductionKind
 from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import client as runs
 from pipeline import steps
@@ -87,6 +88,8 @@ from pipeline.steps import (
     ReportInfo,
     ReproduceInput,
     ReproduceResult,
+    ReproductionSeedInput,
+    ReproductionSeedResult,
     RequestReviewInput,
     ReviewComment,
     ReviewRead,
@@ -171,6 +174,8 @@ class Script:
     reproduce_lost: int = 0
     # The try after those lost ones on a host hangs without beating (the host went silent with it).
     reproduce_silent_after_lost: bool = False
+    # The kind of reproduction the report's block holds.
+    procedure_kind: ReproductionKind = ReproductionKind.BROWSER
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -380,7 +385,14 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     async def prepare_procedure(i: PrepareProcedureInput) -> ProcedureResult:
         s.calls.append(("prepare_procedure", i))
-        return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE))
+        return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE), kind=s.procedure_kind)
+
+    @activity.defn(name=steps.REPRODUCTION_SEED.name)
+    async def reproduction_seed(i: ReproductionSeedInput) -> ReproductionSeedResult:
+        s.calls.append(("reproduction_seed", i))
+        return ReproductionSeedResult(
+            patch_ref=ref("seed", ArtifactKind.PATCH), files=["tests/test_issue.py"], tests=["tests/test_issue.py"]
+        )
 
     @activity.defn(name=steps.REPRODUCE.name)
     async def reproduce(i: ReproduceInput) -> ReproduceResult:
@@ -519,6 +531,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             build,
             agent_run,
             record_run,
+            reproduction_seed,
         ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
         TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude],
@@ -1349,3 +1362,40 @@ async def test_a_host_bound_step_that_times_out_after_a_lost_try_takes_the_host_
     assert provisions[:2] == [f"{wf}:env-base:1", f"{wf}:env-base:2"], provisions
     base = [c.op_id for c in host_calls(harness, "reproduce") if c.revision == BASE]
     assert base == [f"{wf}:reproduce-base:1"] * 2 + [f"{wf}:reproduce-base:2"], base
+
+
+async def test_a_test_reproduction_seeds_every_attempt_and_the_agent_is_told_to_keep_the_test(
+    harness: Harness,
+) -> None:
+    """A run whose reproduction is a test writes its files on the base once, before the first attempt; each
+    attempt starts from that patch, and its first turn names the test the fix must make pass."""
+    harness.script.procedure_kind = ReproductionKind.TEST
+    harness.script.fixes_on_attempt = 2
+    final = await approved_run(harness)
+
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    names = harness.script.names()
+    assert names.count("reproduction_seed") == 1
+    assert names.index("reproduction_seed") < names.index("propose")
+    (seed_input,) = [c for n, c in harness.script.calls if n == "reproduction_seed"]
+    assert seed_input.procedure_ref == ref("procedure", ArtifactKind.PROCEDURE)
+    assert seed_input.op_id == f"{final.workflow_id}:reproduction-seed"
+    seed = ref("seed", ArtifactKind.PATCH)
+    assert final.reproduction_kind == "test"
+    assert final.reproduction_seed is not None and final.reproduction_seed.patch_ref == seed
+    assert seed in final.evidence
+    tools = [c for n, c in harness.script.calls if n == "agent_tools"]
+    assert [(c.attempt, c.patch_ref) for c in tools] == [(1, seed), (2, seed)]  # both attempts start from it
+    firsts = [c for n, c in harness.script.calls if n == "propose"]
+    assert [c.seed_tests for c in firsts] == [["tests/test_issue.py"]] * 2
+    record_history(
+        await harness.client.get_workflow_handle(final.workflow_id).fetch_history(), "test-reproduction-seeded"
+    )
+
+
+async def test_a_browser_reproduction_asks_for_no_seed(harness: Harness) -> None:
+    final = await approved_run(harness)
+
+    assert final.outcome == Outcome.MERGED
+    assert "reproduction_seed" not in harness.script.names()
+    assert final.reproduction_seed is None

@@ -143,3 +143,13 @@ def test_the_first_message_carries_the_context_in_place_of_the_bare_failure_line
         "Earlier attempts were rejected by verification:\n"
         "- attempt 1: attempt 1: the bug still reproduces on the candidate\nDo not repeat them."
     )
+
+
+def test_seeded_tests_are_named_with_what_the_fix_must_do_with_them() -> None:
+    rendered = RepairContext(seed_tests=["tests/test_issue_24.py"], test_command="pytest").render()
+
+    seeded, tests = rendered.split("\n\n")
+    assert seeded.startswith('The test reproducing the bug is already in your workspace: "tests/test_issue_24.py".')
+    assert "must pass after your fix" in seeded and "Keep it" in seeded
+    assert tests.startswith("The repository's test command")
+    assert RepairContext().render() == ""
