@@ -12,6 +12,8 @@ each through the webhooks on the embedded stack:
 4. the first bug reported again once its fix is merged: it passes on the base, so the run ends in honest triage
    and its ticket, read from the forge, says it did not reproduce.
 
+And a command report on a recipe whose setup has no network ends naming that cause, as a browser run's does.
+
 One stack and one worker serve both libraries; the worker's dependency cache is built once per library.
 """
 
@@ -20,9 +22,11 @@ from __future__ import annotations
 import asyncio
 import shutil
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import yaml
 from temporalio.client import Client
 
 from environments.command_repro import SandboxReproduction
@@ -37,7 +41,17 @@ from tests.e2e.test_cli import Cli
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
 from tests.e2e.test_real_projects import entries_of, model_requests, ticket_of
 from tests.support.e2e_stack import E2EStack, owned_processes, running_e2e_stack
-from tests.support.library_projects import LIBRARIES, Bug, Library, Report, build_library, model_script
+from tests.support.library_projects import (
+    LIBRARIES,
+    STAT_RECIPE,
+    STAT_SETUP,
+    STATKIT_LIBRARY,
+    Bug,
+    Library,
+    Report,
+    build_library,
+    model_script,
+)
 
 pytestmark = [pytest.mark.slow]
 
@@ -178,3 +192,40 @@ async def test_a_library_merges_fixes_for_command_and_test_reports_and_triages_t
     # Setup ran once for the library (the first workspace that needed it); every later one restored it.
     [(_, record)] = entries_of(services.setup.cache, repository)
     assert record.setup == recipe.setup and record.paths == [library.cached_path]
+
+
+@pytest.mark.timeout(600)
+async def test_a_command_reproduction_whose_setup_has_no_network_ends_naming_its_cause(
+    stack: E2EStack, tmp_path: Path
+) -> None:
+    """The pip library with a recipe that forgot `setup_network: true` (and a pin no cache holds): the sandboxed
+    reproduction's setup fails, and the run ends as a provisioned app's failing setup does: the environment
+    reason, the failed command and the `setup_network` hint on the ticket, no model request, no PR."""
+    offline_recipe = {k: v for k, v in STAT_RECIPE.items() if k != "setup_network"}
+    commits = [
+        (message, {**files, "requirements.txt": "humanize==4.10.0\n"} if "requirements.txt" in files else files)
+        for message, files in STATKIT_LIBRARY.commits
+        if "durafix.yaml" not in files
+    ]
+    library = replace(
+        STATKIT_LIBRARY,
+        name="statkit-offline",
+        commits=[*commits, ("durafix recipe", {"durafix.yaml": yaml.safe_dump(offline_recipe, sort_keys=False)})],
+    )
+    checkout = build_library(library, tmp_path)
+    onboarded = Cli(stack.state_dir).json("dev", "onboard", str(checkout), "--receiver-url", stack.receiver.url)
+    repository = onboarded["repository"]
+    client = await runs.connect(stack.config)
+    asked = model_requests(stack)
+
+    state, ticket = await triaged(
+        stack, client, onboarded["tokens"]["owner"]["token"], repository, library.command_bug.report, "app_not_ready"
+    )
+    assert state.reproduction_kind == "command" and state.environment is None
+    assert state.triage is not None and state.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, state.triage
+    failed = state.triage.environment
+    assert failed is not None and failed.stage == "setup" and failed.cause == "no-setup-network", failed
+    assert failed.command == STAT_SETUP[1] and failed.log_ref is not None
+    assert "`environment-not-set-up`" in ticket and "did not reproduce" not in ticket, ticket
+    assert "hint: setup has no network" in ticket and "`setup_network: true`" in ticket, ticket
+    assert model_requests(stack) == asked, "the model was asked about a report that was never tried"

@@ -204,8 +204,9 @@ class ClampAboveTest(unittest.TestCase):
 if __name__ == "__main__":
     unittest.main()
 """
-STAT_RECIPE = {
-    "setup": ["python3 -m venv .venv", ".venv/bin/pip install --quiet -r requirements.txt"],
+STAT_SETUP = ["python3 -m venv .venv", ".venv/bin/pip install --quiet -r requirements.txt"]
+STAT_RECIPE: dict[str, Any] = {
+    "setup": STAT_SETUP,
     "setup_network": True,
     "start": "true",
     "test": ".venv/bin/python -m unittest discover -s tests -t .",
