@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from environments.reproduction import ReproductionKind
 from pipeline.state import (
     CandidateFact,
     CleanupFact,
@@ -52,7 +53,7 @@ def ticket_body(state: RunState, note: str = "") -> str:
             "processes (DURAFIX_UNSANDBOXED=1)"
         )
     if state.reproduction is not None:
-        lines.append(f"- reproduction on base: `{state.reproduction.status}`")
+        lines.append(f"- reproduction on base{kind_said(state)}: `{state.reproduction.status}`")
     if state.baseline is not None:
         verdict = "passed" if state.baseline.passed else ("failed" if state.baseline.runnable else "cannot run")
         lines.append(f"- recipe tests on base: `{verdict}`")
@@ -84,6 +85,15 @@ def ticket_body(state: RunState, note: str = "") -> str:
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def kind_said(state: RunState) -> str:
+    """`` (a test reproduction, run in the sandbox)``: how the run reproduced the report, said for a command or
+    test reproduction; empty for a browser procedure (its texts are what they were before kinds existed)."""
+    kind = state.reproduction_kind
+    if kind == ReproductionKind.BROWSER:
+        return ""
+    return f" (a {kind.value} reproduction, run in the sandbox)"
 
 
 _TRIAGE_TEXT = {
@@ -199,7 +209,7 @@ def evidence_comment(state: RunState, candidate: CandidateFact, evidence: Eviden
         "",
         f"- report: {evidence.report_url}",
         f"- evidence bundle digest: `{evidence.digest}` (an approval names this)",
-        f"- base revision `{state.target_revision}`: "
+        f"- base revision `{state.target_revision}`{kind_said(state)}: "
         f"`{state.reproduction.status if state.reproduction else 'unknown'}`",
         f"- candidate `{candidate.commit}`: tests {'passed' if candidate.tests_passed else 'failed'}, "
         f"replay `{candidate.replay.status if candidate.replay else 'not run'}`",

@@ -14,6 +14,7 @@ from pydantic import AwareDatetime, BaseModel, Field, computed_field, model_vali
 
 from browser.results import ReproductionStatus
 from environments.regression import ProofStatus
+from environments.reproduction import ReproductionKind
 from evidence.interface import ArtifactRef
 
 WORKFLOW_VERSION = 1
@@ -576,10 +577,11 @@ class RunState(BaseModel):
     target_revision: str | None = None
     ticket: TicketFact | None = None
     environment: EnvironmentFact | None = None
+    reproduction_kind: ReproductionKind = ReproductionKind.BROWSER
+    """The kind of the run's reproduction (set when its procedure is stored): ``browser`` against the provisioned
+    app; ``command`` and ``test`` in the sandbox, with no app. A state recorded before kinds existed is browser."""
     reproduction: ReproductionFact | None = None
     baseline: BaselineFact | None = None
-    reproduction_kind: str = "browser"
-    """The kind of the run's reproduction (environments.reproduction.ReproductionKind): browser, command, test."""
     reproduction_seed: ReproductionSeedFact | None = None
     """A test reproduction's files as a patch the repair attempts start from (None: nothing to seed)."""
     candidates: list[CandidateFact] = Field(default_factory=list)

@@ -372,7 +372,9 @@ class PrepareProcedureInput(BaseModel):
 
 
 class ProcedureResult(BaseModel):
-    """``missing``: the report has no procedure block at all (so one may be drafted from its prose)."""
+    """``missing``: the report has no procedure block at all (so one may be drafted from its prose). ``kind``: the
+    stored reproduction's kind (:class:`environments.reproduction.ReproductionKind`): ``browser`` runs against the
+    provisioned app, ``command`` and ``test`` in the sandbox (:data:`REPRODUCE_IN_SANDBOX`)."""
 
     procedure_ref: ArtifactRef | None
     error: str | None = None
@@ -407,6 +409,20 @@ class ReproduceResult(BaseModel):
     video_refs: list[ArtifactRef] = []
     log_ref: ArtifactRef | None = None
     runs: int
+
+
+class SandboxReproduceInput(BaseModel):
+    """A command or test reproduction run on a fresh workspace of ``spec_ref``'s base (or ``base_revision``) plus
+    ``patch_ref`` (none: the base itself), as :class:`ProvisionInput` names them; ``revision`` is the commit the
+    workspace stands for, which the stored outputs are tagged with."""
+
+    run_id: str
+    op_id: str
+    revision: str
+    procedure_ref: ArtifactRef
+    spec_ref: ArtifactRef
+    patch_ref: ArtifactRef | None = None
+    base_revision: str | None = None
 
 
 # ---- model (pipeline/activities/model.py) --------------------------------------------------------------------
@@ -704,6 +720,14 @@ TEARDOWN = Step("env.teardown", Q.ENVIRONMENTS, EnvironmentHandle, CleanupReport
 VERIFY_CANDIDATE = Step(
     "env.verify_candidate", Q.ENVIRONMENTS, VerifyInput, VerifyResult, T.ENVIRONMENT, "<wf>:verify:<attempt>"
 )
+REPRODUCE_IN_SANDBOX = Step(
+    "env.reproduce_in_sandbox",
+    Q.ENVIRONMENTS,
+    SandboxReproduceInput,
+    ReproduceResult,
+    T.ENVIRONMENT,
+    "<wf>:reproduce-<label>:<n>",
+)
 RUN_BASELINE = Step("env.run_baseline", Q.ENVIRONMENTS, BaselineInput, BaselineResult, T.ENVIRONMENT, "<wf>:baseline")
 CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCaptured, T.ENVIRONMENT)
 REBUILD_ON_BASE = Step("env.rebuild_on_base", Q.ENVIRONMENTS, RebuildOnBaseInput, RebuiltOnBase, T.ENVIRONMENT)
@@ -764,6 +788,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     PROVISION,
     TEARDOWN,
     VERIFY_CANDIDATE,
+    REPRODUCE_IN_SANDBOX,
     CAPTURE_HEAD,
     REBUILD_ON_BASE,
     RUN_BASELINE,

@@ -12,7 +12,10 @@ What the page showed is untrusted input to the model. The builders here (:func:`
 a secret so redaction no longer finds it); lists are capped; rendering quotes each value as a JSON string,
 so a page cannot fake a line of the message. The models hold values as the builders made them.
 
-The reproduction log is read as ``docs/browser.md`` documents it; a field of the wrong type is absent.
+The reproduction log is read as ``docs/browser.md`` documents it; a field of the wrong type is absent. A command
+or test reproduction (:func:`sandbox_reproduction_context`) is told as the report's YAML (fenced, redacted, capped)
+with each check's readings and each run's last command (its exit status and the ends of its outputs, quoted), and
+the tests that failed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ Redact = Callable[[str], str]
 MAX_VALUE_CHARS = 300
 MAX_CHECKS = 20
 MAX_PROBLEMS = 10
+MAX_PROCEDURE_YAML_CHARS = 6_000
+MAX_OUTPUT_CHARS = 1_000
+MAX_RUNS_SHOWN = 5
+MAX_TESTS_SHOWN = 20
 _TEXT_COMPARISONS = {"equals": "is", "not_equals": "is not", "contains": "contains", "matches": "matches the pattern"}
 
 
@@ -63,8 +70,22 @@ class CheckFact(_Value):
     seen: list[CheckSeen] = Field(default_factory=list)
 
 
+class CommandSeen(_Value):
+    """One run of a command or test reproduction: its last command as it ended, and the tests that failed."""
+
+    run: int
+    command: str
+    exit_code: int | None = None
+    timed_out: bool = False
+    stdout: str = ""
+    stderr: str = ""
+    error: str | None = None
+    failing_tests: list[str] = Field(default_factory=list)
+
+
 class ReproductionContext(_Value):
-    """The base revision's reproduction: its verdict, the page it ended on, the checks, what the page logged."""
+    """The base revision's reproduction: its verdict, the page it ended on, the checks, what the page logged.
+    A command or test reproduction (``kind``) has no page: its YAML and its runs' commands instead."""
 
     revision: str
     status: str
@@ -73,6 +94,9 @@ class ReproductionContext(_Value):
     console_errors: list[str] = Field(default_factory=list)
     failed_requests: list[str] = Field(default_factory=list)
     note: str | None = None
+    kind: str = "browser"
+    procedure_yaml: str | None = None
+    runs: list[CommandSeen] = Field(default_factory=list)
 
 
 class EarlierAttempt(_Value):
@@ -148,6 +172,97 @@ def reproduction_context(
         failed_requests=[clean(line, redact) for line in failed],
         note=clean("; ".join(notes), redact) if notes else None,
     )
+
+
+def sandbox_reproduction_context(
+    *,
+    revision: str,
+    status: str,
+    kind: str,
+    procedure_yaml: str | None,
+    record: object,
+    redact: Redact,
+) -> ReproductionContext:
+    """A command or test reproduction's facts: ``procedure_yaml`` (:func:`environments.reproduction.to_yaml`; None
+    when the stored reproduction could not be read) and its stored record (the parsed
+    :class:`environments.command_repro.SandboxReproduction` JSON: any JSON value; one that is not gives no runs
+    and a note)."""
+    notes = []
+    if procedure_yaml is None:
+        notes.append("the stored reproduction could not be read")
+    document = record if isinstance(record, dict) else {}
+    runs = document.get("runs")
+    if not isinstance(runs, list):
+        notes.append("the reproduction's record could not be read")
+        runs = []
+    checks: dict[int, tuple[str, list[CheckSeen]]] = {}
+    seen_runs: list[CommandSeen] = []
+    for entry in runs:
+        if not isinstance(entry, dict) or not isinstance(entry.get("run"), int):
+            continue
+        number = entry["run"]
+        for check in _list(entry.get("checks")):
+            if not isinstance(check, dict) or not isinstance(check.get("index"), int):
+                continue
+            _, readings = checks.setdefault(check["index"], (_text(check.get("description")) or "?", []))
+            holds = check.get("holds")
+            readings.append(
+                CheckSeen(
+                    run=number,
+                    holds=holds if isinstance(holds, bool) else None,
+                    observed=clean(actual, redact) if (actual := _text(check.get("actual"))) is not None else None,
+                    error=clean(error, redact) if (error := _text(check.get("error"))) is not None else None,
+                )
+            )
+        if len(seen_runs) < MAX_RUNS_SHOWN:
+            seen_runs.append(_command_seen(number, entry, redact))
+    if len(runs) > MAX_RUNS_SHOWN:
+        notes.append(f"{len(runs) - MAX_RUNS_SHOWN} more runs not shown")
+    facts = [
+        CheckFact(number=index + 1, expected=clean(description, redact), seen=readings)
+        for index, (description, readings) in sorted(checks.items())[:MAX_CHECKS]
+    ]
+    text = clean(procedure_yaml, redact, MAX_PROCEDURE_YAML_CHARS) if procedure_yaml is not None else None
+    return ReproductionContext(
+        revision=revision,
+        status=status,
+        checks=facts,
+        note=clean("; ".join(notes), redact) if notes else None,
+        kind=kind,
+        procedure_yaml=text,
+        runs=seen_runs,
+    )
+
+
+def _command_seen(number: int, entry: Mapping[str, Any], redact: Redact) -> CommandSeen:
+    """Run ``number``'s last command that ran, with the ends of its outputs (where a traceback or a test
+    runner's summary is)."""
+    ran = [s for s in _list(entry.get("steps")) if isinstance(s, dict) and s.get("ran", True)]
+    last: Mapping[str, Any] = ran[-1] if ran else {}
+    exit_code = last.get("exit_code")
+    failing = _list(entry.get("failing_tests"))
+    return CommandSeen(
+        run=number,
+        command=clean(_text(last.get("command")) or "", redact),
+        exit_code=exit_code if isinstance(exit_code, int) else None,
+        timed_out=last.get("timed_out") is True,
+        stdout=_tail(_text(last.get("stdout")) or "", redact),
+        stderr=_tail(_text(last.get("stderr")) or "", redact),
+        error=clean(error, redact) if (error := _text(entry.get("error"))) is not None else None,
+        failing_tests=[clean(t, redact) for t in failing[:MAX_TESTS_SHOWN] if isinstance(t, str)],
+    )
+
+
+def _list(value: object) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _tail(text: str, redact: Redact) -> str:
+    """The last :data:`MAX_OUTPUT_CHARS` of ``text``, redacted first (a test runner ends with what failed)."""
+    text = redact(text).encode("utf-8", "backslashreplace").decode("utf-8")
+    if len(text) <= MAX_OUTPUT_CHARS:
+        return text
+    return f"[{len(text) - MAX_OUTPUT_CHARS} earlier characters cut] ...{text[-MAX_OUTPUT_CHARS:]}"
 
 
 def earlier_attempt(attempt: int, summary: str, reason: str, redact: Redact) -> EarlierAttempt:
@@ -254,6 +369,8 @@ def _quoted(value: object) -> str:
 def _reproduction(r: ReproductionContext | None) -> str:
     if r is None:
         return ""
+    if r.kind != "browser":
+        return _sandbox_reproduction(r)
     lines = [
         f"Reproduction on the base revision {r.revision[:12]}: {r.status}.",
         "The bug is present when every check below holds on the page; after a fix at least one must not hold.",
@@ -272,6 +389,53 @@ def _reproduction(r: ReproductionContext | None) -> str:
     if r.note:
         lines.append(f"Note: {r.note}")
     return "\n".join(lines)
+
+
+_SANDBOX_KINDS = {
+    "command": (
+        "a command reproduction: its commands run one after another in the sandbox on a fresh workspace (the "
+        "recipe's setup done, no network, no app); the bug is present when every check below holds for the last "
+        "command. After a fix at least one must not hold."
+    ),
+    "test": (
+        "a test reproduction: the tests it names run with the repository's test_subset command in the sandbox; "
+        "the bug is present when they fail. After a fix they must pass (and the whole test suite too)."
+    ),
+}
+
+
+def _sandbox_reproduction(r: ReproductionContext) -> str:
+    lines = [
+        f"Reproduction on the base revision {r.revision[:12]}: {r.status}.",
+        f"It is {_SANDBOX_KINDS.get(r.kind, r.kind)}",
+    ]
+    if r.procedure_yaml is not None:
+        # A fence longer than any run of backticks in the text, so the text cannot end it.
+        fence = "`" * max(3, _longest_backticks(r.procedure_yaml) + 1)
+        lines += ["The reproduction as the report gives it:", f"{fence}yaml", r.procedure_yaml.rstrip("\n"), fence]
+    for check in r.checks:
+        lines.append(f"- check {check.number}: expected while the bug is present: {check.expected}")
+        lines += [f"  {line}" for line in _observed(check.seen)]
+    for run in r.runs:
+        ended = "stopped at its timeout" if run.timed_out else f"exit {run.exit_code}"
+        lines.append(f"Run {run.run}, last command {_quoted(run.command)}: {ended}")
+        lines.append(f"  stdout (end): {_quoted(run.stdout)}")
+        lines.append(f"  stderr (end): {_quoted(run.stderr)}")
+        if run.failing_tests:
+            lines.append(f"  failing tests: {', '.join(_quoted(t) for t in run.failing_tests)}")
+        if run.error is not None:
+            lines.append(f"  the run could not be completed: {_quoted(run.error)}")
+    if r.note:
+        lines.append(f"Note: {r.note}")
+    return "\n".join(lines)
+
+
+def _longest_backticks(text: str) -> int:
+    longest = run = 0
+    for ch in text:
+        run = run + 1 if ch == "`" else 0
+        longest = max(longest, run)
+    return longest
 
 
 def _observed(seen: list[CheckSeen]) -> list[str]:

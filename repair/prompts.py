@@ -43,16 +43,27 @@ _RUNS = {
     "run_reproduction": "run_reproduction replays the bug report in a browser against your workspace's app",
     "run": "run runs one of the commands the repository allows",
 }
+# A command or test reproduction runs in the sandbox, not in a browser: said so where the browser's would be.
+_NO_RUNS_SANDBOX = (
+    "You cannot run commands; durafix runs the tests and replays the bug's reproduction (in the sandbox) after you "
+    "finish."
+)
+_REPRODUCTION_SANDBOX = "run_reproduction replays the bug report's reproduction (commands or tests) on your workspace"
 _RUNS_TAIL = (
     "; each runs in a sandbox without network. Use them to check your change before you finish; durafix "
     "verifies the result again after you finish. A result that says 'interrupted' was lost: call again if needed."
 )
 
 
-def system_prompt(request: RepairRequest, runs: Sequence[str] = ()) -> str:
+def system_prompt(request: RepairRequest, runs: Sequence[str] = (), reproduction_kind: str = "browser") -> str:
     """The system prompt; ``runs`` are the run tools offered (none: the model is told it cannot run anything).
-    A revision adds what it is and its marker."""
-    running = "; ".join(_RUNS[r] for r in _RUNS if r in runs) + _RUNS_TAIL if runs else _NO_RUNS
+    A revision adds what it is and its marker. ``reproduction_kind``: the run's reproduction's (a browser one's
+    prompt is what it was before kinds existed)."""
+    said = dict(_RUNS)
+    if reproduction_kind != "browser":
+        said["run_reproduction"] = _REPRODUCTION_SANDBOX
+    none = _NO_RUNS if reproduction_kind == "browser" else _NO_RUNS_SANDBOX
+    running = "; ".join(said[r] for r in said if r in runs) + _RUNS_TAIL if runs else none
     prompt = _SYSTEM.format(marker=ATTEMPT_MARKER, attempt=request.attempt, running=running)
     if request.revision:
         prompt += _REVISION.format(marker=REVISION_MARKER, revision=request.revision)

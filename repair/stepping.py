@@ -87,8 +87,10 @@ def opening_messages(
     """The system prompt and user message that open attempt ``request.attempt``, the run's facts in the latter
     when ``context`` is given, the former telling which run tools are offered (``tools``; default: the
     workspace tools only). Deterministic: the same request, context and offer give the same messages."""
+    kind = context.reproduction.kind if context is not None and context.reproduction is not None else "browser"
+    runs = [t for t in tools or () if t in RUN_TOOLS]
     return [
-        {"role": "system", "content": system_prompt(request, runs=[t for t in tools or () if t in RUN_TOOLS])},
+        {"role": "system", "content": system_prompt(request, runs=runs, reproduction_kind=kind)},
         {"role": "user", "content": user_prompt(request, context)},
     ]
 

@@ -1,7 +1,8 @@
 """The browser queue's activities.
 
-- ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block and store it by content
-  (idempotent: the same procedure always gives the same reference).
+- ``browser.prepare_procedure``: parse the report's ``durafix-repro`` block (any kind:
+  :mod:`environments.reproduction`) and store it by content (idempotent: the same procedure always gives the same
+  reference; a browser procedure's stored bytes are what they were before kinds existed), answering its kind.
 - ``browser.reproduce``: re-checks that the environment answers HTTP (the environments' own probe, which
   never goes through a proxy) before running, never trusting the recorded handle: an app killed behind our
   back is reported as ``EnvironmentGone`` so the workflow provisions anew. Runs the procedure in a fresh
@@ -22,9 +23,10 @@ from pathlib import Path
 
 from temporalio import activity
 
-from browser.procedure import Procedure, ProcedureError, extract_procedure
+from browser.procedure import Procedure, ProcedureError
 from browser.runner import BrowserRunner
 from environments.readiness import answers
+from environments.reproduction import extract_reproduction, kind_of, stored_form
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
@@ -47,19 +49,19 @@ class BrowserActivities:
     @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     def prepare_procedure(self, inp: PrepareProcedureInput) -> ProcedureResult:
         try:
-            procedure = extract_procedure(inp.report_body)
+            procedure = extract_reproduction(inp.report_body)
         except ProcedureError as err:
             return ProcedureResult(procedure_ref=None, error=f"invalid durafix-repro block: {err}")
         if procedure is None:
             return ProcedureResult(procedure_ref=None, error="the report has no ```durafix-repro block", missing=True)
         ref = self.store.put_bytes(
-            procedure.model_dump_json(indent=2).encode(),
+            stored_form(procedure),
             kind=ArtifactKind.PROCEDURE,
             run_id=inp.run_id,
             name="procedure.json",
             media_type="application/json",
         )
-        return ProcedureResult(procedure_ref=ref)
+        return ProcedureResult(procedure_ref=ref, kind=kind_of(procedure))
 
     @activity.defn(name=steps.REPRODUCE.name)
     def reproduce(self, inp: ReproduceInput) -> ReproduceResult:

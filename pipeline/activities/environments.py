@@ -9,6 +9,8 @@ trusted from a previous attempt or another worker. Idempotency:
 - ``env.verify_candidate``: deterministic commit (same base + patch + message + timestamp, same SHA);
   the recipe's setup (or its result restored from the worker's dependency cache: the tests still run on it),
   then its tests; stored outputs are content-addressed.
+- ``env.reproduce_in_sandbox``: a command or test reproduction on a fresh workspace (base + patch), in the
+  provider's sandbox with no app; read-only towards the outside, its outputs stored by content.
 - ``env.run_baseline``: the recipe's setup and tests on a fresh workspace at the base revision; read-only
   towards the outside, its log stored by content.
 - ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
@@ -30,7 +32,9 @@ from pathlib import Path
 
 from temporalio import activity
 
+from browser.procedure import Procedure
 from environments.checks import SetupError, SetupSettings
+from environments.command_repro import reproduce_in_sandbox
 from environments.commands import tail
 from environments.diagnosis import FailedCommand, Stage, diagnose
 from environments.head_capture import capture_head, rebuild_on_base
@@ -45,6 +49,7 @@ from environments.interface import (
 )
 from environments.redaction import Redactor, redactor_for
 from environments.regression import forget_report, prove_regression
+from environments.reproduction import load_reproduction
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.test_results import CaseOutcome, ReportError, TestCases, read_workspace_report, regressions
@@ -62,6 +67,7 @@ from evidence.report import render_report
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.activities.sandbox_repro import store_reproduction
 from pipeline.activities.workspace import open_spec, rebuild
 from pipeline.failures import FailureClass
 from pipeline.state import EnvironmentFailureFact, RegressionFact
@@ -77,6 +83,8 @@ from pipeline.steps import (
     ProvisionInput,
     RebuildOnBaseInput,
     RebuiltOnBase,
+    ReproduceResult,
+    SandboxReproduceInput,
     VerifyInput,
     VerifyResult,
 )
@@ -144,6 +152,7 @@ class EnvironmentActivities:
             self.provision,
             self.teardown,
             self.verify_candidate,
+            self.reproduce_in_sandbox,
             self.capture_head,
             self.rebuild_on_base,
             self.run_baseline,
@@ -338,6 +347,62 @@ class EnvironmentActivities:
             bundle_ref=bundle_ref,
             regression=regression,
         )
+
+    @activity.defn(name=steps.REPRODUCE_IN_SANDBOX.name)
+    def reproduce_in_sandbox(self, inp: SandboxReproduceInput) -> ReproduceResult:
+        """The run's command or test reproduction on a fresh workspace (base + patch, rebuilt as provision and
+        verification rebuild it), by the provider that runs commands on this worker: the recipe's setup first
+        (restored from the dependency cache when it can be), then each run's script in the sandbox, no app. The
+        verdict, every run's record (``<label>-reproduction.json``, the result's ``log_ref``) and each run's log
+        are stored redacted; the workspace is removed. A setup that fails is the environment's finding about the
+        revision, as provision's (``NotReady`` with the failed command, see :meth:`_not_ready`)."""
+        store = self.store
+        spec = _on_base(spec_from_json(store.read_bytes(inp.spec_ref)), inp.base_revision)
+        patch = store.read_bytes(inp.patch_ref).decode() if inp.patch_ref else None
+        procedure = load_reproduction(store.read_bytes(inp.procedure_ref))
+        if isinstance(procedure, Procedure):
+            raise FailureClass.PERMANENT.error("a browser procedure runs against the app (browser.reproduce)")
+        provider = self.provider_for(None)
+        with classified():
+            ensure_not_fenced(store, inp.run_id, f"to reproduce {inp.op_id}")
+            with Heartbeat("rebuilding workspace") as beat:
+                ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
+                try:
+                    with tempfile.TemporaryDirectory(prefix="durafix-sandbox-repro-") as tmp:
+                        log_dir = Path(tmp)
+
+                        def run(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
+                            return provider.run_checks(
+                                spec,
+                                str(ws.path),
+                                run_id=inp.run_id,
+                                op_id=inp.op_id,
+                                log_path=log,
+                                setup_timeout_s=SETUP_TIMEOUT_S,
+                                test_timeout_s=timeout_s,
+                                progress=beat.set,
+                                command=command,
+                                setup=setup_first,
+                            )
+
+                        try:
+                            found = reproduce_in_sandbox(
+                                ws.path, spec.recipe, procedure, run, log_dir, progress=beat.set
+                            )
+                        except SetupError as err:
+                            raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
+                        beat.set("storing the reproduction's outputs")
+                        return store_reproduction(
+                            store,
+                            found,
+                            log_dir,
+                            run_id=inp.run_id,
+                            op_id=inp.op_id,
+                            revision=inp.revision,
+                            redactor=output_redactor(spec.recipe.secrets, self.git_token),
+                        )
+                finally:
+                    self.workspaces.remove(ws)
 
     @activity.defn(name=steps.CAPTURE_HEAD.name)
     def capture_head(self, inp: CaptureHeadInput) -> HeadCaptured:

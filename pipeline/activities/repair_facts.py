@@ -1,17 +1,21 @@
 """The :class:`~repair.context.RepairContext` of a stepped attempt's first turn, read from stored facts.
 
 The workflow passes references and facts it holds (``AgentTurnInput``): the base reproduction (its stored
-procedure and ``log.json``), the spec (the recipe's test command and secrets), the baseline's summary and
-the earlier attempts. Everything is read by content from the evidence store, so a retried first turn
-builds the same context. Redaction is the one the environments apply to stored command output
-(:func:`pipeline.activities.environments.output_redactor`: the recipe's secrets, the credentials known on
-this worker, the forge token it holds).
+procedure and ``log.json``; a command or test reproduction's YAML and its stored record), the spec (the
+recipe's test command and secrets), the baseline's summary and the earlier attempts. Everything is read by
+content from the evidence store, so a retried first turn builds the same context. Redaction is the one the
+environments apply to stored command output (:func:`pipeline.activities.environments.output_redactor`: the
+recipe's secrets, the credentials known on this worker, the forge token it holds).
 """
 
 from __future__ import annotations
 
 import json
 
+from pydantic import ValidationError
+
+from browser.procedure import Procedure
+from environments.reproduction import kind_of, load_reproduction, to_yaml
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.observations import MAX_LOG_BYTES
@@ -26,6 +30,7 @@ from repair.context import (
     clean,
     earlier_attempt,
     reproduction_context,
+    sandbox_reproduction_context,
 )
 from reviews.git_credentials import GitCredentials
 
@@ -59,9 +64,34 @@ def _reproduction(store: ArtifactStore, fact: ReproductionFact, redact: Redact) 
             log = json.loads(data)
         except (UnicodeDecodeError, ValueError):
             log = None  # said in the context's note
+    sandboxed = _sandbox_reproduction(procedure_text)
+    if sandboxed is not None:
+        kind, yaml_text = sandboxed
+        return sandbox_reproduction_context(
+            revision=fact.revision,
+            status=fact.status.value,
+            kind=kind,
+            procedure_yaml=yaml_text,
+            record=log,
+            redact=redact,
+        )
     return reproduction_context(
         revision=fact.revision, status=fact.status.value, procedure=procedure, log=log, redact=redact
     )
+
+
+def _sandbox_reproduction(stored: bytes | None) -> tuple[str, str] | None:
+    """``(kind, YAML)`` of a stored command or test reproduction; None for a browser procedure, or one that cannot
+    be read (told as a browser procedure is: the context says it could not be read)."""
+    if stored is None:
+        return None
+    try:
+        reproduction = load_reproduction(stored)
+    except (ValidationError, ValueError):
+        return None
+    if isinstance(reproduction, Procedure):
+        return None
+    return kind_of(reproduction).value, to_yaml(reproduction)
 
 
 def _read(store: ArtifactStore, ref: ArtifactRef, limit: int) -> bytes | None:

@@ -1,5 +1,6 @@
 """Environments: provision a revision (with a patch), reproduce the report there, tear it down; the hosts that
-held them and their share of the cleanup."""
+held them and their share of the cleanup. A command or test reproduction needs no app: it runs in one step on a
+fresh workspace of the revision, in the sandbox (``env.reproduce_in_sandbox``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from environments.interface import CleanupReport, EnvironmentHandle
+    from environments.reproduction import ReproductionKind
     from evidence.interface import ArtifactRef
     from pipeline import steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_message
@@ -23,7 +25,13 @@ with workflow.unsafe.imports_passed_through():
         ReproductionFact,
         ReproductionOutcome,
     )
-    from pipeline.steps import CleanupRunInput, ProvisionInput, ReproduceInput, ReproduceResult
+    from pipeline.steps import (
+        CleanupRunInput,
+        ProvisionInput,
+        ReproduceInput,
+        ReproduceResult,
+        SandboxReproduceInput,
+    )
 
 
 class Environments:
@@ -42,9 +50,13 @@ class Environments:
         base: str | None = None,
     ) -> ReproductionFact:
         """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
-        (in ``reproducing``), tear down. An environment found dead is provisioned anew, once."""
+        (in ``reproducing``), tear down. An environment found dead is provisioned anew, once. A command or test
+        reproduction is one step in ``reproducing``, with no environment to provision or tear down."""
         ctx = self.ctx
         assert ctx.procedure_ref is not None
+        if ctx.state.reproduction_kind != ReproductionKind.BROWSER:
+            ctx.enter(reproducing)
+            return await self._in_sandbox(revision, patch_ref, label, base)
         last_detail = ""
         for env_attempt in (1, 2):
             env_op = op_id(ctx.wf, f"env-{label}", env_attempt)
@@ -83,18 +95,7 @@ class Environments:
             if failure_class(err) != FailureClass.NOT_READY:
                 raise
             # The app at this revision never became ready: a finding about the revision, not a crash.
-            log_ref = detail_ref(err, "log_ref")
-            if log_ref is not None:
-                ctx.record(log_ref)
-            return ReproductionFact(
-                op_id=env_op,
-                revision=revision,
-                status=ReproductionOutcome.APP_NOT_READY,
-                procedure_ref=ctx.procedure_ref,
-                detail=failure_message(err),
-                log_ref=log_ref,
-                environment_failure=environment_failure(err),
-            )
+            return self._not_ready(env_op, revision, err)
         ctx.live_envs[handle.env_id] = handle
         ctx.state.environment = EnvironmentFact(
             env_id=handle.env_id,
@@ -108,6 +109,50 @@ class Environments:
             host=handle.host,
         )
         return handle
+
+    def _not_ready(self, op: str, revision: str, err: ActivityError) -> ReproductionFact:
+        """The environment of ``revision`` could not be set up (or made ready) for ``op``: the fact, its log kept."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        log_ref = detail_ref(err, "log_ref")
+        if log_ref is not None:
+            ctx.record(log_ref)
+        return ReproductionFact(
+            op_id=op,
+            revision=revision,
+            status=ReproductionOutcome.APP_NOT_READY,
+            procedure_ref=ctx.procedure_ref,
+            detail=failure_message(err),
+            log_ref=log_ref,
+            environment_failure=environment_failure(err),
+        )
+
+    async def _in_sandbox(
+        self, revision: str, patch_ref: ArtifactRef | None, label: str, base: str | None
+    ) -> ReproductionFact:
+        """The command or test reproduction on a fresh workspace of ``patch_ref`` on ``base`` (default: the run's
+        base); a setup that fails is the same finding as an app that never became ready."""
+        ctx = self.ctx
+        assert ctx.procedure_ref is not None
+        repro_op = op_id(ctx.wf, f"reproduce-{label}", 1)
+        try:
+            result = await ctx.step(
+                steps.REPRODUCE_IN_SANDBOX,
+                SandboxReproduceInput(
+                    run_id=ctx.wf,
+                    op_id=repro_op,
+                    revision=revision,
+                    procedure_ref=ctx.procedure_ref,
+                    spec_ref=ctx.spec,
+                    patch_ref=patch_ref,
+                    base_revision=base,
+                ),
+            )
+        except ActivityError as err:
+            if failure_class(err) != FailureClass.NOT_READY:
+                raise
+            return self._not_ready(repro_op, revision, err)
+        return self._reproduced(repro_op, revision, result)
 
     async def _reproduce(self, handle: EnvironmentHandle, repro_op: str, revision: str) -> ReproduceResult | str:
         """The procedure run in ``handle``, torn down after; or why the environment is gone (try a new one)."""

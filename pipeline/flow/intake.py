@@ -8,6 +8,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from environments.reproduction import ReproductionKind
     from pipeline import messages, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
     from pipeline.flow.context import RunContext, RunEnded
@@ -100,7 +101,7 @@ class Intake:
         if procedure.procedure_ref is None:
             raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
         ctx.procedure_ref = procedure.procedure_ref
-        ctx.state.reproduction_kind = procedure.kind
+        ctx.state.reproduction_kind = ReproductionKind(procedure.kind)
         ctx.record(procedure.procedure_ref)
 
     async def _draft_procedure(self) -> ProcedureResult:

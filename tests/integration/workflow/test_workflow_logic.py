@@ -93,6 +93,7 @@ from pipeline.steps import (
     RequestReviewInput,
     ReviewComment,
     ReviewRead,
+    SandboxReproduceInput,
     TaskQueue,
     TicketResult,
     UpdateTicketInput,
@@ -406,8 +407,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             await asyncio.sleep(3600)  # no heartbeat: the attempt times out on its heartbeat
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
-        attempt = int(i.op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in i.op_id else 0
-        if "revision-" in i.op_id or ":reproduce-head-" in i.op_id or ":reproduce-base-" in i.op_id:
+        return reproduced(i.op_id, on_base)
+
+    def reproduced(op_id: str, on_base: bool) -> ReproduceResult:
+        attempt = int(op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in op_id else 0
+        if "revision-" in op_id or ":reproduce-head-" in op_id or ":reproduce-base-" in op_id:
             present = False
         elif on_base:
             present = s.reproduces_on_base
@@ -415,6 +419,11 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             present = s.fixes_on_attempt is None or attempt < s.fixes_on_attempt
         status = ReproductionStatus.REPRODUCED if present else ReproductionStatus.NOT_REPRODUCED
         return ReproduceResult(status=status, detail="", artifacts=[], trace_refs=[], screenshot_refs=[], runs=1)
+
+    @activity.defn(name=steps.REPRODUCE_IN_SANDBOX.name)
+    async def reproduce_in_sandbox(i: SandboxReproduceInput) -> ReproduceResult:
+        s.calls.append(("reproduce", i))
+        return reproduced(i.op_id, i.revision == BASE)
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)
     async def propose(i: ProposePatchInput) -> ProposalResult:
@@ -532,6 +541,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             agent_run,
             record_run,
             reproduction_seed,
+            reproduce_in_sandbox,
         ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
         TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude],
