@@ -206,6 +206,21 @@ def _model_for(data: dict[str, Any]) -> type[BaseModel]:
     return _MODELS[kind]
 
 
+def describe(reproduction: Reproduction) -> str:
+    """The reproduction in a few words a ticket can say: ``the test tests/test_x.py``, ``the command `python3
+    repro.py```, ``the browser procedure “name”`` (commands and names cut to 100 characters)."""
+    if isinstance(reproduction, TestProcedure):
+        tests = ", ".join(reproduction.tests)
+        return f"the test{'s' if len(reproduction.tests) > 1 else ''} {_cut(tests)}"
+    if isinstance(reproduction, CommandProcedure):
+        return f"the command `{_cut(' '.join(reproduction.steps[-1].run.split()))}`"
+    return f"the browser procedure “{_cut(reproduction.name)}”"
+
+
+def _cut(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def parse_reproduction(text: str, first_line: int = 1) -> Reproduction:
     """Validate YAML ``text`` as the reproduction its ``kind`` names (browser when absent); errors
     (:class:`ProcedureError`) carry the line, counted from ``first_line``."""

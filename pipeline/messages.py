@@ -12,6 +12,7 @@ from environments.reproduction import ReproductionKind
 from pipeline.state import (
     CandidateFact,
     CleanupFact,
+    DraftingFact,
     EnvironmentFailureFact,
     Outcome,
     Phase,
@@ -52,6 +53,8 @@ def ticket_body(state: RunState, note: str = "") -> str:
             "- sandbox: **none**: this worker runs the repository's commands and the model's code as plain host "
             "processes (DURAFIX_UNSANDBOXED=1)"
         )
+    if state.drafting is not None:
+        lines.append(f"- {drafting_text(state.drafting)}")
     if state.reproduction is not None:
         lines.append(f"- reproduction on base{kind_said(state)}: `{state.reproduction.status}`")
     if state.baseline is not None:
@@ -85,6 +88,23 @@ def ticket_body(state: RunState, note: str = "") -> str:
     if note:
         lines.append(f"- note: {note}")
     return "\n".join(lines) + "\n"
+
+
+def drafting_text(drafting: DraftingFact) -> str:
+    """What drafting a reproduction from the report's prose came to, in one line: the accepted draft ("reproduced
+    with the test tests/test_x.py, drafted from your report"), or how far the drafts got."""
+    accepted = drafting.accepted_round
+    tried = len(drafting.rounds)
+    if accepted is not None:
+        refused = f" after {tried - 1} draft(s) that did not show the bug" if tried > 1 else ""
+        return f"reproduced with {accepted.described}, drafted from your report{refused}"
+    if drafting.rounds and drafting.rounds[-1].status is None:
+        return f"drafting a reproduction from your report: draft {tried} of {drafting.max_rounds} runs on the base"
+    if not drafting.rounds:
+        return "drafting a reproduction from your report"
+    last = drafting.rounds[-1]
+    said = f"the last, {last.described}, was `{last.status}` on the base"
+    return f"{tried} reproduction(s) drafted from your report; {said}"
 
 
 def kind_said(state: RunState) -> str:
@@ -211,6 +231,7 @@ def evidence_comment(state: RunState, candidate: CandidateFact, evidence: Eviden
         f"- evidence bundle digest: `{evidence.digest}` (an approval names this)",
         f"- base revision `{state.target_revision}`{kind_said(state)}: "
         f"`{state.reproduction.status if state.reproduction else 'unknown'}`",
+        *([f"- {drafting_text(state.drafting)}"] if state.drafting is not None else []),
         f"- candidate `{candidate.commit}`: tests {'passed' if candidate.tests_passed else 'failed'}, "
         f"replay `{candidate.replay.status if candidate.replay else 'not run'}`",
         "",

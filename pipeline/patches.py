@@ -119,6 +119,7 @@ REVIEW_CONTINUE_AS_NEW_PATCH = "review-wait-continues-as-new"
 RUN_RECORD_PATCH = "run-record-stored"
 ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
 REPRODUCTION_SEED_PATCH = "test-reproduction-seeds-repair"
+DRAFTS_RUN_ON_BASE_PATCH = "drafts-run-on-base"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -282,6 +283,15 @@ PATCHES: tuple[Patch, ...] = (
         "the candidate, its PR and its regression proof hold the test. Asked only by runs with a test "
         "reproduction: browser runs issue the commands they always did.",
         fixtures=("test-reproduction-seeded",),
+        shipped=date(2026, 12, 6),
+    ),
+    Patch(
+        DRAFTS_RUN_ON_BASE_PATCH,
+        "A report with no reproduction gets the spec first, then what the drafter is told of the repository "
+        "(env.draft_context), then drafts of any kind the recipe can run, each run on the base and sent back "
+        "with what it found until one shows the bug; runs recorded before drafted one browser procedure, "
+        "validated only, before the spec. Asked only by runs whose report has no reproduction.",
+        fixtures=("drafted-reproduction-refused-then-accepted",),
         shipped=date(2026, 12, 6),
     ),
 )

@@ -175,6 +175,30 @@ class ReproductionSeedFact(BaseModel):
     tests: list[str] = Field(default_factory=list)
 
 
+class DraftRoundFact(BaseModel):
+    """One reproduction the model drafted from the report's prose, and what running it on the base found."""
+
+    round: int
+    procedure_ref: ArtifactRef
+    kind: ReproductionKind
+    described: str = ""
+    status: ReproductionOutcome | None = None
+    detail: str = ""
+
+
+class DraftingFact(BaseModel):
+    """The report had no reproduction: the model drafted one, each draft ran on the base, and the first that
+    showed the bug was accepted (``accepted``: its round; None while drafting, or when none did)."""
+
+    rounds: list[DraftRoundFact] = Field(default_factory=list)
+    max_rounds: int = 0
+    accepted: int | None = None
+
+    @property
+    def accepted_round(self) -> DraftRoundFact | None:
+        return next((r for r in self.rounds if r.round == self.accepted), None)
+
+
 class BaselineFact(BaseModel):
     """The recipe's tests on the base revision, run once before any repair attempt. ``cases_ref``: its test cases
     (stored JSON, :class:`environments.test_results.TestCases`) when the recipe names a ``test_report``."""
@@ -581,6 +605,8 @@ class RunState(BaseModel):
     """The kind of the run's reproduction (set when its procedure is stored): ``browser`` against the provisioned
     app; ``command`` and ``test`` in the sandbox, with no app. A state recorded before kinds existed is browser."""
     reproduction: ReproductionFact | None = None
+    drafting: DraftingFact | None = None
+    """The report's reproduction was drafted from its prose (and run on the base, round by round)."""
     baseline: BaselineFact | None = None
     reproduction_seed: ReproductionSeedFact | None = None
     """A test reproduction's files as a patch the repair attempts start from (None: nothing to seed)."""

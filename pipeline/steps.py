@@ -386,6 +386,8 @@ class ProcedureResult(BaseModel):
     # A drafted reproduction: the YAML the model submitted (for the ticket: "reproduced with this test, drafted
     # from your report"); empty for one the report carried.
     drafted_yaml: str = ""
+    # The reproduction in a few words (environments.reproduction.describe), e.g. "the test tests/test_x.py".
+    described: str = ""
 
 
 class ReproduceInput(BaseModel):
@@ -440,6 +442,20 @@ class DraftProcedureInput(BaseModel):
     kinds: list[ReproductionKind] = Field(default_factory=lambda: list(BROWSER_ONLY))
     facts: RepositoryFacts | None = None
     previous: list[DraftRound] = Field(default_factory=list)
+
+
+class DraftContextInput(BaseModel):
+    run_id: str
+    op_id: str
+    spec_ref: ArtifactRef
+
+
+class DraftContext(BaseModel):
+    """What a drafter of the run's reproduction is told: the kinds its recipe can run and facts of the repository
+    at the base revision (:func:`repair.procedure_draft.repository_facts`)."""
+
+    kinds: list[ReproductionKind]
+    facts: RepositoryFacts
 
 
 class ReproductionSeedInput(BaseModel):
@@ -772,6 +788,10 @@ REPRODUCTION_SEED = Step(
     "<wf>:reproduction-seed",
 )
 
+DRAFT_CONTEXT = Step(
+    "env.draft_context", Q.ENVIRONMENTS, DraftContextInput, DraftContext, T.ENVIRONMENT, "<wf>:draft-context"
+)
+
 STEPS: tuple[Step[Any, Any], ...] = (
     READ_REPORT,
     ENSURE_TICKET,
@@ -806,4 +826,5 @@ STEPS: tuple[Step[Any, Any], ...] = (
     AGENT_CONCLUDE,
     AGENT_COMMAND,
     REPRODUCTION_SEED,
+    DRAFT_CONTEXT,
 )

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from temporalio import activity
 
-from environments.reproduction import stored_form
+from environments.reproduction import describe, stored_form
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from pipeline import steps
@@ -118,6 +118,7 @@ class ModelActivities(PatchingActivities):
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
             drafted_yaml=draft.procedure_yaml,
+            described=describe(draft.procedure),
         )
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)

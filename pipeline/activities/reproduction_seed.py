@@ -1,4 +1,10 @@
-"""``env.reproduction_seed`` (environments queue): a test reproduction's files as the patch repair starts from.
+"""The environments queue's steps on a run's reproduction that need its checkout, and run nothing of it.
+
+``env.draft_context``: what a drafter of a reproduction is told (the kinds the recipe can run, and the
+repository's top-level entries and test files at the base revision, by name: no file of the checkout is read or
+run; the names are listed by a git of the worker's own, :func:`environments.git.isolated_git`). Idempotent.
+
+``env.reproduction_seed``: a test reproduction's files as the patch repair starts from.
 
 A ``test`` reproduction (reported, or drafted from the report's prose) may write its test files with ``files``.
 For the repair to keep that test (its candidate, its pull request, and the regression proof, which runs the
@@ -23,6 +29,7 @@ from collections.abc import Callable, Sequence
 
 from temporalio import activity
 
+from environments.git import isolated_git
 from environments.reproduction import TestProcedure, load_reproduction
 from environments.untrusted_files import UntrustedFileError, write_beneath
 from environments.workspace import WorkspaceManager
@@ -32,8 +39,9 @@ from pipeline.activities.classify import classified
 from pipeline.activities.environments import put_patch
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.activities.workspace import open_spec, rebuild
-from pipeline.steps import ReproductionSeedInput, ReproductionSeedResult
+from pipeline.steps import DraftContext, DraftContextInput, ReproductionSeedInput, ReproductionSeedResult
 from repair.patch import workspace_patch
+from repair.procedure_draft import recipe_kinds, repository_facts
 from reviews.git_credentials import GitCredentials
 
 SEED_PATCH_NAME = "reproduction-seed.patch"
@@ -46,7 +54,21 @@ class ReproductionSeedActivities:
         self.git_token = git_token
 
     def all(self) -> Sequence[Callable[..., object]]:
-        return [self.reproduction_seed]
+        return [self.reproduction_seed, self.draft_context]
+
+    @activity.defn(name=steps.DRAFT_CONTEXT.name)
+    def draft_context(self, inp: DraftContextInput) -> DraftContext:
+        """The kinds the recipe can run and the repository's facts at the base revision (see the module docstring)."""
+        spec = open_spec(self.store, inp.spec_ref, inp.run_id, f"to describe the repository for {inp.op_id}")
+        with Heartbeat("listing the repository's files for the drafter"), classified():
+            ws = rebuild(self.workspaces, self.git_token, inp.run_id, inp.op_id, spec.clone_url, spec.base_revision)
+            try:
+                with isolated_git(ws.path, head=spec.base_revision) as git:
+                    listed = git.run(["ls-tree", "-r", "-z", "--name-only", "--full-tree", spec.base_revision])
+            finally:
+                self.workspaces.remove(ws)
+        paths = [p for p in listed.split("\0") if p]
+        return DraftContext(kinds=list(recipe_kinds(spec.recipe)), facts=repository_facts(spec.recipe, paths))
 
     @activity.defn(name=steps.REPRODUCTION_SEED.name)
     def reproduction_seed(self, inp: ReproductionSeedInput) -> ReproductionSeedResult:

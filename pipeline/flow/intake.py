@@ -1,6 +1,12 @@
 """Intake, up to the first repair attempt: the report (pinned at its trigger), the ticket, the reproduction
 procedure (drafted by the model when the report has none), the environment spec, the report reproduced on the
-base, and the recipe's tests on the base (the baseline)."""
+base, and the recipe's tests on the base (the baseline).
+
+A report with no reproduction has one drafted from its prose (DRAFTS_RUN_ON_BASE_PATCH): the spec first, then
+what the drafter is told of the repository (the kinds its recipe can run, its files by name), then up to
+:data:`DRAFT_ROUNDS` rounds of a draft run on the base, each draft that does not show the bug sent back to the
+model with what its run found. The first draft that reproduces is the run's reproduction (its run on the base is
+the base reproduction); when none does, the run ends in triage saying what the last one found."""
 
 from __future__ import annotations
 
@@ -14,9 +20,11 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
     from pipeline.ids import op_id
-    from pipeline.patches import PINNED_REPORT_PATCH
+    from pipeline.patches import DRAFTS_RUN_ON_BASE_PATCH, PINNED_REPORT_PATCH
     from pipeline.state import (
         BaselineFact,
+        DraftingFact,
+        DraftRoundFact,
         Outcome,
         Phase,
         ReportEdit,
@@ -27,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from pipeline.steps import (
         BaselineInput,
+        DraftContextInput,
         DraftProcedureInput,
         EnsureTicketInput,
         PrepareProcedureInput,
@@ -35,6 +44,10 @@ with workflow.unsafe.imports_passed_through():
         ReadReportInput,
         ReportInfo,
     )
+    from repair.procedure_draft import DraftRound
+
+# How many drafts a report without a reproduction gets (each run on the base) before the run gives up.
+DRAFT_ROUNDS = 3
 
 
 class Intake:
@@ -50,7 +63,8 @@ class Intake:
         await self.read_report()
         await self.open_ticket()
         await self.prepare_procedure()
-        await self.prepare_spec()
+        if self.ctx.spec_ref is None:  # a drafted reproduction needed it first
+            await self.prepare_spec()
         await self.reproduce_base()
 
     async def read_report(self) -> ReportInfo:
@@ -97,6 +111,9 @@ class Intake:
             PrepareProcedureInput(run_id=ctx.wf, report_body=ctx.the_report.body),
         )
         if procedure.procedure_ref is None and procedure.missing:
+            if ctx.patched(DRAFTS_RUN_ON_BASE_PATCH):
+                await self._draft_until_reproduced()
+                return
             procedure = await self._draft_procedure()
         if procedure.procedure_ref is None:
             raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
@@ -104,14 +121,62 @@ class Intake:
         ctx.state.reproduction_kind = ReproductionKind(procedure.kind)
         ctx.record(procedure.procedure_ref)
 
-    async def _draft_procedure(self) -> ProcedureResult:
-        """The report has no procedure block: ask the model to draft one from its prose."""
+    async def _draft_until_reproduced(self) -> None:
+        """Draft a reproduction, run it on the base, and send it back with what its run found until one shows the
+        bug (see the module docstring); the last run on the base is left in the state for :meth:`reproduce_base`,
+        which ends the run when it did not reproduce."""
+        ctx = self.ctx
+        await self.prepare_spec()
+        ctx.enter(Phase.PROCEDURE)
+        context = await ctx.step(
+            steps.DRAFT_CONTEXT,
+            DraftContextInput(run_id=ctx.wf, op_id=op_id(ctx.wf, "draft-context"), spec_ref=ctx.spec),
+        )
+        drafting = ctx.state.drafting = DraftingFact(max_rounds=DRAFT_ROUNDS)
+        previous: list[DraftRound] = []
+        revision = ctx.the_report.base_revision
+        for n in range(1, DRAFT_ROUNDS + 1):
+            ctx.enter(Phase.PROCEDURE)
+            draft = DraftProcedureInput(
+                run_id=ctx.wf,
+                op_id=op_id(ctx.wf, "draft-procedure", n),
+                issue_title=ctx.the_report.title,
+                issue_body=ctx.the_report.body,
+                kinds=context.kinds,
+                facts=context.facts,
+                previous=previous,
+            )
+            drafted = await self._draft_procedure(draft)
+            if drafted.procedure_ref is None:
+                raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {drafted.error}")
+            ctx.procedure_ref = drafted.procedure_ref
+            ctx.state.reproduction_kind = ReproductionKind(drafted.kind)
+            ctx.record(drafted.procedure_ref)
+            this = DraftRoundFact(
+                round=n, procedure_ref=drafted.procedure_ref, kind=drafted.kind, described=drafted.described
+            )
+            drafting.rounds.append(this)
+            found = await self.envs.reproduce_on(revision, None, f"draft-{n}", Phase.PROVISION, Phase.REPRODUCE)
+            this.status, this.detail = found.status, found.detail
+            ctx.state.reproduction = found
+            if found.status == ReproductionOutcome.REPRODUCED:
+                drafting.accepted = n
+                return
+            if found.status == ReproductionOutcome.APP_NOT_READY:
+                return  # the environment, not the draft: no later draft could run either
+            refusal = f"ran on the base revision {revision[:12]}: {found.status.value}: {found.detail}"
+            previous.append(DraftRound(yaml=drafted.drafted_yaml, refusal=refusal))
+
+    async def _draft_procedure(self, draft: DraftProcedureInput | None = None) -> ProcedureResult:
+        """The report has no procedure block: ask the model to draft one from its prose (``draft``: the request,
+        by default a browser procedure's as runs recorded before drafts ran on the base asked for it)."""
         ctx = self.ctx
         report = ctx.the_report
         try:
             drafted = await ctx.model_step(
                 steps.DRAFT_PROCEDURE,
-                DraftProcedureInput(
+                draft
+                or DraftProcedureInput(
                     run_id=ctx.wf,
                     op_id=op_id(ctx.wf, "draft-procedure"),
                     issue_title=report.title,
@@ -149,7 +214,11 @@ class Intake:
         the environment dies under the reproduction)."""
         ctx = self.ctx
         revision = ctx.the_report.base_revision
-        base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
+        drafting = ctx.state.drafting
+        if drafting is not None and ctx.state.reproduction is not None:
+            base = ctx.state.reproduction  # the last draft's run on the base
+        else:
+            base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
         ctx.state.reproduction = base
         if base.status == ReproductionOutcome.APP_NOT_READY:
             # The procedure never ran: no verdict on the report, but a recipe (or worker) to fix.
@@ -172,6 +241,12 @@ class Intake:
                 else TriageReason.NOT_REPRODUCED
             )
             ctx.state.triage = TriageFact(reason=reason)
+            if drafting is not None:
+                raise RunEnded(
+                    Outcome.NEEDS_HUMAN_TRIAGE,
+                    f"none of the {len(drafting.rounds)} reproductions drafted from the report showed the bug on "
+                    f"{revision[:12]}; the last, {drafting.rounds[-1].described}: {base.status} ({base.detail})",
+                )
             raise RunEnded(
                 Outcome.NEEDS_HUMAN_TRIAGE,
                 f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",

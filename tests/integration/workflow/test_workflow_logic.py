@@ -41,6 +41,7 @@ from pipeline.state import (
     Phase,
     RegressionFact,
     Rejection,
+    ReproductionOutcome,
     RunState,
     TriageReason,
 )
@@ -61,6 +62,9 @@ from pipeline.steps import (
     CaptureHeadInput,
     CleanupRunInput,
     CommentResult,
+    DraftContext,
+    DraftContextInput,
+    DraftProcedureInput,
     EnsureCommentInput,
     EnsureDraftPrInput,
     EnsureTicketInput,
@@ -101,6 +105,7 @@ from pipeline.steps import (
     VerifyResult,
 )
 from pipeline.workflow import RepairBugWorkflow
+from repair.procedure_draft import RepositoryFacts
 from tests.replay.record import record_history
 from tests.support.artifacts import artifact_ref
 from tests.support.temporal_workers import pipeline_workers, running
@@ -177,6 +182,10 @@ class Script:
     reproduce_silent_after_lost: bool = False
     # The kind of reproduction the report's block holds.
     procedure_kind: ReproductionKind = ReproductionKind.BROWSER
+    # The report has no reproduction: the model drafts test reproductions, the first this many of which do not
+    # show the bug on the base.
+    prose_report: bool = False
+    drafts_not_reproducing: int = 1
 
     def names(self) -> list[str]:
         return [n for n, _ in self.calls]
@@ -383,9 +392,31 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             manifest_ref=ref("manifest"), report_ref=ref("report"), digest=digest, report_url="http://r"
         )
 
+    @activity.defn(name=steps.DRAFT_CONTEXT.name)
+    async def draft_context(i: DraftContextInput) -> DraftContext:
+        s.calls.append(("draft_context", i))
+        kinds = [ReproductionKind.COMMAND, ReproductionKind.TEST]
+        return DraftContext(kinds=kinds, facts=RepositoryFacts(ecosystem="python", test_subset="pytest {ids}"))
+
+    @activity.defn(name=steps.DRAFT_PROCEDURE.name)
+    async def draft_procedure(i: DraftProcedureInput) -> ProcedureResult:
+        s.calls.append(("draft_procedure", i))
+        n = len(i.previous) + 1
+        return ProcedureResult(
+            procedure_ref=ref(f"draft-{n}", ArtifactKind.PROCEDURE),
+            drafted=True,
+            kind=ReproductionKind.TEST,
+            prompt_tokens=10,
+            completion_tokens=5,
+            drafted_yaml=f"draft {n}",
+            described=f"the test tests/test_issue_{n}.py",
+        )
+
     @activity.defn(name=steps.PREPARE_PROCEDURE.name)
     async def prepare_procedure(i: PrepareProcedureInput) -> ProcedureResult:
         s.calls.append(("prepare_procedure", i))
+        if s.prose_report:
+            return ProcedureResult(procedure_ref=None, error="the report has no block", missing=True)
         return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE), kind=s.procedure_kind)
 
     @activity.defn(name=steps.REPRODUCTION_SEED.name)
@@ -413,6 +444,8 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         attempt = int(op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in op_id else 0
         if "revision-" in op_id or ":reproduce-head-" in op_id or ":reproduce-base-" in op_id:
             present = False
+        elif ":reproduce-draft-" in op_id:
+            present = int(op_id.split(":reproduce-draft-")[1].split(":")[0]) > s.drafts_not_reproducing
         elif on_base:
             present = s.reproduces_on_base
         else:
@@ -542,9 +575,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             record_run,
             reproduction_seed,
             reproduce_in_sandbox,
+            draft_context,
         ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
-        TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude],
+        TaskQueue.MODEL: [propose, agent_turn, agent_tools, agent_record, agent_conclude, draft_procedure],
     }
 
 
@@ -1401,6 +1435,61 @@ async def test_a_test_reproduction_seeds_every_attempt_and_the_agent_is_told_to_
     record_history(
         await harness.client.get_workflow_handle(final.workflow_id).fetch_history(), "test-reproduction-seeded"
     )
+
+
+async def test_a_prose_report_gets_drafts_run_on_the_base_until_one_reproduces_and_that_one_is_the_runs(
+    harness: Harness,
+) -> None:
+    """No block: the spec and the repository's facts first, then a draft that does not show the bug on the base is
+    sent back with what its run found, and the second, which does, is the run's reproduction (its run on the base
+    is the base reproduction: no other is made) and seeds the repair with its test."""
+    harness.script.prose_report = True
+    final = await approved_run(harness)
+
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    names = harness.script.names()
+    assert names.index("prepare_spec") < names.index("draft_context") < names.index("draft_procedure")
+    drafts = [c for n, c in harness.script.calls if n == "draft_procedure"]
+    assert [d.op_id for d in drafts] == [f"{final.workflow_id}:draft-procedure:{n}" for n in (1, 2)]
+    assert drafts[0].kinds == [ReproductionKind.COMMAND, ReproductionKind.TEST] and drafts[0].previous == []
+    (refused,) = drafts[1].previous
+    assert refused.yaml == "draft 1" and refused.refusal.startswith(
+        f"ran on the base revision {BASE[:12]}: not_reproduced"
+    )
+    base_runs = [c.op_id for n, c in harness.script.calls if n == "reproduce" and c.revision == BASE]
+    assert base_runs == [f"{final.workflow_id}:reproduce-draft-1:1", f"{final.workflow_id}:reproduce-draft-2:1"]
+    assert final.drafting is not None and final.drafting.accepted == 2
+    assert [r.status for r in final.drafting.rounds] == [
+        ReproductionOutcome.NOT_REPRODUCED,
+        ReproductionOutcome.REPRODUCED,
+    ]
+    assert final.reproduction is not None and final.reproduction.procedure_ref == ref("draft-2", ArtifactKind.PROCEDURE)
+    (seed,) = [c for n, c in harness.script.calls if n == "reproduction_seed"]
+    assert seed.procedure_ref == ref("draft-2", ArtifactKind.PROCEDURE)
+    tickets = [c.body for n, c in harness.script.calls if n == "update_ticket"]
+    said = "reproduced with the test tests/test_issue_2.py, drafted from your report after 1 draft(s) that did not"
+    assert said in tickets[-1]
+    assert final.budgets.model_prompt_tokens >= 20
+    record_history(
+        await harness.client.get_workflow_handle(final.workflow_id).fetch_history(),
+        "drafted-reproduction-refused-then-accepted",
+    )
+
+
+async def test_a_prose_report_whose_drafts_never_reproduce_ends_in_triage_saying_what_the_last_found(
+    harness: Harness,
+) -> None:
+    harness.script.prose_report = True
+    harness.script.drafts_not_reproducing = 3
+    wf = await harness.start()
+    final = await harness.result(wf)
+
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "none of the 3 reproductions drafted from the report showed the bug" in final.outcome_detail
+    assert "the test tests/test_issue_3.py" in final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.NOT_REPRODUCED
+    assert len([n for n in harness.script.names() if n == "draft_procedure"]) == 3
+    assert not {"propose", "run_baseline", "reproduction_seed"} & set(harness.script.names())
 
 
 async def test_a_browser_reproduction_asks_for_no_seed(harness: Harness) -> None:
