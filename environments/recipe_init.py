@@ -12,7 +12,9 @@ Python project's test extra, test dependency group, test requirements files, and
 are pytest's and nothing else installs it); ``cache`` is declared whenever setup installs anything, so the
 dependency cache never has to guess an install directory; a project without an app it recognises (a library)
 gets no ``start``, ``port`` or ``readiness`` at all, never a command that fails or serves nothing useful: its
-reports are reproduced by commands or tests.
+reports are reproduced by commands or tests; tests that are pytest's get a ``test_subset`` (pytest with
+``{files}``), so a ``test`` reproduction (a reporter's or one the model drafts) can run and the regression proof
+runs only the patch's test files.
 """
 
 from __future__ import annotations
@@ -102,7 +104,8 @@ def render_recipe(guess: RecipeGuess) -> str:
     (the empty ``fixtures``, ``env`` and ``secrets`` included, to show where they go). A recipe without ``start``
     (a library) is written without ``start``, ``port`` and ``readiness``: they mean nothing without an app."""
     app = ("start", "port", "readiness") if guess.recipe.start is not None else ()
-    fields = ("setup", *app, "test", "fixtures", "env", "secrets")
+    subset = ("test_subset",) if guess.recipe.test_subset is not None else ()
+    fields = ("setup", *app, "test", *subset, "fixtures", "env", "secrets")
     data = guess.recipe.model_dump(mode="json", include=set(fields))
     ordered: dict[str, Any] = {key: data[key] for key in fields}
     after_setup: dict[str, Any] = {}
@@ -429,9 +432,13 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         setup_check = f'{tool.python} -I -c "import {module}"'
         guessed.append(f"setup_check: {setup_check} (the editable install's package, {module})")
 
+    test_subset: str | None = None
     if pytest_reason is not None:
         test = tool.pytest
         guessed.append(f"test: {test} ({pytest_reason})")
+        # pytest takes files and test IDs alike: the regression proof and a `test` reproduction both run with it.
+        test_subset = f"{tool.pytest} {{files}}"
+        guessed.append(f"test_subset: {test_subset} (named tests: the regression proof, test reproductions)")
     else:
         test = f"{tool.python} -m unittest discover"
         guessed.append(f"test: {test} (no pytest configuration or dependency found)")
@@ -455,6 +462,7 @@ def _guess_python(repo_dir: Path) -> RecipeGuess | None:
         setup_check=setup_check,
         **_app_fields(start, port, deadline_s=30),
         test=test,
+        test_subset=test_subset,
         env=tool.env,
         lock_files=tool.lock_files,
         cache=tool.cache,

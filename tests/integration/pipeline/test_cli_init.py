@@ -175,6 +175,7 @@ def test_a_pip_project_gets_a_venv_its_requirements_and_pytest_when_it_is_requir
         start=".venv/bin/python -m flask --app app:app run --host 0.0.0.0 --port $PORT",
         port=5000,
         test=".venv/bin/python -m pytest",
+        test_subset=".venv/bin/python -m pytest {files}",
         lock_files=["requirements.txt", "requirements-dev.txt"],
         cache=[".venv"],
         image=ImageRecipe(packages=["python3", "python3-venv"]),
@@ -202,6 +203,8 @@ def test_a_pip_project_without_pytest_is_tested_with_unittest(tmp_path: Path) ->
 
     recipe = initialised(tmp_path, repo)
     assert recipe.test == ".venv/bin/python -m unittest discover"
+    # Only pytest's command line is known to take files and test IDs alike.
+    assert recipe.test_subset is None and "test_subset" not in (repo / "durafix.yaml").read_text()
     assert recipe.start == ".venv/bin/python server.py --port $PORT"
 
 
@@ -229,6 +232,7 @@ def test_a_uv_project_syncs_frozen_and_runs_pytest_through_uv(tmp_path: Path) ->
         start="uv run python -m uvicorn src.main:api --host 0.0.0.0 --port $PORT",
         port=8000,
         test="uv run pytest",
+        test_subset="uv run pytest {files}",
         lock_files=["uv.lock"],
         cache=[".venv"],
         image=ImageRecipe(packages=["python3"]),
