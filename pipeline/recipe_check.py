@@ -489,9 +489,22 @@ class RecipeCheck:
             ws.path, spec.recipe, procedure, sandboxed, logs, setup=False, progress=self.listener.progress
         )
         (logs / "reproduction.json").write_text(found.model_dump_json(indent=2), encoding="utf-8")
-        return self._judged(started, found.status, found.detail, logs / "reproduction.json")
+        hint = ""
+        if isinstance(procedure, TestProcedure) and not spec.recipe.test_subset:
+            # Nothing ran: the generic "a step or check could not be completed" would send the reader to a log
+            # that holds no run. The fix is one line of the recipe.
+            hint = (
+                "add `test_subset` to durafix.yaml: the command that runs only the named tests, `{files}` standing "
+                f"for them (for pytest: `test_subset: {spec.recipe.test} {{files}}`)"
+                if "pytest" in spec.recipe.test
+                else "add `test_subset` to durafix.yaml: the command that runs only the named tests, `{files}` "
+                "standing for them (e.g. `python -m pytest {files}`, `node --test {files}`)"
+            )
+        return self._judged(started, found.status, found.detail, logs / "reproduction.json", hint=hint)
 
-    def _judged(self, started: float, status: ReproductionStatus, detail: str, log: Path) -> StageResult:
+    def _judged(
+        self, started: float, status: ReproductionStatus, detail: str, log: Path, *, hint: str = ""
+    ) -> StageResult:
         if status == ReproductionStatus.REPRODUCED:
             return self._end("report", started, summary=f"reproduces: {detail}", log=log)
         if status == ReproductionStatus.NOT_REPRODUCED:
@@ -509,7 +522,7 @@ class RecipeCheck:
             started,
             failed=Outcome.INCONCLUSIVE,
             summary=f"inconclusive: {detail}",
-            hint="a step or check could not be completed, or the runs disagreed: the log says which",
+            hint=hint or "a step or check could not be completed, or the runs disagreed: the log says which",
             log=log,
         )
 

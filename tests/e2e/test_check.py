@@ -404,6 +404,29 @@ def test_a_test_command_that_does_not_exist_is_named(tmp_path: Path) -> None:
     assert_nothing_left(tmp_path)
 
 
+def test_a_test_report_on_a_recipe_without_test_subset_is_told_to_add_one(tmp_path: Path) -> None:
+    """A ``test`` reproduction runs its tests with ``test_subset``; without one nothing runs, and the fix printed
+    is that line of the recipe, not a pointer to a log that holds no run."""
+    require_bubblewrap()
+    passing = "import unittest\n\n\nclass T(unittest.TestCase):\n    def test_one(self):\n        pass\n"
+    files = {"lib.py": "X = 1\n", "test_lib.py": passing}
+    repo = checkout(tmp_path / "lib", files, {"test": "python3 -m unittest discover"})
+    report = tmp_path / "ISSUE.md"
+    report.write_text(
+        "X is 1\n\n```durafix-repro\nversion: 1\nkind: test\nname: x is two\n"
+        "files: {tests/test_x.py: \"from lib import X\\n\\ndef test_x():\\n    assert X == 2\\n\"}\n"
+        "tests: [tests/test_x.py]\n```\n"
+    )
+    done = durafix_check(tmp_path, repo, "--report", str(report))
+    assert done.returncode == 10, done.stdout + done.stderr
+    out = done.stdout
+    assert "<== report: FAILED" in out and "declares none" in out, out
+    assert "fix: add `test_subset` to durafix.yaml" in out, out
+    assert "(e.g. `python -m pytest {files}`, `node --test {files}`)" in out, out
+    assert "the runs disagreed" not in out, out
+    assert_nothing_left(tmp_path)
+
+
 def test_an_interrupted_check_stops_the_app_and_removes_what_it_made(tmp_path: Path) -> None:
     require_bubblewrap()
     token = f"interrupted-{uuid.uuid4().hex[:8]}"
