@@ -100,7 +100,22 @@ def main(argv: list[str] | None = None) -> None:
         code = EXIT_USAGE
     except KeyboardInterrupt:
         code = 130
-    sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`durafix status ... | head`): nothing left to print can reach it, and a
+        # traceback would read as a crash of the command.
+        code = _quiet_stdout()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _quiet_stdout()
     sys.stderr.flush()
     # A short-lived Temporal client can crash at interpreter exit; end without running finalizers.
     os._exit(code)
+
+
+def _quiet_stdout() -> int:
+    """Point stdout at /dev/null, so what is still buffered is dropped instead of raising again at exit; the
+    exit code of a process its pipe's reader left (128 + SIGPIPE), as a shell reports it."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    return 128 + 13
