@@ -31,7 +31,7 @@ from pipeline import messages
 from pipeline.cli.spending import budget_lines
 from pipeline.pricing import ModelPrice
 from pipeline.recorded_state import RecordedState
-from pipeline.state import RunState, TriageFact
+from pipeline.state import CandidateFact, RunState, TriageFact
 from pipeline.steps import TaskQueue
 
 QUERY_TIMEOUT = timedelta(seconds=5)
@@ -196,6 +196,34 @@ def triage_summary(triage: TriageFact) -> list[str]:
     return lines
 
 
+def _drafted(state: RunState) -> str:
+    """``, drafted from the report: round 2 of 3`` when the model drafted the reproduction, else empty."""
+    drafting = state.drafting
+    if drafting is None or drafting.accepted is None:
+        return ""
+    return f", drafted from the report: round {drafting.accepted} of {drafting.max_rounds}"
+
+
+def _draft_rounds(state: RunState) -> list[str]:
+    """A line per drafted reproduction while none has been accepted: its kind and what its run on the base found."""
+    assert state.drafting is not None
+    return [
+        f"draft {r.round}    a {r.kind.value} reproduction: {r.status or 'running'}" + (f"; {r.detail}" if r.detail else "")
+        for r in state.drafting.rounds
+    ]
+
+
+def _candidate_label(c: CandidateFact) -> str:
+    """``attempt N`` for a repair attempt; what the others are (they carry attempt 0), by what they hold."""
+    if c.rebuilt_from:
+        return f"rebuilt    {c.rebuilt_from[:12]} on the moved base {(c.base_revision or '-')[:12]}:"
+    if c.pushed_head:
+        return f"head       {c.pushed_head[:12]} pushed by {c.pushed_by or 'someone'}:"
+    if c.revision:
+        return f"revision {c.revision}"
+    return f"attempt {c.attempt}"
+
+
 def state_summary(
     state: RunState,
     status: WorkflowExecutionStatus | None,
@@ -225,13 +253,23 @@ def state_summary(
         where = f" on host {env.host}" if env.host else ""
         lines.append(f"env        {env.provider}:{env.env_id} at {env.base_url}{where} [{env.last_status}]")
     if state.reproduction:
-        lines.append(f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}")
+        lines.append(
+            f"reproduce  {state.reproduction.status} on {state.reproduction.revision[:12]}"
+            f" (a {state.reproduction_kind.value} reproduction{_drafted(state)})"
+        )
+    if state.drafting is not None and state.drafting.accepted is None:
+        lines.extend(_draft_rounds(state))
+    if state.reproduction_seed is not None:
+        seeded = ", ".join(state.reproduction_seed.files)
+        lines.append(f"seeded     {seeded}: the reproduction's test, in every attempt and the PR")
     if state.baseline:
         lines.append(f"baseline   recipe tests on base: {state.baseline.summary}")
     lines.extend(_not_shown(state.omitted.candidates, "attempt"))
     for c in state.candidates:
+        label = _candidate_label(c)
         lines.append(
-            f"attempt {c.attempt}  {c.verification}; commit {c.commit or '-'}" + (f"; {c.failure}" if c.failure else "")
+            f"{label}{' ' if label.endswith(':') else '  '}{c.verification}; commit {c.commit or '-'}"
+            + (f"; {c.failure}" if c.failure else "")
         )
     if state.publish:
         p = state.publish

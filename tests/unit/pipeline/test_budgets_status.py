@@ -18,15 +18,23 @@ from pipeline.config import load_config
 from pipeline.failures import FailureClass
 from pipeline.policies import RunPolicy
 from pipeline.pricing import ModelPrice, run_cost
+from environments.reproduction import ReproductionKind
 from pipeline.state import (
     RECENT_CALLS,
     Budgets,
+    CandidateFact,
     DeliveryKind,
     DeliveryRecord,
+    DraftingFact,
+    DraftRoundFact,
     HeadPushFact,
     HeadPushStatus,
     Phase,
+    ReproductionFact,
+    ReproductionOutcome,
+    ReproductionSeedFact,
     RunState,
+    VerificationStatus,
 )
 from pipeline.steps import AgentToolsResult, AgentTurnResult
 from tests.support.artifacts import artifact_ref
@@ -203,3 +211,48 @@ def test_status_names_each_pushed_head_and_its_verdict_and_the_webhooks_the_run_
 
     assert "pushed     aaaaaaaaaaaa by maint (webhook:g-1): failed; tests failed: 1 failed" in summary
     assert "webhooks   1 delivered; last approval: approved b by rev" in summary
+
+
+def test_status_says_how_the_report_was_reproduced_and_what_each_candidate_is() -> None:
+    """The reproduction's kind and whether the model drafted it; the test it seeded into the repair; a rebuilt
+    head and a pushed head by what they are, not as an "attempt 0"."""
+    state = RunState(
+        workflow_id="repair:acme/lib#3", run_id="r" * 16, repository="acme/lib", issue_number=3,
+        base_branch="main", budgets=budgets(), reproduction_kind=ReproductionKind.TEST,
+    )  # fmt: skip
+    state.reproduction = ReproductionFact(
+        op_id="o", revision="a" * 40, status=ReproductionOutcome.REPRODUCED, procedure_ref=TRANSCRIPT
+    )
+    draft = DraftRoundFact(round=2, procedure_ref=TRANSCRIPT, kind=ReproductionKind.TEST)
+    state.drafting = DraftingFact(rounds=[draft], max_rounds=3, accepted=2)
+    state.reproduction_seed = ReproductionSeedFact(op_id="s", patch_ref=TRANSCRIPT, files=["tests/test_issue.py"])
+    state.candidates = [
+        CandidateFact(attempt=1, op_id="a1", patch_ref=TRANSCRIPT, summary="fix", commit_timestamp=0,
+                      commit="c" * 40, verification=VerificationStatus.PASSED),
+        CandidateFact(attempt=0, op_id="b", patch_ref=TRANSCRIPT, summary="fix", commit_timestamp=0,
+                      commit="d" * 40, verification=VerificationStatus.PASSED, rebuilt_from="c" * 40,
+                      base_revision="e" * 40),
+        CandidateFact(attempt=0, op_id="h", patch_ref=TRANSCRIPT, summary="theirs", commit_timestamp=0,
+                      pushed_head="f" * 40, pushed_by="maint"),
+    ]  # fmt: skip
+
+    summary = state_summary(state, None)
+
+    assert (
+        "reproduce  reproduced on aaaaaaaaaaaa (a test reproduction, drafted from the report: round 2 of 3)"
+        in summary
+    )
+    assert "seeded     tests/test_issue.py: the reproduction's test, in every attempt and the PR" in summary
+    assert f"attempt 1  passed; commit {'c' * 40}" in summary
+    assert f"rebuilt    cccccccccccc on the moved base eeeeeeeeeeee: passed; commit {'d' * 40}" in summary
+    assert "head       ffffffffffff pushed by maint: pending; commit -" in summary
+    assert "attempt 0" not in summary
+
+    # While no draft has shown the bug, each round says what its run on the base found.
+    state.reproduction, state.reproduction_seed, state.candidates = None, None, []
+    refused = DraftRoundFact(
+        round=1, procedure_ref=TRANSCRIPT, kind=ReproductionKind.COMMAND,
+        status=ReproductionOutcome.NOT_REPRODUCED, detail="every check held in no run",
+    )  # fmt: skip
+    state.drafting = DraftingFact(rounds=[refused], max_rounds=3)
+    assert "draft 1    a command reproduction: not_reproduced; every check held in no run" in state_summary(state, None)
