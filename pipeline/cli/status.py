@@ -208,7 +208,8 @@ def _draft_rounds(state: RunState) -> list[str]:
     """A line per drafted reproduction while none has been accepted: its kind and what its run on the base found."""
     assert state.drafting is not None
     return [
-        f"draft {r.round}    a {r.kind.value} reproduction: {r.status or 'running'}" + (f"; {r.detail}" if r.detail else "")
+        f"draft {r.round}    a {r.kind.value} reproduction: {r.status or 'running'}"
+        + (f"; {r.detail}" if r.detail else "")
         for r in state.drafting.rounds
     ]
 

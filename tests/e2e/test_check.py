@@ -414,7 +414,7 @@ def test_a_test_report_on_a_recipe_without_test_subset_is_told_to_add_one(tmp_pa
     report = tmp_path / "ISSUE.md"
     report.write_text(
         "X is 1\n\n```durafix-repro\nversion: 1\nkind: test\nname: x is two\n"
-        "files: {tests/test_x.py: \"from lib import X\\n\\ndef test_x():\\n    assert X == 2\\n\"}\n"
+        'files: {tests/test_x.py: "from lib import X\\n\\ndef test_x():\\n    assert X == 2\\n"}\n'
         "tests: [tests/test_x.py]\n```\n"
     )
     done = durafix_check(tmp_path, repo, "--report", str(report))

@@ -11,6 +11,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 
+from environments.reproduction import ReproductionKind
 from pipeline import accounting
 from pipeline.cli.spending import budget_lines, cost_json
 from pipeline.cli.status import state_summary
@@ -18,7 +19,6 @@ from pipeline.config import load_config
 from pipeline.failures import FailureClass
 from pipeline.policies import RunPolicy
 from pipeline.pricing import ModelPrice, run_cost
-from environments.reproduction import ReproductionKind
 from pipeline.state import (
     RECENT_CALLS,
     Budgets,
@@ -239,8 +239,7 @@ def test_status_says_how_the_report_was_reproduced_and_what_each_candidate_is() 
     summary = state_summary(state, None)
 
     assert (
-        "reproduce  reproduced on aaaaaaaaaaaa (a test reproduction, drafted from the report: round 2 of 3)"
-        in summary
+        "reproduce  reproduced on aaaaaaaaaaaa (a test reproduction, drafted from the report: round 2 of 3)" in summary
     )
     assert "seeded     tests/test_issue.py: the reproduction's test, in every attempt and the PR" in summary
     assert f"attempt 1  passed; commit {'c' * 40}" in summary
