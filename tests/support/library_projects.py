@@ -14,8 +14,7 @@ files, and two real bugs no committed test covers:
 Per library: the first bug reported with a ``command`` block, the second with a ``test`` block (the reporter's
 test file travels in its ``files``), a command report whose runs disagree, and the first bug reported again
 once the fix is merged (it passes on the base). The scripted model holds a fix for each bug, matched by the
-report's title. The recipes still declare a ``start`` because ``durafix.yaml`` requires one; no run of these
-reports ever starts the app (no reproduction needs it), so it is ``true``.
+report's title. The recipes declare no ``start``: these libraries serve no app, and no run of them provisions one.
 """
 
 from __future__ import annotations
@@ -208,7 +207,6 @@ STAT_SETUP = ["python3 -m venv .venv", ".venv/bin/pip install --quiet -r require
 STAT_RECIPE: dict[str, Any] = {
     "setup": STAT_SETUP,
     "setup_network": True,
-    "start": "true",
     "test": ".venv/bin/python -m unittest discover -s tests -t .",
     "test_subset": ".venv/bin/python -m unittest {files}",
     "lock_files": ["requirements.txt"],
@@ -346,7 +344,6 @@ test("a value above the maximum is the maximum", () => {
 TALLY_RECIPE = {
     "setup": ["npm ci --no-audit --no-fund"],
     "setup_network": True,
-    "start": "true",
     "test": "npm test",
     "test_subset": "node --test {files}",
     "lock_files": ["package-lock.json"],
