@@ -1,6 +1,6 @@
 """Command and test reproductions, end to end: two libraries of our own with no server at all
 (:mod:`tests.support.library_projects`: a pip library with ``humanize``, an npm library with ``is-number``, both
-installed from the registries by the recipe's setup), onboarded with ``durafix dev onboard`` and sent four reports
+installed from the registries by the recipe's setup), onboarded with ``durafix dev onboard`` and sent five reports
 each through the webhooks on the embedded stack:
 
 1. a bug shown by a ``command`` block and 2. a bug shown by a ``test`` block (the reporter's test file in its
