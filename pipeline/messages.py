@@ -142,20 +142,30 @@ def failed_command_text(env: EnvironmentFailureFact) -> str:
 
 
 def triage_lines(triage: TriageFact) -> list[str]:
-    """The typed reason of a triage ending as the ticket says it, one item a line: the reason; for an environment
-    that could not be set up, the command it failed on and how, a link to its stored log, and the hint when the
-    cause was recognised."""
-    lines = [f"reason: **{triage_text(triage.reason)}** (`{triage.reason.value}`)"]
+    """The typed reason of a triage ending as the ticket says it, one item a line (:func:`triage_items`)."""
+    return [f"{label}: {value}" for label, value in triage_items(triage)]
+
+
+def triage_items(triage: TriageFact, *, markdown: bool = True) -> list[tuple[str, str]]:
+    """The typed reason of a triage ending, as (label, text) items: the reason; for an environment that could not
+    be set up, the command it failed on and how, its stored log, and the hint when the cause was recognised. The
+    ticket's (``markdown``) link the log by name; ``durafix status``'s (plain) name its key, then the link."""
+    reason = triage.reason
+    said = f"**{triage_text(reason)}** (`{reason.value}`)" if markdown else f"{reason.value}: {triage_text(reason)}"
+    items = [("reason", said)]
     env = triage.environment
     if env is None:
-        return lines
-    lines.append(f"failed: {failed_command_text(env)}")
-    if env.log_ref is not None:
-        name = f"[{env.log_ref.name}]({env.log_url})" if env.log_url else env.log_ref.name
-        lines.append(f"log: {name} (sha256 `{env.log_ref.sha256}`)")
+        return items
+    items.append(("failed", failed_command_text(env)))
+    log = env.log_ref
+    if log is not None and markdown:
+        name = f"[{log.name}]({env.log_url})" if env.log_url else log.name
+        items.append(("log", f"{name} (sha256 `{log.sha256}`)"))
+    elif log is not None:
+        items.append(("log", f"{log.key} (sha256 {log.sha256})" + (f"  {env.log_url}" if env.log_url else "")))
     if env.hint:
-        lines.append(f"hint: {env.hint}")
-    return lines
+        items.append(("hint", env.hint))
+    return items
 
 
 def code_span(text: str) -> str:

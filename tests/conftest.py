@@ -105,6 +105,7 @@ LONGEST_FIRST = (
     "e2e/test_long_review_wait_history.py",
     "e2e/test_chaos.py",
     "e2e/test_pipeline.py",
+    "e2e/test_library_reproductions.py",
     "e2e/test_review_gate.py",
     "e2e/test_cli.py",
     "recovery/test_engine_restarts.py",

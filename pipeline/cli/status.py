@@ -181,19 +181,10 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def triage_summary(triage: TriageFact) -> list[str]:
-    """The typed reason of a triage ending: the reason, and for an environment that could not be set up the
-    command it failed on, its stored log (key, sha256, link) and the hint, when known."""
-    lines = [f"reason     {triage.reason.value}: {messages.triage_text(triage.reason)}"]
-    env = triage.environment
-    if env is None:
-        return lines
-    lines.append(f"failed     {messages.failed_command_text(env)}")
-    if env.log_ref is not None:
-        link = f"  {env.log_url}" if env.log_url else ""
-        lines.append(f"log        {env.log_ref.key} (sha256 {env.log_ref.sha256}){link}")
-    if env.hint:
-        lines.append(f"hint       {env.hint}")
-    return lines
+    """The typed reason of a triage ending (:func:`pipeline.messages.triage_items`, plain): the reason, and for an
+    environment that could not be set up the command it failed on, its stored log (key, sha256, link) and the
+    hint, when known."""
+    return [f"{label:<10} {value}" for label, value in messages.triage_items(triage, markdown=False)]
 
 
 def _drafted(state: RunState) -> str:

@@ -14,19 +14,26 @@ files, and two real bugs no committed test covers:
 Per library: the first bug reported with a ``command`` block, the second with a ``test`` block (the reporter's
 test file travels in its ``files``), a command report whose runs disagree, and the first bug reported again
 once the fix is merged (it passes on the base). The scripted model holds a fix for each bug, matched by the
-report's title. The recipes still declare a ``start`` because ``durafix.yaml`` requires one; no run of these
-reports ever starts the app (no reproduction needs it), so it is ``true``.
+report's title. The recipes declare no ``start``: these libraries serve no app, and no run of them provisions one.
+
+A third bug per library is reported in prose only (no block): statkit's ``mean`` floors the mean of integers
+(``mean([1, 2])`` is 1, not 1.5), tallykit's ``largest`` compares numbers as text (``largest([9, 10])`` is 9).
+The scripted model drafts its reproduction as a ``test``: first a test that passes on the base (it asserts a
+case the bug does not touch, so it is refused once it ran), then one that fails there; its repair fixes the code
+and keeps the drafted test, which is the regression test of the fix.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.gitrepo import git
 from tests.support.modelserver import tool_turn
 from tests.support.projects import IS_NUMBER_LOCK
@@ -53,10 +60,19 @@ class Bug:
 
 
 @dataclass(frozen=True)
+class DraftedBug(Bug):
+    """A bug reported in prose only (no block): ``drafts`` are the test reproductions the scripted model submits
+    for it, in order (each a ``kind: test`` YAML writing ``added_test``); the last is the one that fails on the
+    base. Its ``fix_turns`` fix the code and write no test: the drafted one, seeded into the repair, is kept."""
+
+    drafts: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Library:
     """One library: its commits (in order), its cached install directory, the bug reported with a command
     block, the one reported with a test block, a command report whose runs disagree, and the command report's
-    bug reported again (once it is fixed)."""
+    bug reported again (once it is fixed), and the bug reported in prose only."""
 
     name: str
     commits: list[tuple[str, dict[str, str]]]
@@ -65,6 +81,7 @@ class Library:
     test_bug: Bug
     flaky: Report
     again: Report
+    prose_bug: DraftedBug
 
 
 def repro_block(block: dict[str, Any]) -> str:
@@ -119,12 +136,30 @@ def fix_turns(
     ]
 
 
+def code_fix_turns(path: str, cause: str, old: str, new: str, summary: str) -> list[dict[str, Any]]:
+    """The scripted model's repair that writes no test (the drafted reproduction's test is already in the
+    workspace): read ``path``, replace ``old`` by ``new`` there, finish."""
+    return [
+        {"content": cause, **tool_turn("read_file", path=path)},
+        tool_turn("replace_in_file", path=path, old=old, new=new),
+        tool_turn("finish", summary=summary),
+    ]
+
+
+def drafted_test(name: str, path: str, test: str) -> str:
+    """A ``kind: test`` reproduction as the model submits it: ``test`` written at ``path``, and run."""
+    block = {"version": 1, "kind": "test", "name": name, "files": {path: test}, "tests": [path], "timeout_s": 120}
+    return yaml.safe_dump(block, sort_keys=False)
+
+
 # ---- statkit: pip -----------------------------------------------------------------------------------------
 
 STAT_MEDIAN_BUG = "    return ordered[middle]\n"
 STAT_MEDIAN_FIX = (
     "    if len(ordered) % 2:\n        return ordered[middle]\n    return (ordered[middle - 1] + ordered[middle]) / 2\n"
 )
+STAT_MEAN_BUG = "    return sum(values) // len(values)\n"
+STAT_MEAN_FIX = "    return sum(values) / len(values)\n"
 STAT_CLAMP_BUG = "    if value > high:\n        return low\n"
 STAT_CLAMP_FIX = "    if value > high:\n        return high\n"
 STATKIT = f'''"""Small statistics for reports: medians, bounds, and totals as people read them."""
@@ -137,6 +172,10 @@ def median(values):
     ordered = sorted(values)
     middle = len(ordered) // 2
 {STAT_MEDIAN_BUG}
+
+def mean(values):
+    """The arithmetic mean of ``values``."""
+{STAT_MEAN_BUG}
 
 def clamp(value, low, high):
     """``value`` kept between ``low`` and ``high``."""
@@ -204,11 +243,43 @@ class ClampAboveTest(unittest.TestCase):
 if __name__ == "__main__":
     unittest.main()
 """
+STAT_MEAN_REPORT = Report(
+    title="statkit: mean drops the fraction",
+    body="""`mean` floors its result when the values are integers:
+
+```python
+>>> from statkit import mean
+>>> mean([1, 2])
+1
+```
+
+It should be 1.5. `mean([2, 4])` comes out right (3), so it only shows when the sum does not divide evenly by
+the count. Seen on main.
+""",
+)
+STAT_MEAN_PASSING_DRAFT = """import unittest
+
+from statkit import mean
+
+
+class MeanOfIntegersTest(unittest.TestCase):
+    def test_mean_of_integers(self):
+        self.assertEqual(mean([2, 4]), 3)
+"""
+STAT_MEAN_DRAFT = """import unittest
+
+from statkit import mean
+
+
+class MeanOfIntegersTest(unittest.TestCase):
+    def test_mean_of_integers_keeps_the_fraction(self):
+        self.assertEqual(mean([1, 2]), 1.5)
+"""
+STAT_MEAN_TEST_PATH = "tests/test_issue_mean.py"
 STAT_SETUP = ["python3 -m venv .venv", ".venv/bin/pip install --quiet -r requirements.txt"]
 STAT_RECIPE: dict[str, Any] = {
     "setup": STAT_SETUP,
     "setup_network": True,
-    "start": "true",
     "test": ".venv/bin/python -m unittest discover -s tests -t .",
     "test_subset": ".venv/bin/python -m unittest {files}",
     "lock_files": ["requirements.txt"],
@@ -277,6 +348,24 @@ STATKIT_LIBRARY = Library(
         STAT_MEDIAN_COMMAND,
         "2.5",
     ),
+    prose_bug=DraftedBug(
+        report=STAT_MEAN_REPORT,
+        match="(?i)statkit: mean drops the fraction",
+        fix_turns=code_fix_turns(
+            "statkit.py",
+            "mean divides with //, which floors the result for integers.",
+            STAT_MEAN_BUG,
+            STAT_MEAN_FIX,
+            "mean floored the result with integer division; it now divides with /. The drafted test "
+            f"{STAT_MEAN_TEST_PATH} fails on the old code and passes now.",
+        ),
+        fixed=("statkit.py", STAT_MEAN_FIX.strip()),
+        added_test=STAT_MEAN_TEST_PATH,
+        drafts=(
+            drafted_test("mean of integers", STAT_MEAN_TEST_PATH, STAT_MEAN_PASSING_DRAFT),
+            drafted_test("mean of integers keeps the fraction", STAT_MEAN_TEST_PATH, STAT_MEAN_DRAFT),
+        ),
+    ),
 )
 
 
@@ -284,6 +373,8 @@ STATKIT_LIBRARY = Library(
 
 TALLY_TOTAL_BUG = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + v, 0);\n"
 TALLY_TOTAL_FIX = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + Number(v), 0);\n"
+TALLY_LARGEST_BUG = "  return [...values].sort().pop();\n"
+TALLY_LARGEST_FIX = "  return [...values].sort((a, b) => a - b).pop();\n"
 TALLY_CLAMP_BUG = "  if (value > high) return low;\n"
 TALLY_CLAMP_FIX = "  if (value > high) return high;\n"
 TALLYKIT = f"""const isNumber = require("is-number");
@@ -298,7 +389,11 @@ function clamp(value, low, high) {{
 {TALLY_CLAMP_BUG}  return value;
 }}
 
-module.exports = {{ total, clamp }};
+// The largest of `values`, all numbers.
+function largest(values) {{
+{TALLY_LARGEST_BUG}}}
+
+module.exports = {{ total, clamp, largest }};
 """
 TALLY_PACKAGE = {
     "name": "tallykit",
@@ -343,10 +438,37 @@ test("a value above the maximum is the maximum", () => {
   assert.strictEqual(clamp(15, 0, 10), 10);
 });
 """
+TALLY_LARGEST_REPORT = Report(
+    title="tallykit: largest picks 9 over 10",
+    body="""```js
+const { largest } = require("tallykit");
+largest([9, 10]); // 9
+```
+
+It should be 10. It looks like the numbers are compared as text: the answer is right as long as every value
+has the same number of digits (`largest([1, 2, 3])` is 3).
+""",
+)
+TALLY_LARGEST_PASSING_DRAFT = """const test = require("node:test");
+const assert = require("node:assert");
+const { largest } = require("../lib");
+
+test("largest is the greatest value", () => {
+  assert.strictEqual(largest([1, 2, 3]), 3);
+});
+"""
+TALLY_LARGEST_DRAFT = """const test = require("node:test");
+const assert = require("node:assert");
+const { largest } = require("../lib");
+
+test("largest compares numbers, not their digits", () => {
+  assert.strictEqual(largest([9, 10]), 10);
+});
+"""
+TALLY_LARGEST_TEST_PATH = "test/issue-largest.test.js"
 TALLY_RECIPE = {
     "setup": ["npm ci --no-audit --no-fund"],
     "setup_network": True,
-    "start": "true",
     "test": "npm test",
     "test_subset": "node --test {files}",
     "lock_files": ["package-lock.json"],
@@ -426,6 +548,24 @@ TALLYKIT_LIBRARY = Library(
         TALLY_TOTAL_COMMAND,
         "12",
     ),
+    prose_bug=DraftedBug(
+        report=TALLY_LARGEST_REPORT,
+        match="(?i)tallykit: largest picks 9 over 10",
+        fix_turns=code_fix_turns(
+            "lib/index.js",
+            "sort() without a comparator orders the numbers as strings.",
+            TALLY_LARGEST_BUG,
+            TALLY_LARGEST_FIX,
+            "largest sorted the values as strings, so 9 came after 10; it now sorts them numerically. The "
+            f"drafted test {TALLY_LARGEST_TEST_PATH} fails on the old code and passes now.",
+        ),
+        fixed=("lib/index.js", TALLY_LARGEST_FIX.strip()),
+        added_test=TALLY_LARGEST_TEST_PATH,
+        drafts=(
+            drafted_test("largest of small numbers", TALLY_LARGEST_TEST_PATH, TALLY_LARGEST_PASSING_DRAFT),
+            drafted_test("largest compares numbers", TALLY_LARGEST_TEST_PATH, TALLY_LARGEST_DRAFT),
+        ),
+    ),
 )
 
 LIBRARIES = (STATKIT_LIBRARY, TALLYKIT_LIBRARY)
@@ -445,12 +585,31 @@ def build_library(library: Library, parent: Path) -> Path:
     return root
 
 
+def draft_conversation(library: Library) -> str:
+    """The name of the scripted conversation that drafts ``library``'s prose bug's reproduction."""
+    return f"draft-{library.name}-prose"
+
+
 def model_script(dest: Path) -> Path:
-    """The scripted model's answers: each bug's fix, for the report whose title names it."""
-    conversations = [
+    """The scripted model's answers: each bug's fix, for the report whose title names it, and the drafts of the
+    prose bug's reproduction, one per turn (a request holding k assistant messages, the k refused drafts, gets
+    draft k + 1). The drafting conversations come first: a drafting request names the report's title too."""
+    drafting = [
+        {
+            "name": draft_conversation(library),
+            "match": {"system": re.escape(TASK_MARKER), "user": library.prose_bug.match},
+            "turns": [tool_turn(SUBMIT, yaml=draft) for draft in library.prose_bug.drafts],
+        }
+        for library in LIBRARIES
+    ]
+    conversations = drafting + [
         {"name": f"fix-{library.name}-{kind}", "match": {"user": bug.match}, "turns": bug.fix_turns}
         for library in LIBRARIES
-        for kind, bug in (("command", library.command_bug), ("test", library.test_bug))
+        for kind, bug in (
+            ("command", library.command_bug),
+            ("test", library.test_bug),
+            ("prose", library.prose_bug),
+        )
     ]
     dest.write_text(yaml.safe_dump({"model": "durafix-scripted", "conversations": conversations}, sort_keys=False))
     return dest
