@@ -34,9 +34,11 @@ _COMPARISONS = {"equals": "is", "not_equals": "is not", "contains": "contains", 
 KIND_TEXT = {"command": "a command", "test": "tests"}
 
 # Added to the report's style on a command or test reproduction's page (a browser procedure's page is unchanged).
-# Output wraps inside its column rather than widening the table, and a cell scrolls past a screenful.
+# Output and commands wrap inside their column rather than widening the table or running over the next column
+# (a one-liner has nowhere else to break), and a cell scrolls past a screenful.
 STYLE = """
 table.outputs{table-layout:fixed}table.outputs th:first-child{width:14%}
+table.outputs th code{white-space:pre-wrap;word-break:break-all}
 pre.output{white-space:pre-wrap;word-break:break-all;max-height:32rem;margin:.2rem 0}
 pre.file-content{white-space:pre-wrap;word-break:break-all}
 mark{background:#fff8c5;outline:1px solid #d4a72c}.cut{color:#59636e}

@@ -445,3 +445,34 @@ def test_a_command_reproduction_run_in_the_sandbox_renders_in_chromium(
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+@pytest.mark.browser
+def test_a_long_command_wraps_inside_its_column_in_chromium(tmp_path: Path, chromium: Browser) -> None:
+    """A command with no space to break at (a ``python -c`` one-liner, a long path) stays inside the first
+    column of *What each command wrote* instead of running over the outputs next to it."""
+    first = "python3 -c \"print('ready')\""
+    long = "python3 -c \"print('" + "ready" * 30 + "')\""
+    procedure = COMMAND.replace(first, long)
+    base, candidate = crashed_and_fixed()
+    for found in (base, candidate):
+        found.runs[0].steps[0].command = long
+    server = make_server(tmp_path / "store")
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
+        rendered = render_report(sandbox_bundle(store, procedure, base, candidate), store, tmp_path / "report")
+        report = store.put_file(rendered, kind=ArtifactKind.REPORT, run_id=RUN_ID, name="evidence.html")
+        page = chromium.new_page(viewport={"width": 1200, "height": 900})
+        opened(page, store.url_for(report))
+        header = page.locator("#output-run-1-command-1 th")
+        # Wrapped, not cut: every character is there, the lines broken only where the column ends.
+        assert "".join(header.locator("code").inner_text().split("\n")) == long
+        widths = header.evaluate("th => [th.scrollWidth, th.clientWidth]")
+        assert widths[0] <= widths[1], widths
+        page.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
