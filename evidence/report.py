@@ -103,7 +103,12 @@ def render_report(bundle: EvidenceBundle, store: ArtifactStore, out_dir: Path) -
             f'<p><span class="verdict {verdict}" id="verdict">'
             f"{'all checks passed' if bundle.passed else 'not all checks passed'}</span></p></header>",
             "<main>",
-            _summary(bundle, digest, sandbox_view.KIND_TEXT.get(stored.kind)),
+            _summary(
+                bundle,
+                digest,
+                sandbox_view.KIND_TEXT.get(stored.kind),
+                drafted=bundle.procedure.name == sandbox_view.DRAFTED_PROCEDURE_NAME,
+            ),
             *reproduction,
             _patch(bundle, store),
             _checks([*([bundle.baseline] if bundle.baseline else []), *bundle.checks], store),
@@ -194,11 +199,15 @@ class _Images:
         )
 
 
-def _summary(bundle: EvidenceBundle, digest: str, reproduced_with: str | None = None) -> str:
-    """The run at a glance; ``reproduced_with`` names a reproduction that is not a browser procedure's."""
+def _summary(bundle: EvidenceBundle, digest: str, reproduced_with: str | None = None, *, drafted: bool = False) -> str:
+    """The run at a glance; ``reproduced_with`` names a reproduction that is not a browser procedure's, and
+    ``drafted`` says the model drafted it (a browser procedure's page stays as it was before other kinds)."""
     kind = []
     if reproduced_with:
-        kind = [("reproduced with", f'<span id="reproduction-kind">{_e(reproduced_with)}</span>')]
+        said = f'<span id="reproduction-kind">{_e(reproduced_with)}</span>'
+        if drafted:
+            said += f', <span id="reproduction-drafted">{_e(sandbox_view.DRAFTED_TEXT)}</span>'
+        kind = [("reproduced with", said)]
     rows = [
         *kind,
         ("repository", _e(bundle.repository)),

@@ -32,6 +32,10 @@ _SUBJECTS = {
 }
 _COMPARISONS = {"equals": "is", "not_equals": "is not", "contains": "contains", "matches": "matches"}
 KIND_TEXT = {"command": "a command", "test": "tests"}
+# The name a reproduction the model drafted from the report's prose is stored under (the report carried none):
+# the page says so next to the kind, since a reviewer weighs a drafted reproduction differently.
+DRAFTED_PROCEDURE_NAME = "drafted-procedure.json"
+DRAFTED_TEXT = "drafted by the model from the report's prose, and run on the base until it showed the bug"
 
 # Added to the report's style on a command or test reproduction's page (a browser procedure's page is unchanged).
 # Output and commands wrap inside their column rather than widening the table or running over the next column

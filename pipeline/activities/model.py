@@ -25,6 +25,7 @@ from temporalio import activity
 from environments.reproduction import describe, stored_form
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
+from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
 from pipeline import steps
 from pipeline.activities.agent import AgentActivities, accepted_patch, attempt_request, proposal_result
 from pipeline.activities.agent_command import CommandActivities
@@ -107,7 +108,7 @@ class ModelActivities(PatchingActivities):
             stored_form(draft.procedure),
             kind=ArtifactKind.PROCEDURE,
             run_id=inp.run_id,
-            name="drafted-procedure.json",
+            name=DRAFTED_PROCEDURE_NAME,
             media_type="application/json",
         )
         spent = earlier.plus(draft.prompt_tokens, draft.completion_tokens)

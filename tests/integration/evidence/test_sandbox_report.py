@@ -28,6 +28,7 @@ from evidence.bundle import EvidenceBundle, RevisionEvidence
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore, IntegrityError
 from evidence.local import LocalArtifactStore
 from evidence.report import render_report
+from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
 from evidence.serve import make_server
 from tests.integration.evidence.test_report import cell, opened, section, watched
 from tests.support.chromium import launched
@@ -99,14 +100,19 @@ def put_record(store: ArtifactStore, label: str, revision: str, data: bytes) -> 
 
 
 def sandbox_bundle(
-    store: ArtifactStore, procedure: str, base: SandboxReproduction | bytes, candidate: SandboxReproduction | bytes
+    store: ArtifactStore,
+    procedure: str,
+    base: SandboxReproduction | bytes,
+    candidate: SandboxReproduction | bytes,
+    procedure_name: str = "procedure.json",
 ) -> EvidenceBundle:
-    """The evidence of a command or test reproduction: its stored procedure, each revision's record."""
+    """The evidence of a command or test reproduction: its stored procedure (named as a reported one is, or
+    ``procedure_name``), each revision's record."""
     procedure_ref = store.put_bytes(
         stored_form(parse_reproduction(procedure)),
         kind=ArtifactKind.PROCEDURE,
         run_id=RUN_ID,
-        name="procedure.json",
+        name=procedure_name,
         revision=BASE,
         media_type="application/json",
     )
@@ -313,6 +319,26 @@ def test_without_a_per_test_report_a_test_reproduction_is_shown_by_exit_status(t
     assert '<p class="exit"><mark data-check="1" title="read by check 1">exit status 1</mark></p>' in output_cell(
         page, "base", 1, 1
     )
+
+
+def test_a_reproduction_the_model_drafted_says_so_next_to_its_kind(tmp_path: Path) -> None:
+    """The summary of a drafted reproduction (stored under the drafter's name) says the model drafted it from
+    the report's prose; a reproduction from the report's own block says nothing of the kind."""
+    store = LocalArtifactStore(tmp_path / "store")
+    failed, passed = suite_run(1, [], [], "", "F\n"), suite_run(0, [], [], "", ".\n")
+    base = record(ReproductionKind.TEST, ReproductionStatus.REPRODUCED, [failed], PYTEST)
+    candidate = record(ReproductionKind.TEST, ReproductionStatus.NOT_REPRODUCED, [passed], PYTEST)
+
+    drafted = sandbox_bundle(store, TEST, base, candidate, procedure_name=DRAFTED_PROCEDURE_NAME)
+    summary = section(render_report(drafted, store, tmp_path / "drafted").read_text(), "summary")
+    assert (
+        '<span id="reproduction-kind">tests</span>, <span id="reproduction-drafted">drafted by the model from the '
+        "report&#x27;s prose, and run on the base until it showed the bug</span>" in summary
+    ), summary
+
+    reported = sandbox_bundle(store, TEST, base, candidate)
+    summary = section(render_report(reported, store, tmp_path / "reported").read_text(), "summary")
+    assert '<span id="reproduction-kind">tests</span>' in summary and "drafted" not in summary
 
 
 def test_hostile_huge_output_is_escaped_cut_and_linked_to_the_whole_record(tmp_path: Path) -> None:
