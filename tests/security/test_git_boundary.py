@@ -279,6 +279,10 @@ GIT_CALL_SITES: dict[str, str] = {
     "pipeline/ops/forge_setup.py:*": "operator command: the operator's own checkout",
     "infra/cli/demo_run.py:DemoRun._fix_merged": "demo: a fresh clone of the forge's main",
     "infra/cli/onboard.py:*": "operator command: the operator's own checkout, before anything ran in it",
+    "pipeline/activities/reproduction_seed.py:ReproductionSeedActivities.draft_context": "isolated (the base "
+    "revision's files by name, in a pristine workspace)",
+    "pipeline/recipe_check.py:*": "operator command (durafix check): the operator's own checkout, read only (its "
+    "HEAD, status and origin), with the clean configuration; what runs, runs in a workspace cloned from it",
 }
 _GIT_FUNCS = {"run_git", "run_git_bytes", "_git", "git", "isolated_git"}
 # The product, and the local stack's commands (which run git in an operator's checkout and the demo's clone).
