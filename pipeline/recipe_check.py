@@ -1,5 +1,6 @@
 """A dry run of a repository's recipe, and of a report's reproduction, on a local checkout: what ``durafix check``
-runs, stage by stage, with no forge, no Temporal and no model.
+runs, stage by stage, with no forge and no Temporal (and a model only to draft a reproduction, when one is
+configured and the report has none).
 
 Each stage runs as a worker would run it: the workspace is built from the checkout's HEAD commit with the
 worker's workspace machinery (:class:`~environments.workspace.WorkspaceManager`: a mirror of the checkout, a
@@ -21,8 +22,12 @@ Stages, in order; the first that fails decides :attr:`CheckResult.code` (:class:
    cannot run; another non-zero exit: the tests fail).
 5. ``report``: the report's reproduction: a command or test reproduction with
    :func:`environments.command_repro.reproduce_in_sandbox` in the set-up workspace (after the tests, which ran
-   there first), a browser procedure against the app of stage 3. A report without a block cannot be checked: a
-   run would have the model draft one, and there is no model here.
+   there first), a browser procedure against the app of stage 3. A report without a block: with a model
+   configured (``CheckSettings.model``, read from the environment as the worker reads it), the model drafts a
+   command or test reproduction from the report's prose and each draft runs in the set-up workspace, sent back
+   with what its run found until one shows the bug (up to :data:`DRAFT_ROUNDS`, as a run does; a run may also
+   draft a browser procedure for a served app, which the check does not); the drafts are kept in the logs.
+   Without a model it cannot be checked: a run would have the model draft one.
 
 Everything the check starts is owned by a run ID of its own (``check-<hex>``) under a work directory of its own,
 and removed on every way out, an interrupt included (:meth:`RecipeCheck.run`'s ``finally``: ``cleanup_run`` of
@@ -44,10 +49,10 @@ from browser.procedure import Procedure, ProcedureError
 from browser.results import BrowserInfraError, ReproductionStatus
 from browser.runner import BrowserRunner
 from environments.checks import SetupError, SetupSettings
-from environments.command_repro import reproduce_in_sandbox
+from environments.command_repro import SandboxRun, reproduce_in_sandbox
 from environments.commands import tail
 from environments.diagnosis import FailedCommand, Stage, diagnose
-from environments.git import GitError, run_git
+from environments.git import GitError, isolated_git, run_git
 from environments.interface import (
     AppRecipe,
     EnvironmentError,
@@ -62,15 +67,22 @@ from environments.regression import forget_report
 from environments.reproduction import (
     CommandProcedure,
     Reproduction,
+    ReproductionKind,
     SandboxProcedure,
     TestProcedure,
+    describe,
     extract_reproduction,
 )
 from environments.sandbox import Sandbox
 from environments.spec import RECIPE_FILE, RecipeError, dependency_lock_hash, load_recipe
 from environments.workspace import Workspace, WorkspaceManager
+from repair.config import ModelConfig
+from repair.interface import RepairError
+from repair.procedure_draft import DraftRound, ProcedureDrafter, recipe_kinds, repository_facts
 
 SETUP_TIMEOUT_S = 600.0
+# As many drafts as a run gets (pipeline.flow.intake.DRAFT_ROUNDS; the workflow's module is not imported here).
+DRAFT_ROUNDS = 3
 TEST_TIMEOUT_S = 600.0
 
 
@@ -150,6 +162,8 @@ class CheckSettings:
     browser: Callable[[], BrowserRunner]
     report: Path | None = None
     allowed_secrets: tuple[str, ...] = ()
+    # Drafts a reproduction for a report with no block; None: no model is configured.
+    model: ModelConfig | None = None
     setup_timeout_s: float = SETUP_TIMEOUT_S
     test_timeout_s: float = TEST_TIMEOUT_S
 
@@ -197,6 +211,8 @@ class RecipeCheck:
         self.run_id = f"check-{uuid.uuid4().hex[:12]}"
         self.commit = ""
         self._runner: BrowserRunner | None = None
+        # A report with no block, when a model is configured to draft its reproduction.
+        self._prose: str | None = None
 
     def run(self) -> CheckResult:
         """All stages; the result's :attr:`~CheckResult.code` is the exit code. Raises :class:`CheckError` (the
@@ -283,6 +299,8 @@ class RecipeCheck:
             stages.append(self._skipped("report", "not run: the app did not start"))
         elif sandboxed is not None:
             stages.append(self._reproduce_in_sandbox(ws, spec, provider, sandboxed))
+        elif self._prose is not None:
+            stages.append(self._draft(ws, spec, provider, self._prose))
         elif no_reproduction is not None:
             self.listener.ended(no_reproduction)
             stages.append(no_reproduction)
@@ -312,14 +330,19 @@ class RecipeCheck:
                 problem = f"invalid durafix-repro block in {report}: {err}"
             except OSError as err:
                 raise CheckError(f"cannot read the report {report}: {err}") from err
-            if reproduction is None and not problem:
+            if reproduction is None and not problem and self.settings.model is not None:
+                self._prose = report.read_text(encoding="utf-8", errors="replace")
+            elif reproduction is None and not problem:
                 problem = (
                     f"{report} has no ```durafix-repro block: a run would ask the model to draft one from the "
-                    "report, which `durafix check` cannot do without a model"
+                    "report, which `durafix check` does only with a model configured (OPENAI_API_KEY, "
+                    "DURAFIX_MODEL and OPENAI_BASE_URL, as the worker reads them)"
                 )
         said = f"{RECIPE_FILE} loads"
         if reproduction is not None:
             said += f"; the report's {_kind(reproduction)} reproduction parses"
+        elif self._prose is not None:
+            said += "; the report has no reproduction: the model will draft one"
         stage = self._end("recipe", started, summary=said)
         missing = None
         if problem:
@@ -471,22 +494,14 @@ class RecipeCheck:
         started = time.monotonic()
         logs = self.settings.log_dir / "reproduction"
         logs.mkdir(parents=True, exist_ok=True)
-
-        def sandboxed(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
-            return provider.run_checks(
-                spec,
-                str(ws.path),
-                run_id=self.run_id,
-                op_id="check:reproduction",
-                log_path=log,
-                setup_timeout_s=self.settings.setup_timeout_s,
-                test_timeout_s=timeout_s,
-                command=command,
-                setup=setup_first,
-            )
-
         found = reproduce_in_sandbox(
-            ws.path, spec.recipe, procedure, sandboxed, logs, setup=False, progress=self.listener.progress
+            ws.path,
+            spec.recipe,
+            procedure,
+            self._sandbox_run(ws, spec, provider),
+            logs,
+            setup=False,
+            progress=self.listener.progress,
         )
         (logs / "reproduction.json").write_text(found.model_dump_json(indent=2), encoding="utf-8")
         hint = ""
@@ -501,6 +516,83 @@ class RecipeCheck:
                 "standing for them (e.g. `python -m pytest {files}`, `node --test {files}`)"
             )
         return self._judged(started, found.status, found.detail, logs / "reproduction.json", hint=hint)
+
+    def _sandbox_run(self, ws: Workspace, spec: RecoverySpec, provider: LocalProcessProvider) -> SandboxRun:
+        """A reproduction's script run in the set-up workspace's sandbox, as a worker's sandbox step runs it."""
+
+        def sandboxed(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
+            return provider.run_checks(
+                spec,
+                str(ws.path),
+                run_id=self.run_id,
+                op_id="check:reproduction",
+                log_path=log,
+                setup_timeout_s=self.settings.setup_timeout_s,
+                test_timeout_s=timeout_s,
+                command=command,
+                setup=setup_first,
+            )
+
+        return sandboxed
+
+    def _draft(self, ws: Workspace, spec: RecoverySpec, provider: LocalProcessProvider, prose: str) -> StageResult:
+        """Stage 5 for a report with no block: drafts run in the set-up workspace until one shows the bug (see the
+        module docstring). The model's requests carry the check's run ID in their operation IDs."""
+        model = self.settings.model
+        assert model is not None
+        kinds = [k for k in recipe_kinds(spec.recipe) if k != ReproductionKind.BROWSER]
+        self.listener.started("report", f"drafting a reproduction with {model.model} (up to {DRAFT_ROUNDS} drafts)")
+        started = time.monotonic()
+        logs = self.settings.log_dir / "drafts"
+        logs.mkdir(parents=True, exist_ok=True)
+        # Setup has run in the workspace: its files are listed by a git of the check's own, at the checked commit.
+        with isolated_git(ws.path, head=self.commit) as git:
+            listed = git.run(["ls-tree", "-r", "-z", "--name-only", "--full-tree", self.commit])
+        facts = repository_facts(spec.recipe, [p for p in listed.split("\0") if p])
+        title, body = _title_and_body(prose)
+        drafter = ProcedureDrafter.from_config(model)
+        previous: list[DraftRound] = []
+        last = ""
+        for n in range(1, DRAFT_ROUNDS + 1):
+            try:
+                draft = drafter.draft(
+                    title, body, f"{self.run_id}:draft-procedure:{n}", kinds=kinds, facts=facts, previous=previous
+                )
+            except RepairError as err:
+                hint = (
+                    "the model is configured by OPENAI_BASE_URL, OPENAI_API_KEY and DURAFIX_MODEL; or write the block"
+                )
+                return self._end("report", started, failed=Outcome.NO_REPRODUCTION, summary=f"{err}", hint=hint)
+            procedure = draft.procedure
+            assert isinstance(procedure, CommandProcedure | TestProcedure)  # only those kinds were offered
+            saved = logs / f"draft-{n}.yaml"
+            saved.write_text(draft.procedure_yaml, encoding="utf-8")
+            self.listener.progress(f"draft {n}: {describe(procedure)}; running it on {self.commit[:12]}")
+            found = reproduce_in_sandbox(
+                ws.path,
+                spec.recipe,
+                procedure,
+                self._sandbox_run(ws, spec, provider),
+                logs / f"draft-{n}",
+                setup=False,
+                progress=self.listener.progress,
+            )
+            (logs / f"draft-{n}.json").write_text(found.model_dump_json(indent=2), encoding="utf-8")
+            if found.status == ReproductionStatus.REPRODUCED:
+                said = f"reproduces with {describe(procedure)}, drafted from the report (draft {n}): {found.detail}"
+                hint = f"to skip drafting, put {saved} in the report as its ```durafix-repro block"
+                return self._end("report", started, summary=said, hint=hint, log=saved)
+            last = f"{found.status.value}: {found.detail}"
+            refusal = f"ran on the base revision {self.commit[:12]}: {last}"
+            previous.append(DraftRound(yaml=draft.procedure_yaml, refusal=refusal))
+        return self._end(
+            "report",
+            started,
+            failed=Outcome.NOT_REPRODUCED,
+            summary=f"none of the {DRAFT_ROUNDS} drafts showed the bug on {self.commit[:12]}; the last: {last}",
+            hint=f"the drafts are in {logs}; say in the report how to see the bug, or write the block yourself",
+            log=logs,
+        )
 
     def _judged(
         self, started: float, status: ReproductionStatus, detail: str, log: Path, *, hint: str = ""
@@ -568,6 +660,12 @@ class RecipeCheck:
         result = StageResult(stage, "skipped", summary=why)
         self.listener.ended(result)
         return result
+
+
+def _title_and_body(report: str) -> tuple[str, str]:
+    """A report file as an issue's title and body: its first line (a Markdown heading's text) and the rest."""
+    first, _, rest = report.strip().partition("\n")
+    return first.lstrip("#").strip() or "bug report", rest.strip()
 
 
 def _kind(reproduction: Reproduction) -> str:

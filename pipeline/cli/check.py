@@ -38,6 +38,7 @@ from pipeline.recipe_check import (
     checkout_head,
     uncommitted,
 )
+from repair.config import ModelConfig
 
 if TYPE_CHECKING:
     from browser.runner import BrowserRunner
@@ -47,13 +48,16 @@ stages: recipe (durafix.yaml loads; the report's block parses), setup, start (on
 browser reproduction, or no reproduction to run and a `start` in the recipe), tests, report (with --report).
 The workspace is a fresh tree of DIR's HEAD commit (uncommitted changes and untracked files are not in it);
 durafix.yaml is read from DIR's working tree. Logs are kept in a temporary directory the output names;
-nothing is written into DIR.
+nothing is written into DIR. A report with no block has its reproduction drafted by the model the worker
+would use (OPENAI_BASE_URL, OPENAI_API_KEY, DURAFIX_MODEL), command and test drafts only, each run on the
+checked commit until one shows the bug (up to 3); without a model configured it cannot be checked.
 
 exit codes:
   0   every stage passed (with --report: the report reproduces)
   1   the check cannot run here (not a git checkout, no sandbox, the browser failed)
   2   usage
-  3   the report has no durafix-repro block (a run would ask the model to draft one), or an invalid one
+  3   the report has no durafix-repro block and no model is configured to draft one, the model drafted none
+      usable, or the block is invalid
   4   the recipe is invalid
   5   setup failed
   6   the app did not become ready
@@ -164,6 +168,7 @@ def _check(config: DurafixConfig, directory: Path, report: Path | None, work_dir
         browser=browser,
         report=report,
         allowed_secrets=tuple(config.secret_allowlist),
+        model=_model(),
     )
     check = RecipeCheck(settings, Printer())
     _say(f"durafix check {directory}" + (f" --report {report}" if report else ""))
@@ -199,6 +204,15 @@ def _run(check: RecipeCheck, directory: Path, commit: str) -> CheckResult:
     except KeyboardInterrupt:
         _say("interrupted: everything the check started has been stopped and removed")
         raise
+
+
+def _model() -> ModelConfig | None:
+    """The model a report with no block has its reproduction drafted by, as the worker reads it from the
+    environment; None when none is configured (the check then says a run would draft one)."""
+    try:
+        return ModelConfig.from_env()
+    except ValueError:
+        return None
 
 
 def _setup_settings(config: DurafixConfig, state: Path) -> SetupSettings:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,8 +26,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.chromium import chromium_path
 from tests.support.gitrepo import git
+from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.projects import IS_NUMBER_LOCK
 from tests.support.sandbox import require_bubblewrap
 
@@ -47,6 +50,9 @@ def checkout(root: Path, files: dict[str, str], recipe: Mapping[str, object] | N
     return root
 
 
+__all__ = ["serve"]
+
+
 @pytest.fixture
 def tmp_path() -> Iterator[Path]:
     """The test's directory, with ``tmpdir`` in it for the check's temporary files: under /tmp and traversable by
@@ -63,12 +69,16 @@ def tmp_path() -> Iterator[Path]:
 
 def check_env(tmp: Path) -> dict[str, str]:
     """The check's environment: its state under ``tmp/state``, its temporary files under ``tmp/tmpdir``."""
-    return {**os.environ, "DURAFIX_STATE_DIR": str(tmp / "state"), "TMPDIR": str(tmp / "tmpdir")}
+    # No model unless a test gives one: a report without a block is then drafted by it.
+    inherited = {k: v for k, v in os.environ.items() if k not in ("OPENAI_API_KEY", "DURAFIX_MODEL", "OPENAI_BASE_URL")}
+    return {**inherited, "DURAFIX_STATE_DIR": str(tmp / "state"), "TMPDIR": str(tmp / "tmpdir")}
 
 
-def durafix_check(tmp: Path, directory: Path, *args: str, timeout_s: float = 600) -> subprocess.CompletedProcess[str]:
-    """``durafix check DIRECTORY ARGS...`` in the environment of :func:`check_env`."""
-    env = check_env(tmp)
+def durafix_check(
+    tmp: Path, directory: Path, *args: str, timeout_s: float = 600, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``durafix check DIRECTORY ARGS...`` in the environment of :func:`check_env` (and ``extra_env``)."""
+    env = {**check_env(tmp), **(extra_env or {})}
     durafix = Path(sys.executable).parent / "durafix"
     return subprocess.run(
         [str(durafix), "check", str(directory), *args],
@@ -127,6 +137,51 @@ def test_the_sample_app_and_its_report_reproduce_in_chromium(tmp_path: Path) -> 
     assert git("status", "--porcelain", cwd=repo) == ""
 
 
+def test_a_report_without_a_block_has_drafts_run_until_one_reproduces_with_a_model(
+    tmp_path: Path, serve: Serve
+) -> None:
+    """A prose report and a configured model: the model drafts a command reproduction, the first draft (which
+    reads a value the bug does not touch) runs in the sandbox and is sent back with what it found, and the second,
+    which shows the bug, is the one the check reports, kept in the logs to paste into the report."""
+    require_bubblewrap()
+    first = (
+        "version: 1\nkind: command\nname: one word\nsteps:\n  - run: python3 -c 'import lib; print(lib.words(\"a\"))'\n"
+        'bug_present:\n  - {check: stdout, not_equals: "1"}\n'
+    )
+    second = first.replace("one word", "two words").replace('\\"a\\"', '\\"a b\\"').replace('"1"', '"2"')
+    server = serve(
+        {
+            "model": "durafix-scripted",
+            "conversations": [
+                {
+                    "name": "draft",
+                    "match": {"system": re.escape(TASK_MARKER), "user": "(?i)words miscounts"},
+                    "turns": [tool_turn(SUBMIT, yaml=first), tool_turn(SUBMIT, yaml=second)],
+                }
+            ],
+        }
+    )
+    repo = checkout(
+        tmp_path / "lib",
+        {"lib.py": "def words(text):\n    return len(text.split(' ')) if ' ' not in text else 1\n"},
+        {"test": "python3 -c 'import lib'"},
+    )
+    report = tmp_path / "ISSUE.md"
+    report.write_text("# words miscounts two words\n\n`lib.words('a b')` answers 1; it should be 2.\n")
+    env = {"OPENAI_BASE_URL": server.base_url, "OPENAI_API_KEY": "test", "DURAFIX_MODEL": "durafix-scripted"}
+    done = durafix_check(tmp_path, repo, "--report", str(report), extra_env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "the report has no reproduction: the model will draft one" in out, out
+    assert "draft 1: the command `python3 -c 'import lib; print(lib.words(\"a\"))'`" in out, out
+    assert "<== report: ok" in out and "drafted from the report (draft 2)" in out, out
+    requests = [r for r in recorded(server) if "draft" in json.dumps(r)]
+    assert len(requests) == 2
+    assert "ran on the base revision" in json.dumps(requests[1]) and "not_reproduced" in json.dumps(requests[1])
+    logs = assert_nothing_left(tmp_path)
+    assert (logs / "drafts" / "draft-2.yaml").read_text() == second
+
+
 def test_a_report_without_a_block_cannot_be_checked_without_a_model(tmp_path: Path) -> None:
     require_bubblewrap()
     repo = checkout(
@@ -137,7 +192,7 @@ def test_a_report_without_a_block_cannot_be_checked_without_a_model(tmp_path: Pa
     done = durafix_check(tmp_path, repo, "--report", str(repo / "ISSUE.md"))
     assert done.returncode == 3, done.stdout + done.stderr
     assert "has no ```durafix-repro block: a run would ask the model to draft one" in done.stdout
-    assert "cannot do without a model" in done.stdout
+    assert "does only with a model configured" in done.stdout
     # No reproduction to run and a `start` in the recipe: the app is started, then stopped.
     assert "<== start: ok" in done.stdout
     assert_nothing_left(tmp_path)
