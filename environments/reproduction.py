@@ -192,6 +192,12 @@ def kind_of(reproduction: Reproduction) -> ReproductionKind:
     return ReproductionKind.BROWSER if isinstance(reproduction, Procedure) else ReproductionKind(reproduction.kind)
 
 
+def needs_app(reproduction: Reproduction) -> bool:
+    """Whether ``reproduction``'s own commands run against the provisioned app: a command reproduction with ``app:
+    true`` (a browser procedure drives the app through the browser, not commands; a test reproduction never does)."""
+    return isinstance(reproduction, CommandProcedure) and reproduction.app
+
+
 def _model_for(data: dict[str, Any]) -> type[BaseModel]:
     kind = data.get("kind", ReproductionKind.BROWSER)
     if kind not in _MODELS:
