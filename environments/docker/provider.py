@@ -49,6 +49,11 @@ with the same hardening, ``network_mode=none`` (no interface but loopback: not t
 and the run's labels (so ``cleanup_run`` finds one a dead worker left). Its root filesystem is writable (tests
 write caches into ``/app``) but dies with it; when the test command ends the container stops and every process in
 it is killed. Nothing of the worker is mounted: no state directory, no Docker socket, no home.
+
+Commands against the app (:meth:`DockerProvider.run_in`, a command reproduction with ``app: true``) run the same
+way in a container of their own from the app container's image, but in the app container's network namespace
+(``network_mode=container:<app>``): the app answers on its loopback, and the command has no other network than
+the app's.
 """
 
 from __future__ import annotations
