@@ -4,8 +4,7 @@
   :class:`browser.procedure.Procedure`.
 - ``command``: commands run one after another in the sandboxed environment (the recipe's setup done, no
   network, no app; with ``app: true``, against the running app, which is all they reach), each with its own
-  timeout; ``bug_present`` checks read the last command's exit status,
-  stdout, stderr or a file it wrote.
+  timeout; ``bug_present`` checks read the last command's exit status, stdout, stderr or a file it wrote.
 - ``test``: test files or test IDs run with the recipe's ``test_subset``; the bug is present when they fail.
 
 ``command`` and ``test`` reproductions may carry ``files``: small files (a script, a test) written into the
