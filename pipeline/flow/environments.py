@@ -165,7 +165,9 @@ class Environments:
         host = self.host_of(handle)
         try:
             if ctx.state.reproduction_app:
-                # A command reproduction against the app: the same place in the run as the browser's step.
+                # A command reproduction against the app: the same place in the run as the browser's step. No
+                # patch: only a run whose reproduction says `app: true` takes this branch, and no run recorded
+                # before it can have one (such a reproduction was refused at validation until then).
                 result = await ctx.step(
                     steps.REPRODUCE_IN_ENVIRONMENT,
                     EnvironmentReproduceInput(
