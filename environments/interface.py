@@ -299,6 +299,11 @@ NO_APP_MESSAGE = (
 )
 
 
+class EnvironmentGoneError(EnvironmentError):
+    """The environment a handle names no longer runs (its app stopped, its record or container is gone, or it now
+    belongs to another operation): nothing was run in it. The caller provisions a new one."""
+
+
 class NoAppError(EnvironmentError):
     """The recipe declares no ``start`` and what was asked needs the app running. Raised before anything is
     created (no workspace, process, container or record). ``failed`` names the ``start`` stage with an empty
@@ -420,6 +425,35 @@ class EnvironmentProvider(ABC):
                 collect,
             )
         )
+
+    @abstractmethod
+    def run_in(
+        self,
+        handle: EnvironmentHandle,
+        spec: RecoverySpec,
+        workspace: str,
+        command: str,
+        *,
+        log_path: Path,
+        timeout_s: float,
+        collect: tuple[str, ...] = (),
+    ) -> TestRunResult:
+        """Run ``command`` (a command reproduction's script, from an untrusted report) against the provisioned,
+        ready environment ``handle``, which ``provision`` built from ``workspace`` (its setup done: none runs
+        again), logged to ``log_path``.
+
+        The command runs in this provider's sandbox, in the environment's own files (the local provider: the
+        workspace the app runs from; Docker: a container of its own from the app's image), with ``PORT`` and
+        ``$DURAFIX_APP_URL`` naming the app, and no network but the app's: it reaches the app and nothing else
+        (the local provider enters the app's network namespace, as fixtures do; Docker shares the app container's).
+        Its processes carry a marker (or labels) of the run, so the run's cleanup finds one a dead worker left; it
+        is killed after ``timeout_s`` and nothing of it outlives the call. ``collect``: workspace paths it writes
+        that the caller reads afterwards, copied back into ``workspace`` by a provider whose command does not run
+        there (see :meth:`run_checks`).
+
+        Raises :class:`EnvironmentGoneError` when the environment no longer runs (nothing was run), and
+        ``RunFencedError`` once the run is tombstoned.
+        """
 
     @abstractmethod
     def _run_checks(self, run: ChecksRun) -> TestRunResult:

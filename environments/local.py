@@ -31,8 +31,9 @@ directory, the Docker socket and home directories do not exist. Tests have no ne
 recipe says ``setup_network: true``, and then only the package registries, through an egress proxy started for
 that setup (:mod:`environments.egress`; its tunnels are ``# egress:`` lines in the setup's log). The app runs
 in a network namespace of its own, reached only through the forwarder (:mod:`environments.app_forwarder`) that
-listens on the worker's loopback: the recorded process is the forwarder, its group holds the sandbox. Fixtures
-run in a sandbox of their own that enters the app's network namespace, so they reach the app and nothing else.
+listens on the worker's loopback: the recorded process is the forwarder, its group holds the sandbox. Fixtures,
+and a command reproduction that needs the app (:meth:`LocalProcessProvider.run_in`), run in a sandbox of their own
+that enters the app's network namespace, so they reach the app and nothing else.
 Without a working bubblewrap the provider refuses to be built unless the operator passed an ``unsandboxed``
 :class:`~environments.sandbox.Sandbox`; its handles then say ``sandbox: unsandboxed``.
 
@@ -50,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from environments import app_forwarder
-from environments.checks import SetupOutcome, SetupSettings, run_setup, run_tests
+from environments.checks import SetupOutcome, SetupSettings, result_of_tests, run_setup, run_tests
 from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
 from environments.diagnosis import FailedCommand, Stage
 from environments.files import locked, path_key, read_json, write_json_atomic
@@ -60,6 +61,7 @@ from environments.interface import (
     ChecksRun,
     CleanupReport,
     EnvironmentError,
+    EnvironmentGoneError,
     EnvironmentHandle,
     EnvironmentProvider,
     EnvironmentStatus,
@@ -218,6 +220,66 @@ class LocalProcessProvider(EnvironmentProvider):
             allowed_secrets=self.allowed_secrets,
             marker=f"{checks}/tests",
         )
+
+    def run_in(
+        self,
+        handle: EnvironmentHandle,
+        spec: RecoverySpec,
+        workspace: str,
+        command: str,
+        *,
+        log_path: Path,
+        timeout_s: float,
+        collect: tuple[str, ...] = (),
+    ) -> TestRunResult:
+        """``command`` in the environment's own workspace, in a sandbox that enters the app's network namespace as
+        the fixtures' does (:meth:`_seed`): the app, on ``$PORT`` at ``$DURAFIX_APP_URL``, and nothing else is
+        reachable; the workspace is the one writable place. Its processes carry a marker under the run's key
+        (the run's cleanup sweep finds one a dead worker left); at ``timeout_s`` they are stopped, and the sandbox's
+        PID namespace ends with the command. ``collect`` is ignored: the command runs in ``workspace`` itself.
+        Raises :class:`EnvironmentGoneError` when the recorded app no longer runs, or runs from another workspace."""
+        ws = Path(workspace).absolute()
+        key = path_key(handle.op_id)
+        with self.runs.creating(handle.run_id, handle.op_id, doing="run a reproduction in") as run_dir:
+            record = read_json(run_dir / f"{key}.json")
+            if (
+                record is None
+                or (record["run_id"], record["op_id"]) != (handle.run_id, handle.op_id)
+                or _url(record) != handle.base_url
+                or not _alive(record)
+            ):
+                raise EnvironmentGoneError(f"{handle.env_id} no longer runs")
+            if record["workspace"] != str(ws) or not ws.is_dir() or record["workspace_inode"] != ws.stat().st_ino:
+                raise EnvironmentGoneError(f"{handle.env_id} runs from {record['workspace']}, not from {ws}")
+            # A marker of its own under the run's key: the run's sweep finds it, and stopping it never touches the app.
+            marker = f"{_marker(run_dir, key)}-run-{uuid.uuid4().hex}"
+            env = command_env(
+                spec.recipe,
+                marker=marker,
+                extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)},
+                allowed_secrets=self.allowed_secrets,
+            )
+            launcher: list[str] = []
+            if self.sandbox.sandboxed:
+                netns = _app_netns(int(record["pid"]))
+                if netns is None:
+                    raise EnvironmentGoneError(f"the app's sandbox of {handle.env_id} has ended")
+                launcher = ["nsenter", f"--net={netns}", "--"]
+            try:
+                code, duration = run_to_completion(
+                    command,
+                    cwd=ws,
+                    env=env,
+                    log_path=log_path,
+                    timeout_s=timeout_s,
+                    sandbox=self.sandbox,
+                    network=Network.HOST,
+                    launcher=launcher,
+                )
+            finally:
+                # Unsandboxed, a command's children may leave its group; the marker still finds them.
+                stop_owned(marker, grace_s=self.stop_grace_s)
+        return result_of_tests(code, duration, log_path)
 
     def run_setup(
         self,

@@ -3,8 +3,8 @@
 - ``browser`` (the default when ``kind`` is absent): a browser procedure against the running app,
   :class:`browser.procedure.Procedure`.
 - ``command``: commands run one after another in the sandboxed environment (the recipe's setup done, no
-  network, no app), each with its own timeout; ``bug_present`` checks read the last command's exit status,
-  stdout, stderr or a file it wrote.
+  network, no app; with ``app: true``, against the running app, which is all they reach), each with its own
+  timeout; ``bug_present`` checks read the last command's exit status, stdout, stderr or a file it wrote.
 - ``test``: test files or test IDs run with the recipe's ``test_subset``; the bug is present when they fail.
 
 ``command`` and ``test`` reproductions may carry ``files``: small files (a script, a test) written into the
@@ -148,15 +148,10 @@ class CommandProcedure(_Closed):
     runs: Runs = 1
     app: bool = Field(
         default=False,
-        description="whether the commands need the app running; not supported yet: such a reproduction is refused",
+        description="the commands need the app running: they run in the provisioned environment (the recipe's "
+        "`start` and `readiness`), reaching the app at `$DURAFIX_APP_URL` and nothing else; without it they run in a "
+        "fresh workspace with no network and no app",
     )
-
-    @model_validator(mode="after")
-    def _no_app(self) -> CommandProcedure:
-        # Said at validation, so a reporter learns it from the ticket rather than from a run that cannot work.
-        if self.app:
-            raise ValueError("`app: true` is not supported yet: use a browser procedure to reproduce against the app")
-        return self
 
 
 class TestProcedure(_Closed):
@@ -194,6 +189,12 @@ _MODELS: dict[str, type[BaseModel]] = {
 
 def kind_of(reproduction: Reproduction) -> ReproductionKind:
     return ReproductionKind.BROWSER if isinstance(reproduction, Procedure) else ReproductionKind(reproduction.kind)
+
+
+def needs_app(reproduction: Reproduction) -> bool:
+    """Whether ``reproduction``'s own commands run against the provisioned app: a command reproduction with ``app:
+    true`` (a browser procedure drives the app through the browser, not commands; a test reproduction never does)."""
+    return isinstance(reproduction, CommandProcedure) and reproduction.app
 
 
 def _model_for(data: dict[str, Any]) -> type[BaseModel]:

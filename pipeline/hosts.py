@@ -25,7 +25,7 @@ from pipeline import steps
 
 HOST_QUEUE_PREFIX = "durafix-host-"
 # What runs on the host holding the environment; everything else goes to its capability's queue.
-HOST_STEPS = (steps.REPRODUCE, steps.TEARDOWN, steps.CLEANUP_RUN)
+HOST_STEPS = (steps.REPRODUCE, steps.REPRODUCE_IN_ENVIRONMENT, steps.TEARDOWN, steps.CLEANUP_RUN)
 
 
 def host_id(configured: str = "") -> str:

@@ -113,6 +113,8 @@ def kind_said(state: RunState) -> str:
     kind = state.reproduction_kind
     if kind == ReproductionKind.BROWSER:
         return ""
+    if state.reproduction_app:
+        return f" (a {kind.value} reproduction, run in the sandbox against the app)"
     return f" (a {kind.value} reproduction, run in the sandbox)"
 
 

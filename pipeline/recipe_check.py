@@ -15,17 +15,19 @@ Stages, in order; the first that fails decides :attr:`CheckResult.code` (:class:
 1. ``recipe``: ``durafix.yaml`` loads (:func:`environments.spec.load_recipe`); and, with a report, its
    ``durafix-repro`` block parses. Nothing else runs when the recipe does not load.
 2. ``setup``: the recipe's setup in the workspace. Nothing else runs when it fails.
-3. ``start``: only when the app is needed, that is for a browser procedure, or, with no reproduction to run, when
-   the recipe declares ``start``: the app starts (``provision``, which runs the setup of stage 2 first, so setup
-   then runs as part of it), answers its readiness probe, and is stopped again once the browser is done.
+3. ``start``: only when the app is needed, that is for a browser procedure or a command reproduction with ``app:
+   true``, or, with no reproduction to run, when the recipe declares ``start``: the app starts (``provision``, which
+   runs the setup of stage 2 first, so setup then runs as part of it), answers its readiness probe, and is stopped
+   again once the reproduction against it is done.
 4. ``tests``: the recipe's ``test`` in the set-up workspace, as the baseline runs it (126/127 or a timeout: it
    cannot run; another non-zero exit: the tests fail).
 5. ``report``: the report's reproduction: a command or test reproduction with
    :func:`environments.command_repro.reproduce_in_sandbox` in the set-up workspace (after the tests, which ran
-   there first), a browser procedure against the app of stage 3. A report without a block: with a model
-   configured (``CheckSettings.model``, read from the environment as the worker reads it), the model drafts a
-   command or test reproduction from the report's prose and each draft runs in the set-up workspace, sent back
-   with what its run found until one shows the bug (up to :data:`DRAFT_ROUNDS`, as a run does; a run may also
+   there first), a browser procedure, or a command reproduction with ``app: true``
+   (:meth:`~environments.local.LocalProcessProvider.run_in`), against the app of stage 3. A report without a block:
+   with a model configured (``CheckSettings.model``, read from the environment as the worker reads it), the model
+   drafts a command or test reproduction from the report's prose and each draft runs in the set-up workspace, sent
+   back with what its run found until one shows the bug (up to :data:`DRAFT_ROUNDS`, as a run does; a run may also
    draft a browser procedure for a served app, which the check does not); the drafts are kept in the logs.
    Without a model it cannot be checked: a run would have the model draft one.
 
@@ -274,13 +276,20 @@ class RecipeCheck:
             recipe=recipe,
             dependency_lock_hash=lock_hash,
         )
-        browser = reproduction if isinstance(reproduction, Procedure) else None
-        sandboxed = reproduction if isinstance(reproduction, (CommandProcedure, TestProcedure)) else None
+        # What runs against the started app: a browser procedure, or a command reproduction with ``app: true``.
+        against_app: Procedure | CommandProcedure | None = None
+        if isinstance(reproduction, Procedure) or (isinstance(reproduction, CommandProcedure) and reproduction.app):
+            against_app = reproduction
+        sandboxed = (
+            reproduction
+            if isinstance(reproduction, (CommandProcedure, TestProcedure)) and against_app is None
+            else None
+        )
         # ``start`` may become optional in the recipe; an empty one is a recipe without an app.
-        app_needed = browser is not None or (sandboxed is None and bool(recipe.start))
+        app_needed = against_app is not None or (sandboxed is None and bool(recipe.start))
         browsed: StageResult | None = None
         if app_needed:
-            set_up, started, browsed = self._setup_and_start(ws, spec, provider, browser)
+            set_up, started, browsed = self._setup_and_start(ws, spec, provider, against_app)
             stages.append(set_up)
             if started is None:
                 return
@@ -295,7 +304,7 @@ class RecipeCheck:
         stages.append(self._tests(ws, spec, provider))
         if browsed is not None:
             stages.append(browsed)
-        elif browser is not None:
+        elif against_app is not None:
             stages.append(self._skipped("report", "not run: the app did not start"))
         elif sandboxed is not None:
             stages.append(self._reproduce_in_sandbox(ws, spec, provider, sandboxed))
@@ -371,12 +380,16 @@ class RecipeCheck:
         return self._end("setup", started, summary=said, log=log if log.exists() else None)
 
     def _setup_and_start(
-        self, ws: Workspace, spec: RecoverySpec, provider: LocalProcessProvider, browser: Procedure | None
+        self,
+        ws: Workspace,
+        spec: RecoverySpec,
+        provider: LocalProcessProvider,
+        against_app: Procedure | CommandProcedure | None,
     ) -> tuple[StageResult, StageResult | None, StageResult | None]:
         """Stages 2 and 3 through ``provision`` (setup, then the app's start and readiness), told apart by its
-        progress; then the browser procedure, if any, against the app; then the app is stopped. Answers the
-        setup stage, the start stage (``None`` when setup failed) and the browser's report stage (``None`` when it
-        did not run)."""
+        progress; then the reproduction that needs the app, if any, against it (a browser procedure, or a command
+        reproduction with ``app: true``); then the app is stopped. Answers the setup stage, the start stage
+        (``None`` when setup failed) and that reproduction's report stage (``None`` when it did not run)."""
         recipe = spec.recipe
         log = self.settings.log_dir / "environment.log"
         self.listener.started("setup", _commands(recipe.setup) or "nothing to run")
@@ -411,8 +424,10 @@ class RecipeCheck:
         started = self._end("start", clock["start"], summary=said, log=log)
         browsed = None
         try:
-            if browser is not None:
-                browsed = self._browse(browser, handle, recipe)
+            if isinstance(against_app, Procedure):
+                browsed = self._browse(against_app, handle, recipe)
+            elif against_app is not None:
+                browsed = self._reproduce_against_app(ws, spec, provider, handle, against_app)
         finally:
             provider.teardown(handle)
             self.listener.progress("the app is stopped")
@@ -593,6 +608,33 @@ class RecipeCheck:
             hint=f"the drafts are in {logs}; say in the report how to see the bug, or write the block yourself",
             log=logs,
         )
+
+    def _reproduce_against_app(
+        self,
+        ws: Workspace,
+        spec: RecoverySpec,
+        provider: LocalProcessProvider,
+        handle: EnvironmentHandle,
+        procedure: CommandProcedure,
+    ) -> StageResult:
+        """Stage 5 for a command reproduction with ``app: true``: each run's script in the started app's
+        environment (:meth:`~environments.local.LocalProcessProvider.run_in`), as a run's
+        ``env.reproduce_in_environment`` runs it."""
+        self.listener.started(
+            "report", f"command reproduction {procedure.name!r} against the app, {procedure.runs} run(s)"
+        )
+        started = time.monotonic()
+        logs = self.settings.log_dir / "reproduction"
+        logs.mkdir(parents=True, exist_ok=True)
+
+        def in_environment(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
+            return provider.run_in(handle, spec, str(ws.path), command, log_path=log, timeout_s=timeout_s)
+
+        found = reproduce_in_sandbox(
+            ws.path, spec.recipe, procedure, in_environment, logs, setup=False, progress=self.listener.progress
+        )
+        (logs / "reproduction.json").write_text(found.model_dump_json(indent=2), encoding="utf-8")
+        return self._judged(started, found.status, found.detail, logs / "reproduction.json")
 
     def _judged(
         self, started: float, status: ReproductionStatus, detail: str, log: Path, *, hint: str = ""

@@ -604,6 +604,9 @@ class RunState(BaseModel):
     reproduction_kind: ReproductionKind = ReproductionKind.BROWSER
     """The kind of the run's reproduction (set when its procedure is stored): ``browser`` against the provisioned
     app; ``command`` and ``test`` in the sandbox, with no app. A state recorded before kinds existed is browser."""
+    reproduction_app: bool = False
+    """A command reproduction that runs against the provisioned app (``app: true``): provision, then
+    ``env.reproduce_in_environment``, then teardown. False for every other reproduction (and states recorded before)."""
     reproduction: ReproductionFact | None = None
     drafting: DraftingFact | None = None
     """The report's reproduction was drafted from its prose (and run on the base, round by round)."""

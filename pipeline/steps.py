@@ -381,6 +381,9 @@ class ProcedureResult(BaseModel):
     missing: bool = False
     drafted: bool = False
     kind: ReproductionKind = ReproductionKind.BROWSER
+    # A command reproduction that runs against the provisioned app (``app: true``,
+    # :data:`REPRODUCE_IN_ENVIRONMENT`) rather than in a fresh sandbox.
+    app: bool = False
     prompt_tokens: int = 0
     completion_tokens: int = 0
     # A drafted reproduction: the YAML the model submitted (for the ticket: "reproduced with this test, drafted
@@ -425,6 +428,19 @@ class SandboxReproduceInput(BaseModel):
     spec_ref: ArtifactRef
     patch_ref: ArtifactRef | None = None
     base_revision: str | None = None
+
+
+class EnvironmentReproduceInput(BaseModel):
+    """A command reproduction with ``app: true`` run in the provisioned ``environment`` (which ``provision`` built
+    from ``spec_ref`` for its ``op_id``); ``revision`` is the commit it stands for, which the stored outputs are
+    tagged with."""
+
+    run_id: str
+    op_id: str
+    revision: str
+    procedure_ref: ArtifactRef
+    environment: EnvironmentHandle
+    spec_ref: ArtifactRef
 
 
 # ---- model (pipeline/activities/model.py) --------------------------------------------------------------------
@@ -744,6 +760,14 @@ REPRODUCE_IN_SANDBOX = Step(
     T.ENVIRONMENT,
     "<wf>:reproduce-<label>:<n>",
 )
+REPRODUCE_IN_ENVIRONMENT = Step(
+    "env.reproduce_in_environment",
+    Q.ENVIRONMENTS,
+    EnvironmentReproduceInput,
+    ReproduceResult,
+    T.ENVIRONMENT,
+    "<wf>:reproduce-<label>:<n>",
+)
 RUN_BASELINE = Step("env.run_baseline", Q.ENVIRONMENTS, BaselineInput, BaselineResult, T.ENVIRONMENT, "<wf>:baseline")
 CAPTURE_HEAD = Step("env.capture_head", Q.ENVIRONMENTS, CaptureHeadInput, HeadCaptured, T.ENVIRONMENT)
 REBUILD_ON_BASE = Step("env.rebuild_on_base", Q.ENVIRONMENTS, RebuildOnBaseInput, RebuiltOnBase, T.ENVIRONMENT)
@@ -809,6 +833,7 @@ STEPS: tuple[Step[Any, Any], ...] = (
     TEARDOWN,
     VERIFY_CANDIDATE,
     REPRODUCE_IN_SANDBOX,
+    REPRODUCE_IN_ENVIRONMENT,
     CAPTURE_HEAD,
     REBUILD_ON_BASE,
     RUN_BASELINE,

@@ -97,6 +97,8 @@ class ReproductionContext(_Value):
     kind: str = "browser"
     procedure_yaml: str | None = None
     runs: list[CommandSeen] = Field(default_factory=list)
+    # A command reproduction that ran against the running app (``app: true``).
+    app: bool = False
 
 
 class EarlierAttempt(_Value):
@@ -182,6 +184,7 @@ def sandbox_reproduction_context(
     procedure_yaml: str | None,
     record: object,
     redact: Redact,
+    app: bool = False,
 ) -> ReproductionContext:
     """A command or test reproduction's facts: ``procedure_yaml`` (:func:`environments.reproduction.to_yaml`; None
     when the stored reproduction could not be read) and its stored record (the parsed
@@ -231,6 +234,7 @@ def sandbox_reproduction_context(
         kind=kind,
         procedure_yaml=text,
         runs=seen_runs,
+        app=app,
     )
 
 
@@ -397,6 +401,12 @@ _SANDBOX_KINDS = {
         "recipe's setup done, no network, no app); the bug is present when every check below holds for the last "
         "command. After a fix at least one must not hold."
     ),
+    "command-app": (
+        "a command reproduction against the running app: its commands run one after another in the sandbox, in "
+        "the environment provisioned for the revision (the recipe's setup done, the app started and ready), with "
+        "the app's address in $DURAFIX_APP_URL and nothing but the app reachable; the bug is present when every "
+        "check below holds for the last command. After a fix at least one must not hold."
+    ),
     "test": (
         "a test reproduction: the tests it names run with the repository's test_subset command in the sandbox; "
         "the bug is present when they fail. After a fix they must pass (and the whole test suite too)."
@@ -407,7 +417,7 @@ _SANDBOX_KINDS = {
 def _sandbox_reproduction(r: ReproductionContext) -> str:
     lines = [
         f"Reproduction on the base revision {r.revision[:12]}: {r.status}.",
-        f"It is {_SANDBOX_KINDS.get(r.kind, r.kind)}",
+        f"It is {_SANDBOX_KINDS.get(f'{r.kind}-app' if r.app else r.kind, r.kind)}",
     ]
     if r.procedure_yaml is not None:
         # A fence longer than any run of backticks in the text, so the text cannot end it.

@@ -578,6 +578,12 @@ def _judge(
     if kind not in kinds:
         offered = ", ".join(k.value for k in kinds)
         return None, f"a {kind.value} reproduction cannot run here: {_UNAVAILABLE[kind]}; write one of: {offered}"
+    if isinstance(reproduction, CommandProcedure) and reproduction.app and ReproductionKind.BROWSER not in kinds:
+        # Said now rather than by a run whose provisioning could only fail: no app, nothing to run it against.
+        return None, (
+            "a command reproduction with `app: true` cannot run here: the repository's recipe serves no app (it "
+            "declares no start command); write commands that run without the app (leave `app` out)"
+        )
     if isinstance(reproduction, TestProcedure) and reproduction.files and not _names_a_file(reproduction):
         return None, (
             "the test reproduction writes files but its tests name none of them: name the test file you wrote "

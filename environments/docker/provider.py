@@ -49,6 +49,11 @@ with the same hardening, ``network_mode=none`` (no interface but loopback: not t
 and the run's labels (so ``cleanup_run`` finds one a dead worker left). Its root filesystem is writable (tests
 write caches into ``/app``) but dies with it; when the test command ends the container stops and every process in
 it is killed. Nothing of the worker is mounted: no state directory, no Docker socket, no home.
+
+Commands against the app (:meth:`DockerProvider.run_in`, a command reproduction with ``app: true``) run the same
+way in a container of their own from the app container's image, but in the app container's network namespace
+(``network_mode=container:<app>``): the app answers on its loopback, and the command has no other network than
+the app's.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ from environments.interface import (
     ChecksRun,
     CleanupReport,
     EnvironmentError,
+    EnvironmentGoneError,
     EnvironmentHandle,
     EnvironmentProvider,
     EnvironmentStatus,
@@ -328,6 +334,74 @@ class DockerProvider(EnvironmentProvider):
         finally:
             report = CleanupReport(run_id=run.run_id)
             _remove(lambda: container.remove(force=True), _container_resource(container), report)
+        return result_of_tests(code, duration, log_path)
+
+    def run_in(
+        self,
+        handle: EnvironmentHandle,
+        spec: RecoverySpec,
+        workspace: str,
+        command: str,
+        *,
+        log_path: Path,
+        timeout_s: float,
+        collect: tuple[str, ...] = (),
+    ) -> TestRunResult:
+        """``command`` in a container of its own from the app container's image (the workspace as provisioned,
+        its setup built in), sharing the app container's network namespace: the app answers on its loopback at
+        ``$DURAFIX_APP_URL``, and the command has no other network than the app's (see the module's contract for
+        what that network reaches). Hardened as the checks' container, its root filesystem writable but gone
+        with it; labelled with the run (``<op>:run-in``), killed at ``timeout_s`` and removed whatever happens.
+        ``collect`` is copied back into ``workspace`` (:func:`copy_out`). Raises :class:`EnvironmentGoneError`
+        when the app's container no longer exists, is not the handle's, or no longer runs."""
+        recipe = spec.recipe
+        try:
+            app = self.client.containers.get(handle.env_id)
+        except NotFound:
+            raise EnvironmentGoneError(f"{handle.env_id} no longer exists") from None
+        if not owned_by(app.labels, handle.run_id, handle.op_id) or app.status != "running":
+            raise EnvironmentGoneError(f"{handle.env_id} is not this environment's running container")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        run_op = f"{handle.op_id}:run-in"
+        name = container_name(run_op)
+        with self.fence.creating(handle.run_id, run_op, doing="run a reproduction in"):
+            stale = self._adopt(name, handle.run_id, run_op)
+            if stale is not None:  # a dead worker's: its outputs are not ours to trust
+                self._remove_container(stale, CleanupReport(run_id=handle.run_id))
+            port = app.labels.get(PORT_LABEL, str(recipe.port))
+            container = self.client.containers.create(
+                app.image.id,
+                ["/bin/sh", "-c", command],
+                name=name,
+                labels=ownership_labels(handle.run_id, run_op),
+                environment={**recipe.env, "PORT": port, "HOME": "/tmp", APP_URL_VAR: f"http://127.0.0.1:{port}"},
+                working_dir=APP_DIR,
+                user=APP_USER,
+                network_mode=f"container:{app.id}",
+                **hardened(recipe.limits),
+                tmpfs={"/tmp": _TMP_MOUNT},
+            )
+        started = time.monotonic()
+        code: int | None
+        try:
+            container.start()
+            try:
+                code = int(container.wait(timeout=timeout_s)["StatusCode"])
+            except RequestException:
+                container.kill()
+                code = None
+            duration = time.monotonic() - started
+            with log_path.open("ab") as log:
+                log.write(f"$ {command}\n".encode())
+                log.write(bytes(container.logs(stdout=True, stderr=True)))
+            for path in collect:
+                copy_out(container, path, Path(workspace))
+        finally:
+            _remove(
+                lambda: container.remove(force=True),
+                _container_resource(container),
+                CleanupReport(run_id=handle.run_id),
+            )
         return result_of_tests(code, duration, log_path)
 
     def _app_image(self, recipe: AppRecipe, workspace: Path, progress: Progress) -> str:

@@ -26,7 +26,7 @@ from temporalio import activity
 from browser.procedure import Procedure, ProcedureError
 from browser.runner import BrowserRunner
 from environments.readiness import answers
-from environments.reproduction import describe, extract_reproduction, kind_of, stored_form
+from environments.reproduction import describe, extract_reproduction, kind_of, needs_app, stored_form
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from pipeline import steps
@@ -61,7 +61,9 @@ class BrowserActivities:
             name="procedure.json",
             media_type="application/json",
         )
-        return ProcedureResult(procedure_ref=ref, kind=kind_of(procedure), described=describe(procedure))
+        return ProcedureResult(
+            procedure_ref=ref, kind=kind_of(procedure), app=needs_app(procedure), described=describe(procedure)
+        )
 
     @activity.defn(name=steps.REPRODUCE.name)
     def reproduce(self, inp: ReproduceInput) -> ReproduceResult:

@@ -11,6 +11,9 @@ trusted from a previous attempt or another worker. Idempotency:
   then its tests; stored outputs are content-addressed.
 - ``env.reproduce_in_sandbox``: a command or test reproduction on a fresh workspace (base + patch), in the
   provider's sandbox with no app; read-only towards the outside, its outputs stored by content.
+- ``env.reproduce_in_environment``: a command reproduction with ``app: true`` in the provisioned environment
+  (re-checked first; ``EnvironmentGone`` when its app no longer answers), stored as ``env.reproduce_in_sandbox``
+  stores it; nothing outside the environment's workspace is written.
 - ``env.run_baseline``: the recipe's setup and tests on a fresh workspace at the base revision; read-only
   towards the outside, its log stored by content.
 - ``env.teardown`` / ``env.cleanup_run``: idempotent; cleanup tombstones the run first — in the shared
@@ -34,12 +37,13 @@ from temporalio import activity
 
 from browser.procedure import Procedure
 from environments.checks import SetupError, SetupSettings
-from environments.command_repro import reproduce_in_sandbox
+from environments.command_repro import SandboxRun, collected_paths, reproduce_in_sandbox
 from environments.commands import tail
 from environments.diagnosis import FailedCommand, Stage, diagnose
 from environments.head_capture import capture_head, rebuild_on_base
 from environments.interface import (
     CleanupReport,
+    EnvironmentGoneError,
     EnvironmentHandle,
     EnvironmentProvider,
     NoAppError,
@@ -47,9 +51,10 @@ from environments.interface import (
     RecoverySpec,
     TestRunResult,
 )
+from environments.readiness import answers
 from environments.redaction import Redactor, redactor_for
 from environments.regression import forget_report, prove_regression
-from environments.reproduction import load_reproduction
+from environments.reproduction import CommandProcedure, SandboxProcedure, load_reproduction
 from environments.run_fence import ensure_not_fenced, write_tombstone
 from environments.spec import build_recovery_spec, canonical_json, spec_from_json
 from environments.test_results import CaseOutcome, ReportError, TestCases, read_workspace_report, regressions
@@ -77,6 +82,7 @@ from pipeline.steps import (
     BuildEvidenceInput,
     CaptureHeadInput,
     CleanupRunInput,
+    EnvironmentReproduceInput,
     EvidenceResult,
     HeadCaptured,
     PrepareSpecInput,
@@ -153,6 +159,7 @@ class EnvironmentActivities:
             self.teardown,
             self.verify_candidate,
             self.reproduce_in_sandbox,
+            self.reproduce_in_environment,
             self.capture_head,
             self.rebuild_on_base,
             self.run_baseline,
@@ -368,41 +375,110 @@ class EnvironmentActivities:
             with Heartbeat("rebuilding workspace") as beat:
                 ws = self._rebuild(inp.run_id, inp.op_id, spec.clone_url, spec.base_revision, patch)
                 try:
-                    with tempfile.TemporaryDirectory(prefix="durafix-sandbox-repro-") as tmp:
-                        log_dir = Path(tmp)
 
-                        def run(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
-                            return provider.run_checks(
-                                spec,
-                                str(ws.path),
-                                run_id=inp.run_id,
-                                op_id=inp.op_id,
-                                log_path=log,
-                                setup_timeout_s=SETUP_TIMEOUT_S,
-                                test_timeout_s=timeout_s,
-                                progress=beat.set,
-                                command=command,
-                                setup=setup_first,
-                            )
-
-                        try:
-                            found = reproduce_in_sandbox(
-                                ws.path, spec.recipe, procedure, run, log_dir, progress=beat.set
-                            )
-                        except SetupError as err:
-                            raise self._not_ready(err, inp.run_id, spec.base_revision, spec.recipe.secrets) from err
-                        beat.set("storing the reproduction's outputs")
-                        return store_reproduction(
-                            store,
-                            found,
-                            log_dir,
+                    def run(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
+                        return provider.run_checks(
+                            spec,
+                            str(ws.path),
                             run_id=inp.run_id,
                             op_id=inp.op_id,
-                            revision=inp.revision,
-                            redactor=output_redactor(spec.recipe.secrets, self.git_token),
+                            log_path=log,
+                            setup_timeout_s=SETUP_TIMEOUT_S,
+                            test_timeout_s=timeout_s,
+                            progress=beat.set,
+                            command=command,
+                            setup=setup_first,
+                            collect=collected_paths(procedure),
                         )
+
+                    return self._run_and_store(ws.path, spec, procedure, run, inp.run_id, inp.op_id, inp.revision, beat)
                 finally:
                     self.workspaces.remove(ws)
+
+    @activity.defn(name=steps.REPRODUCE_IN_ENVIRONMENT.name)
+    def reproduce_in_environment(self, inp: EnvironmentReproduceInput) -> ReproduceResult:
+        """The run's command reproduction with ``app: true`` in the provisioned environment ``inp.environment``:
+        re-checked first (as ``browser.reproduce`` does: an app that does not answer its readiness path now is
+        ``EnvironmentGone``, and the workflow provisions anew), then each run's script by the environment's provider
+        (:meth:`~environments.interface.EnvironmentProvider.run_in`: in the environment's own workspace, setup not
+        run again, reaching the app and nothing else). Stored as ``env.reproduce_in_sandbox`` stores it; the
+        environment and its workspace are left to ``env.teardown``. An app that stops answering meanwhile is
+        ``EnvironmentGone`` too: what the runs found is not trusted."""
+        store = self.store
+        env = inp.environment
+        spec = spec_from_json(store.read_bytes(inp.spec_ref))
+        procedure = load_reproduction(store.read_bytes(inp.procedure_ref))
+        if not isinstance(procedure, CommandProcedure) or not procedure.app:
+            raise FailureClass.PERMANENT.error("only a command reproduction with `app: true` runs in the environment")
+        provider = self.provider_for(env.provider)
+        with classified():
+            ensure_not_fenced(store, inp.run_id, f"to reproduce {inp.op_id}")
+            probe = spec.recipe.readiness.path
+            down = answers(env.base_url, probe)
+            if down is not None:
+                raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} does not answer at {env.base_url}: {down}")
+            # The workspace provision built for the environment's operation, as teardown finds it.
+            found = [r for r in self.workspaces.list_owned(env.run_id) if r.op_id == env.op_id]
+            ws = Path(found[0].detail.get("path", "")) if found else None
+            if ws is None or not ws.is_dir():
+                raise FailureClass.ENVIRONMENT_GONE.error(f"the workspace of {env.env_id} is gone")
+            with Heartbeat(f"reproducing in {env.env_id}") as beat:
+
+                def run(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
+                    # Provisioning ran the setup: never again (``setup_first`` is ignored).
+                    return provider.run_in(
+                        env,
+                        spec,
+                        str(ws),
+                        command,
+                        log_path=log,
+                        timeout_s=timeout_s,
+                        collect=collected_paths(procedure),
+                    )
+
+                try:
+                    result = self._run_and_store(
+                        ws, spec, procedure, run, inp.run_id, inp.op_id, inp.revision, beat, setup=False
+                    )
+                except EnvironmentGoneError as err:
+                    raise FailureClass.ENVIRONMENT_GONE.error(str(err)) from err
+            down = answers(env.base_url, probe)
+            if down is not None:
+                raise FailureClass.ENVIRONMENT_GONE.error(f"{env.env_id} died during the reproduction: {down}")
+        return result
+
+    def _run_and_store(
+        self,
+        ws: Path,
+        spec: RecoverySpec,
+        procedure: SandboxProcedure,
+        run: SandboxRun,
+        run_id: str,
+        op_id: str,
+        revision: str,
+        beat: Heartbeat,
+        *,
+        setup: bool = True,
+    ) -> ReproduceResult:
+        """``procedure`` run by ``run`` in ``ws`` (:func:`~environments.command_repro.reproduce_in_sandbox`), then its
+        record and each run's log stored redacted (:func:`~pipeline.activities.sandbox_repro.store_reproduction`).
+        A setup that fails is ``NotReady`` with the failed command (:meth:`_not_ready`)."""
+        with tempfile.TemporaryDirectory(prefix="durafix-sandbox-repro-") as tmp:
+            log_dir = Path(tmp)
+            try:
+                found = reproduce_in_sandbox(ws, spec.recipe, procedure, run, log_dir, setup=setup, progress=beat.set)
+            except SetupError as err:
+                raise self._not_ready(err, run_id, spec.base_revision, spec.recipe.secrets) from err
+            beat.set("storing the reproduction's outputs")
+            return store_reproduction(
+                self.store,
+                found,
+                log_dir,
+                run_id=run_id,
+                op_id=op_id,
+                revision=revision,
+                redactor=output_redactor(spec.recipe.secrets, self.git_token),
+            )
 
     @activity.defn(name=steps.CAPTURE_HEAD.name)
     def capture_head(self, inp: CaptureHeadInput) -> HeadCaptured:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from temporalio import activity
 
-from environments.reproduction import describe, stored_form
+from environments.reproduction import describe, needs_app, stored_form
 from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactStore
 from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
@@ -116,6 +116,7 @@ class ModelActivities(PatchingActivities):
             procedure_ref=ref,
             drafted=True,
             kind=draft.kind,
+            app=needs_app(draft.procedure),
             prompt_tokens=spent.prompt_tokens,
             completion_tokens=spent.completion_tokens,
             drafted_yaml=draft.procedure_yaml,

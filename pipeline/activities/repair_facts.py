@@ -15,7 +15,7 @@ import json
 from pydantic import ValidationError
 
 from browser.procedure import Procedure
-from environments.reproduction import kind_of, load_reproduction, to_yaml
+from environments.reproduction import kind_of, load_reproduction, needs_app, to_yaml
 from environments.spec import spec_from_json
 from evidence.interface import ArtifactMissingError, ArtifactRef, ArtifactStore
 from evidence.observations import MAX_LOG_BYTES
@@ -66,7 +66,7 @@ def _reproduction(store: ArtifactStore, fact: ReproductionFact, redact: Redact) 
             log = None  # said in the context's note
     sandboxed = _sandbox_reproduction(procedure_text)
     if sandboxed is not None:
-        kind, yaml_text = sandboxed
+        kind, yaml_text, app = sandboxed
         return sandbox_reproduction_context(
             revision=fact.revision,
             status=fact.status.value,
@@ -74,15 +74,17 @@ def _reproduction(store: ArtifactStore, fact: ReproductionFact, redact: Redact) 
             procedure_yaml=yaml_text,
             record=log,
             redact=redact,
+            app=app,
         )
     return reproduction_context(
         revision=fact.revision, status=fact.status.value, procedure=procedure, log=log, redact=redact
     )
 
 
-def _sandbox_reproduction(stored: bytes | None) -> tuple[str, str] | None:
-    """``(kind, YAML)`` of a stored command or test reproduction; None for a browser procedure, or one that cannot
-    be read (told as a browser procedure is: the context says it could not be read)."""
+def _sandbox_reproduction(stored: bytes | None) -> tuple[str, str, bool] | None:
+    """``(kind, YAML, whether it runs against the app)`` of a stored command or test reproduction; None for a
+    browser procedure, or one that cannot be read (told as a browser procedure is: the context says it could not
+    be read)."""
     if stored is None:
         return None
     try:
@@ -91,7 +93,7 @@ def _sandbox_reproduction(stored: bytes | None) -> tuple[str, str] | None:
         return None
     if isinstance(reproduction, Procedure):
         return None
-    return kind_of(reproduction).value, to_yaml(reproduction)
+    return kind_of(reproduction).value, to_yaml(reproduction), needs_app(reproduction)
 
 
 def _read(store: ArtifactStore, ref: ArtifactRef, limit: int) -> bytes | None:

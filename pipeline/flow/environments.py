@@ -1,6 +1,8 @@
 """Environments: provision a revision (with a patch), reproduce the report there, tear it down; the hosts that
 held them and their share of the cleanup. A command or test reproduction needs no app: it runs in one step on a
-fresh workspace of the revision, in the sandbox (``env.reproduce_in_sandbox``)."""
+fresh workspace of the revision, in the sandbox (``env.reproduce_in_sandbox``); a command reproduction with
+``app: true`` runs in the provisioned environment instead of the browser (``env.reproduce_in_environment``, on
+the host that holds it), between the same provision and teardown."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from pipeline.steps import (
         CleanupRunInput,
+        EnvironmentReproduceInput,
         ProvisionInput,
         ReproduceInput,
         ReproduceResult,
@@ -51,10 +54,11 @@ class Environments:
     ) -> ReproductionFact:
         """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
         (in ``reproducing``), tear down. An environment found dead is provisioned anew, once. A command or test
-        reproduction is one step in ``reproducing``, with no environment to provision or tear down."""
+        reproduction is one step in ``reproducing``, with no environment to provision or tear down; a command
+        reproduction with ``app: true`` is provisioned and torn down as a browser procedure is."""
         ctx = self.ctx
         assert ctx.procedure_ref is not None
-        if ctx.state.reproduction_kind != ReproductionKind.BROWSER:
+        if ctx.state.reproduction_kind != ReproductionKind.BROWSER and not ctx.state.reproduction_app:
             ctx.enter(reproducing)
             return await self._in_sandbox(revision, patch_ref, label, base)
         last_detail = ""
@@ -160,18 +164,35 @@ class Environments:
         assert ctx.procedure_ref is not None and ctx.state.environment is not None
         host = self.host_of(handle)
         try:
-            result = await ctx.step(
-                steps.REPRODUCE,
-                ReproduceInput(
-                    run_id=ctx.wf,
-                    op_id=repro_op,
-                    revision=revision,
-                    procedure_ref=ctx.procedure_ref,
-                    environment=handle,
-                    spec_ref=ctx.spec,
-                ),
-                host=host,
-            )
+            if ctx.state.reproduction_app:
+                # A command reproduction against the app: the same place in the run as the browser's step. No
+                # patch: only a run whose reproduction says `app: true` takes this branch, and no run recorded
+                # before it can have one (such a reproduction was refused at validation until then).
+                result = await ctx.step(
+                    steps.REPRODUCE_IN_ENVIRONMENT,
+                    EnvironmentReproduceInput(
+                        run_id=ctx.wf,
+                        op_id=repro_op,
+                        revision=revision,
+                        procedure_ref=ctx.procedure_ref,
+                        environment=handle,
+                        spec_ref=ctx.spec,
+                    ),
+                    host=host,
+                )
+            else:
+                result = await ctx.step(
+                    steps.REPRODUCE,
+                    ReproduceInput(
+                        run_id=ctx.wf,
+                        op_id=repro_op,
+                        revision=revision,
+                        procedure_ref=ctx.procedure_ref,
+                        environment=handle,
+                        spec_ref=ctx.spec,
+                    ),
+                    host=host,
+                )
         except ActivityError as err:
             if host and host_unreachable(err):
                 # The host is gone or cut off: a teardown there would only wait for it too. What it holds is

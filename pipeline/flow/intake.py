@@ -119,6 +119,7 @@ class Intake:
             raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {procedure.error}")
         ctx.procedure_ref = procedure.procedure_ref
         ctx.state.reproduction_kind = ReproductionKind(procedure.kind)
+        ctx.state.reproduction_app = procedure.app
         ctx.record(procedure.procedure_ref)
 
     async def _draft_until_reproduced(self) -> None:
@@ -151,6 +152,7 @@ class Intake:
                 raise RunEnded(Outcome.NEEDS_HUMAN_TRIAGE, f"no usable reproduction procedure: {drafted.error}")
             ctx.procedure_ref = drafted.procedure_ref
             ctx.state.reproduction_kind = ReproductionKind(drafted.kind)
+            ctx.state.reproduction_app = drafted.app
             ctx.record(drafted.procedure_ref)
             this = DraftRoundFact(
                 round=n, procedure_ref=drafted.procedure_ref, kind=drafted.kind, described=drafted.described

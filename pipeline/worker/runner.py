@@ -115,7 +115,12 @@ def build_workers(
             Worker(
                 client,
                 task_queue=host_queue(host),
-                activities=[services.browser_activities().reproduce, env.teardown, env.cleanup_run],
+                activities=[
+                    services.browser_activities().reproduce,
+                    env.reproduce_in_environment,
+                    env.teardown,
+                    env.cleanup_run,
+                ],
                 activity_executor=executor,
                 # Its reproductions are the browser queue's work moved here: the browser's limit holds for them.
                 max_concurrent_activities=limits[TaskQueue.BROWSER].max_concurrent,

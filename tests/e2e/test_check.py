@@ -182,6 +182,47 @@ def test_a_report_without_a_block_has_drafts_run_until_one_reproduces_with_a_mod
     assert (logs / "drafts" / "draft-2.yaml").read_text() == second
 
 
+APP_COMMAND_REPORT = """The cart API's total ignores quantities.
+
+```durafix-repro
+version: 1
+kind: command
+name: the cart API's total ignores quantities
+app: true
+files:
+  repro/total.py: |
+    import json, os, urllib.request
+    with urllib.request.urlopen(os.environ["DURAFIX_APP_URL"] + "/api/cart", timeout=10) as answer:
+        print(json.load(answer)["total_cents"])
+steps:
+  - run: python3 repro/total.py
+    timeout_s: 30
+bug_present:
+  - {check: stdout, not_equals: "4000"}
+```
+"""
+
+
+def test_a_command_report_against_the_app_runs_while_the_sample_app_is_up(tmp_path: Path) -> None:
+    """``app: true``: the app starts as for a browser procedure, the report's command reads its API from the app's
+    network namespace, and the app is stopped afterwards."""
+    require_bubblewrap()
+    files = {str(p.relative_to(EXAMPLE)): p.read_text() for p in EXAMPLE.rglob("*") if p.is_file()}
+    files = {name: text for name, text in files.items() if "__pycache__" not in name}
+    repo = checkout(tmp_path / "cart", {**files, "API_ISSUE.md": APP_COMMAND_REPORT}, None)
+    done = durafix_check(tmp_path, repo, "--report", str(repo / "API_ISSUE.md"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "<== start: ok" in out and "against the app" in out
+    assert "<== report: ok" in out and "reproduces" in out
+    # As a browser procedure's: it runs while the app is up, before the tests.
+    assert out.index("==> start") < out.index("==> report") < out.index("==> tests")
+    logs = assert_nothing_left(tmp_path)
+    found = json.loads((logs / "reproduction" / "reproduction.json").read_text())
+    assert found["runs"][0]["steps"][0]["stdout"] == "2375\n"
+    assert git("status", "--porcelain", cwd=repo) == ""
+
+
 def test_a_report_without_a_block_cannot_be_checked_without_a_model(tmp_path: Path) -> None:
     require_bubblewrap()
     repo = checkout(

@@ -31,6 +31,7 @@ import yaml
 from temporalio.testing import ActivityEnvironment
 
 from environments.docker import DockerProvider
+from environments.reproduction import parse_reproduction, stored_form
 from environments.sandbox import bwrap_problem
 from evidence.interface import ArtifactKind
 from infra.docker.engine import DockerEngine
@@ -44,6 +45,7 @@ from pipeline.steps import (
     AgentToolCall,
     BaselineInput,
     CleanupRunInput,
+    EnvironmentReproduceInput,
     PrepareSpecInput,
     ProvisionInput,
 )
@@ -96,6 +98,25 @@ s.sendall(sys.argv[2].encode()); print('LOCAL SERVICE REACHED')" "$DURAFIX_SERVI
   echo "== $step: identity"; id; grep -E '^Cap(Eff|Bnd)' /proc/self/status
   echo "== $step: done"
 } 2>&1
+"""
+
+
+# A report's command reproduction that needs the app: the attack, then a read of the app's health page.
+APP_REPRODUCTION = """
+version: 1
+kind: command
+name: the attack against the app
+app: true
+files:
+  repro/health.py: |
+    import os, urllib.request
+    with urllib.request.urlopen(os.environ["DURAFIX_APP_URL"] + "/healthz", timeout=10) as answer:
+        print("APP ANSWERED", answer.read().decode())
+steps:
+  - run: sh attack.sh repro
+  - run: python3 repro/health.py
+bug_present:
+  - {check: stdout, equals: APP ANSWERED ok}
 """
 
 
@@ -298,7 +319,36 @@ def test_a_hostile_repository_on_the_local_provider_gets_no_secret_no_service_an
         assert "== start: done" in provision_log
         assert "LOCAL SERVICE REACHED" not in provision_log and "DOCKER SOCKET OPEN" not in provision_log
 
-        for result in (baseline, verify, handle):
+        # A report's command reproduction against the app (``app: true``) runs the same attack in the running
+        # environment: it reaches the app, and nothing else of the worker; nothing of it outlives the step.
+        before = sorted(tagged(tag))
+        procedure_ref = worker.services.store.put_bytes(
+            stored_form(parse_reproduction(APP_REPRODUCTION)),
+            kind=ArtifactKind.PROCEDURE,
+            run_id=RUN,
+            name="procedure.json",
+            media_type="application/json",
+        )
+        reproduced = worker.run(
+            worker.env.reproduce_in_environment,
+            EnvironmentReproduceInput(
+                run_id=RUN,
+                op_id=f"{RUN}:reproduce-base:1",
+                revision=repo.base,
+                procedure_ref=procedure_ref,
+                environment=handle,
+                spec_ref=spec_ref,
+            ),
+        )
+        assert reproduced.status == "reproduced", reproduced.detail
+        assert reproduced.log_ref is not None
+        attack, health = json.loads(worker.services.store.read_bytes(reproduced.log_ref))["runs"][0]["steps"]
+        assert "== repro: done" in attack["stdout"] and health["stdout"] == "APP ANSWERED ok\n"
+        assert "LOCAL SERVICE REACHED" not in attack["stdout"] and "DOCKER SOCKET OPEN" not in attack["stdout"]
+        assert "CapEff:\t0000000000000000" in attack["stdout"]
+        assert sorted(tagged(tag)) == before, "a process of the reproduction survived it"
+
+        for result in (baseline, verify, handle, reproduced):
             for secret in SECRETS:
                 assert secret not in result.model_dump_json()
         assert service.seen == [], f"a sandboxed command reached a local service: {service.seen}"

@@ -337,6 +337,26 @@ def test_kinds_the_recipe_cannot_run_are_refused_with_the_reason(serve: Serve) -
     assert "A command reproduction is a YAML mapping" in system
 
 
+def test_a_command_against_the_app_is_refused_when_the_recipe_serves_none_and_taken_when_it_does(
+    serve: Serve,
+) -> None:
+    against_app = COMMAND_DRAFT.replace("bug_present:", "app: true\nbug_present:")
+    server = serve(script_of(submit(against_app), submit(COMMAND_DRAFT)))
+    no_app = available_kinds(serves_app=False, runs_named_tests=False)
+
+    result = drafter_for(server.base_url).draft(*MEAN_REPORT, OP_ID, kinds=no_app)
+
+    assert isinstance(result.procedure, CommandProcedure) and not result.procedure.app and result.rounds == 2
+    assert tool_answers(recorded(server)[1]) == [
+        "error: a command reproduction with `app: true` cannot run here: the repository's recipe serves no app (it "
+        "declares no start command); write commands that run without the app (leave `app` out)"
+    ]
+
+    served = serve(script_of(submit(against_app)))
+    taken = drafter_for(served.base_url).draft(*MEAN_REPORT, OP_ID, kinds=ALL_KINDS)
+    assert isinstance(taken.procedure, CommandProcedure) and taken.procedure.app and taken.rounds == 1
+
+
 def test_a_round_refused_after_running_on_the_base_is_carried_into_the_next_call(serve: Serve) -> None:
     # Turn k answers the request holding k assistant messages: the earlier round is the first of them.
     server = serve(script_of(submit(COMMAND_DRAFT), submit(TEST_DRAFT)))

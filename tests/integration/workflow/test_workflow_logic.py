@@ -68,6 +68,7 @@ from pipeline.steps import (
     EnsureCommentInput,
     EnsureDraftPrInput,
     EnsureTicketInput,
+    EnvironmentReproduceInput,
     EvidenceResult,
     HeadCaptured,
     MergeInput,
@@ -180,8 +181,12 @@ class Script:
     reproduce_lost: int = 0
     # The try after those lost ones on a host hangs without beating (the host went silent with it).
     reproduce_silent_after_lost: bool = False
-    # The kind of reproduction the report's block holds.
+    # The kind of reproduction the report's block holds, and whether it is a command reproduction against the app.
     procedure_kind: ReproductionKind = ReproductionKind.BROWSER
+    procedure_app: bool = False
+    # How many runs of a command reproduction in the environment find it gone (EnvironmentGone, as the step does
+    # when the app no longer answers).
+    environment_gone: int = 0
     # The report has no reproduction: the model drafts test reproductions, the first this many of which do not
     # show the bug on the base.
     prose_report: bool = False
@@ -417,7 +422,9 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         s.calls.append(("prepare_procedure", i))
         if s.prose_report:
             return ProcedureResult(procedure_ref=None, error="the report has no block", missing=True)
-        return ProcedureResult(procedure_ref=ref("procedure", ArtifactKind.PROCEDURE), kind=s.procedure_kind)
+        return ProcedureResult(
+            procedure_ref=ref("procedure", ArtifactKind.PROCEDURE), kind=s.procedure_kind, app=s.procedure_app
+        )
 
     @activity.defn(name=steps.REPRODUCTION_SEED.name)
     async def reproduction_seed(i: ReproductionSeedInput) -> ReproductionSeedResult:
@@ -456,6 +463,15 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.REPRODUCE_IN_SANDBOX.name)
     async def reproduce_in_sandbox(i: SandboxReproduceInput) -> ReproduceResult:
         s.calls.append(("reproduce", i))
+        return reproduced(i.op_id, i.revision == BASE)
+
+    @activity.defn(name=steps.REPRODUCE_IN_ENVIRONMENT.name)
+    async def reproduce_in_environment(i: EnvironmentReproduceInput) -> ReproduceResult:
+        s.calls.append(("reproduce_in_environment", i))
+        assert i.environment.env_id in s.live_envs, "reproduced in an environment that is not provisioned"
+        if s.environment_gone:
+            s.environment_gone -= 1
+            raise FailureClass.ENVIRONMENT_GONE.error(f"{i.environment.env_id} does not answer at http://x")
         return reproduced(i.op_id, i.revision == BASE)
 
     @activity.defn(name=steps.PROPOSE_PATCH.name)
@@ -575,6 +591,7 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             record_run,
             reproduction_seed,
             reproduce_in_sandbox,
+            reproduce_in_environment,
             draft_context,
         ],
         TaskQueue.BROWSER: [prepare_procedure, reproduce],
@@ -1297,7 +1314,7 @@ def host_worker(harness: Harness, host: str) -> Worker:
     return Worker(
         harness.client,
         task_queue=host_queue(host),
-        activities=[acts["reproduce"], acts["teardown"], acts["cleanup_run"]],
+        activities=[acts["reproduce"], acts["reproduce_in_environment"], acts["teardown"], acts["cleanup_run"]],
     )
 
 
@@ -1498,3 +1515,74 @@ async def test_a_browser_reproduction_asks_for_no_seed(harness: Harness) -> None
     assert final.outcome == Outcome.MERGED
     assert "reproduction_seed" not in harness.script.names()
     assert final.reproduction_seed is None
+
+
+async def test_a_command_reproduction_against_the_app_is_provisioned_reproduced_on_its_host_and_torn_down(
+    harness: Harness,
+) -> None:
+    """A command reproduction with ``app: true`` takes the browser's place between provision and teardown, on the
+    host that holds the environment; an environment found gone is torn down and provisioned anew once. No browser
+    reproduction and no sandbox-only reproduction is run."""
+    harness.script.procedure_kind, harness.script.procedure_app = ReproductionKind.COMMAND, True
+    harness.script.environment_gone = 1
+    harness.script.provision_hosts = ["here", "here", "here"]
+    async with host_worker(harness, "here"):
+        wf = await harness.start()
+        await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+        await approve(harness, wf)
+        final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    assert final.reproduction_kind == "command" and final.reproduction_app
+    env_steps = [
+        (n, c.op_id if n != "teardown" else c.env_id)
+        for n, c in harness.script.calls
+        if n in ("provision", "reproduce_in_environment", "teardown", "reproduce")
+    ]
+    assert env_steps[:7] == [
+        ("provision", f"{wf}:env-base:1"),
+        ("reproduce_in_environment", f"{wf}:reproduce-base:1"),
+        ("teardown", f"{wf}:env-base:1"),
+        ("provision", f"{wf}:env-base:2"),
+        ("reproduce_in_environment", f"{wf}:reproduce-base:2"),
+        ("teardown", f"{wf}:env-base:2"),
+        ("provision", f"{wf}:env-candidate-1:1"),
+    ]
+    assert env_steps[7:9] == [
+        ("reproduce_in_environment", f"{wf}:reproduce-candidate-1:1"),
+        ("teardown", f"{wf}:env-candidate-1:1"),
+    ]
+    assert "reproduce" not in harness.script.names()
+    ran = [c for n, c in harness.script.calls if n == "reproduce_in_environment"]
+    assert all(c.spec_ref == ref("spec", ArtifactKind.SPEC) for c in ran)
+    assert [c.environment.op_id for c in ran] == [f"{wf}:env-base:1", f"{wf}:env-base:2", f"{wf}:env-candidate-1:1"]
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.REPRODUCED
+    assert final.cleanup is not None and final.cleanup.complete and not harness.script.live_envs
+    history = [e async for e in harness.client.get_workflow_handle(wf).fetch_history_events()]
+    queues = {
+        (
+            e.activity_task_scheduled_event_attributes.activity_type.name,
+            e.activity_task_scheduled_event_attributes.task_queue.name,
+        )
+        for e in history
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    assert (steps.REPRODUCE_IN_ENVIRONMENT.name, host_queue("here")) in queues
+    assert (steps.REPRODUCE_IN_ENVIRONMENT.name, TaskQueue.ENVIRONMENTS.value) not in queues
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "command-reproduction-against-app")
+
+
+async def test_a_command_reproduction_against_the_app_of_a_recipe_without_start_ends_as_a_browser_one_does(
+    harness: Harness,
+) -> None:
+    """``app: true`` with a recipe that declares no ``start``: provisioning says so, and the run ends in triage
+    (environment not set up, cause ``no-app``) with nothing reproduced, as a browser procedure's run does."""
+    harness.script.procedure_kind, harness.script.procedure_app = ReproductionKind.COMMAND, True
+    harness.script.no_app = True
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    failed = final.triage.environment
+    assert failed is not None and (failed.stage, failed.cause) == ("start", "no-app")
+    assert harness.script.names().count("provision") == 1
+    assert not {"reproduce", "reproduce_in_environment", "propose"} & set(harness.script.names())
+    assert final.cleanup is not None and final.cleanup.complete

@@ -99,10 +99,22 @@ def test_a_file_path_that_could_leave_the_workspace_or_touch_git_is_refused(path
 def test_the_schema_is_closed_and_capped() -> None:
     assert "Extra inputs" in refusal(COMMAND.replace("runs: 2", "runs: 2\nshell: bash"))
     assert "kind: must be one of" in refusal(COMMAND.replace("kind: command", "kind: shell"))
-    assert "not supported yet" in refusal(COMMAND.replace("runs: 2", "runs: 2\napp: true"))
     assert "exactly one of" in refusal(COMMAND.replace('not_equals: "3.0"', 'not_equals: "3.0", contains: x'))
     assert "`path` is given" in refusal(COMMAND.replace("check: stdout,", "check: stdout, path: x,"))
     assert "uses a backreference" in refusal(COMMAND.replace('"^1$"', '"(a)\\\\1"'))
     assert "at most 32000 characters" in refusal(COMMAND.replace("print(1)", "x" * 33_000))
     assert "option" in refusal(TEST.replace("[tests/test_issue_7.py]", "[--collect-only]"))
     assert "timeout_s" in refusal(COMMAND.replace("timeout_s: 30", "timeout_s: 100000"))
+
+
+def test_a_command_reproduction_may_ask_for_the_app_and_keeps_it_through_storage() -> None:
+    plain = parse_reproduction(COMMAND)
+    assert isinstance(plain, CommandProcedure) and plain.app is False
+    with_app = parse_reproduction(COMMAND.replace("runs: 2", "runs: 2\napp: true"))
+    assert isinstance(with_app, CommandProcedure) and with_app.app is True
+    assert b'"app": true' in stored_form(with_app)
+    assert load_reproduction(stored_form(with_app)) == with_app
+    assert "app: true" in to_yaml(with_app) and "app:" not in to_yaml(plain)
+    assert "valid boolean" in refusal(COMMAND.replace("runs: 2", "runs: 2\napp: sometimes"))
+    # Only a command reproduction runs its own commands against the app; the other kinds have no such key.
+    assert "Extra inputs" in refusal(TEST + "app: true\n")

@@ -169,3 +169,27 @@ def test_the_system_prompt_says_where_a_command_reproduction_runs_and_a_browser_
     [browser, _] = opening_messages(request, None, tools=tools)
     assert browser["content"] == system_prompt(request, runs=tools)
     assert "in a browser against your workspace's app" in browser["content"]
+
+
+def test_a_command_reproduction_against_the_app_is_said_to_run_against_it() -> None:
+    """The ticket and the repair agent are told that a command reproduction with ``app: true`` ran against the
+    running app (where ``$DURAFIX_APP_URL`` reaches it), not in a sandbox with no app."""
+    fact = ReproductionFact(
+        op_id="o", revision="a" * 40, status=ReproductionOutcome.REPRODUCED, procedure_ref=ref("procedure.json")
+    )
+    ticket = messages.ticket_body(
+        state(reproduction=fact, reproduction_kind=ReproductionKind.COMMAND, reproduction_app=True)
+    )
+    assert "- reproduction on base (a command reproduction, run in the sandbox against the app): `reproduced`" in ticket
+    context = sandbox_reproduction_context(
+        revision="b" * 40,
+        status="reproduced",
+        kind="command",
+        procedure_yaml="version: 1\nkind: command\napp: true\n",
+        record={"runs": []},
+        redact=str,
+        app=True,
+    )
+    text = RepairContext(reproduction=context).render()
+    assert "It is a command reproduction against the running app" in text and "$DURAFIX_APP_URL" in text
+    assert "no app" not in text
