@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from evidence.bundle import RevisionEvidence
 from evidence.interface import ArtifactRef, ArtifactStore
-from evidence.markup import esc
+from evidence.markup import code, esc
 
 SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
+
+# A check's value can be a whole page's text, output or file: the log or record keeps all of it, the table the start.
+OBSERVED_MAX_CHARS = 1_000
 
 
 def side_expectation(role: str) -> str:
@@ -40,3 +43,17 @@ def verdict_table(side: RevisionEvidence, note: str | None) -> str:
 
 def link(ref: ArtifactRef, store: ArtifactStore) -> str:
     return f'<a href="{esc(store.url_for(ref))}">{esc(ref.name)}</a> <span class="sha">sha256 {ref.sha256}</span>'
+
+
+def observed_value(actual: str | None, kept_in: str) -> str:
+    """What a check read, escaped: a note for no value or an empty one, and past :data:`OBSERVED_MAX_CHARS` the
+    start of it with how many more characters ``kept_in`` (e.g. "the log") holds."""
+    if actual is None:
+        return '<span class="note">no value</span>'
+    if actual == "":
+        return '<code class="observed"></code> <span class="note">(empty)</span>'
+    if len(actual) > OBSERVED_MAX_CHARS:
+        rest = len(actual) - OBSERVED_MAX_CHARS
+        more = f'<span class="note">… {rest} more characters in {esc(kept_in)}</span>'
+        return f"{code(actual[:OBSERVED_MAX_CHARS], 'observed')}{more}"
+    return code(actual, "observed")

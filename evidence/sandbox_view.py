@@ -20,11 +20,9 @@ from evidence.interface import ArtifactStore
 from evidence.markup import code, esc
 from evidence.output_view import Marks, lines_read, show_output
 from evidence.procedure_view import as_yaml
-from evidence.report_parts import SIDE_LABEL, link, side_expectation, verdict_table
+from evidence.report_parts import SIDE_LABEL, link, observed_value, side_expectation, verdict_table
 from evidence.sandbox_runs import CheckRun, CheckSpec, RunRecord, SandboxProcedureView, SandboxRuns, StepRun
 
-# A check's value is an output or a file, possibly long: the record keeps it, the proof table the start.
-_VALUE_MAX_CHARS = 1_000
 _SUBJECTS = {
     "exit_status": "the exit status of the last command",
     "stdout": "the stdout of the last command",
@@ -158,19 +156,8 @@ def _check_entry(side: RevisionEvidence, seen: list[tuple[RunRecord, CheckRun]],
     output = ""
     if last and check.holds is not None:
         output = f' <a href="#output-run-{run.run}-command-{last}">the output</a>'
-    shown = f'{_value(check.actual)} <span class="verdict {cls}">{verdict}</span>'
+    shown = f'{observed_value(check.actual, "the record")} <span class="verdict {cls}">{verdict}</span>'
     return f'<div class="seen">{shown}{which}{output}{error}</div>'
-
-
-def _value(actual: str | None) -> str:
-    if actual is None:
-        return '<span class="note">no value</span>'
-    if actual == "":
-        return '<code class="observed"></code> <span class="note">(empty)</span>'
-    if len(actual) > _VALUE_MAX_CHARS:
-        more = f'<span class="note">… {len(actual) - _VALUE_MAX_CHARS} more characters in the record</span>'
-        return f"{code(actual[:_VALUE_MAX_CHARS], 'observed')}{more}"
-    return code(actual, "observed")
 
 
 def _test_proof(bundle: EvidenceBundle, view: SandboxProcedureView | None, runs: dict[str, SandboxRuns]) -> str:
