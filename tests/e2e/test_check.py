@@ -27,7 +27,7 @@ import yaml
 from tests.support.chromium import chromium_path
 from tests.support.durafix_cli import DURAFIX, durafix
 from tests.support.gitrepo import git
-from tests.support.projects import IS_NUMBER_LOCK
+from tests.support.projects import is_number_package
 from tests.support.sandbox import require_bubblewrap
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cart"
@@ -306,16 +306,12 @@ tests: [test/issue.test.js]
 @pytest.mark.slow
 def test_an_npm_library_with_a_command_and_a_test_report(tmp_path: Path) -> None:
     require_bubblewrap()
-    lock = json.loads(json.dumps(IS_NUMBER_LOCK).replace('"durafix-npm-fixture"', '"tally"'))
-    package = {"name": "tally", "version": "1.0.0", "private": True, "dependencies": {"is-number": "7.0.0"}}
     repo = checkout(
         tmp_path / "tally",
         {
-            "package.json": json.dumps(package, indent=2) + "\n",
-            "package-lock.json": json.dumps(lock, indent=2) + "\n",
+            **is_number_package("tally"),
             "index.js": TALLY,
             "test/total.test.js": NPM_TEST,
-            ".gitignore": "node_modules/\n",
             "COMMAND.md": NPM_COMMAND_REPORT,
             "TEST.md": NPM_TEST_REPORT,
         },
