@@ -36,7 +36,15 @@ from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
 from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
 from evidence.procedure_view import as_yaml, check_parts, load_procedure, step_html
-from evidence.report_parts import SIDE_LABEL, link, observed_value, side_expectation, verdict_table
+from evidence.report_parts import (
+    SIDE_LABEL,
+    link,
+    observed_value,
+    runs_note,
+    side_expectation,
+    verdict_class,
+    verdict_table,
+)
 from evidence.sandbox_runs import SandboxRuns, StoredProcedure, procedure_kind, read_sandbox_runs
 
 REPORT_NAME = "index.html"
@@ -286,15 +294,9 @@ def _observation(
     side: RevisionEvidence, runs: list[CheckObservation], index: int, images: _Images, several_runs: bool
 ) -> str:
     first = runs[0]
-    if first.holds is True:
-        cls = "pass" if side.role == "base" else ("fail" if first.run_bug_present else "neutral")
-        verdict = "holds"
-    elif first.holds is False:
-        cls, verdict = ("fail" if side.role == "base" else "pass"), "does not hold"
-    else:
-        cls, verdict = "fail", "not evaluated"
-    numbers = ", ".join(str(o.run) for o in runs)
-    which = f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>' if several_runs else ""
+    cls = verdict_class(side.role, first.holds, first.run_bug_present)
+    verdict = {True: "holds", False: "does not hold", None: "not evaluated"}[first.holds]
+    which = runs_note([o.run for o in runs], several_runs)
     value = observed_value(first.actual, "the log")
     error = f'<p class="note">{_e(first.error)}</p>' if first.error else ""
     where = f"{SIDE_LABEL[side.role].lower()}, run {first.run}, check {index + 1}"

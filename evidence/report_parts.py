@@ -57,3 +57,23 @@ def observed_value(actual: str | None, kept_in: str) -> str:
         more = f'<span class="note">… {rest} more characters in {esc(kept_in)}</span>'
         return f"{code(actual[:OBSERVED_MAX_CHARS], 'observed')}{more}"
     return code(actual, "observed")
+
+
+def verdict_class(role: str, holds: bool | None, run_bug_present: bool) -> str:
+    """The colour of one check's verdict on the ``role`` side: ``pass`` where it is what a fixed bug asks for
+    (it holds on the base, it does not hold on the candidate), ``fail`` where it is not or could not be read,
+    and ``neutral`` for a check that holds on the candidate in a run whose other checks showed the bug gone."""
+    if holds is None:
+        return "fail"
+    if holds:
+        return "pass" if role == "base" else ("fail" if run_bug_present else "neutral")
+    return "fail" if role == "base" else "pass"
+
+
+def runs_note(runs: list[int], several: bool) -> str:
+    """Which runs saw a value, as a note after it; nothing when the reproduction ran only once (``several``
+    False)."""
+    if not several:
+        return ""
+    numbers = ", ".join(str(run) for run in runs)
+    return f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>'

@@ -20,7 +20,15 @@ from evidence.interface import ArtifactStore
 from evidence.markup import code, esc
 from evidence.output_view import Marks, lines_read, show_output
 from evidence.procedure_view import as_yaml
-from evidence.report_parts import SIDE_LABEL, link, observed_value, side_expectation, verdict_table
+from evidence.report_parts import (
+    SIDE_LABEL,
+    link,
+    observed_value,
+    runs_note,
+    side_expectation,
+    verdict_class,
+    verdict_table,
+)
 from evidence.sandbox_runs import CheckRun, CheckSpec, RunRecord, SandboxProcedureView, SandboxRuns, StepRun
 
 _SUBJECTS = {
@@ -142,15 +150,9 @@ def _check_cell(side: RevisionEvidence, runs: SandboxRuns, index: int) -> str:
 
 def _check_entry(side: RevisionEvidence, seen: list[tuple[RunRecord, CheckRun]], several: bool) -> str:
     run, check = seen[0]
-    if check.holds is True:
-        cls = "pass" if side.role == "base" else ("fail" if run.bug_present else "neutral")
-        verdict = "held"
-    elif check.holds is False:
-        cls, verdict = ("fail" if side.role == "base" else "pass"), "did not hold"
-    else:
-        cls, verdict = "fail", "could not be read"
-    numbers = ", ".join(str(r.run) for r, _ in seen)
-    which = f' <span class="note">{"runs" if len(seen) > 1 else "run"} {numbers}</span>' if several else ""
+    cls = verdict_class(side.role, check.holds, run.bug_present)
+    verdict = {True: "held", False: "did not hold", None: "could not be read"}[check.holds]
+    which = runs_note([r.run for r, _ in seen], several)
     error = f'<p class="note">{esc(check.error)}</p>' if check.error else ""
     last = len(run.steps)
     output = ""
