@@ -36,14 +36,7 @@ from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.gitrepo import git
 from tests.support.modelserver import tool_turn
 from tests.support.projects import is_number_package
-
-
-@dataclass(frozen=True)
-class Report:
-    """An issue: its title and its body (the prose and a ``durafix-repro`` block)."""
-
-    title: str
-    body: str
+from tests.support.real_projects import Report
 
 
 @dataclass(frozen=True)
