@@ -36,7 +36,15 @@ from evidence.interface import ArtifactRef, ArtifactStore
 from evidence.markup import code, esc
 from evidence.observations import CheckObservation, Observations, moment_of, read_observations, screenshot_named
 from evidence.procedure_view import as_yaml, check_parts, load_procedure, step_html
-from evidence.report_parts import SIDE_LABEL, link, side_expectation, verdict_table
+from evidence.report_parts import (
+    SIDE_LABEL,
+    link,
+    observed_value,
+    runs_note,
+    side_expectation,
+    verdict_class,
+    verdict_table,
+)
 from evidence.sandbox_runs import SandboxRuns, StoredProcedure, procedure_kind, read_sandbox_runs
 
 REPORT_NAME = "index.html"
@@ -44,8 +52,6 @@ REPORT_NAME = "index.html"
 _INLINE_IMAGE_MAX = 4 * 1024 * 1024
 _INLINE_TEXT_MAX = 2 * 1024 * 1024
 _TEST_OUTPUT_TAIL_LINES = 200
-# An observed value is page text, possibly the whole body: the log keeps all of it, the table the start.
-_OBSERVED_MAX_CHARS = 1_000
 
 _CSP = "default-src 'none'; img-src data:; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 
@@ -288,16 +294,10 @@ def _observation(
     side: RevisionEvidence, runs: list[CheckObservation], index: int, images: _Images, several_runs: bool
 ) -> str:
     first = runs[0]
-    if first.holds is True:
-        cls = "pass" if side.role == "base" else ("fail" if first.run_bug_present else "neutral")
-        verdict = "holds"
-    elif first.holds is False:
-        cls, verdict = ("fail" if side.role == "base" else "pass"), "does not hold"
-    else:
-        cls, verdict = "fail", "not evaluated"
-    numbers = ", ".join(str(o.run) for o in runs)
-    which = f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>' if several_runs else ""
-    value = _observed_value(first.actual)
+    cls = verdict_class(side.role, first.holds, first.run_bug_present)
+    verdict = {True: "holds", False: "does not hold", None: "not evaluated"}[first.holds]
+    which = runs_note([o.run for o in runs], several_runs)
+    value = observed_value(first.actual, "the log")
     error = f'<p class="note">{_e(first.error)}</p>' if first.error else ""
     where = f"{SIDE_LABEL[side.role].lower()}, run {first.run}, check {index + 1}"
     crop = screenshot_named(side.screenshots, first.element_screenshot)
@@ -310,18 +310,6 @@ def _observation(
         # Checks on no element (the URL, a response) have only the page.
         shown = f'<p class="note">{link}</p>' if link else ""
     return f'<div class="seen">{value} <span class="verdict {cls}">{verdict}</span>{which}{error}{shown}</div>'
-
-
-def _observed_value(actual: str | None) -> str:
-    if actual is None:
-        return '<span class="note">no value</span>'
-    if actual == "":
-        return '<code class="observed"></code> <span class="note">(empty)</span>'
-    if len(actual) > _OBSERVED_MAX_CHARS:
-        rest = len(actual) - _OBSERVED_MAX_CHARS
-        more = f'<span class="note">… {rest} more characters in the log</span>'
-        return f"{code(actual[:_OBSERVED_MAX_CHARS], 'observed')}{more}"
-    return code(actual, "observed")
 
 
 def _comparison(bundle: EvidenceBundle, observed: dict[str, Observations], images: _Images) -> str:

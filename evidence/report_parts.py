@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from evidence.bundle import RevisionEvidence
 from evidence.interface import ArtifactRef, ArtifactStore
-from evidence.markup import esc
+from evidence.markup import code, esc
 
 SIDE_LABEL: dict[str, str] = {"base": "Base revision", "candidate": "Candidate commit"}
+
+# A check's value can be a whole page's text, output or file: the log or record keeps all of it, the table the start.
+OBSERVED_MAX_CHARS = 1_000
 
 
 def side_expectation(role: str) -> str:
@@ -40,3 +43,37 @@ def verdict_table(side: RevisionEvidence, note: str | None) -> str:
 
 def link(ref: ArtifactRef, store: ArtifactStore) -> str:
     return f'<a href="{esc(store.url_for(ref))}">{esc(ref.name)}</a> <span class="sha">sha256 {ref.sha256}</span>'
+
+
+def observed_value(actual: str | None, kept_in: str) -> str:
+    """What a check read, escaped: a note for no value or an empty one, and past :data:`OBSERVED_MAX_CHARS` the
+    start of it with how many more characters ``kept_in`` (e.g. "the log") holds."""
+    if actual is None:
+        return '<span class="note">no value</span>'
+    if actual == "":
+        return '<code class="observed"></code> <span class="note">(empty)</span>'
+    if len(actual) > OBSERVED_MAX_CHARS:
+        rest = len(actual) - OBSERVED_MAX_CHARS
+        more = f'<span class="note">… {rest} more characters in {esc(kept_in)}</span>'
+        return f"{code(actual[:OBSERVED_MAX_CHARS], 'observed')}{more}"
+    return code(actual, "observed")
+
+
+def verdict_class(role: str, holds: bool | None, run_bug_present: bool) -> str:
+    """The colour of one check's verdict on the ``role`` side: ``pass`` where it is what a fixed bug asks for
+    (it holds on the base, it does not hold on the candidate), ``fail`` where it is not or could not be read,
+    and ``neutral`` for a check that holds on the candidate in a run whose other checks showed the bug gone."""
+    if holds is None:
+        return "fail"
+    if holds:
+        return "pass" if role == "base" else ("fail" if run_bug_present else "neutral")
+    return "fail" if role == "base" else "pass"
+
+
+def runs_note(runs: list[int], several: bool) -> str:
+    """Which runs saw a value, as a note after it; nothing when the reproduction ran only once (``several``
+    False)."""
+    if not several:
+        return ""
+    numbers = ", ".join(str(run) for run in runs)
+    return f' <span class="note">{"runs" if len(runs) > 1 else "run"} {numbers}</span>'

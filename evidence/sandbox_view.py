@@ -20,11 +20,17 @@ from evidence.interface import ArtifactStore
 from evidence.markup import code, esc
 from evidence.output_view import Marks, lines_read, show_output
 from evidence.procedure_view import as_yaml
-from evidence.report_parts import SIDE_LABEL, link, side_expectation, verdict_table
+from evidence.report_parts import (
+    SIDE_LABEL,
+    link,
+    observed_value,
+    runs_note,
+    side_expectation,
+    verdict_class,
+    verdict_table,
+)
 from evidence.sandbox_runs import CheckRun, CheckSpec, RunRecord, SandboxProcedureView, SandboxRuns, StepRun
 
-# A check's value is an output or a file, possibly long: the record keeps it, the proof table the start.
-_VALUE_MAX_CHARS = 1_000
 _SUBJECTS = {
     "exit_status": "the exit status of the last command",
     "stdout": "the stdout of the last command",
@@ -144,33 +150,16 @@ def _check_cell(side: RevisionEvidence, runs: SandboxRuns, index: int) -> str:
 
 def _check_entry(side: RevisionEvidence, seen: list[tuple[RunRecord, CheckRun]], several: bool) -> str:
     run, check = seen[0]
-    if check.holds is True:
-        cls = "pass" if side.role == "base" else ("fail" if run.bug_present else "neutral")
-        verdict = "held"
-    elif check.holds is False:
-        cls, verdict = ("fail" if side.role == "base" else "pass"), "did not hold"
-    else:
-        cls, verdict = "fail", "could not be read"
-    numbers = ", ".join(str(r.run) for r, _ in seen)
-    which = f' <span class="note">{"runs" if len(seen) > 1 else "run"} {numbers}</span>' if several else ""
+    cls = verdict_class(side.role, check.holds, run.bug_present)
+    verdict = {True: "held", False: "did not hold", None: "could not be read"}[check.holds]
+    which = runs_note([r.run for r, _ in seen], several)
     error = f'<p class="note">{esc(check.error)}</p>' if check.error else ""
     last = len(run.steps)
     output = ""
     if last and check.holds is not None:
         output = f' <a href="#output-run-{run.run}-command-{last}">the output</a>'
-    shown = f'{_value(check.actual)} <span class="verdict {cls}">{verdict}</span>'
+    shown = f'{observed_value(check.actual, "the record")} <span class="verdict {cls}">{verdict}</span>'
     return f'<div class="seen">{shown}{which}{output}{error}</div>'
-
-
-def _value(actual: str | None) -> str:
-    if actual is None:
-        return '<span class="note">no value</span>'
-    if actual == "":
-        return '<code class="observed"></code> <span class="note">(empty)</span>'
-    if len(actual) > _VALUE_MAX_CHARS:
-        more = f'<span class="note">… {len(actual) - _VALUE_MAX_CHARS} more characters in the record</span>'
-        return f"{code(actual[:_VALUE_MAX_CHARS], 'observed')}{more}"
-    return code(actual, "observed")
 
 
 def _test_proof(bundle: EvidenceBundle, view: SandboxProcedureView | None, runs: dict[str, SandboxRuns]) -> str:

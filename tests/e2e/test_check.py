@@ -16,7 +16,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -28,9 +27,10 @@ import yaml
 
 from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.chromium import chromium_path
+from tests.support.durafix_cli import DURAFIX, durafix
 from tests.support.gitrepo import git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
-from tests.support.projects import IS_NUMBER_LOCK
+from tests.support.projects import is_number_package
 from tests.support.sandbox import require_bubblewrap
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cart"
@@ -78,16 +78,17 @@ def durafix_check(
     tmp: Path, directory: Path, *args: str, timeout_s: float = 600, extra_env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``durafix check DIRECTORY ARGS...`` in the environment of :func:`check_env` (and ``extra_env``)."""
-    env = {**check_env(tmp), **(extra_env or {})}
-    durafix = Path(sys.executable).parent / "durafix"
-    return subprocess.run(
-        [str(durafix), "check", str(directory), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout_s,
-        check=False,
-    )
+    return durafix(["check", str(directory), *args], {**check_env(tmp), **(extra_env or {})}, timeout_s)
+
+
+def passing_check(tmp: Path, repo: Path, report: str) -> str:
+    """The output of ``durafix check REPO --report REPO/REPORT``, which must pass. The kept logs of a check before
+    it are removed first, so that :func:`assert_nothing_left` speaks of this check alone."""
+    for leftover in (tmp / "tmpdir").iterdir():
+        subprocess.run(["rm", "-rf", str(leftover)], check=True)
+    done = durafix_check(tmp, repo, "--report", str(repo / report))
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
 
 
 def running_with(token: str) -> list[str]:
@@ -123,9 +124,7 @@ def test_the_sample_app_and_its_report_reproduce_in_chromium(tmp_path: Path) -> 
     chromium_path()
     files = {str(p.relative_to(EXAMPLE)): p.read_text() for p in EXAMPLE.rglob("*") if p.is_file()}
     repo = checkout(tmp_path / "cart", {name: text for name, text in files.items() if "__pycache__" not in name}, None)
-    done = durafix_check(tmp_path, repo, "--report", str(repo / "ISSUE.md"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = passing_check(tmp_path, repo, "ISSUE.md")
     head = git("rev-parse", "HEAD", cwd=repo)
     assert f"commit: {head}" in out
     assert "<== start: ok" in out and "sandbox: bubblewrap" in out
@@ -328,9 +327,7 @@ def test_a_pip_library_with_a_command_and_a_test_report(tmp_path: Path) -> None:
         },
         PIP_RECIPE,
     )
-    done = durafix_check(tmp_path, repo, "--report", str(repo / "COMMAND.md"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    out = done.stdout
+    out = passing_check(tmp_path, repo, "COMMAND.md")
     assert "<== setup: ok" in out and "setup: python3 -m venv .venv" in out
     assert "--- start: skipped, not needed: the reproduction runs in the sandbox, without the app" in out
     assert "<== tests: ok" in out
@@ -340,14 +337,11 @@ def test_a_pip_library_with_a_command_and_a_test_report(tmp_path: Path) -> None:
     found = json.loads((logs / "reproduction" / "reproduction.json").read_text())
     assert [run["steps"][0]["stdout"] for run in found["runs"]] == ["2.0\n", "2.0\n"]
 
-    for leftover in (tmp_path / "tmpdir").iterdir():
-        subprocess.run(["rm", "-rf", str(leftover)], check=True)
-    again = durafix_check(tmp_path, repo, "--report", str(repo / "TEST.md"))
-    assert again.returncode == 0, again.stdout + again.stderr
+    again = passing_check(tmp_path, repo, "TEST.md")
     # The second check's setup is the first one's, restored from the worker's dependency cache.
-    assert "restoring .venv from the dependency cache" in again.stdout
-    assert "==> report: test reproduction 'mean of two numbers'" in again.stdout
-    assert "<== report: ok" in again.stdout
+    assert "restoring .venv from the dependency cache" in again
+    assert "==> report: test reproduction 'mean of two numbers'" in again
+    assert "<== report: ok" in again
     assert_nothing_left(tmp_path)
 
 
@@ -408,34 +402,26 @@ tests: [test/issue.test.js]
 @pytest.mark.slow
 def test_an_npm_library_with_a_command_and_a_test_report(tmp_path: Path) -> None:
     require_bubblewrap()
-    lock = json.loads(json.dumps(IS_NUMBER_LOCK).replace('"durafix-npm-fixture"', '"tally"'))
-    package = {"name": "tally", "version": "1.0.0", "private": True, "dependencies": {"is-number": "7.0.0"}}
     repo = checkout(
         tmp_path / "tally",
         {
-            "package.json": json.dumps(package, indent=2) + "\n",
-            "package-lock.json": json.dumps(lock, indent=2) + "\n",
+            **is_number_package("tally"),
             "index.js": TALLY,
             "test/total.test.js": NPM_TEST,
-            ".gitignore": "node_modules/\n",
             "COMMAND.md": NPM_COMMAND_REPORT,
             "TEST.md": NPM_TEST_REPORT,
         },
         NPM_RECIPE,
     )
-    done = durafix_check(tmp_path, repo, "--report", str(repo / "COMMAND.md"))
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "setup: npm ci --no-audit --no-fund" in done.stdout
-    assert "--- start: skipped" in done.stdout
-    assert "<== report: ok" in done.stdout and "reproduces" in done.stdout
+    out = passing_check(tmp_path, repo, "COMMAND.md")
+    assert "setup: npm ci --no-audit --no-fund" in out
+    assert "--- start: skipped" in out
+    assert "<== report: ok" in out and "reproduces" in out
     assert_nothing_left(tmp_path)
 
-    for leftover in (tmp_path / "tmpdir").iterdir():
-        subprocess.run(["rm", "-rf", str(leftover)], check=True)
-    again = durafix_check(tmp_path, repo, "--report", str(repo / "TEST.md"))
-    assert again.returncode == 0, again.stdout + again.stderr
-    assert "==> report: test reproduction 'string counts are added'" in again.stdout
-    assert "<== report: ok" in again.stdout
+    again = passing_check(tmp_path, repo, "TEST.md")
+    assert "==> report: test reproduction 'string counts are added'" in again
+    assert "<== report: ok" in again
     assert_nothing_left(tmp_path)
 
 
@@ -530,7 +516,7 @@ def test_an_interrupted_check_stops_the_app_and_removes_what_it_made(tmp_path: P
     repo = checkout(tmp_path / "app", {"README": "an app\n"}, recipe)
     env = check_env(tmp_path)
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "durafix"), "check", str(repo)],
+        [str(DURAFIX), "check", str(repo)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -61,11 +61,11 @@ from tests.support.library_projects import (
     Bug,
     DraftedBug,
     Library,
-    Report,
     build_library,
     draft_conversation,
     model_script,
 )
+from tests.support.real_projects import Report
 
 pytestmark = [pytest.mark.slow]
 

@@ -25,7 +25,6 @@ and keeps the drafted test, which is the regression test of the fix.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,15 +35,8 @@ import yaml
 from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.gitrepo import git
 from tests.support.modelserver import tool_turn
-from tests.support.projects import IS_NUMBER_LOCK
-
-
-@dataclass(frozen=True)
-class Report:
-    """An issue: its title and its body (the prose and a ``durafix-repro`` block)."""
-
-    title: str
-    body: str
+from tests.support.projects import is_number_package
+from tests.support.real_projects import Report
 
 
 @dataclass(frozen=True)
@@ -395,16 +387,6 @@ function largest(values) {{
 
 module.exports = {{ total, clamp, largest }};
 """
-TALLY_PACKAGE = {
-    "name": "tallykit",
-    "version": "1.0.0",
-    "private": True,
-    "description": "Totals and bounds",
-    "main": "lib/index.js",
-    "scripts": {"test": "node --test"},
-    "dependencies": {"is-number": "7.0.0"},
-}
-TALLY_LOCK: dict[str, Any] = json.loads(json.dumps(IS_NUMBER_LOCK).replace('"durafix-npm-fixture"', '"tallykit"'))
 TALLY_TESTS = """const test = require("node:test");
 const assert = require("node:assert");
 const { total, clamp } = require("../lib");
@@ -480,11 +462,9 @@ TALLYKIT_LIBRARY = Library(
     commits=[
         (
             "tallykit: package.json with is-number",
-            {
-                "package.json": json.dumps(TALLY_PACKAGE, indent=2) + "\n",
-                "package-lock.json": json.dumps(TALLY_LOCK, indent=2) + "\n",
-                ".gitignore": "node_modules/\n",
-            },
+            is_number_package(
+                "tallykit", description="Totals and bounds", main="lib/index.js", scripts={"test": "node --test"}
+            ),
         ),
         ("Totals and bounds", {"lib/index.js": TALLYKIT}),
         ("Tests", {"test/tallykit.test.js": TALLY_TESTS}),

@@ -82,6 +82,20 @@ def write_project(root: Path, files: dict[str, str], recipe: dict[str, object]) 
     return root
 
 
+def is_number_package(name: str, **fields: object) -> dict[str, str]:
+    """The files of an npm package ``name`` whose one dependency is ``is-number`` 7.0.0: its ``package.json``
+    (``fields``, e.g. scripts, after its name, version and private flag), the lock ``npm ci`` installs from
+    (:data:`IS_NUMBER_LOCK` under this name: npm ci checks that they agree), and a ``.gitignore`` for
+    ``node_modules``."""
+    package = {"name": name, "version": "1.0.0", "private": True, **fields, "dependencies": {"is-number": "7.0.0"}}
+    lock = json.loads(json.dumps(IS_NUMBER_LOCK).replace('"durafix-npm-fixture"', json.dumps(name)))
+    return {
+        "package.json": json.dumps(package, indent=2) + "\n",
+        "package-lock.json": json.dumps(lock, indent=2) + "\n",
+        ".gitignore": "node_modules/\n",
+    }
+
+
 def npm_project(tmp: Path, counter: Path | None, *, extra_setup: list[str] | None = None) -> Repo:
     """A node app needing ``is-number`` (package.json + package-lock.json), set up with ``npm ci``. Each setup
     appends a line to ``counter`` (a file setup can write: under the repository's package cache), unless it is
@@ -90,20 +104,9 @@ def npm_project(tmp: Path, counter: Path | None, *, extra_setup: list[str] | Non
     source = write_project(
         tmp / "npm-source",
         {
-            "package.json": json.dumps(
-                {
-                    "name": "durafix-npm-fixture",
-                    "version": "1.0.0",
-                    "private": True,
-                    "dependencies": {"is-number": "7.0.0"},
-                },
-                indent=2,
-            )
-            + "\n",
-            "package-lock.json": json.dumps(IS_NUMBER_LOCK, indent=2) + "\n",
+            **is_number_package("durafix-npm-fixture"),
             "app.js": NODE_APP,
             "test.js": NODE_TEST,
-            ".gitignore": "node_modules/\n",
         },
         {
             "setup": ["npm ci --no-audit --no-fund", *(extra_setup or []), *count],

@@ -32,7 +32,7 @@ import yaml
 from pipeline.ops.forge_setup import maintainer_git_env
 from tests.support.gitrepo import git
 from tests.support.modelserver import tool_turn
-from tests.support.projects import IS_NUMBER_LOCK
+from tests.support.projects import is_number_package
 
 HISTORY_COMMITS = 55
 """Commits (each tagged) in every project's history: above the 50 that makes git gzip its requests."""
@@ -93,16 +93,6 @@ def total_report(title: str, prose: str, name: str, shown: tuple[str, str], tota
 
 # ---- tally: npm ------------------------------------------------------------------------------------------
 
-TALLY_PACKAGE = {
-    "name": "tally",
-    "version": "1.0.0",
-    "private": True,
-    "description": "Daily counts, added up",
-    "scripts": {"start": "node server.js", "test": "node --test"},
-    "dependencies": {"is-number": "7.0.0"},
-}
-# The is-number lock of the dependency cache fixture, under this package's name (npm ci checks they agree).
-TALLY_LOCK: dict[str, Any] = json.loads(json.dumps(IS_NUMBER_LOCK).replace('"durafix-npm-fixture"', '"tally"'))
 TALLY_TOTAL_BUG = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + v, 0);\n"
 TALLY_TOTAL_FIX = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + Number(v), 0);\n"
 TALLY_TOTAL = f"""const isNumber = require("is-number");
@@ -183,11 +173,11 @@ TALLY = Project(
     commits=[
         (
             "Tally: package.json with is-number",
-            {
-                "package.json": json.dumps(TALLY_PACKAGE, indent=2) + "\n",
-                "package-lock.json": json.dumps(TALLY_LOCK, indent=2) + "\n",
-                ".gitignore": "node_modules/\n",
-            },
+            is_number_package(
+                "tally",
+                description="Daily counts, added up",
+                scripts={"start": "node server.js", "test": "node --test"},
+            ),
         ),
         ("Add up the counts that are numbers", {"lib/total.js": TALLY_TOTAL}),
         ("Tests for total", {"test/total.test.js": TALLY_TEST}),

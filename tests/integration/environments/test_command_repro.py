@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from browser.results import ReproductionStatus
 from environments.checks import run_tests
 from environments.command_repro import SandboxReproduction, reproduce_in_sandbox, script
@@ -78,8 +80,7 @@ def test_a_command_reproduction_shows_the_bug_on_buggy_code_and_not_on_fixed_cod
     assert "did not hold" in fixed.detail
 
 
-def test_runs_that_disagree_are_inconclusive(tmp_path: Path, sandbox: Sandbox) -> None:
-    flaky = """
+FLAKY = """
 version: 1
 kind: command
 name: flaky
@@ -89,13 +90,7 @@ steps:
 bug_present:
   - {check: stdout, contains: broken}
 """
-    found = run(project(tmp_path), flaky, sandbox)
-    assert found.status == ReproductionStatus.INCONCLUSIVE
-    assert "runs disagree" in found.detail
-
-
-def test_a_failing_earlier_command_or_a_timeout_leaves_the_run_incomplete(tmp_path: Path, sandbox: Sandbox) -> None:
-    failing = """
+EARLIER_STEP_FAILS = """
 version: 1
 kind: command
 name: earlier step fails
@@ -105,12 +100,7 @@ steps:
 bug_present:
   - {check: stdout, contains: never}
 """
-    found = run(project(tmp_path / "a"), failing, sandbox)
-    assert found.status == ReproductionStatus.INCONCLUSIVE
-    assert "command 1 (echo preparing; exit 3) exited 3" in found.detail
-    assert not found.runs[0].steps[1].ran
-
-    slow = """
+HANGS = """
 version: 1
 kind: command
 name: hangs
@@ -120,9 +110,26 @@ steps:
 bug_present:
   - {check: exit_status, equals: "0"}
 """
-    found = run(project(tmp_path / "b"), slow, sandbox)
-    assert found.status == ReproductionStatus.INCONCLUSIVE
-    assert "stopped at its timeout" in found.detail
+
+
+@pytest.mark.parametrize(
+    ("procedure", "says", "not_run"),
+    [
+        (FLAKY, "runs disagree", 0),
+        (EARLIER_STEP_FAILS, "command 1 (echo preparing; exit 3) exited 3", 1),
+        (HANGS, "stopped at its timeout", 0),
+    ],
+    ids=["runs-disagree", "earlier-command-fails", "timeout"],
+)
+def test_runs_that_disagree_or_stop_early_are_inconclusive(
+    tmp_path: Path, sandbox: Sandbox, procedure: str, says: str, not_run: int
+) -> None:
+    """Runs that disagree, a command before the last that fails, or one stopped at its timeout leave no verdict;
+    the detail says which, and the commands after a failed one do not run."""
+    found = run(project(tmp_path), procedure, sandbox)
+    assert found.status == ReproductionStatus.INCONCLUSIVE, found.detail
+    assert says in found.detail
+    assert [step.ran for step in found.runs[0].steps].count(False) == not_run
 
 
 def test_a_file_check_reads_what_the_command_wrote(tmp_path: Path, sandbox: Sandbox) -> None:

@@ -8,7 +8,6 @@ import json
 import re
 import shutil
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -28,7 +27,6 @@ from pipeline.activities.browser import BrowserActivities
 from pipeline.ids import op_id
 from pipeline.steps import PrepareProcedureInput, ReproduceInput
 from tests.support.browser_apps import serve_static
-from tests.support.chromium import launched
 from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, solid_png, store_cart_bundle
 from tests.support.pixels import colourful_pixels
 
@@ -226,12 +224,6 @@ def test_report_refuses_to_show_tampered_evidence(tmp_path: Path) -> None:
     shot.write_bytes(solid_png(2, 2, (255, 255, 255)))
     with pytest.raises(IntegrityError):
         render_report(bundle, store, tmp_path / "report")
-
-
-@pytest.fixture
-def chromium() -> Iterator[Browser]:
-    with launched() as browser:
-        yield browser
 
 
 @pytest.mark.browser

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -31,7 +30,6 @@ from evidence.report import render_report
 from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
 from evidence.serve import make_server
 from tests.integration.evidence.test_report import cell, opened, section, watched
-from tests.support.chromium import launched
 from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID
 from tests.support.sandbox import sandbox
 
@@ -414,12 +412,6 @@ def reproduce(ws: Path, source: str, procedure: CommandProcedure, sandbox: Sandb
         return run_tests(ws, recipe, timeout_s, log_path=log, command=command, sandbox=sandbox)
 
     return reproduce_in_sandbox(ws, recipe, procedure, sandboxed, ws.parent / f"{ws.name}-logs")
-
-
-@pytest.fixture
-def chromium() -> Iterator[Browser]:
-    with launched() as browser:
-        yield browser
 
 
 @pytest.mark.browser
