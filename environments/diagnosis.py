@@ -4,8 +4,9 @@ the command, how it ended and the tail of its log.
 :func:`diagnose` recognises a handful of causes that onboarding a repository runs into (a network error in a
 setup without ``setup_network``, a command the sandbox does not have, an app that never answered on ``$PORT``,
 a readiness path answering another status, tests that reach for the network, an app needed from a recipe that
-declares no ``start``) and answers a :class:`Diagnosis`: the cause as a stable name and a hint saying what to
-change. Anything else answers ``None``: an unrecognised failure is said as it is, never guessed at.
+declares no ``start``, a virtual environment made with a Python that has no ``venv``) and answers a
+:class:`Diagnosis`: the cause as a stable name and a hint saying what to change. Anything else answers ``None``:
+an unrecognised failure is said as it is, never guessed at.
 
 A hint is written for a public ticket: it names the recipe's own fields, the recipe's command and the worker's
 settings, and never quotes the log (what the repository's commands printed stays in the stored log). A program
@@ -46,6 +47,9 @@ class Cause(StrEnum):
     """The tests failed with network errors: tests never have the network."""
     NO_APP = "no-app"
     """The app was needed and the recipe declares no ``start`` (the failed command is empty: none was declared)."""
+    NO_VENV = "no-venv"
+    """Setup made a Python virtual environment with a Python that has no ``venv``/``ensurepip`` (Debian ships them
+    in ``python3-venv``)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,8 @@ _NETWORK = re.compile(
 )
 # The egress proxy's own lines in a setup's log (environments.egress.log_events).
 _EGRESS_REFUSED = re.compile(r"^# egress: refused ", re.MULTILINE)
+# What Python says when it has no venv module or no ensurepip (Debian's python3 without python3-venv).
+_NO_VENV = re.compile(r"ensurepip is not\s+available|No module named '?(?:venv|ensurepip)'?")
 # How shells say a program was not found: dash (``/bin/sh: 1: foo: not found``) and bash (``foo: command not
 # found``); with exit 127 also an exec that found no file (``./run.sh: No such file or directory``), which
 # without it is any program's missing file.
@@ -134,6 +140,13 @@ def diagnose(failed: FailedCommand, log_tail: str) -> Diagnosis | None:
         return _readiness(failed, log_tail)
     network = _NETWORK.search(log_tail) is not None
     if failed.stage == Stage.SETUP:
+        if _NO_VENV.search(log_tail):
+            return Diagnosis(
+                Cause.NO_VENV,
+                "setup makes a Python virtual environment and this Python has no venv module (Debian ships it in "
+                "the python3-venv package): on the Docker provider add `python3-venv` to `image.packages` in "
+                "durafix.yaml; on the local provider the worker's host needs that package",
+            )
         if _EGRESS_REFUSED.search(log_tail) and failed.setup_network:
             return Diagnosis(
                 Cause.EGRESS_REFUSED,

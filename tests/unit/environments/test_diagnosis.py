@@ -121,6 +121,25 @@ def test_tests_with_network_errors_are_told_they_never_have_the_network() -> Non
     assert found is not None and found.cause == Cause.TESTS_NEED_NETWORK and "never have the network" in found.hint
 
 
+@pytest.mark.parametrize(
+    "log",
+    [
+        # What python3 -m venv prints on Debian without python3-venv.
+        "The virtual environment was not created successfully because ensurepip is not\navailable.  On Debian/"
+        "Ubuntu systems, you need to install the python3-venv\npackage using the following command.\n"
+        "Error: Command '['/workspace/.venv/bin/python3', '-m', 'ensurepip', '--upgrade', '--default-pip']' "
+        "returned non-zero exit status 1.\n",
+        "/usr/bin/python3: No module named venv\n",
+    ],
+)
+def test_a_virtual_environment_without_venv_names_python3_venv_for_the_image(log: str) -> None:
+    found = diagnose(FailedCommand(Stage.SETUP, "python3 -m venv .venv", 1, setup_network=True), log)
+    assert found is not None and found.cause == Cause.NO_VENV
+    assert "add `python3-venv` to `image.packages`" in found.hint
+    # Tests saying the same are not setup's virtual environment.
+    assert diagnose(FailedCommand(Stage.TESTS, "python3 -m pytest", 1), log) is None
+
+
 def test_failures_without_a_recognised_cause_are_not_guessed_at() -> None:
     assert diagnose(setup("npm ci"), "npm error code EUSAGE\nnpm error `npm ci` needs a package-lock.json\n") is None
     assert diagnose(setup("python3 setup.py build", None), "$ python3 setup.py build\n") is None

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from environments.checks import SetupError
-from environments.diagnosis import FailedCommand, Stage
+from environments.diagnosis import Cause, FailedCommand, Stage, diagnose
 from environments.docker import DockerProvider, UnsupportedRecipeError
 from environments.docker.naming import container_name, network_name, ownership_labels, run_filter
 from environments.interface import (
@@ -281,6 +281,26 @@ def test_cleanup_reports_a_container_the_engine_cannot_remove_and_a_retry_finish
     retry = provider.cleanup_run(run_id)
     assert retry.complete, retry.errors
     assert containers_of(docker_client, run_id) == []
+
+
+def test_a_setup_step_failing_in_the_image_build_is_the_recipes_setup_error_naming_its_cause(
+    provider: DockerProvider, cart_spec: RecoverySpec, cart_workspace: Path, new_run: Callable[[], str]
+) -> None:
+    """A virtual environment made in an image without python3-venv: provisioning fails as the local provider's
+    does, a SetupError naming the command and its exit (so the run ends with the recipe's reason, never retried as
+    durafix's own failure), and its message carries what the diagnosis recognises."""
+    run_id = new_run()
+    recipe = cart_spec.recipe.model_copy(update={"setup": ["python3 -m venv .venv"]})
+    with pytest.raises(SetupError) as failed:
+        provider.provision(
+            run_id=run_id,
+            op_id=f"{run_id}:env",
+            spec=cart_spec.model_copy(update={"recipe": recipe}),
+            workspace=str(cart_workspace),
+        )
+    assert failed.value.failed == FailedCommand(Stage.SETUP, "python3 -m venv .venv", 1)
+    found = diagnose(failed.value.failed, str(failed.value))
+    assert found is not None and found.cause == Cause.NO_VENV, str(failed.value)
 
 
 def test_recipe_with_secrets_is_refused_before_anything_is_created(
