@@ -99,9 +99,13 @@ class BrowserInfraError(RuntimeError):
         self.result = result
 
 
-def verdict(runs: list[RunOutcome]) -> tuple[ReproductionStatus, str]:
+def verdict(runs: list[RunOutcome], *, quote_actual: bool = True) -> tuple[ReproductionStatus, str]:
     """Reproduced only when every run completed and showed the bug; not reproduced only when every run
-    completed without it; anything else (runs disagree, a run could not be completed) is inconclusive."""
+    completed without it; anything else (runs disagree, a run could not be completed) is inconclusive.
+
+    ``quote_actual=False``: the detail names each assertion and whether it held, never what it read (a command
+    reproduction reads what the repository's code printed, which the detail must not carry to a ticket, the
+    workflow's history or a prompt; the stored record holds it)."""
     total = len(runs)
     incomplete = [r for r in runs if not r.complete]
     if incomplete:
@@ -112,12 +116,16 @@ def verdict(runs: list[RunOutcome]) -> tuple[ReproductionStatus, str]:
         )
     present = [r.run for r in runs if r.bug_present]
     if len(present) == total:
-        held = "; ".join(f"{a.description} held (actual {a.actual!r})" for a in runs[0].assertions)
+        held = "; ".join(f"{a.description} held{_actual(a, quote_actual)}" for a in runs[0].assertions)
         return ReproductionStatus.REPRODUCED, f"bug present in {total} of {total} runs: {held}"
     if not present:
         failed = next(a for a in runs[0].assertions if not a.holds)
         return (
             ReproductionStatus.NOT_REPRODUCED,
-            f"bug absent in {total} of {total} runs: {failed.description} did not hold (actual {failed.actual!r})",
+            f"bug absent in {total} of {total} runs: {failed.description} did not hold{_actual(failed, quote_actual)}",
         )
     return ReproductionStatus.INCONCLUSIVE, f"runs disagree: bug present in runs {present} of {total}"
+
+
+def _actual(assertion: AssertionOutcome, quote: bool) -> str:
+    return f" (actual {assertion.actual!r})" if quote else ""

@@ -151,7 +151,8 @@ def reproduce_in_sandbox(
             records.append(_test_run(ws, recipe, procedure, command, n, run, log_dir, setup and n == 1))
         else:
             records.append(_command_run(ws, procedure, n, run, log_dir, setup and n == 1))
-    status, detail = verdict([r.outcome() for r in records])
+    # What the commands printed stays in the stored record: the detail reaches tickets, history and prompts.
+    status, detail = verdict([r.outcome() for r in records], quote_actual=False)
     return SandboxReproduction(
         kind=kind,
         name=procedure.name,
@@ -193,7 +194,7 @@ def script(procedure: SandboxProcedure, run: int, commands: list[tuple[str, floa
         make = f"mkdir -p {shlex.quote(parent)} && " if parent != "." else ""
         lines.append(
             f"{make}rm -f {shlex.quote(path)} && printf '%s' {encoded} | base64 -d > {shlex.quote(path)} "
-            f"|| {{ echo 'could not write {path}' >{out}/files.err; exit {_FILE_NOT_WRITTEN}; }}"
+            f"|| exit {_FILE_NOT_WRITTEN}"
         )
     for i, (command, timeout_s) in enumerate(commands, start=1):
         lines.append(
@@ -235,8 +236,8 @@ def _sandboxed(
             step.stderr, step.stderr_cut = _read_text(ws, f"{out}/{i}.err")
         record.steps.append(step)
     if result.exit_code == _FILE_NOT_WRITTEN:
-        said, _ = _read(ws, f"{out}/files.err", 1000)
-        record.error = (said or "a file of the reproduction could not be written").strip()
+        # Not read back from the workspace: the sandbox could have written anything there.
+        record.error = f"a file of the reproduction could not be written ({', '.join(sorted(procedure.files))})"
     elif result.exit_code == _NO_OUTPUT_DIR:
         record.error = f"the reproduction's output directory {OUTPUT_DIR} could not be written in the workspace"
     elif result.timed_out:

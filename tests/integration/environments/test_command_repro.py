@@ -73,6 +73,8 @@ def test_a_command_reproduction_shows_the_bug_on_buggy_code_and_not_on_fixed_cod
     assert found.status == ReproductionStatus.REPRODUCED, found.detail
     assert [r.steps[0].stdout for r in found.runs] == ["2.0\n", "2.0\n"]
     assert all(c.holds for c in found.runs[0].checks)
+    # What the command printed stays in the record: the detail (for tickets, history, prompts) never quotes it.
+    assert "2.0" not in found.detail and "stdout not_equals '3.0' held" in found.detail
 
     fixed = run(project(tmp_path / "b", FIXED), MEAN, sandbox)
     assert fixed.status == ReproductionStatus.NOT_REPRODUCED, fixed.detail
@@ -213,3 +215,22 @@ def test_the_script_quotes_every_command_and_file() -> None:
     assert "$(touch pwned)" not in text
     assert "'a b/it'\"'\"'s.txt'" in text
     assert "/bin/sh -c 'echo '\"'\"'$HOME'\"'\"''" in text
+
+
+def test_files_with_quotes_in_their_paths_are_written_and_an_unwritable_one_is_said_without_reading_the_workspace(
+    tmp_path: Path, sandbox: Sandbox
+) -> None:
+    quoted = (
+        'version: 1\nkind: command\nname: q\nfiles: {"it\'s here/show.py": "print(\'written\')"}\n'
+        'steps: [{run: "python3 \\"it\'s here/show.py\\""}]\nbug_present: [{check: stdout, contains: written}]\n'
+    )
+    found = run(project(tmp_path / "a"), quoted, sandbox)
+    assert found.status == ReproductionStatus.REPRODUCED, found.detail
+
+    # A directory stands where the file is to go: the write fails, and the run says which files it writes.
+    ws = project(tmp_path / "b")
+    (ws / "blocked.txt").mkdir()
+    blocked = 'version: 1\nkind: command\nname: b\nfiles: {blocked.txt: x}\nsteps: [{run: "true"}]\n'
+    found = run(ws, blocked + "bug_present: [{check: exit_status, equals: '0'}]\n", sandbox)
+    assert found.status == ReproductionStatus.INCONCLUSIVE
+    assert found.runs[0].error == "a file of the reproduction could not be written (blocked.txt)"
