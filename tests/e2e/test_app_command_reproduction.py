@@ -14,29 +14,12 @@ from infra.cli.demo import issue_text
 from pipeline.services import Services
 from pipeline.state import Outcome
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, one_of_each, run_workspaces, state_when
+from tests.support.cart_reproductions import CART_API_TOTAL, reported
 from tests.support.e2e_stack import E2EStack, owned_processes
 
 pytestmark = [pytest.mark.slow]
 
-REPRODUCTION = """
-```durafix-repro
-version: 1
-kind: command
-name: the cart API's total ignores quantities
-app: true
-files:
-  repro/total.py: |
-    import json, os, urllib.request
-    with urllib.request.urlopen(os.environ["DURAFIX_APP_URL"] + "/api/cart", timeout=10) as answer:
-        print(json.load(answer)["total_cents"])
-steps:
-  - run: python3 repro/total.py
-    timeout_s: 30
-bug_present:
-  - {check: stdout, not_equals: "4000"}
-runs: 2
-```
-"""
+REPRODUCTION = reported(CART_API_TOTAL + "runs: 2\n")
 
 
 def record(stack: E2EStack, log_ref: ArtifactRef) -> SandboxReproduction:

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from repair.procedure_draft import SUBMIT, TASK_MARKER
+from tests.support.cart_reproductions import CART_API_TOTAL, reported
 from tests.support.chromium import chromium_path
 from tests.support.durafix_cli import DURAFIX, durafix
 from tests.support.gitrepo import git
@@ -181,25 +182,7 @@ def test_a_report_without_a_block_has_drafts_run_until_one_reproduces_with_a_mod
     assert (logs / "drafts" / "draft-2.yaml").read_text() == second
 
 
-APP_COMMAND_REPORT = """The cart API's total ignores quantities.
-
-```durafix-repro
-version: 1
-kind: command
-name: the cart API's total ignores quantities
-app: true
-files:
-  repro/total.py: |
-    import json, os, urllib.request
-    with urllib.request.urlopen(os.environ["DURAFIX_APP_URL"] + "/api/cart", timeout=10) as answer:
-        print(json.load(answer)["total_cents"])
-steps:
-  - run: python3 repro/total.py
-    timeout_s: 30
-bug_present:
-  - {check: stdout, not_equals: "4000"}
-```
-"""
+APP_COMMAND_REPORT = reported(CART_API_TOTAL, "The cart API's total ignores quantities.\n")
 
 
 def test_a_command_report_against_the_app_runs_while_the_sample_app_is_up(tmp_path: Path) -> None:

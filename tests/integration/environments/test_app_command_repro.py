@@ -23,6 +23,7 @@ from environments.processes import is_live
 from environments.reproduction import CommandProcedure, parse_reproduction
 from environments.sandbox import Sandbox
 from environments.spec import load_recipe
+from tests.support.cart_reproductions import CART_API_TOTAL
 from tests.support.gitrepo import CART_APP
 from tests.support.proctree import environ_pids
 from tests.support.sandbox import sandbox
@@ -32,22 +33,7 @@ __all__ = ["sandbox"]
 RUN = "repair:acme/cart#24"
 
 # The cart's three lines: the right total counts quantities (4000 cents), the buggy one does not (2375).
-TOTAL = """
-version: 1
-kind: command
-name: the cart API's total ignores quantities
-app: true
-files:
-  repro/total.py: |
-    import json, os, urllib.request
-    with urllib.request.urlopen(os.environ["DURAFIX_APP_URL"] + "/api/cart", timeout=10) as answer:
-        print(json.load(answer)["total_cents"])
-steps:
-  - run: python3 repro/total.py
-    timeout_s: 30
-bug_present:
-  - {check: stdout, not_equals: "4000"}
-"""
+TOTAL = CART_API_TOTAL
 
 # What the commands can reach besides the app: a port the test listens on at the worker's loopback, and the
 # worker's loopback address of the app (its forwarder's port), each tried with a short timeout.
