@@ -39,6 +39,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from environments.ca_bundle import SYSTEM_BUNDLE
 from environments.commands import command_env, exit_text, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.diagnosis import FailedCommand, Stage
@@ -103,6 +104,8 @@ class SetupSettings:
     here); a passed-through variable wins over a package cache location of the same name (the operator set it).
     ``egress_hosts``: the host names a sandboxed setup with ``setup_network: true`` may reach through its egress
     proxy (:func:`environments.egress.parse_hosts`; default the package registries), on ``egress_ports`` only.
+    ``ca_bundle``: the CA certificates the Docker provider's images trust besides Debian's (``DURAFIX_CA_BUNDLE``;
+    :mod:`environments.docker.trust`), ``None`` for Debian's only; the local sandbox shows the worker's own.
     """
 
     cache: DependencyCache | None = None
@@ -110,6 +113,7 @@ class SetupSettings:
     passthrough: tuple[str, ...] = field(default=())
     egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS
     egress_ports: tuple[int, ...] = ALLOWED_PORTS
+    ca_bundle: Path | None = Path(SYSTEM_BUNDLE)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "passthrough", check_patterns(self.passthrough))

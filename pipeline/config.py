@@ -14,6 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, field_validator
 
+from environments.ca_bundle import SYSTEM_BUNDLE
 from environments.depcache import RestoreMode
 from environments.egress import DEFAULT_REGISTRY_HOSTS, parse_hosts
 from environments.passthrough import DEFAULT_PATTERNS, check_patterns, parse_patterns
@@ -108,6 +109,9 @@ class DurafixConfig(BaseModel):
     # The host names a sandboxed setup with setup_network: true may reach through its egress proxy (port 443,
     # CONNECT only, never a loopback, private or link-local address); see environments/egress.py.
     setup_egress: list[str] = Field(default_factory=lambda: list(DEFAULT_REGISTRY_HOSTS))
+    # The CA certificates the Docker provider's images trust besides Debian's (environments/docker/trust.py):
+    # a PEM file, or "none" for Debian's only.
+    ca_bundle: str = SYSTEM_BUNDLE
     # What a model-written patch may change, per repository ("OWNER/REPO", or "*" for every other one); the
     # safe defaults of repair/patch_policy.py for a repository not named. Only the operator sets this: nothing
     # in a repository or an issue can (docs/security.md, "Patch policy").
@@ -209,6 +213,11 @@ class DurafixConfig(BaseModel):
     def config_file(self) -> Path:
         return self.state_dir / "config.json"
 
+    def ca_bundle_path(self) -> Path | None:
+        """``ca_bundle`` as a path, ``None`` for ``none`` (or empty): images trust Debian's certificates only."""
+        text = self.ca_bundle.strip()
+        return None if text.lower() in {"", "none"} else Path(text)
+
     def forge_credentials_configured(self) -> bool:
         """Whether the worker can authenticate to the forge at all: a token, or a GitHub App."""
         return bool(self.forge_token) or self.github_app_id is not None
@@ -273,6 +282,7 @@ _ENV = {
     "DURAFIX_DEPENDENCY_RESTORE": "dependency_restore",
     "DURAFIX_SETUP_PASSTHROUGH": "setup_passthrough",
     "DURAFIX_SETUP_EGRESS": "setup_egress",
+    "DURAFIX_CA_BUNDLE": "ca_bundle",
     "DURAFIX_PATCH_POLICIES": "patch_policies",
     PRICES_SETTING: "model_prices",
     "DURAFIX_UNSANDBOXED": "unsandboxed",

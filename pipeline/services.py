@@ -108,6 +108,7 @@ class Services:
             package_caches=self.package_cache_dir,
             passthrough=tuple(self.config.setup_passthrough),
             egress_hosts=tuple(self.config.setup_egress),
+            ca_bundle=self.config.ca_bundle_path(),
         )
 
     def provider(self, name: str | None = None) -> EnvironmentProvider:

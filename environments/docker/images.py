@@ -1,6 +1,6 @@
 """Environment images built from Debian packages and a workspace, without any registry.
 
-Two layers, both content-addressed and both reused when present:
+Three layers, all content-addressed and both reused when present:
 
 - The *base image* ``durafix/base:<h>``, where ``h`` is :func:`recipe_hash` of the :class:`ImageRecipe`
   (distribution + sorted package set; :func:`base_recipe` adds :data:`EGRESS_PACKAGES`, ``socat`` and
@@ -9,19 +9,22 @@ Two layers, both content-addressed and both reused when present:
   with, tarred, and imported with ``docker import``. The root filesystem
   tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
   instead of bootstrapping again.
-- The *app image* ``durafix/app:<d>``: ``FROM`` the base image, the workspace copied to ``/app`` owned by the
-  app's user (``65534:65534``), the recipe's ``setup`` commands as ``RUN`` steps that run as that user with
-  every capability dropped (``setpriv --reuid --regid --clear-groups --inh-caps=-all --bounding-set=-all
-  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"``: no build
-  step ever has a network. A recipe with ``setup_network: true`` (installs need the package index) gets its
-  setup commands in *setup containers* instead (:mod:`environments.docker.setup_containers`): the workspace
-  image (the same ``FROM`` and ``COPY``, no setup step, no network), then each command in a container of its
-  own with ``network_mode="none"`` whose one way out is the egress proxy's unix socket
-  (:mod:`environments.egress`, the same proxy and bridge as the local provider's setup), as the app's user with
-  every capability dropped and the recipe's limits, committed when it exits 0; the last commit is tagged with
-  the app image's tag. ``d`` digests exactly what goes into the image: the base image ID, the setup commands,
-  the network choice and the workspace's files (:func:`tree_digest`), so an unchanged workspace never rebuilds
-  and a changed byte always does.
+- The *CA layer* ``durafix/trust:<t>`` (:mod:`environments.docker.trust`, :meth:`ImageBuilder.ensure_trust`):
+  for a base with ``ca-certificates``, the worker's CA bundle added the Debian way with the bundle variables
+  pointing at the image's paths; ``t`` digests the base image ID and the bundle's SHA-256. App images are built on
+  it instead of the base.
+- The *app image* ``durafix/app:<d>``: ``FROM`` the base image (or its CA layer), the workspace copied to ``/app``
+  owned by the app's user (``65534:65534``), the recipe's ``setup`` commands as ``RUN`` steps that run as that user
+  with every capability dropped (``setpriv --reuid --regid --clear-groups --inh-caps=-all --bounding-set=-all
+  --no-new-privs``: a setuid binary in the image gains nothing), built with ``network_mode="none"``: no build step
+  ever has a network. A recipe with ``setup_network: true`` (installs need the package index) gets its setup
+  commands in *setup containers* instead (:mod:`environments.docker.setup_containers`): the workspace image (the
+  same ``FROM`` and ``COPY``, no setup step, no network), then each command in a container of its own with
+  ``network_mode="none"`` whose one way out is the egress proxy's unix socket (:mod:`environments.egress`, the same
+  proxy and bridge as the local provider's setup), as the app's user with every capability dropped and the recipe's
+  limits, committed when it exits 0; the last commit is tagged with the app image's tag. ``d`` digests exactly what
+  goes into the image: the base image ID, the setup commands, the network choice and the workspace's files
+  (:func:`tree_digest`), so an unchanged workspace never rebuilds and a changed byte always does.
 
 Builds of one tag (setup containers included) are serialised across processes with a lock file under
 ``STATE/cache``; whoever gets the lock second finds the image (or tarball) present and reuses it. Cache files are
@@ -58,9 +61,11 @@ from typing import IO, Any, cast
 import docker
 from docker.errors import APIError, ImageNotFound
 
+from environments.ca_bundle import SYSTEM_BUNDLE, CABundle
 from environments.commands import tail as log_tail
 from environments.diagnosis import FailedCommand, Stage
-from environments.docker.setup_containers import CA_BUNDLE, SetupCommandFailed, run_setup_containers
+from environments.docker.setup_containers import SetupCommandFailed, run_setup_containers
+from environments.docker.trust import CA_PACKAGE, TRUST_REPOSITORY, trust_dockerfile, trust_tag
 from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, parse_hosts
 from environments.files import locked
 from environments.interface import AppRecipe, EnvironmentError, ImageRecipe, Progress
@@ -102,7 +107,7 @@ _DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _EXCLUDED_DIRS = {".git"}
 _SPOOL_BYTES = 64 * 1024 * 1024
 # The names of a tag's lock and stamp files in the cache directory: ``base-<h>.lock``, ``app-<d>.used``.
-_CACHE_PREFIXES = {BASE_REPOSITORY: "base", APP_REPOSITORY: "app"}
+_CACHE_PREFIXES = {BASE_REPOSITORY: "base", TRUST_REPOSITORY: "trust", APP_REPOSITORY: "app"}
 _ROOTFS_NAME = re.compile(r"^rootfs-([0-9a-f]{12})\.tar$")
 # How the engine's (classic) builder announces each Dockerfile instruction in its output stream.
 _BUILD_STEP = re.compile(r"^Step (\d+)/\d+ : ")
@@ -351,7 +356,7 @@ class ImageBuilder:
         mirror: str | None = None,
         egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
         egress_ports: tuple[int, ...] = ALLOWED_PORTS,
-        ca_bundle: Path | None = Path(CA_BUNDLE),
+        ca_bundle: Path | None = Path(SYSTEM_BUNDLE),
     ) -> None:
         self.client = client
         self.cache_dir = cache_dir.absolute()
@@ -359,8 +364,9 @@ class ImageBuilder:
         # What a setup with the network may reach through its egress proxy (environments.egress).
         self.egress_hosts = parse_hosts(egress_hosts)
         self.egress_ports = tuple(egress_ports)
-        # The worker's CA bundle that setup containers trust (None, or absent here: the image's own).
-        self.ca_bundle = ca_bundle if ca_bundle is not None and ca_bundle.is_file() else None
+        # The worker's CA bundle, added to every image that has ca-certificates (None: Debian's bundle only).
+        # Read at each build, so a changed bundle makes a new layer; a missing one is an error then, not a skip.
+        self.ca_bundle = ca_bundle
         # The egress proxy's events of the last setup this builder ran in containers (empty: none ran).
         self.last_egress: tuple[EgressEvent, ...] = ()
 
@@ -408,6 +414,37 @@ class ImageBuilder:
             raise ImageBuildError(f"docker import of {tarball} failed: {exc}") from exc
         if self._image_id(tag) is None:
             raise ImageBuildError(f"docker import of {tarball} reported success but {tag} is missing")
+
+    def ensure_trust(
+        self, recipe: ImageRecipe, base_tag: str, *, progress: Progress | None = None, log_path: Path | None = None
+    ) -> str:
+        """The image app images are built on: ``base_tag`` with the worker's CA bundle added as a layer of its own
+        (:mod:`environments.docker.trust`), built only if absent; ``base_tag`` itself when there is no bundle
+        configured or the image has no ``ca-certificates`` (nothing in it would read the certificates).
+
+        ``progress`` and ``log_path`` (when given) hear ``trust: adding CA bundle <path> (sha256:...) as layer
+        <tag>`` before a build, or ``trust: reusing CA layer <tag> (bundle sha256:...)``. Raises
+        :class:`~environments.docker.trust.CABundleError` naming the bundle when it cannot be read."""
+        progress = progress or ignore
+        if self.ca_bundle is None or CA_PACKAGE not in recipe.packages:
+            return base_tag
+        bundle = CABundle.read(self.ca_bundle)
+        base_id = self._image_id(base_tag)
+        if base_id is None:
+            raise ImageBuildError(f"base image {base_tag} is missing")
+        tag = trust_tag(base_id, bundle)
+        with locked(build_lock_path(self.cache_dir, tag)):
+            if self._image_id(tag) is None:
+                _say(f"trust: adding CA bundle {bundle.path} ({bundle.short()}) as layer {tag}", progress, log_path)
+                with tempfile.TemporaryDirectory(prefix="durafix-trust-") as context:
+                    source = Path(context) / "worker-ca.crt"
+                    source.write_bytes(bundle.content)
+                    dockerfile = trust_dockerfile(base_tag, "src/worker-ca.crt", bundle)
+                    self._build(Path(context), (dockerfile, []), tag, progress, kind="trust")
+            else:
+                _say(f"trust: reusing CA layer {tag} (bundle {bundle.short()})", progress, log_path)
+            stamp_path(self.cache_dir, tag).touch()
+        return tag
 
     def app_tag(self, recipe: AppRecipe, workspace: Path, base_tag: str) -> str:
         base_id = self._image_id(base_tag)
@@ -475,7 +512,10 @@ class ImageBuilder:
         progress = progress or ignore
         workspace = workspace.absolute()
         self.last_egress = ()
-        base_tag = self.ensure_base(base_recipe(recipe), progress=progress)
+        image = base_recipe(recipe)
+        base_tag = self.ensure_trust(
+            image, self.ensure_base(image, progress=progress), progress=progress, log_path=log_path
+        )
         tag = self.app_tag(recipe, workspace, base_tag)
         with locked(build_lock_path(self.cache_dir, tag)):
             if self._image_id(tag) is None:
@@ -528,7 +568,6 @@ class ImageBuilder:
                 timeout_s=timeout_s,
                 log_path=log_path,
                 progress=progress,
-                ca_bundle=self.ca_bundle,
             )
         except SetupCommandFailed as exc:
             failed = FailedCommand(Stage.SETUP, exc.command, exc.exit_code, setup_network=True)
@@ -549,8 +588,10 @@ class ImageBuilder:
         plan: tuple[str, list[str | None]],
         tag: str | None,
         progress: Progress,
+        *,
+        kind: str = "app",
     ) -> str:
-        """Build ``plan`` (tagged ``tag``, or untagged when ``None``); the image's ID."""
+        """Build ``plan`` (tagged ``tag``, or untagged when ``None``; labelled an image of ``kind``); its ID."""
         dockerfile, step_texts = plan
         built: str | None = None
         what = tag or "the workspace image"
@@ -570,7 +611,7 @@ class ImageBuilder:
                     pull=False,
                     rm=True,
                     forcerm=True,
-                    labels={IMAGE_LABEL: "app"},
+                    labels={IMAGE_LABEL: kind},
                     decode=True,
                 ):
                     build_log.append(chunk)
@@ -646,6 +687,15 @@ class ImageBuilder:
             partial.unlink(missing_ok=True)
             shutil.rmtree(rootfs, ignore_errors=True)
         return tarball
+
+
+def _say(text: str, progress: Progress, log_path: Path | None) -> None:
+    """``text`` to ``progress`` and, as a ``#`` line, to the build's log when there is one."""
+    progress(text)
+    if log_path is not None:
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with log_path.open("a", encoding="utf-8") as log:
+            log.write(f"# {text}\n")
 
 
 def _strip_package_caches(rootfs: Path) -> None:

@@ -68,6 +68,7 @@ import docker
 from docker.errors import APIError, NotFound
 from requests.exceptions import RequestException
 
+from environments.ca_bundle import SYSTEM_BUNDLE
 from environments.checks import SetupError, result_of_tests
 from environments.docker.hardening import hardened
 from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
@@ -132,7 +133,8 @@ class DockerProvider(EnvironmentProvider):
     ``state_dir`` holds the run tombstones (``runs/``) and, unless ``image_cache_dir`` names another place,
     the image cache (``cache/``). ``egress_hosts`` / ``egress_ports``: what a setup with ``setup_network: true``
     may reach through its egress proxy (default: the package registries on 443; see
-    :mod:`environments.docker.setup_containers`).
+    :mod:`environments.docker.setup_containers`). ``ca_bundle``: the CA certificates images with
+    ``ca-certificates`` trust besides Debian's (:mod:`environments.docker.trust`; ``None``: Debian's only).
     """
 
     name = PROVIDER_NAME
@@ -149,6 +151,7 @@ class DockerProvider(EnvironmentProvider):
         fixture_timeout_s: float = 600.0,
         egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
         egress_ports: tuple[int, ...] = ALLOWED_PORTS,
+        ca_bundle: Path | None = Path(SYSTEM_BUNDLE),
     ) -> None:
         self.state_dir = state_dir.absolute()
         self.client = docker.DockerClient(base_url=docker_host, timeout=300)
@@ -158,6 +161,7 @@ class DockerProvider(EnvironmentProvider):
             mirror=mirror,
             egress_hosts=egress_hosts,
             egress_ports=egress_ports,
+            ca_bundle=ca_bundle,
         )
         self.fence = RunDirs(self.state_dir / "runs")
         self.stop_timeout_s = stop_timeout_s

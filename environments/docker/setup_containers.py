@@ -17,9 +17,9 @@ private ``/run`` (so the mount point never becomes part of the image). The comma
 the local provider's (:func:`environments.egress.bridged`: the image's ``socat`` listening on the container's
 ``127.0.0.1:3128`` and forwarding to the socket) with the proxy variables (:data:`environments.egress.PROXY_ENV`)
 and ``HOME=/tmp``, so the package managers reach the registries the proxy allows and nothing else. They trust
-the CA certificates the worker trusts: the worker's bundle is bound read-only over the image's
-(:data:`CA_BUNDLE`) for the command, as the local sandbox binds the worker's ``/etc/ssl/certs`` (a registry
-mirror behind an operator's own CA works in both; the image keeps Debian's bundle). The
+the CA certificates the worker trusts because the image does: its base carries the worker's bundle as a layer
+of its own, with the bundle variables pointing at the image's paths (:mod:`environments.docker.trust`), so a
+TLS-inspecting proxy or a registry mirror behind an operator's own CA works, as in the local sandbox. The
 hardening is the tests' container's: the app's user (``65534:65534``) from the first process on, every
 capability dropped (bounding set included), ``no-new-privileges``, a minimal init, the recipe's memory (swap
 included), pids and CPU limits, bounded logs; each command is killed after the setup timeout.
@@ -64,8 +64,6 @@ APP_USER = "65534:65534"
 _COMMITTED_USER = "0:0"
 _COMMITTED_CMD = ["/bin/sh"]
 _RUN_MOUNT = "rw,nosuid,nodev,noexec,size=1m"
-# Where Debian's tools (OpenSSL, Python's ssl and Debian's pip, curl, git) read the CA certificates they trust.
-CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 _OUTPUT_TAIL = 40
 
 
@@ -100,11 +98,9 @@ def run_setup_containers(
     timeout_s: float,
     log_path: Path | None,
     progress: Progress,
-    ca_bundle: Path | None = None,
 ) -> tuple[EgressEvent, ...]:
     """Run ``recipe.setup`` on ``workspace_image`` (an image ID) as the module says and tag the result ``tag``;
-    the proxy's events. ``ca_bundle``: the worker's CA certificate bundle, bound read-only over the image's
-    (:data:`CA_BUNDLE`) for the commands. Raises :class:`SetupCommandFailed` for a failing command (nothing is
+    the proxy's events. Raises :class:`SetupCommandFailed` for a failing command (nothing is
     tagged then)."""
     config = dict(client.images.get(workspace_image).attrs.get("Config") or {})
     config.update(User=_COMMITTED_USER, Cmd=_COMMITTED_CMD, Entrypoint=None)
@@ -118,7 +114,7 @@ def run_setup_containers(
             for index, command in enumerate(recipe.setup):
                 progress(f"setup: {command_text(command)}")
                 last = index == len(recipe.setup) - 1
-                container = _create(client, name, current, recipe, command, proxy.socket_path, app_dir, ca_bundle)
+                container = _create(client, name, current, recipe, command, proxy.socket_path, app_dir)
                 try:
                     code = _run(container, timeout_s)
                     output = bytes(container.logs(stdout=True, stderr=True))
@@ -158,7 +154,6 @@ def _create(
     command: str,
     socket_path: Path,
     app_dir: str,
-    ca_bundle: Path | None,
 ) -> Any:
     with contextlib.suppress(NotFound):
         # A dead worker's setup container for the same tag (this build holds the tag's lock): not ours to reuse.
@@ -166,9 +161,6 @@ def _create(
     proxied = [f"{variable}={value}" for variable, value in egress.PROXY_ENV.items()]
     argv = egress.bridged(["/usr/bin/env", "HOME=/tmp", *proxied, "/bin/sh", "-c", command])
     mounts = [Mount(egress.INSIDE_SOCKET, str(socket_path.absolute()), type="bind", read_only=True)]
-    if ca_bundle is not None:
-        # Over the image's own bundle, for the command only: a bind mount is never part of a commit.
-        mounts.append(Mount(CA_BUNDLE, str(ca_bundle.resolve()), type="bind", read_only=True))
     limits = recipe.limits
     return client.containers.create(
         image,
