@@ -4,7 +4,8 @@ the command, how it ended and the tail of its log.
 :func:`diagnose` recognises a handful of causes that onboarding a repository runs into (a network error in a
 setup without ``setup_network``, a command the sandbox does not have, an app that never answered on ``$PORT``,
 a readiness path answering another status, tests that reach for the network, an app needed from a recipe that
-declares no ``start``, a virtual environment made with a Python that has no ``venv``) and answers a
+declares no ``start``, a virtual environment made with a Python that has no ``venv``, a registry whose TLS
+certificate setup does not trust) and answers a
 :class:`Diagnosis`: the cause as a stable name and a hint saying what to change. Anything else answers ``None``:
 an unrecognised failure is said as it is, never guessed at.
 
@@ -50,6 +51,9 @@ class Cause(StrEnum):
     NO_VENV = "no-venv"
     """Setup made a Python virtual environment with a Python that has no ``venv``/``ensurepip`` (Debian ships them
     in ``python3-venv``)."""
+    TLS_UNTRUSTED = "tls-untrusted"
+    """Setup reached a registry whose TLS certificate it does not trust: a TLS-inspecting proxy or a mirror behind
+    a CA that the worker's CA bundle (``DURAFIX_CA_BUNDLE``) does not hold."""
 
 
 @dataclass(frozen=True)
@@ -107,6 +111,13 @@ _NETWORK = re.compile(
 _EGRESS_REFUSED = re.compile(r"^# egress: refused ", re.MULTILINE)
 # What Python says when it has no venv module or no ensurepip (Debian's python3 without python3-venv).
 _NO_VENV = re.compile(r"ensurepip is not\s+available|No module named '?(?:venv|ensurepip)'?")
+# What OpenSSL (Python, pip, curl, git) and Node (npm) say when a server's certificate chain ends in a CA they do
+# not trust; a TLS-inspecting proxy presents such a chain.
+_TLS_UNTRUSTED = re.compile(
+    r"CERTIFICATE_VERIFY_FAILED|SELF_SIGNED_CERT_IN_CHAIN|UNABLE_TO_GET_ISSUER_CERT_LOCALLY"
+    r"|self[- ]signed certificate in certificate chain|unable to get local issuer certificate"
+    r"|server certificate verification failed"
+)
 # How shells say a program was not found: dash (``/bin/sh: 1: foo: not found``) and bash (``foo: command not
 # found``); with exit 127 also an exec that found no file (``./run.sh: No such file or directory``), which
 # without it is any program's missing file.
@@ -146,6 +157,14 @@ def diagnose(failed: FailedCommand, log_tail: str) -> Diagnosis | None:
                 "setup makes a Python virtual environment and this Python has no venv module (Debian ships it in "
                 "the python3-venv package): on the Docker provider add `python3-venv` to `image.packages` in "
                 "durafix.yaml; on the local provider the worker's host needs that package",
+            )
+        if _TLS_UNTRUSTED.search(log_tail) and failed.setup_network:
+            # Before the network errors: pip says "Max retries exceeded" about a certificate it refused too.
+            return Diagnosis(
+                Cause.TLS_UNTRUSTED,
+                "setup reached a registry whose TLS certificate it does not trust (a TLS-inspecting proxy, or a "
+                "mirror behind your own CA): set the worker's `DURAFIX_CA_BUNDLE` to the CA bundle that holds that "
+                "CA (default: the worker's system bundle); `durafix worker --check` tries it",
             )
         if _EGRESS_REFUSED.search(log_tail) and failed.setup_network:
             return Diagnosis(

@@ -35,10 +35,11 @@ from environments.interface import AppRecipe
 from infra import processes
 from pipeline import client as runs
 from pipeline.ids import op_id
-from pipeline.state import Outcome, Phase, RunState
+from pipeline.state import Outcome, Phase, RunState, TriageReason
 from tests.conftest import require
-from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_with_recipe, state_when
 from tests.support.e2e_stack import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
+from tests.support.run_history import activity_attempts
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
 
@@ -244,4 +245,43 @@ async def test_worker_killed_between_container_create_and_provision_result_leave
     assert most_per_op == 1
     assert containers_created(engine, wf, since) == Counter(dict.fromkeys(kills | check_ops(wf), 1))
     assert final.cleanup is not None and final.cleanup.complete, final.cleanup
+    assert labelled(engine, wf) == NOTHING_LEFT
+
+
+# A virtual environment made in setup with the sample app's image, whose packages are `python3` only: Debian's
+# python3 without python3-venv has no ensurepip, so the build step fails, every time.
+VENV_SETUP = "python3 -m venv .venv"
+
+
+async def test_a_recipe_without_python3_venv_ends_at_once_naming_the_step_and_the_package(
+    docker_stack: E2EStack, engine: docker.DockerClient
+) -> None:
+    """The acceptance of a recipe failure on Docker: the image build's setup step fails, and the run ends on its
+    first attempt with the environment reason, the failing step and the `python3-venv` hint on the ticket (read
+    from the forge); no activity was retried (the run's history) and the model was never asked."""
+    stack = docker_stack
+    recipe = (REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()
+    with_venv = recipe.replace("setup: []", f"setup:\n  - {VENV_SETUP}")
+    assert with_venv != recipe and "python3-venv" not in with_venv
+    stack.spawn_worker()
+    try:
+        run = await run_with_recipe(stack, with_venv, "Make a virtual environment in setup")
+    finally:
+        stack.stop_workers()
+    final, wf = run.final, run.wf
+
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP, final.triage
+    failed = final.triage.environment
+    assert failed is not None and (failed.stage, failed.command, failed.exit_code) == ("setup", VENV_SETUP, 1)
+    assert failed.cause == "no-venv", failed
+    [body] = run.tickets()
+    assert "needs human triage" in body and "`environment-not-set-up`" in body, body
+    assert f"failed: setup command `{VENV_SETUP}` exited 1" in body, body
+    assert "hint: setup makes a Python virtual environment" in body and "`python3-venv` to `image.packages`" in body
+    attempts = await activity_attempts(run.client, wf)
+    assert ("env.provision", 1) in attempts, attempts
+    assert [a for a in attempts if a[1] != 1] == [], attempts
+    assert not run.model_asked(), "the model was asked"
+    assert final.candidates == [] and final.budgets.repair_attempts_used == 0
     assert labelled(engine, wf) == NOTHING_LEFT

@@ -153,3 +153,28 @@ def test_failures_without_a_recognised_cause_are_not_guessed_at() -> None:
     # ... while an exec that found no file is (exit 127).
     exec_missing = diagnose(setup("./configure", 127), "/bin/sh: 1: ./configure: No such file or directory\n")
     assert exec_missing is not None and "`./configure` was not found" in exec_missing.hint
+
+
+# pip 23 behind a TLS-inspecting proxy whose CA the image does not trust; npm 9 likewise.
+PIP_UNTRUSTED = """$ python3 -m pip install -e .
+Could not fetch URL https://pypi.org/simple/markdown/: There was a problem confirming the ssl certificate: \
+HTTPSConnectionPool(host='pypi.org', port=443): Max retries exceeded with url: /simple/markdown/ (Caused by \
+SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: self-signed \
+certificate in certificate chain (_ssl.c:1006)'))) - skipping
+ERROR: Could not find a version that satisfies the requirement markdown (from versions: none)
+"""
+NPM_UNTRUSTED = """$ npm ci
+npm ERR! code SELF_SIGNED_CERT_IN_CHAIN
+npm ERR! errno SELF_SIGNED_CERT_IN_CHAIN
+npm ERR! request to https://registry.npmjs.org/is-number failed, reason: self-signed certificate in certificate chain
+"""
+
+
+@pytest.mark.parametrize("log", [PIP_UNTRUSTED, NPM_UNTRUSTED], ids=["pip", "npm"])
+def test_a_registry_certificate_setup_does_not_trust_names_the_ca_bundle_setting(log: str) -> None:
+    found = diagnose(FailedCommand(Stage.SETUP, "npm ci", 1, setup_network=True), log)
+    assert found is not None and found.cause == Cause.TLS_UNTRUSTED
+    assert "`DURAFIX_CA_BUNDLE`" in found.hint and "durafix worker --check" in found.hint
+    # Without the network the same words cannot come from a registry: not this cause.
+    offline = diagnose(FailedCommand(Stage.SETUP, "npm ci", 1), log)
+    assert offline is None or offline.cause != Cause.TLS_UNTRUSTED
