@@ -66,7 +66,7 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
         raise CliError("worker not started: " + "\n".join(exposed), EXIT_USAGE)
     for queue in queues:
         worker_limits(config, queue, overrides)
-    checks = capabilities.probe(config, queues)
+    checks = capabilities.probe(config, queues, thorough=report)
     if report:
         print(capabilities.table(checks))
         for line in exposed:

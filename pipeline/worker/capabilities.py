@@ -6,7 +6,9 @@ Each queue needs something of the host or of the configuration (:func:`probe`):
 - ``forge``: forge credentials (a token, or a GitHub App's ID and private key file), git, and the forge's API
   answering;
 - ``environments``: git and the configured provider's prerequisites: the Docker engine at
-  ``DURAFIX_DOCKER_HOST`` answering ``_ping`` (docker), or a bubblewrap that can create namespaces and
+  ``DURAFIX_DOCKER_HOST`` answering ``_ping`` and the CA bundle (``DURAFIX_CA_BUNDLE``) readable (docker), and,
+  under ``--check`` only, one real ``pip download`` in a setup container with that trust
+  (:mod:`environments.docker.registry_reach`); or a bubblewrap that can create namespaces and
   ``socat`` (the bridge of setup's egress proxy), unless the operator allowed running unsandboxed (local);
 - ``browser``: Chromium, launchable the way the browser runner launches it (and ffmpeg with video on);
 - ``model``: git and a model endpoint configured (a key, or a base URL on this host) and answering.
@@ -14,7 +16,8 @@ Each queue needs something of the host or of the configuration (:func:`probe`):
 A problem is *lasting* (this host or its configuration lacks something: the worker refuses to start, exit 2,
 naming the queue, what is missing and how to fix it) or *passing* (a remote service did not answer in time:
 the worker starts, says so, and its activities retry; ``durafix worker --check`` still fails on it). Every
-probe is cheap: a lookup, a ``--version``, one request with a short timeout.
+probe a worker's start runs is cheap: a lookup, a ``--version``, one request with a short timeout. What costs an
+image build (a registry reached from a container) is probed by ``--check`` only (:attr:`Requirement.checked`).
 """
 
 from __future__ import annotations
@@ -73,17 +76,21 @@ class Requirement:
 
     needs: str
     probes: Sequence[Callable[[DurafixConfig], str]]
+    # Run by ``--check`` only, after ``probes`` passed: they build or download (a probe with nothing to do for
+    # this configuration answers "").
+    checked: Sequence[Callable[[DurafixConfig], str]] = ()
 
 
-def probe(config: DurafixConfig, queues: Sequence[TaskQueue]) -> list[QueueCheck]:
-    """Probe each of ``queues`` (in order; a probe shared by several queues runs once)."""
+def probe(config: DurafixConfig, queues: Sequence[TaskQueue], *, thorough: bool = False) -> list[QueueCheck]:
+    """Probe each of ``queues`` (in order; a probe shared by several queues runs once); ``thorough`` (``--check``):
+    also each requirement's :attr:`Requirement.checked` probes."""
     seen: dict[Callable[[DurafixConfig], str], str | Missing] = {}
     checks = []
     for queue in queues:
         requirement = REQUIREMENTS[queue]
         found: list[str] = []
         problem: Missing | None = None
-        for step in requirement.probes:
+        for step in [*requirement.probes, *(requirement.checked if thorough else ())]:
             if step not in seen:
                 try:
                     seen[step] = step(config)
@@ -93,7 +100,8 @@ def probe(config: DurafixConfig, queues: Sequence[TaskQueue]) -> list[QueueCheck
             if isinstance(result, Missing):
                 problem = result
                 break
-            found.append(result)
+            if result:
+                found.append(result)
         checks.append(
             QueueCheck(
                 queue,
@@ -168,13 +176,43 @@ def chromium(config: DurafixConfig) -> str:
 
 def environment_provider(config: DurafixConfig) -> str:
     if config.environment_provider == "docker":
-        return docker_engine(config)
+        return f"{docker_engine(config)}, {docker_trust(config)}"
     if config.environment_provider == "local":
         return bubblewrap(config)
     raise Missing(
         f"unknown environment provider {config.environment_provider!r}; "
         "set DURAFIX_ENVIRONMENT_PROVIDER to local or docker"
     )
+
+
+def docker_trust(config: DurafixConfig) -> str:
+    """The CA bundle the Docker provider's images trust (``DURAFIX_CA_BUNDLE``), read as a build reads it."""
+    from environments.ca_bundle import CABundle, CABundleError
+
+    path = config.ca_bundle_path()
+    if path is None:
+        return "CA bundle: Debian's only (DURAFIX_CA_BUNDLE=none)"
+    try:
+        bundle = CABundle.read(path)
+    except CABundleError as err:
+        raise Missing(str(err)) from err
+    return f"CA bundle {path} ({bundle.short()})"
+
+
+def docker_registries(config: DurafixConfig) -> str:
+    """One real ``pip download`` in a setup container with the configured trust and egress (docker only)."""
+    if config.environment_provider != "docker":
+        return ""
+    from environments.docker import DockerProvider
+    from environments.docker.registry_reach import try_registries
+    from pipeline.services import Services
+
+    provider = Services(config).provider("docker")
+    assert isinstance(provider, DockerProvider)
+    reach = try_registries(provider.images, config.state_dir / "environments" / "registry-check")
+    if not reach.reached:
+        raise Missing(f"an image build cannot install from the registries: {reach.detail}")
+    return reach.detail
 
 
 def docker_engine(config: DurafixConfig) -> str:
@@ -262,7 +300,7 @@ REQUIREMENTS: dict[TaskQueue, Requirement] = {
     TaskQueue.ORCHESTRATION: Requirement("Temporal", []),
     TaskQueue.FORGE: Requirement("forge credentials, git, the forge API", [git, forge_api]),
     TaskQueue.ENVIRONMENTS: Requirement(
-        "git, bubblewrap (local) or a Docker engine (docker)", [git, environment_provider]
+        "git, bubblewrap (local) or a Docker engine (docker)", [git, environment_provider], [docker_registries]
     ),
     TaskQueue.BROWSER: Requirement("Chromium", [chromium]),
     TaskQueue.MODEL: Requirement("git, a model endpoint", [git, model_endpoint]),

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import ssl
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -116,3 +119,14 @@ def new_run(provider: DockerProvider) -> Iterator[Callable[[], str]]:
     yield make
     leftovers = [report for report in map(provider.cleanup_run, runs) if not report.complete]
     assert not leftovers, f"runs not cleaned up: {leftovers}"
+
+
+def registry_intercepted() -> bool:
+    """Whether this host reaches PyPI through a TLS-inspecting proxy: Debian's own roots do not verify it."""
+    stock = b"".join(p.read_bytes() for p in sorted(Path("/usr/share/ca-certificates/mozilla").glob("*.crt")))
+    context = ssl.create_default_context(cadata=stock.decode())
+    try:
+        urllib.request.urlopen("https://pypi.org/simple/six/", context=context, timeout=20).close()
+    except urllib.error.URLError as exc:
+        return isinstance(exc.reason, ssl.SSLCertVerificationError)
+    return False

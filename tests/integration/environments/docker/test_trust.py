@@ -9,8 +9,6 @@ trusts. A second build of another tree reuses the layer, and the build log says 
 from __future__ import annotations
 
 import json
-import ssl
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from environments.docker import DockerProvider
 from environments.docker.trust import IMAGE_CA_FILE
 from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, RecoverySpec, TestRunResult
 from infra.docker.engine import DockerEngine
+from tests.support.docker import registry_intercepted
 from tests.support.throwaway_ca import ThrowawayCA
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker]
@@ -72,17 +71,6 @@ def _checks(provider: DockerProvider, recipe: AppRecipe, tmp_path: Path, step: s
     return result, log.read_text()
 
 
-def _intercepted() -> bool:
-    """Whether this host reaches PyPI through a TLS-inspecting proxy: Debian's own roots do not verify it."""
-    stock = b"".join(p.read_bytes() for p in sorted(Path("/usr/share/ca-certificates/mozilla").glob("*.crt")))
-    context = ssl.create_default_context(cadata=stock.decode())
-    try:
-        urllib.request.urlopen("https://pypi.org/simple/six/", context=context, timeout=20).close()
-    except urllib.error.URLError as exc:
-        return isinstance(exc.reason, ssl.SSLCertVerificationError)
-    return False
-
-
 def test_the_worker_bundle_is_a_cached_layer_that_setup_and_tests_trust(
     docker_engine: DockerEngine, image_cache: Path, tmp_path: Path
 ) -> None:
@@ -115,7 +103,7 @@ def test_the_worker_bundle_is_a_cached_layer_that_setup_and_tests_trust(
 def test_without_the_worker_bundle_an_intercepted_registry_is_refused(
     docker_engine: DockerEngine, image_cache: Path, tmp_path: Path
 ) -> None:
-    if not _intercepted():
+    if not registry_intercepted():
         pytest.skip("this host reaches PyPI without a TLS-inspecting proxy: Debian's roots suffice here")
     provider = DockerProvider(
         tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache, ca_bundle=None
