@@ -201,7 +201,8 @@ class DockerProvider(EnvironmentProvider):
             with self.fence.creating(run_id, op_id) as run_dir, locked(run_dir / f"{path_key(op_id)}.lock"):
                 container = self._adopt(name, run_id, op_id)
                 if container is None:
-                    image = self._app_image(recipe, Path(workspace), progress)
+                    build_log = run_dir / f"{path_key(op_id)}.image.log"
+                    image = self._app_image(recipe, Path(workspace), progress, build_log)
                     network = self._ensure_network(run_dir, run_id, op_id)
                     container = self._create(name, image, network, run_id, op_id, recipe)
                 else:
@@ -408,13 +409,17 @@ class DockerProvider(EnvironmentProvider):
             )
         return result_of_tests(code, duration, log_path)
 
-    def _app_image(self, recipe: AppRecipe, workspace: Path, progress: Progress) -> str:
-        """The app image for ``workspace``; a setup command that fails while it is built is the recipe's failure,
-        a :class:`~environments.checks.SetupError` naming the command, as on the local provider."""
+    def _app_image(self, recipe: AppRecipe, workspace: Path, progress: Progress, log_path: Path) -> str:
+        """The app image for ``workspace``, its build logged to ``log_path`` (the CA layer, setup containers'
+        output and the egress proxy's lines; kept in the run's directory); a setup command that fails while it is
+        built is the recipe's failure, a :class:`~environments.checks.SetupError` naming the command and carrying
+        that log (the failure's tail appended), as on the local provider."""
         try:
-            return self.images.ensure_app(recipe, workspace, progress=progress)
+            return self.images.ensure_app(recipe, workspace, progress=progress, log_path=log_path)
         except SetupStepError as exc:
-            raise SetupError(str(exc), failed=exc.failed) from exc
+            with log_path.open("a", encoding="utf-8") as log:
+                log.write(f"{exc}\n")
+            raise SetupError(str(exc), failed=exc.failed, log_path=log_path) from exc
 
     def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, command: str) -> Any:
         limits = recipe.limits

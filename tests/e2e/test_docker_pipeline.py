@@ -35,6 +35,7 @@ from environments.interface import AppRecipe
 from infra import processes
 from pipeline import client as runs
 from pipeline.ids import op_id
+from pipeline.services import Services
 from pipeline.state import Outcome, Phase, RunState, TriageReason
 from tests.conftest import require
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_with_recipe, state_when
@@ -278,6 +279,10 @@ async def test_a_recipe_without_python3_venv_ends_at_once_naming_the_step_and_th
     [body] = run.tickets()
     assert "needs human triage" in body and "`environment-not-set-up`" in body, body
     assert f"failed: setup command `{VENV_SETUP}` exited 1" in body, body
+    # The image build's log is the run's evidence, linked from the ticket and quoted nowhere on it.
+    assert failed.log_ref is not None and f"[environment.log]({failed.log_url})" in body, body
+    assert "ensurepip is not" in Services(stack.config).store.read_bytes(failed.log_ref).decode()
+    assert "ensurepip is not" not in body, body
     assert "hint: setup makes a Python virtual environment" in body and "`python3-venv` to `image.packages`" in body
     attempts = await activity_attempts(run.client, wf)
     assert ("env.provision", 1) in attempts, attempts
