@@ -19,7 +19,7 @@ export MYPY_CACHE_DIR ?= $(HOME)/.cache/durafix/mypy
 # e.g. make soak SOAK_ARGS="--seed 42 --state-dir .durafix-soak"
 SOAK_ARGS ?=
 
-.PHONY: setup apt venv demo test test-quick test-kind lint bench bench-smoke soak clean
+.PHONY: setup apt venv demo test test-quick test-kind test-docker-real lint bench bench-smoke soak clean
 
 setup: apt venv
 
@@ -43,7 +43,7 @@ test: setup
 	$(UV) run ruff format --check .
 	$(UV) run lint-imports
 	$(UV) run mypy
-	$(UV) run pytest -m "not bench" $(XDIST) --durations=15 $(PYTEST_ARGS)
+	$(UV) run pytest -m "not bench and not real_docker" $(XDIST) --durations=15 $(PYTEST_ARGS)
 
 test-quick: setup
 	$(UV) run pytest -m "not slow" -x -q $(XDIST) $(PYTEST_ARGS)
@@ -51,7 +51,12 @@ test-quick: setup
 # One kind of test (a folder of tests/, see tests/README.md), e.g. `make test-kind KIND=unit`.
 KIND ?= unit
 test-kind: setup
-	$(UV) run pytest -m "$(KIND) and not bench" -q $(XDIST) --durations=15 $(PYTEST_ARGS)
+	$(UV) run pytest -m "$(KIND) and not bench and not real_docker" -q $(XDIST) --durations=15 $(PYTEST_ARGS)
+
+# The real-project tests on the Docker provider (tests/e2e/test_real_projects_docker.py): real npm ci and pip
+# install in image builds, too long for `make test`. One module, one process.
+test-docker-real: setup
+	$(UV) run pytest -m real_docker -q --durations=15 $(PYTEST_ARGS)
 
 lint: venv
 	$(UV) run ruff check .

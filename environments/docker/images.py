@@ -1,12 +1,13 @@
 """Environment images built from Debian packages and a workspace, without any registry.
 
-Three layers, all content-addressed and both reused when present:
+Three layers, all content-addressed and reused when present:
 
 - The *base image* ``durafix/base:<h>``, where ``h`` is :func:`recipe_hash` of the :class:`ImageRecipe`
   (distribution + sorted package set; :func:`base_recipe` adds :data:`EGRESS_PACKAGES`, ``socat`` and
   ``ca-certificates``, for a recipe whose setup has the network, so only such recipes get another base).
-  Built by ``debootstrap --variant=minbase --include=<packages>`` from the Debian mirror apt is configured
-  with, tarred, and imported with ``docker import``. The root filesystem
+  Built by ``debootstrap --variant=minbase`` from the Debian mirror apt is configured with, then the packages
+  installed by the tree's own ``apt-get install --no-install-recommends`` in a chroot (debootstrap's
+  ``--include`` resolver misses dependencies: npm's), tarred, and imported with ``docker import``. The root filesystem
   tarball is cached as ``STATE/cache/rootfs-<h>.tar``, so an engine with an empty data root re-imports it
   instead of bootstrapping again.
 - The *CA layer* ``durafix/trust:<t>`` (:mod:`environments.docker.trust`, :meth:`ImageBuilder.ensure_trust`):
@@ -658,11 +659,8 @@ class ImageBuilder:
         rootfs = self.cache_dir / f".rootfs-{recipe_hash(recipe)}-{uuid.uuid4().hex}"
         log = self.cache_dir / f"debootstrap-{recipe_hash(recipe)}.log"
         partial = tarball.with_name(f".{tarball.name}.{uuid.uuid4().hex}.tmp")
-        argv = ["debootstrap", "--variant=minbase"]
+        argv = ["debootstrap", "--variant=minbase", suite, str(rootfs), mirror]
         packages = sorted(set(recipe.packages))
-        if packages:
-            argv.append(f"--include={','.join(packages)}")
-        argv += [suite, str(rootfs), mirror]
         try:
             with log.open("wb") as out:
                 result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, check=False, timeout=1800)
@@ -672,6 +670,9 @@ class ImageBuilder:
                     f"debootstrap {suite} from {mirror} failed ({result.returncode}); log {log}:\n"
                     f"{log_tail(log)}\n{detail}"
                 )
+            if packages:
+                # apt's resolver, not debootstrap's --include: that one misses dependencies (npm's node-* packages).
+                _apt_install(rootfs, packages, log)
             _strip_package_caches(rootfs)
             subprocess.run(
                 ["tar", "--numeric-owner", "-C", str(rootfs), "-cf", str(partial), "."],
@@ -696,6 +697,37 @@ def _say(text: str, progress: Progress, log_path: Path | None) -> None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with log_path.open("a", encoding="utf-8") as log:
             log.write(f"# {text}\n")
+
+
+def _apt_install(rootfs: Path, packages: list[str], log: Path) -> None:
+    """Install ``packages`` (and what they depend on, no recommends) into the bootstrapped ``rootfs`` with its own
+    apt, from the mirror debootstrap configured; its output appended to ``log``. The host's resolver configuration
+    and ``/proc`` are lent to the chroot for the install only."""
+    resolv = rootfs / "etc" / "resolv.conf"
+    resolv.unlink(missing_ok=True)
+    shutil.copyfile("/etc/resolv.conf", resolv)
+    proc = rootfs / "proc"
+    subprocess.run(["mount", "-t", "proc", "proc", str(proc)], check=True, capture_output=True)
+    env = {"PATH": _DEFAULT_PATH, "DEBIAN_FRONTEND": "noninteractive", "LC_ALL": "C"}
+    try:
+        with log.open("ab") as out:
+            for argv in (
+                ["apt-get", "-o", "Acquire::Retries=3", "update"],
+                ["apt-get", "-o", "Acquire::Retries=3", "install", "-y", "--no-install-recommends", *packages],
+                ["apt-get", "clean"],
+            ):
+                out.write(f"$ {' '.join(argv)}\n".encode())
+                out.flush()
+                command = ["chroot", str(rootfs), *argv]
+                done = subprocess.run(command, stdout=out, stderr=subprocess.STDOUT, env=env, check=False, timeout=1800)
+                if done.returncode != 0:
+                    raise ImageBuildError(
+                        f"installing {', '.join(packages)} failed ({argv[1]} exited {done.returncode}); log {log}:\n"
+                        f"{log_tail(log)}"
+                    )
+    finally:
+        subprocess.run(["umount", "--lazy", str(proc)], check=False, capture_output=True)
+        resolv.unlink(missing_ok=True)
 
 
 def _strip_package_caches(rootfs: Path) -> None:

@@ -17,8 +17,6 @@ bootstrapped there once if absent), so no activity's timeout is spent on deboots
 from __future__ import annotations
 
 import asyncio
-import os
-import shutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -29,7 +27,6 @@ import pytest
 import yaml
 from temporalio.client import WorkflowExecutionStatus
 
-from environments.docker.images import ImageBuilder
 from environments.docker.naming import OP_LABEL, RUN_LABEL, container_name
 from environments.interface import AppRecipe
 from infra import processes
@@ -37,9 +34,9 @@ from pipeline import client as runs
 from pipeline.ids import op_id
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, RunState, TriageReason
-from tests.conftest import require
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_with_recipe, state_when
-from tests.support.e2e_stack import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes, running_e2e_stack
+from tests.support.docker import docker_e2e_stack
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, combined_model_script, kill, owned_processes
 from tests.support.run_history import activity_attempts
 
 pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
@@ -47,34 +44,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.docker, pytest.mark.browser]
 NOTHING_LEFT: dict[str, list[str]] = {"containers": [], "networks": [], "volumes": []}
 
 
-def shared_image_cache() -> Path:
-    default = Path.home() / ".cache" / "durafix" / "docker-images"
-    return Path(os.environ.get("DURAFIX_DOCKER_IMAGE_CACHE", default)).absolute()
-
-
-def warm_base_image(docker_host: str) -> None:
-    """Import the sample app's base image into the engine (from the shared tarball cache)."""
-    recipe = AppRecipe.model_validate(yaml.safe_load((REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()))
-    client = docker.DockerClient(base_url=docker_host, timeout=300)
-    try:
-        ImageBuilder(client, shared_image_cache()).ensure_base(recipe.image)
-    finally:
-        client.close()
-
-
 @pytest.fixture(scope="module")
 def docker_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    require(os.geteuid() == 0, "the Docker engine needs root")
-    missing = [tool for tool in ("dockerd", "containerd", "runc", "git", "chromium") if shutil.which(tool) is None]
-    require(not missing, f"not installed: {', '.join(missing)}")
-    # Short on purpose: the engine's containerd socket path under this directory is limited to 104 bytes.
-    state = tmp_path_factory.mktemp("dfx-docker")
-    with running_e2e_stack(
-        state,
-        model_script=combined_model_script(state / "model-script.yaml"),
-        environments="docker",
-        warm=lambda config: warm_base_image(config.docker_host),
-    ) as e2e:
+    recipe = AppRecipe.model_validate(yaml.safe_load((REPO_ROOT / "examples" / "cart" / "durafix.yaml").read_text()))
+    with docker_e2e_stack(tmp_path_factory, combined_model_script, [recipe.image]) as e2e:
         yield e2e
 
 

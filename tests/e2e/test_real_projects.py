@@ -18,6 +18,7 @@ from __future__ import annotations
 import shutil
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -25,6 +26,7 @@ import pytest
 
 from environments.depcache import BuildRecord, DependencyCache
 from environments.files import path_key
+from environments.interface import AppRecipe
 from environments.spec import load_recipe
 from pipeline import client as runs
 from pipeline.ids import workflow_id_for
@@ -81,15 +83,26 @@ def ticket_of(stack: E2EStack, repository: str, issue: int, state: RunState) -> 
     return str(stack.github().get_repo(repository).get_issue(issue).get_comment(state.ticket.comment_id).body)
 
 
-@pytest.mark.timeout(900)
-@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
-async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fixed_on_the_moved_main(
-    stack: E2EStack, project: Project, tmp_path: Path
-) -> None:
+@dataclass(frozen=True)
+class RealRuns:
+    """What one project's two runs left (:func:`merge_then_find_fixed`): the repository, its recipe, the first
+    run (merged) and the second (ended in triage), and when each report was opened."""
+
+    repository: str
+    recipe: AppRecipe
+    wf: str
+    merged: RunState
+    wf2: str
+    triaged: RunState
+    started: float
+    second_started: float
+
+
+async def merge_then_find_fixed(stack: E2EStack, project: Project, tmp_path: Path) -> RealRuns:
+    """Onboard ``project`` as a new user would, have its first report merged (asserted from the forge), move
+    ``main``, and have the second report end honestly in triage on the moved ``main`` without asking the model;
+    whatever the stack's environment provider. What setup's reuse looks like is the caller's to assert."""
     cli = Cli(stack.state_dir)
-    services = Services(stack.config)
-    cache = services.setup.cache
-    assert cache is not None, "the stack's workers cache dependencies by default"
     checkout = build_checkout(project, tmp_path)
     recipe = load_recipe(checkout)
 
@@ -137,20 +150,6 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     assert "merged" in ticket and str(merged.merged_sha) in ticket, ticket
     assert owned_processes(wf) == []
 
-    # Setup ran once, in this run's first workspace (the base environment), and stored its result: the baseline
-    # and the candidate's verification (their logs are evidence) restored it instead of installing again.
-    [(entry, record)] = entries_of(cache, repository)
-    assert record.setup == recipe.setup and record.paths == [project.cached_path]
-    assert record.provider == "local" and set(record.lock_files) == set(recipe.lock_files)
-    assert record.created >= started
-    assert Path(record.built_in).is_relative_to(stack.state_dir / "workspaces" / path_key(wf)), record.built_in
-    [candidate] = [c for c in merged.candidates if c.verification == "passed"]
-    assert merged.baseline is not None and candidate.test_output_ref is not None
-    for ref in (merged.baseline.test_output_ref, candidate.test_output_ref):
-        log = services.store.read_bytes(ref).decode()
-        assert "# dependency cache: restored entry" in log, log
-        assert not any(f"$ {command}" in log for command in recipe.setup), log
-
     # 2. main moves: the maintainer pulls the merged fix, commits on top, onboards again.
     files, message = project.move
     moved = pull_and_commit(checkout, onboarded["clone_url"], files, message, "v1.1.0")
@@ -177,8 +176,37 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     ticket = ticket_of(stack, repository, issue2, triaged)
     assert "needs human triage" in ticket and f"did not reproduce on {moved[:12]}" in ticket, ticket
     assert owned_processes(wf2) == []
+    return RealRuns(repository, recipe, wf, merged, wf2, triaged, started, second_started)
 
-    # The second run's environment restored the same entry: nothing was rebuilt.
-    assert entries_of(cache, repository) == [(entry, record)]
+
+def checks_logs(stack: E2EStack, merged: RunState) -> list[str]:
+    """The stored logs of the first run's baseline and of its verified candidate's checks."""
+    store = Services(stack.config).store
+    [candidate] = [c for c in merged.candidates if c.verification == "passed"]
+    assert merged.baseline is not None and candidate.test_output_ref is not None
+    return [store.read_bytes(ref).decode() for ref in (merged.baseline.test_output_ref, candidate.test_output_ref)]
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("project", PROJECTS, ids=lambda p: p.name)
+async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fixed_on_the_moved_main(
+    stack: E2EStack, project: Project, tmp_path: Path
+) -> None:
+    cache = Services(stack.config).setup.cache
+    assert cache is not None, "the stack's workers cache dependencies by default"
+    done = await merge_then_find_fixed(stack, project, tmp_path)
+    recipe = done.recipe
+
+    # Setup ran once, in the first run's first workspace (the base environment), and stored its result: the
+    # baseline and the candidate's verification (their logs are evidence) restored it instead of installing again,
+    # and so did the second run's environment (the entry was not rebuilt, and it was used since).
+    [(entry, record)] = entries_of(cache, done.repository)
+    assert record.setup == recipe.setup and record.paths == [project.cached_path]
+    assert record.provider == "local" and set(record.lock_files) == set(recipe.lock_files)
+    assert done.started <= record.created < done.second_started
+    assert Path(record.built_in).is_relative_to(stack.state_dir / "workspaces" / path_key(done.wf)), record.built_in
+    for log in checks_logs(stack, done.merged):
+        assert "# dependency cache: restored entry" in log, log
+        assert not any(f"$ {command}" in log for command in recipe.setup), log
     last_used, stamped = cache.last_used(entry)
-    assert stamped and last_used >= second_started
+    assert stamped and last_used >= done.second_started

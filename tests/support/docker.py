@@ -15,7 +15,8 @@ import ssl
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import docker
@@ -23,9 +24,11 @@ import pytest
 import yaml
 
 from environments.docker import DockerProvider
-from environments.interface import AppRecipe, RecoverySpec
+from environments.docker.images import ImageBuilder
+from environments.interface import AppRecipe, ImageRecipe, RecoverySpec
 from infra.docker.engine import DockerEngine, EngineError
-from tests.conftest import unavailable
+from tests.conftest import require, unavailable
+from tests.support.e2e_stack import E2EStack, running_e2e_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CART = REPO_ROOT / "examples" / "cart"
@@ -39,10 +42,16 @@ def _missing_prerequisite() -> str | None:
     return f"not installed: {', '.join(missing)}" if missing else None
 
 
-@pytest.fixture(scope="session")
-def image_cache() -> Path:
+def shared_image_cache() -> Path:
+    """Where the tests keep root filesystem tarballs across sessions: ``$DURAFIX_DOCKER_IMAGE_CACHE``, by default
+    ``~/.cache/durafix/docker-images``."""
     default = Path.home() / ".cache" / "durafix" / "docker-images"
     return Path(os.environ.get("DURAFIX_DOCKER_IMAGE_CACHE", default)).absolute()
+
+
+@pytest.fixture(scope="session")
+def image_cache() -> Path:
+    return shared_image_cache()
 
 
 @pytest.fixture(scope="session")
@@ -130,3 +139,36 @@ def registry_intercepted() -> bool:
     except urllib.error.URLError as exc:
         return isinstance(exc.reason, ssl.SSLCertVerificationError)
     return False
+
+
+def warm_base_images(docker_host: str, images: Sequence[ImageRecipe]) -> None:
+    """Import the base images of ``images`` into the engine from the shared tarball cache (bootstrapped there once
+    if absent), so no activity's timeout is spent on debootstrap."""
+    client = docker.DockerClient(base_url=docker_host, timeout=300)
+    try:
+        builder = ImageBuilder(client, shared_image_cache())
+        for image in images:
+            builder.ensure_base(image)
+    finally:
+        client.close()
+
+
+@contextmanager
+def docker_e2e_stack(
+    tmp_path_factory: pytest.TempPathFactory, model_script: Callable[[Path], Path], images: Sequence[ImageRecipe]
+) -> Iterator[E2EStack]:
+    """The end-to-end stack with ``environments="docker"`` (its own engine under its state directory), answering
+    from ``model_script(<state>/model-script.yaml)``, the base images of ``images`` imported before any run.
+    Needs root, the engine's tools, git and Chromium (with ``CI=true`` their absence fails the test)."""
+    require(os.geteuid() == 0, "the Docker engine needs root")
+    missing = [tool for tool in ("dockerd", "containerd", "runc", "git", "chromium") if shutil.which(tool) is None]
+    require(not missing, f"not installed: {', '.join(missing)}")
+    # Short on purpose: the engine's containerd socket path under this directory is limited to 104 bytes.
+    state = tmp_path_factory.mktemp("dfx-docker")
+    with running_e2e_stack(
+        state,
+        model_script=model_script(state / "model-script.yaml"),
+        environments="docker",
+        warm=lambda config: warm_base_images(config.docker_host, images),
+    ) as e2e:
+        yield e2e

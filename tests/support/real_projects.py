@@ -11,6 +11,9 @@ registry by the package manager's own client in the recipe's ``setup`` (never in
   ``humanize.intcomma``; ``total_points`` skips the first row, left over from when rows came from a CSV with
   a header (``Total points: 2,750`` instead of ``4,000``). Tests: ``unittest``; ``humanize`` in a ``.venv``.
 
+Both servers listen on every interface (``0.0.0.0``), as an app must for the Docker provider, which reaches it
+at its container's address (on the local provider that includes the loopback it is reached on).
+
 Each history has more than 50 commits, every one of them tagged, so that the request of a mirror clone (a
 ``want`` line per ref) exceeds the size git gzips a request body at (about 1 KB). :data:`PROJECTS` also holds,
 per project, the scripted model's fix (a patch of the cause plus a regression test), the commit that moves
@@ -136,7 +139,7 @@ http
       res.end();
     }
   })
-  .listen(Number(process.env.PORT || 3000), "127.0.0.1");
+  .listen(Number(process.env.PORT || 3000), "0.0.0.0");
 """
 TALLY_TEST = """const test = require("node:test");
 const assert = require("node:assert");
@@ -166,6 +169,8 @@ TALLY_RECIPE = {
     "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
     "test": "npm test",
     "lock_files": ["package-lock.json"],
+    # What the Docker provider's image needs (the local provider runs the worker's own node and npm).
+    "image": {"packages": ["nodejs", "npm"]},
 }
 
 TALLY = Project(
@@ -298,7 +303,7 @@ class Handler(BaseHTTPRequestHandler):
 
 
 if __name__ == "__main__":
-    HTTPServer(("127.0.0.1", int(os.environ.get("PORT", "8000"))), Handler).serve_forever()
+    HTTPServer(("0.0.0.0", int(os.environ.get("PORT", "8000"))), Handler).serve_forever()
 '''
 BOARD_TEST = """import unittest
 
@@ -337,6 +342,8 @@ BOARD_RECIPE = {
     "readiness": {"path": "/healthz", "expected_status": 200, "deadline_s": 30},
     "test": ".venv/bin/python -m unittest discover -s tests -t .",
     "lock_files": ["requirements.txt"],
+    # What the Docker provider's image needs: Debian's python3 makes no virtual environment without python3-venv.
+    "image": {"packages": ["python3", "python3-venv"]},
 }
 
 LEADERBOARD = Project(
