@@ -4,9 +4,9 @@ Both follow :class:`~environments.docker.images.ImageBuilder`'s own names and lo
 prune and a build exclude each other (see :mod:`environments.cache_prune` for the contracts all sources keep).
 
 - :class:`ImageSource`: the images in the engine that carry :data:`~environments.docker.images.IMAGE_LABEL` (base
-  and app images, and untagged leftovers of failed builds, which inherit the base's labels). Last use is the
-  newest stamp of the image's tags, else the image's creation time. Never removed: an image any container
-  uses, running or stopped (the engine would refuse too); a base image while another image built on it
+  images, CA layers and app images, and untagged leftovers of failed builds, which inherit the base's labels).
+  Last use is the newest stamp of the image's tags, else the image's creation time. Never removed: an image any
+  container uses, running or stopped (the engine would refuse too); a base image while another image built on it
   stays (same ``durafix.recipe`` label); an image whose build lock is held. Removal is by image ID and never
   forced, so an image someone else also tagged is refused by the engine and reported, not untagged.
 - :class:`TarballSource`: ``rootfs-<h>.tar`` files. Last use is the tarball's stamp (touched whenever its base
