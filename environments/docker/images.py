@@ -501,7 +501,7 @@ class ImageBuilder:
     ) -> str:
         """The app image's tag for ``recipe`` over ``workspace``; built only if absent.
 
-        ``progress`` hears what :meth:`ensure_base` reports, then, for a build, ``building image <tag>`` and
+        ``progress`` hears what :meth:`ensure_base` and :meth:`ensure_trust` report, then, for a build, ``building image <tag>`` and
         ``setup: <command>`` as each setup command begins (a cached step of a classic build is announced too), or
         ``setup: reusing <paths> from image <deps>`` when a dependency image (:meth:`deps_tag`) stands in
         for setup. Setup without the network runs as build steps (no network at all); setup with it runs in

@@ -308,7 +308,8 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
     provider = _provider(tmp_path, docker_engine, image_cache)
     images = provider.images
     try:
-        base = images.ensure_base(base_recipe(recipe))
+        # What app images are built on: the base image with the worker's CA layer.
+        base = images.ensure_trust(base_recipe(recipe), images.ensure_base(base_recipe(recipe)))
         tag = images.app_tag(recipe, first, base)
         # What a worker that died mid-setup leaves: the tag's setup container, holding its name.
         stale = docker_client.containers.create(base, ["true"], name=setup_container_name(images.setup_key(tag)))
@@ -321,7 +322,8 @@ def test_a_networked_setup_replaces_a_dead_workers_setup_container_and_feeds_the
         second_tag = images.ensure_app(recipe, second, progress=reusing.append)
     finally:
         provider.close()
-    assert reusing == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
+    assert reusing[0].startswith("trust: reusing CA layer durafix/trust:"), reusing
+    assert reusing[1:] == [f"setup: reusing .venv from image {deps[0]} (same lock files and setup)"]
 
     def run(image: str, command: str) -> str:
         return sh_in_image(docker_client, image, command, user="65534:65534")
