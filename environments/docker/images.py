@@ -501,14 +501,14 @@ class ImageBuilder:
     ) -> str:
         """The app image's tag for ``recipe`` over ``workspace``; built only if absent.
 
-        ``progress`` hears what :meth:`ensure_base` and :meth:`ensure_trust` report, then, for a build, ``building image <tag>`` and
-        ``setup: <command>`` as each setup command begins (a cached step of a classic build is announced too), or
-        ``setup: reusing <paths> from image <deps>`` when a dependency image (:meth:`deps_tag`) stands in
-        for setup. Setup without the network runs as build steps (no network at all); setup with it runs in
-        setup containers behind the egress proxy (:mod:`environments.docker.setup_containers`), each command
-        bounded by ``setup_timeout_s``, its output and the proxy's ``# egress:`` lines appended to ``log_path``
-        (when given) and the events kept in :attr:`last_egress`. A failing setup command is a
-        :class:`SetupStepError`.
+        ``progress`` hears what :meth:`ensure_base` and :meth:`ensure_trust` report, then, for a build,
+        ``building image <tag>`` and ``setup: <command>`` as each setup command begins (a cached step of a
+        classic build is announced too), or ``setup: reusing <paths> from image <deps>`` when a dependency image
+        (:meth:`deps_tag`) stands in for setup. Setup without the network runs as build steps (no network at
+        all); setup with it runs in setup containers behind the egress proxy
+        (:mod:`environments.docker.setup_containers`), each command bounded by ``setup_timeout_s``, its output
+        and the proxy's ``# egress:`` lines appended to ``log_path`` (when given) and the events kept in
+        :attr:`last_egress`. A failing setup command is a :class:`SetupStepError`.
         """
         progress = progress or ignore
         workspace = workspace.absolute()
