@@ -29,6 +29,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from pipeline import tracing
 from pipeline.config import DurafixConfig
 from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, take_back
 from pipeline.ids import workflow_id_for
@@ -60,7 +61,9 @@ RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 async def connect(config: DurafixConfig) -> Client:
     """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
     key from ``config`` (:func:`pipeline.temporal_connection.connect_options`, whose
-    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried)."""
+    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried), with
+    the tracing interceptor (:mod:`pipeline.tracing`), which carries a trace into the runs it starts and
+    commands and, on a worker built on the client, through the workflow to its activities."""
     options = connect_options(config)
     return await Client.connect(
         options.target_host,
@@ -68,6 +71,7 @@ async def connect(config: DurafixConfig) -> Client:
         tls=options.tls,
         api_key=options.api_key,
         data_converter=pydantic_data_converter,
+        interceptors=tracing.interceptors(),
     )
 
 

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from pipeline import tracing
 from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
 from pipeline.config import DurafixConfig
 
@@ -28,10 +29,16 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     exposed. The pollers run in a child process under :mod:`pipeline.worker.supervisor` (exit 1 when its children
     keep dying); ``--no-supervise`` runs them in this process."""
     from browser.video import VideoUnavailable
+    from pipeline.hosts import host_id
+    from pipeline.worker import logs
     from pipeline.worker.queue_settings import Overrides
     from pipeline.worker.runner import parse_queues, run_worker
     from pipeline.worker.supervisor import is_child, supervise
 
+    try:
+        logs.install(host_id(config.host_id))
+    except logs.LogFormatError as err:
+        raise CliError(str(err), EXIT_USAGE) from err
     try:
         queues = parse_queues(args.queues)
     except ValueError as err:
@@ -44,6 +51,8 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
             return EXIT_OK if served else EXIT_FAIL
     if not (args.no_supervise or is_child()):
         return EXIT_OK if asyncio.run(supervise(config)) == 0 else EXIT_FAIL
+    # The process that polls is the one whose spans are exported (pipeline/tracing.py; off without an endpoint).
+    tracing.export_traces("durafix-worker")
     try:
         asyncio.run(run_worker(config, queues, standby=is_child(), overrides=overrides))
     except VideoUnavailable as err:
@@ -87,6 +96,7 @@ def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
 
     if not config.webhook_secret:
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
+    tracing.export_traces("durafix-receiver")
     receiver = WebhookReceiver(config, args.host, args.port)
     if not args.no_reconcile:
         receiver.start_reconciler()

@@ -83,6 +83,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
+from pipeline import tracing
 from pipeline.config import DurafixConfig
 from pipeline.ops.reconciler import Reconciler
 from pipeline.receiver.app import ReceiverApp
@@ -233,8 +234,10 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
     def answer(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The answer to a verified delivery's ``payload``: the dispatcher's, or the status an exception it
         raised maps to (404 a run Temporal does not know, 503 Temporal not reachable, 400 a payload lacking
-        or mistyping what its event carries)."""
-        return self._handle(event, delivery, payload)
+        or mistyping what its event carries). Handled inside the delivery's span (:mod:`pipeline.tracing`), which
+        a run the delivery starts or commands continues."""
+        with tracing.delivery_span(event, delivery, payload.get("action")):
+            return self._handle(event, delivery, payload)
 
     def _handle(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:

@@ -38,6 +38,7 @@ from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
+from pipeline.worker.logs import worker_logger
 from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.worker.supervisor import GO, READY, supervisor_pid
 from pipeline.workflow import WORKFLOWS
@@ -246,14 +247,14 @@ async def run_worker(
             background = asyncio.create_task(_sweep_dead(client, config))
         names = ", ".join(q.value for q in queues)
         where = connect_options(config).describe()
-        print(f"durafix worker polling {names} on {where}", file=sys.stderr, flush=True)
+        note(f"durafix worker polling {names} on {where}")
         runs = [asyncio.create_task(w.run()) for w in workers]
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*runs, waiter], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task is not waiter and task.exception() is not None:
-                print(f"worker failed: {task.exception()!r}", file=sys.stderr, flush=True)
-        print("durafix worker shutting down", file=sys.stderr, flush=True)
+                worker_logger().error("worker failed: %r", task.exception())
+        note("durafix worker shutting down")
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         waiter.cancel()
         background.cancel()
