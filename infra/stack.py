@@ -290,6 +290,8 @@ def up(
         config.forge_token = ensure_user(config.forge_api_url, stack.admin_token, BOT_LOGIN)
         stack.reviewer_token = ensure_user(config.forge_api_url, stack.admin_token, REVIEWER_LOGIN)
     config.webhook_secret = config.webhook_secret or secrets.token_hex(16)
+    config.operator_token = config.operator_token or secrets.token_hex(16)
+    config.temporal_ui_url = stack.services["temporal"].extra.get("ui", "")
 
     if running("model") is None:
         port = _recorded_port(state_dir, stack, "model")

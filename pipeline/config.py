@@ -85,6 +85,11 @@ class DurafixConfig(BaseModel):
     # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
     # reviewer on another host opens the PR's evidence links without a token.
     evidence_link_secret: str = ""
+    # The operator's token for `durafix serve`'s runs page (/runs), and the key its signed links are made with;
+    # empty: the page answers 401 to everyone.
+    operator_token: str = ""
+    # The Temporal UI's base URL (http://host:8233); empty: the runs page links no run to it.
+    temporal_ui_url: str = ""
     evidence_access_key: str = ""
     evidence_secret_key: str = ""
     environment_provider: str = "local"
@@ -261,6 +266,8 @@ _ENV = {
     "DURAFIX_EVIDENCE_URL": "evidence_url",
     "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
     "DURAFIX_EVIDENCE_LINK_SECRET": "evidence_link_secret",
+    "DURAFIX_OPERATOR_TOKEN": "operator_token",
+    "DURAFIX_TEMPORAL_UI_URL": "temporal_ui_url",
     "DURAFIX_ENVIRONMENT_PROVIDER": "environment_provider",
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",

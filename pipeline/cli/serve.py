@@ -91,16 +91,22 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
 
 
 def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """Serve the webhook receiver until interrupted; without a webhook secret it refuses (exit 2)."""
+    """Serve the webhook receiver and the runs page (:mod:`pipeline.cli.runs_page`) until interrupted; without
+    a webhook secret it refuses (exit 2)."""
     from pipeline.receiver.webhooks import WebhookReceiver
 
     if not config.webhook_secret:
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
+    from pipeline.cli.runs_page import RunsPage
+
     tracing.export_traces("durafix-receiver")
-    receiver = WebhookReceiver(config, args.host, args.port)
+    receiver = WebhookReceiver(
+        config, args.host, args.port, pages=lambda served: RunsPage(config, served.with_client).routes()
+    )
     if not args.no_reconcile:
         receiver.start_reconciler()
     print(f"durafix webhook receiver on {receiver.url}", file=sys.stderr, flush=True)
+    print(f"durafix runs page on {receiver.url.removesuffix('/webhook')}/runs", file=sys.stderr, flush=True)
     try:
         receiver.serve_forever()
     except KeyboardInterrupt:

@@ -74,11 +74,13 @@ import hashlib
 import hmac
 import threading
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
+from starlette.routing import BaseRoute
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -98,6 +100,7 @@ from pipeline.temporal_connection import connect_options
 from reviews.errors import ForgeError
 
 MAX_BODY = ReceiverLimits().max_body
+T = TypeVar("T")
 READINESS_REPOSITORY = "durafix/readiness"
 
 
@@ -127,7 +130,10 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
         host: str = "127.0.0.1",
         port: int = 0,
         limits: ReceiverLimits | None = None,
+        pages: Callable[[WebhookReceiver], Sequence[BaseRoute]] | None = None,
     ) -> None:
+        """``pages``: routes served besides the receiver's own, made with this receiver (whose
+        :meth:`with_client` reaches Temporal)."""
         self.config = config
         self.limits = limits or ReceiverLimits(buffer_budget=config.receiver_buffer_bytes)
         # Settings that cannot work (e.g. an API key without TLS, a GitHub App key that cannot be read) fail
@@ -147,6 +153,7 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
             self.limits,
             self.metrics,
             delivery_logger(),
+            pages(self) if pages is not None else (),
         )
         self._server = ReceiverServer(self._app.asgi, host, port, self.limits, self._app.refused)
         self._reconciler: Reconciler | None = None
@@ -156,6 +163,15 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
     def url(self) -> str:
         host, port = self._server.address
         return f"http://{_url_host(host)}:{port}/webhook"
+
+    async def with_client(self, fn: Callable[[Client], Awaitable[T]]) -> T:
+        """``fn`` run with the receiver's Temporal client on the receiver's loop, awaited from any loop (a
+        page's handler runs on the server's)."""
+
+        async def on_loop() -> T:
+            return await fn(await asyncio.wrap_future(self._connection()))
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_loop(), self._loop))
 
     def start(self) -> None:
         """Serve on a thread; returns once listening."""

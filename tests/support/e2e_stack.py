@@ -82,14 +82,19 @@ class E2EStack:
         return self.config.state_dir
 
     def spawn_worker(
-        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, fault: str | None = None
+        self,
+        *,
+        kill_after: list[str] | None = None,
+        kill_dir: Path | None = None,
+        fault: str | None = None,
+        extra_env: dict[str, str] | None = None,
     ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
-        is where kills are noted."""
+        is where kills are noted. ``extra_env``: variables of its own (an OTLP endpoint, a log format)."""
         n = len(self.workers)
-        env = {"PYTHONPATH": str(REPO_ROOT)}
+        env = {"PYTHONPATH": str(REPO_ROOT), **(extra_env or {})}
         if kill_after:
             env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
             fault = fault or "kill-after-forge-write"
