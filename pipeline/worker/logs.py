@@ -6,24 +6,30 @@ Contract (``durafix worker``, supervisor and polling child alike, once :func:`in
   packages', the Temporal SDK's Python loggers) goes to stderr as one line. ``DURAFIX_LOG_FORMAT=json``
   (the default): a JSON object (:mod:`pipeline.json_logs`) with ``msg`` and ``run``, ``step``, ``attempt``,
   ``host``. ``text``: ``time level logger [run step #attempt] msg`` for a person reading a terminal.
-- ``run`` is the run's ID (its workflow ID), ``step`` the activity type (``workflow`` for the workflow's own
-  records), ``attempt`` the activity's (or workflow task's) attempt: read from the record's Temporal details
-  when the SDK's loggers attached them, else from the activity running on the logging thread. A record logged
-  outside any run has them ``null`` (``-`` in text). ``host`` is the worker's host identity
-  (:func:`pipeline.hosts.host_id`) on every line.
+- ``run`` is the run's ID (its workflow ID; a repair attempt's child workflow logs its run's), ``step`` the
+  activity type (``workflow`` for the workflow's own records), ``attempt`` the activity's (or workflow
+  task's) attempt: read from the record's Temporal details when the SDK's loggers attached them, else from
+  the activity running on the logging thread. A record logged outside any run has them ``null`` (and no
+  bracket in text). ``host`` is the worker's host identity (:func:`pipeline.hosts.host_id`) on every line.
+- Every activity attempt is logged as it starts and ends (:class:`StepLogInterceptor`), so each step of a run
+  has its lines.
 - Any other ``DURAFIX_LOG_FORMAT`` is refused (:class:`LogFormatError`) before the worker starts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from pipeline.config import SettingsError
+from pipeline.flow.attempt_carry import run_of
 from pipeline.json_logs import JsonFormatter, to_stderr
 
 FORMAT_VARIABLE = "DURAFIX_LOG_FORMAT"
@@ -45,7 +51,13 @@ class RunContext:
 
 
 def run_context(record: logging.LogRecord) -> RunContext:
-    """The record's run, step and attempt (see the module's contract)."""
+    """The record's run, step and attempt (see the module's contract); a repair attempt's child workflow is
+    named by its run."""
+    found = _context(record)
+    return dataclasses.replace(found, run=run_of(found.run)) if found.run is not None else found
+
+
+def _context(record: logging.LogRecord) -> RunContext:
     details = getattr(record, "temporal_activity", None)
     if isinstance(details, dict):
         return RunContext(details.get("workflow_id"), details.get("activity_type"), details.get("attempt"))
@@ -109,6 +121,36 @@ def install(host: str) -> None:
     to_stderr(logging.getLogger(), formatter, logging.INFO, propagate=True)
     # One line per HTTP request (the model's, the forge's) at INFO says nothing the spans do not.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+
+
+class StepLogInterceptor(Interceptor):
+    """Logs each activity attempt this process runs as it starts and as it ends (how, and in how many
+    seconds), so a run's steps can be followed in the worker's log: ``step started``, ``step finished in 1.2
+    s`` or ``step failed after 0.4 s: <error type>`` (the type only: an error's message may quote a repository's
+    output)."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _StepLogging(next)
+
+
+class _StepLogging(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        log = worker_logger()
+        log.info("step started")
+        started = time.monotonic()
+        try:
+            result = await super().execute_activity(input)
+        except BaseException as err:
+            log.warning("step failed after %.1f s: %s", time.monotonic() - started, _error_type(err))
+            raise
+        log.info("step finished in %.1f s", time.monotonic() - started)
+        return result
+
+
+def _error_type(err: BaseException) -> str:
+    """An ``ApplicationError``'s failure class (its type), else the exception's class name."""
+    kind = getattr(err, "type", None)
+    return kind if isinstance(kind, str) and kind else type(err).__name__
 
 
 def worker_logger() -> logging.Logger:

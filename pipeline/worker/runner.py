@@ -38,7 +38,7 @@ from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
-from pipeline.worker.logs import worker_logger
+from pipeline.worker.logs import StepLogInterceptor, worker_logger
 from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.worker.supervisor import GO, READY, supervisor_pid
 from pipeline.workflow import WORKFLOWS
@@ -233,7 +233,7 @@ async def run_worker(
             config,
             queues,
             executor,
-            interceptors=[InflightInterceptor(inflight)],
+            interceptors=[InflightInterceptor(inflight), StepLogInterceptor()],
             identity=worker_identity(),
             overrides=overrides,
         )

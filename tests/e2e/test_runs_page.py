@@ -10,11 +10,14 @@ fails), and one whose name and repository are HTML.
 from __future__ import annotations
 
 import asyncio
+import json
+import socket
 import sys
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import quote
 
 import httpx
@@ -211,6 +214,18 @@ def test_a_failing_setup_command_is_a_failed_span_in_its_run_s_trace(scene: Scen
         "the failing setup command's span",
     )
     assert {s.attributes["exit"] for s in trace} == {"exited 3"}
+
+
+def test_the_worker_logs_each_step_of_a_run_as_json_naming_run_step_attempt_and_host(scene: Scene) -> None:
+    log = Path(scene.stack.workers[0].log).read_text(errors="replace").splitlines()
+    mine = [json.loads(line) for line in log if scene.merged.workflow_id in line]
+    assert mine, "the worker logged nothing for the run"
+    steps = {(line["step"], line["msg"].split(" ")[1]) for line in mine if line["msg"].startswith("step ")}
+    for step in ("env.provision", "browser.reproduce", "forge.merge"):
+        assert {(step, "started"), (step, "finished")} <= steps, step
+    assert {line["run"] for line in mine} == {scene.merged.workflow_id}
+    assert {line["host"] for line in mine} == {socket.gethostname()}
+    assert all(isinstance(line["attempt"], int) and line["attempt"] >= 1 for line in mine)
 
 
 # ---- the runs page --------------------------------------------------------------------------------------
