@@ -66,6 +66,7 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
     file) and return whether every queue can be served and nothing is exposed. Else refuse (exit 2) an exposed
     file or what cannot be served for good, warn of what did not answer, and advertise what was found; True."""
     from pipeline.worker import capabilities
+    from pipeline.worker.logs import worker_logger
     from pipeline.worker.queue_settings import worker_limits
     from pipeline.worker.sandbox_exposure import exposures
 
@@ -84,9 +85,10 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
     why = capabilities.refusal(checks)
     if why is not None:
         raise CliError(f"worker not started: {why}", EXIT_USAGE)
+    log = worker_logger()
     for warning in capabilities.warnings(checks):
-        print(f"durafix worker: warning: {warning}", file=sys.stderr, flush=True)
-    print(f"durafix worker {capabilities.advertisement(checks)}", file=sys.stderr, flush=True)
+        log.warning("%s", warning)
+    log.info("durafix worker %s", capabilities.advertisement(checks))
     return True
 
 
