@@ -80,6 +80,9 @@ class DurafixConfig(BaseModel):
     tools_dir: str = ""
     # Extra directories (absolute, comma-separated in the variable) a shell agent CLI reads in the sandbox.
     engine_paths: list[str] = Field(default_factory=list)
+    # Seconds between two writes one forge client sends (reviews/transport.py). GitHub asks integrations for at
+    # least one; a forge that asks for none (a test stack's emulator) may set 0.
+    forge_seconds_between_writes: float = Field(default=1.0, ge=0)
     evidence_url: str = ""
     evidence_public_url: str = ""
     # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
@@ -241,6 +244,7 @@ _ENV = {
     "DURAFIX_FORGE_API_URL": "forge_api_url",
     "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
     "DURAFIX_FORGE_TOKEN": "forge_token",
+    "DURAFIX_FORGE_SECONDS_BETWEEN_WRITES": "forge_seconds_between_writes",
     "DURAFIX_GITHUB_APP_ID": "github_app_id",
     "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
     "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",

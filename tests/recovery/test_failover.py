@@ -20,12 +20,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-from github import Auth, Github
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
+from infra.forge.testing import client as forge_client
 from infra.forge.testing import running_forge
 from pipeline.activities.heartbeat import Heartbeat, heartbeating
 from pipeline.failures import WORKER_LOST
@@ -113,7 +113,7 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
         assert [h.attempt for h in result.held] == [2]
         assert result.held[0].pid == ticket_in.pid != held_in.pid
         assert result.ticket is not None and result.ticket.comment_id is not None
-        gh = Github(base_url=forge.api_url, auth=Auth.Token(bot), retry=None)
+        gh = forge_client(forge.api_url, bot)
         comments = list(gh.get_repo(repository).get_issue(issue["number"]).get_comments())
         assert [c.id for c in comments if "durafix:ticket" in c.body] == [result.ticket.comment_id]
         assert not held_in.owner_running() and not ticket_in.owner_running()

@@ -22,13 +22,14 @@ from typing import Any, NamedTuple
 
 import pytest
 import yaml
-from github import Auth, Github
+from github import Github
 from temporalio.client import Client
 
 from environments.files import path_key
 from environments.processes import MARKER_VAR
 from infra import processes, stack
 from infra.cli.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
+from infra.forge.testing import client as forge_client
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
@@ -166,7 +167,7 @@ class E2EStack:
         return ensure_user(self.config, self.admin_token, OWNER)
 
     def github(self, token: str | None = None) -> Github:
-        return Github(base_url=self.config.forge_api_url, auth=Auth.Token(token or self.config.forge_token), retry=None)
+        return forge_client(self.config.forge_api_url, token or self.config.forge_token)
 
     def approve_on_forge(self, repository: str, pr_number: int, head: str) -> None:
         """The reviewer approves ``head`` of the PR with a review on the forge, as a real reviewer does; the
