@@ -51,6 +51,8 @@ from temporalio.client import Client
 
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
+from pipeline.observability.endpoint import METRICS_LINE
+from pipeline.observability.supervisor_metrics import SupervisorMetrics
 from pipeline.worker.inflight import InflightDir, fail_dir, note, sweep
 
 CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
@@ -91,6 +93,7 @@ class Child:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     polling: bool = False
     promote_when_ready: bool = False
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -131,6 +134,15 @@ class Supervisor:
         self._client: asyncio.Task[Client] | None = None
         self.gave_up = False
         self._tasks: set[asyncio.Task[object]] = set()
+        self.metrics = SupervisorMetrics(lambda: self._polling_child() is not None, self._child_metrics_port)
+
+    def _polling_child(self) -> Child | None:
+        active = self.active
+        return active if active is not None and active.polling and active.proc.returncode is None else None
+
+    def _child_metrics_port(self) -> int | None:
+        child = self._polling_child()
+        return child.metrics_port if child is not None else None
 
     # --- children -------------------------------------------------------------------------------------------
 
@@ -152,7 +164,10 @@ class Supervisor:
             line = await child.proc.stdout.readline()
             if not line:
                 break
-            if line.decode(errors="replace").strip() == READY:
+            text = line.decode(errors="replace").strip()
+            if text.startswith(f"{METRICS_LINE} ") and text.split()[-1].isdigit():
+                child.metrics_port = int(text.split()[-1])
+            if text == READY:
                 child.ready.set()
                 if child.promote_when_ready:
                     self._go(child)
@@ -242,9 +257,10 @@ class Supervisor:
             await self._fail_left(child, code)
             return
         self.deaths.died(child, code)
+        self.metrics.deaths.inc()
         role = "polling" if was_active else "spare"
         note(f"{role} worker process {child.pid} died ({describe_exit(code)})")
-        serving = self.active is not None and self.active.polling and self.active.proc.returncode is None
+        serving = self._polling_child() is not None
         if self.deaths.given_up() and not serving:
             note(
                 f"worker processes died {self.deaths.quick} times in a row within {QUICK_S:.0f} s of starting "
@@ -275,6 +291,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         note(f"supervisor {os.getpid()} starting the worker process")
+        if self.config.metrics_port is not None:
+            self.metrics.serve(self.config.metrics_port)
         await self._start_active()
         self._spawned(self._sweeps())
         self._spawned(self._start_spare())
@@ -287,6 +305,7 @@ class Supervisor:
             else:
                 exited.cancel()
         await self._stop_children()
+        self.metrics.close()
         for task in list(self._tasks):
             task.cancel()
         note("supervisor stopped")
