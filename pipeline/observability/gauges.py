@@ -1,7 +1,8 @@
 """Gauges read when scraped: the open runs by phase (Temporal's visibility) and what runs own on this host.
 
-Both are snapshots of state that lives elsewhere, so a worker restart loses nothing: they are read again at
-the next scrape, at most every :data:`TTL_S` (a scrape every few seconds does not list every run each time).
+Both are snapshots of state that lives elsewhere, so a worker restart loses nothing: they are read again, at
+most every :data:`TTL_S` (a scrape every few seconds does not list every run each time); the open runs in the
+background, so a scrape never waits for Temporal.
 
 - ``durafix_runs_open{phase}``: running ``repair_bug`` runs by the phase they last recorded in their memo
   (:mod:`pipeline.recorded_state`; ``unknown`` for a run that recorded none);
@@ -42,6 +43,7 @@ from pipeline.state import Phase
 TTL_S = 15.0
 MAX_RUNS = 5000
 LIST_TIMEOUT_S = 20.0
+STALE_S = 4 * TTL_S
 UNKNOWN_PHASE = "unknown"
 T = TypeVar("T")
 
@@ -121,20 +123,28 @@ def open_runs_families(snap: OpenRunsSnapshot) -> list[Metric]:
 
 
 class OpenRuns(Collector):
-    """The open-runs gauges (see the module), listed through ``client`` on the worker's event loop ``loop``."""
+    """The open-runs gauges (see the module), listed through ``client`` by :meth:`refresh_forever` (a task on the
+    worker's event loop) every :data:`TTL_S`: a scrape never waits for Temporal's visibility. A snapshot older
+    than :data:`STALE_S` (the listing keeps failing) is not served."""
 
-    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, client: Client) -> None:
         self.client = client
-        self.loop = loop
-        self.cache = Cached(self._read)
+        self.latest: tuple[float, OpenRunsSnapshot] | None = None
 
-    def _read(self) -> OpenRunsSnapshot:
-        future = asyncio.run_coroutine_threadsafe(open_runs(self.client, datetime.now(UTC)), self.loop)
-        return future.result(LIST_TIMEOUT_S)
+    async def refresh_forever(self) -> None:
+        while True:
+            try:
+                snap = await asyncio.wait_for(open_runs(self.client, datetime.now(UTC)), LIST_TIMEOUT_S)
+                self.latest = (time.monotonic(), snap)
+            except Exception:  # Temporal unreachable: the snapshot goes stale, its series absent
+                pass
+            await asyncio.sleep(TTL_S)
 
     def collect(self) -> Iterable[Metric]:
-        snap = self.cache.get()
-        return [] if snap is None else open_runs_families(snap)
+        latest = self.latest
+        if latest is None or time.monotonic() - latest[0] > STALE_S:
+            return []
+        return open_runs_families(latest[1])
 
 
 @dataclass

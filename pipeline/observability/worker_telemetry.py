@@ -42,6 +42,7 @@ class WorkerTelemetry:
     runtime: Runtime
     metrics: WorkerMetrics
     server: WSGIServer | None = field(default=None)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @classmethod
     def of(cls, config: DurafixConfig, queues: Sequence[TaskQueue]) -> WorkerTelemetry | None:
@@ -63,7 +64,9 @@ class WorkerTelemetry:
         event loop, before a supervised child says ``ready``."""
         registry = self.metrics.registry
         if TaskQueue.ORCHESTRATION in self.queues:
-            registry.register(OpenRuns(client, asyncio.get_running_loop()))
+            open_runs = OpenRuns(client)
+            registry.register(open_runs)
+            self.tasks.append(asyncio.get_running_loop().create_task(open_runs.refresh_forever()))
         if TaskQueue.ENVIRONMENTS in self.queues:
             registry.register(OwnedResources(self.config))
         if supervised:
@@ -74,5 +77,7 @@ class WorkerTelemetry:
             self.server = serve(registry, self.config.metrics_port)
 
     def close(self) -> None:
+        for task in self.tasks:
+            task.cancel()
         close(self.server)
         self.server = None

@@ -34,7 +34,7 @@ from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
 from tests.replay.record import record_history
 from tests.support.durafix_cli import run_durafix
 from tests.support.e2e_stack import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
-from tests.support.metrics_text import named_metrics, scrape
+from tests.support.metrics_text import Exposition, named_metrics, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -144,10 +144,11 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     assert state.pending_approval is not None, state.outcome_detail
     # The worker's /metrics while the run waits for its review: the SDK's own metrics, the run started once,
     # parked in review, not ended.
-    during = scrape(stack.workers[0].url)
+    # The open runs are listed every 15 s: the parked run shows within one listing.
+    during = wait_for(lambda: parked_in_metrics(stack), 60, "the parked run in the worker's /metrics")
     assert during.values("temporal_num_pollers", task_queue="durafix-orchestration", poller_type="workflow_task")
     assert during.total("durafix_runs_started_total") == 1
-    assert during.total("durafix_runs_awaiting_review") >= 1
+    assert during.values("durafix_run_phase_age_max_seconds", phase="awaiting-review")
     assert during.total("durafix_runs_ended_total") == 0
     assert state.reproduction is not None and state.reproduction.status == "reproduced"
     head = state.pending_approval.head_sha
@@ -184,6 +185,12 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     assert_metrics_after_one_merged_run(stack, wf, repository, (await client.get_workflow_handle(wf).describe()).run_id)
     # Recorded since runs have a baseline and update the ticket at the review wait ("happy-path" is older).
     record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path-baseline")
+
+
+def parked_in_metrics(stack: E2EStack) -> Exposition | None:
+    """The worker's /metrics once they count a run parked waiting for its review."""
+    metrics = scrape(stack.workers[0].url)
+    return metrics if metrics.total("durafix_runs_awaiting_review") >= 1 else None
 
 
 def assert_metrics_after_one_merged_run(stack: E2EStack, wf: str, repository: str, run_id: str) -> None:
