@@ -2,7 +2,7 @@
 
 Both are snapshots of state that lives elsewhere, so a worker restart loses nothing: they are read again, at
 most every :data:`TTL_S` (a scrape every few seconds does not list every run each time); the open runs in the
-background, so a scrape never waits for Temporal.
+background once the process is first scraped, so a scrape never waits for Temporal.
 
 - ``durafix_runs_open{phase}``: running ``repair_bug`` runs by the phase they last recorded in their memo
   (:mod:`pipeline.recorded_state`; ``unknown`` for a run that recorded none);
@@ -21,6 +21,7 @@ A snapshot that fails (Temporal unreachable) yields no sample: the series go abs
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections import Counter
@@ -123,13 +124,17 @@ def open_runs_families(snap: OpenRunsSnapshot) -> list[Metric]:
 
 
 class OpenRuns(Collector):
-    """The open-runs gauges (see the module), listed through ``client`` by :meth:`refresh_forever` (a task on the
-    worker's event loop) every :data:`TTL_S`: a scrape never waits for Temporal's visibility. A snapshot older
-    than :data:`STALE_S` (the listing keeps failing) is not served."""
+    """The open-runs gauges (see the module), listed through ``client`` every :data:`TTL_S` by a task on the
+    worker's event loop ``loop``, started by the first scrape (a warm spare nobody scrapes lists nothing): a
+    scrape never waits for Temporal's visibility. A snapshot older than :data:`STALE_S` (the listing keeps
+    failing) is not served."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: Client, loop: asyncio.AbstractEventLoop) -> None:
         self.client = client
+        self.loop = loop
         self.latest: tuple[float, OpenRunsSnapshot] | None = None
+        self._refreshing: concurrent.futures.Future[None] | None = None
+        self._lock = threading.Lock()
 
     async def refresh_forever(self) -> None:
         while True:
@@ -140,7 +145,15 @@ class OpenRuns(Collector):
                 pass
             await asyncio.sleep(TTL_S)
 
+    def stop(self) -> None:
+        with self._lock:
+            if self._refreshing is not None:
+                self._refreshing.cancel()
+
     def collect(self) -> Iterable[Metric]:
+        with self._lock:
+            if self._refreshing is None and not self.loop.is_closed():
+                self._refreshing = asyncio.run_coroutine_threadsafe(self.refresh_forever(), self.loop)
         latest = self.latest
         if latest is None or time.monotonic() - latest[0] > STALE_S:
             return []

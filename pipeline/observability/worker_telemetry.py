@@ -42,7 +42,7 @@ class WorkerTelemetry:
     runtime: Runtime
     metrics: WorkerMetrics
     server: WSGIServer | None = field(default=None)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    open_runs: OpenRuns | None = field(default=None)
 
     @classmethod
     def of(cls, config: DurafixConfig, queues: Sequence[TaskQueue]) -> WorkerTelemetry | None:
@@ -64,9 +64,8 @@ class WorkerTelemetry:
         event loop, before a supervised child says ``ready``."""
         registry = self.metrics.registry
         if TaskQueue.ORCHESTRATION in self.queues:
-            open_runs = OpenRuns(client)
-            registry.register(open_runs)
-            self.tasks.append(asyncio.get_running_loop().create_task(open_runs.refresh_forever()))
+            self.open_runs = OpenRuns(client, asyncio.get_running_loop())
+            registry.register(self.open_runs)
         if TaskQueue.ENVIRONMENTS in self.queues:
             registry.register(OwnedResources(self.config))
         if supervised:
@@ -77,7 +76,7 @@ class WorkerTelemetry:
             self.server = serve(registry, self.config.metrics_port)
 
     def close(self) -> None:
-        for task in self.tasks:
-            task.cancel()
+        if self.open_runs is not None:
+            self.open_runs.stop()
         close(self.server)
         self.server = None
