@@ -29,6 +29,10 @@ worker): :func:`pipeline.worker.inflight.sweep`.
 An attempt failed here can never record a result: the server refuses its task token from then on, so a
 child that were somehow still alive could not complete it (its result is dropped with ``NOT_FOUND``).
 
+With ``DURAFIX_METRICS_PORT`` the supervisor serves ``/metrics`` there: its own gauge and counter and the polling
+child's registry, which each child serves on a loopback port it says on stdout before ``ready``
+(:mod:`pipeline.observability.endpoint`); the port outlives the children.
+
 SIGTERM/SIGINT stop the children gracefully (each stops polling and gives running activities the grace
 period, as an unsupervised worker does); the supervisor exits when they have. The children are in the
 supervisor's process group, so signalling the group (``kill -- -PID``) reaches them too; a child whose
