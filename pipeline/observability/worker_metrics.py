@@ -16,6 +16,9 @@ Contract (every name follows Prometheus conventions: counters end in ``_total``,
   ``WorkerLost``, ``cancelled`` or ``other`` (an exception no rule classified).
 - ``durafix_evidence_store_errors_total{step}``: attempts that failed on the evidence store (an
   :class:`~evidence.interface.ArtifactError` in the failure's causes).
+- ``durafix_sandbox_egress_refusals_total``: tunnels a sandboxed setup asked the egress proxy for and was refused
+  (the host is the setup's text, so it is no label); ``durafix_sandbox_egress_reached_total{host}``: tunnels to
+  allowed hosts (the operator's ``DURAFIX_SETUP_EGRESS`` list, so a bounded set).
 - Labels hold only bounded values: enum values, activity type names (a fixed set), model names (the few the
   operator configured). Never a run ID or a repository. Model names outside ``[A-Za-z0-9._:/-]{1,64}`` are
   reported as ``other``.
@@ -27,11 +30,12 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.exposition import generate_latest
 
+from environments.egress import EgressEvent
 from pipeline.pricing import ModelPrice, run_cost
 from pipeline.state import CleanupStatus, RunState
 
@@ -107,6 +111,15 @@ class WorkerMetrics:
         self.evidence_errors = Counter(
             "durafix_evidence_store_errors", "Activity attempts that failed on the evidence store", ["step"], registry=r
         )
+        self.egress_refusals = Counter(
+            "durafix_sandbox_egress_refusals", "Tunnels sandboxed setups were refused by the egress proxy", registry=r
+        )
+        self.egress_reached = Counter(
+            "durafix_sandbox_egress_reached",
+            "Tunnels sandboxed setups opened through the egress proxy, by allowed host",
+            ["host"],
+            registry=r,
+        )
         self._lock = threading.Lock()
         self._started: OrderedDict[str, None] = OrderedDict()
 
@@ -119,6 +132,14 @@ class WorkerMetrics:
             if len(self._started) > _REMEMBERED_STARTS:
                 self._started.popitem(last=False)
         self.runs_started.inc()
+
+    def egress(self, events: Sequence[EgressEvent]) -> None:
+        """Count the egress proxy's verdicts (an :func:`environments.egress.observe_egress` observer)."""
+        for event in events:
+            if event.verdict == "reached":
+                self.egress_reached.labels(host=event.host).inc()
+            else:
+                self.egress_refusals.inc()
 
     def step_finished(self, step: str, result: str, seconds: float) -> None:
         self.step_duration.labels(step=step, result=result).observe(seconds)

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from temporalio.runtime import Runtime
 from temporalio.worker import Interceptor
 
+from environments.egress import observe_egress
 from pipeline.config import DurafixConfig
 from pipeline.observability.endpoint import (
     LOOPBACK,
@@ -51,6 +52,7 @@ class WorkerTelemetry:
         sdk_port = free_port()
         telemetry = cls(config, queues, sdk_runtime(sdk_port), WorkerMetrics(config.model_prices))
         telemetry.metrics.registry.register(Scraped(lambda: f"http://{LOOPBACK}:{sdk_port}/metrics"))
+        observe_egress(telemetry.metrics.egress)
         return telemetry
 
     def interceptors(self) -> list[Interceptor]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from temporalio.exceptions import ApplicationError
 
+from environments.egress import EgressEvent, log_events, observe_egress
 from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.run_record import record_stored, store_record
@@ -121,3 +122,30 @@ def test_failure_labels_come_from_the_failure_classes_and_name_evidence_store_er
     missing.__cause__ = ArtifactMissingError("no artifact k")
     assert evidence_store_error(missing)
     assert not evidence_store_error(transient)
+
+
+def test_the_egress_proxys_verdicts_reach_the_metrics_through_the_observer_and_refused_hosts_are_no_label(
+    tmp_path: Path,
+) -> None:
+    metrics = WorkerMetrics()
+    said: list[str] = []
+    remove = observe_egress(metrics.egress)
+    try:
+        log_events(
+            [
+                EgressEvent("reached", "pypi.org", 443, "151.101.0.223"),
+                EgressEvent("reached", "pypi.org", 443, "151.101.0.223"),
+                EgressEvent("refused", "exfil.example", 443, reason="not an allowed registry host"),
+                EgressEvent("refused", "169.254.169.254", 80, reason="not an allowed registry host"),
+            ],
+            tmp_path / "setup.log",
+            said.append,
+        )
+    finally:
+        remove()
+    log_events([EgressEvent("refused", "late.example", 443)], None, said.append)  # no observer any more
+    out = parse(metrics.render().decode())
+    assert out.values("durafix_sandbox_egress_reached_total", host="pypi.org") == [2.0]
+    assert out.total("durafix_sandbox_egress_refusals_total") == 2
+    assert not any("example" in v or "169.254" in v for v in out.label_values())
+    assert "setup: egress refused 2 tunnel(s); the setup log names them" in said
