@@ -38,6 +38,8 @@ from pipeline.steps import TaskQueue
 
 @dataclass
 class WorkerTelemetry:
+    """One worker process's metrics: the SDK runtime its client uses, durafix's registry, where it is served."""
+
     config: DurafixConfig
     queues: Sequence[TaskQueue]
     runtime: Runtime
