@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline.config import DurafixConfig
@@ -57,10 +58,11 @@ CLI_TRIGGER = "cli"
 RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 
 
-async def connect(config: DurafixConfig) -> Client:
+async def connect(config: DurafixConfig, *, runtime: Runtime | None = None) -> Client:
     """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
     key from ``config`` (:func:`pipeline.temporal_connection.connect_options`, whose
-    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried)."""
+    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried).
+    ``runtime``: the SDK runtime to connect with (a worker's, exporting its metrics); None: the default one."""
     options = connect_options(config)
     return await Client.connect(
         options.target_host,
@@ -68,6 +70,7 @@ async def connect(config: DurafixConfig) -> Client:
         tls=options.tls,
         api_key=options.api_key,
         data_converter=pydantic_data_converter,
+        runtime=runtime,
     )
 
 

@@ -138,6 +138,9 @@ class DurafixConfig(BaseModel):
     # This worker host's identity (pipeline/hosts.py): the environments it provisions are reached through its own
     # task queue. Empty: the host name. Worker processes on one host share it; separate hosts must not.
     host_id: str = ""
+    # The port `durafix worker` serves /metrics on, every interface (pipeline/observability/endpoint.py); None:
+    # no metrics endpoint and no SDK exporter.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # Per-queue worker limits (pipeline/worker/queue_settings.py): JSON text or a mapping, kept as given and validated
     # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
     queue_settings: str | dict[str, object] = ""
@@ -287,6 +290,7 @@ _ENV = {
     "DURAFIX_RECEIVER_BUFFER_BYTES": "receiver_buffer_bytes",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
     "DURAFIX_HOST_ID": "host_id",
+    "DURAFIX_METRICS_PORT": "metrics_port",
     "DURAFIX_QUEUE_SETTINGS": "queue_settings",
 }
 

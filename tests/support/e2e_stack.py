@@ -83,14 +83,21 @@ class E2EStack:
         return self.config.state_dir
 
     def spawn_worker(
-        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, fault: str | None = None
+        self,
+        *,
+        kill_after: list[str] | None = None,
+        kill_dir: Path | None = None,
+        fault: str | None = None,
+        metrics_port: int | None = None,
     ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
-        is where kills are noted."""
+        is where kills are noted. ``metrics_port``: the worker serves ``/metrics`` there (the record's ``url``)."""
         n = len(self.workers)
         env = {"PYTHONPATH": str(REPO_ROOT)}
+        if metrics_port is not None:
+            env["DURAFIX_METRICS_PORT"] = str(metrics_port)
         if kill_after:
             env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
             fault = fault or "kill-after-forge-write"
@@ -102,8 +109,8 @@ class E2EStack:
             f"worker-{n}",
             [*argv, "--state-dir", str(self.state_dir), "worker"],
             log=self.state_dir / "logs" / f"test-worker-{n}.log",
-            port=0,
-            url="",
+            port=metrics_port or 0,
+            url=f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else "",
             env=env,
         )
         self.workers.append(rec)
