@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import tracing
@@ -58,12 +59,13 @@ CLI_TRIGGER = "cli"
 RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
 
 
-async def connect(config: DurafixConfig) -> Client:
+async def connect(config: DurafixConfig, *, runtime: Runtime | None = None) -> Client:
     """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
     key from ``config`` (:func:`pipeline.temporal_connection.connect_options`, whose
     :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried), with
     the tracing interceptor (:mod:`pipeline.tracing`), which carries a trace into the runs it starts and
-    commands and, on a worker built on the client, through the workflow to its activities."""
+    commands and, on a worker built on the client, through the workflow to its activities. ``runtime``: the SDK
+    runtime to connect with (a worker's, exporting its metrics); None: the default one."""
     options = connect_options(config)
     return await Client.connect(
         options.target_host,
@@ -72,6 +74,7 @@ async def connect(config: DurafixConfig) -> Client:
         api_key=options.api_key,
         data_converter=pydantic_data_converter,
         interceptors=tracing.interceptors(),
+        runtime=runtime,
     )
 
 

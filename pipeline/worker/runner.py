@@ -34,6 +34,7 @@ from pipeline.activities.heartbeat import heartbeating
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.hosts import host_id, host_queue, serves_host_queue
+from pipeline.observability.worker_telemetry import WorkerTelemetry
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
@@ -225,7 +226,8 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = await connect(config)
+    telemetry = WorkerTelemetry.of(config, queues)
+    client = await connect(config, runtime=telemetry.runtime if telemetry else None)
     inflight = InflightDir.for_process(config.state_dir)
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durafix-activity") as executor:
         workers = build_workers(
@@ -233,10 +235,16 @@ async def run_worker(
             config,
             queues,
             executor,
-            interceptors=[InflightInterceptor(inflight), StepLogInterceptor()],
+            interceptors=[
+                InflightInterceptor(inflight),
+                StepLogInterceptor(),
+                *(telemetry.interceptors() if telemetry else []),
+            ],
             identity=worker_identity(),
             overrides=overrides,
         )
+        if telemetry:
+            telemetry.serve(client, supervised=standby)
         if standby:
             reader = await _wait_for_go(stop)
             if reader is None:
@@ -258,6 +266,8 @@ async def run_worker(
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         waiter.cancel()
         background.cancel()
+        if telemetry:
+            telemetry.close()
     # Empty once every attempt returned; what is left is failed by whoever sweeps after this process is gone.
     with contextlib.suppress(OSError):
         inflight.path.rmdir()
