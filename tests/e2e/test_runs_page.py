@@ -298,6 +298,12 @@ def test_the_runs_page_shows_each_run_with_its_phase_and_links_escapes_html_and_
         for phase in (Phase.PROVISION, Phase.AWAITING_REVIEW, Phase.MERGE, Phase.DONE):
             assert phase.value in text
         assert "env.provision" in text and publish.commit in text and "pushed by the run" in text
+
+        page.goto(link)
+        page.click(f'a:text-is("{scene.html_id}")')
+        page.wait_for_selector("h2:text-is('steps')")
+        assert page.inner_text("h1") == scene.html_id
+        assert page.locator("img").count() == 0
         assert dialogs == []
 
 
