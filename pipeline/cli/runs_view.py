@@ -22,7 +22,13 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import (
+    Client,
+    WorkflowExecution,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowQueryFailedError,
+)
 from temporalio.service import RPCError
 
 from environments.inventory import open_holders, resource_row, take_inventory
@@ -133,7 +139,11 @@ async def _facts(
     recorded = await runs.recorded_state_of(description)
     if execution.status == WorkflowExecutionStatus.RUNNING:
         pending = await run_pending_activities(client, description)
-        found = await live_or_recorded(client, execution.id, description)
+        try:
+            found: RunState | NotLive = await live_or_recorded(client, execution.id, description)
+        except WorkflowQueryFailedError as err:
+            # A run whose code fails its query (a failing workflow task) is still listed, by what it recorded.
+            found = NotLive(f"its state query failed: {err}", recorded)
         if isinstance(found, NotLive):
             return None, found.recorded or recorded, pending, found.reason
         return found, recorded, pending, ""
