@@ -37,6 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from opentelemetry import trace
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
@@ -48,6 +49,8 @@ from browser.session import Announce, Collected, RunSession
 from browser.video import enable_video
 
 logger = logging.getLogger(__name__)
+# Spans through the plain OpenTelemetry API: a no-op unless the process installed an SDK.
+_tracer = trace.get_tracer("durafix.browser")
 
 # No --no-sandbox: Playwright adds it only when launched with chromium_sandbox=False (an operator's choice).
 CHROMIUM_ARGS = (
@@ -134,8 +137,22 @@ class BrowserRunner:
         result's ``blocked_requests`` and the log.
 
         Raises BrowserInfraError when the browser fails (its ``result`` holds the partial artifacts), or
-        whatever ``on_step`` raised.
+        whatever ``on_step`` raised. Runs inside a ``browser run`` span (steps, runs, and the status it found).
         """
+        attributes = {"steps": len(procedure.steps), "runs": procedure.runs}
+        with _tracer.start_as_current_span("browser run", attributes=attributes) as span:
+            result = self._run(procedure, base_url, out_dir, on_step, allowed_origins)
+            span.set_attribute("status", str(result.status.value))
+            return result
+
+    def _run(
+        self,
+        procedure: Procedure,
+        base_url: str,
+        out_dir: Path,
+        on_step: StepCallback | None,
+        allowed_origins: Sequence[str],
+    ) -> ReproductionResult:
         policy = OriginPolicy.for_app(base_url, allowed_origins)
         loop, thread = self._ensure_loop()
         events: queue.Queue[_Event] = queue.Queue()

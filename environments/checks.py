@@ -39,6 +39,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
+from opentelemetry import trace
+
 from environments.ca_bundle import SYSTEM_BUNDLE
 from environments.commands import command_env, exit_text, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
@@ -61,6 +63,8 @@ from environments.sandbox import WORKSPACE, Egress, Network, Sandbox
 from environments.spec import dependency_lock_hash, lock_files
 
 _log = logging.getLogger(__name__)
+# Spans through the plain OpenTelemetry API: a no-op unless the process installed an SDK.
+_tracer = trace.get_tracer("durafix.environments")
 
 # Where each package manager keeps its download cache, as the variable it reads and the directory under the
 # worker's package cache directory: kept across workspaces, so a cache miss still downloads nothing it has seen.
@@ -432,7 +436,11 @@ class _Runner:
         logged = 0
         for command in self.recipe.setup:
             self.progress(f"setup: {command_text(command)}")
-            code = self._one(command, network, writable=writable)
+            with _tracer.start_as_current_span("setup command", attributes={"command": command_text(command)}) as span:
+                code = self._one(command, network, writable=writable)
+                span.set_attribute("exit", exit_text(code))
+                if code != 0:
+                    span.set_status(trace.StatusCode.ERROR, exit_text(code))
             if proxy is not None:
                 logged = self._log_egress(proxy, logged)
             if code != 0:

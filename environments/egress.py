@@ -62,7 +62,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -235,12 +235,26 @@ class EgressEvent:
         return f"refused {where}{at}: {self.reason}"
 
 
+EgressObserver = Callable[[Sequence[EgressEvent]], None]
+_observers: list[EgressObserver] = []
+
+
+def observe_egress(observer: EgressObserver) -> Callable[[], None]:
+    """Have ``observer`` told every batch of events :func:`log_events` logs in this process, once each (a
+    worker's metrics count them); returns what removes it. An observer must be quick and must not raise: it
+    runs inside the setup."""
+    _observers.append(observer)
+    return lambda: _observers.remove(observer)
+
+
 def log_events(events: Sequence[EgressEvent], log_path: Path | None, progress: Progress) -> None:
     """Append ``events`` (the ones not logged yet) to a setup's log (when there is one) as ``# egress: ...``
-    lines, and tell ``progress`` which allowed hosts were reached (``setup: egress reached pypi.org:443``) and
-    how many tunnels were refused."""
+    lines, tell ``progress`` which allowed hosts were reached (``setup: egress reached pypi.org:443``) and
+    how many tunnels were refused, and tell the observers (:func:`observe_egress`)."""
     if not events:
         return
+    for observer in list(_observers):
+        observer(events)
     if log_path is not None:
         with log_path.open("a", encoding="utf-8") as log:
             log.writelines(f"# egress: {event.line()}\n" for event in events)

@@ -286,10 +286,14 @@ def up(
     forge = stack.services["forge"]
     config.forge_api_url = f"{forge.url}/api/v3"
     config.forge_git_base = forge.url
+    # GitHub asks integrations to space their writes; the emulator sets no secondary limit to keep clear of.
+    config.forge_seconds_between_writes = 0
     if not config.forge_token or not _token_works(config.forge_api_url, config.forge_token):
         config.forge_token = ensure_user(config.forge_api_url, stack.admin_token, BOT_LOGIN)
         stack.reviewer_token = ensure_user(config.forge_api_url, stack.admin_token, REVIEWER_LOGIN)
     config.webhook_secret = config.webhook_secret or secrets.token_hex(16)
+    config.operator_token = config.operator_token or secrets.token_hex(16)
+    config.temporal_ui_url = stack.services["temporal"].extra.get("ui", "")
 
     if running("model") is None:
         port = _recorded_port(state_dir, stack, "model")

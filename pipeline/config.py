@@ -81,11 +81,19 @@ class DurafixConfig(BaseModel):
     tools_dir: str = ""
     # Extra directories (absolute, comma-separated in the variable) a shell agent CLI reads in the sandbox.
     engine_paths: list[str] = Field(default_factory=list)
+    # Seconds between two writes one forge client sends (reviews/transport.py). GitHub asks integrations for at
+    # least one; a forge that asks for none (a test stack's emulator) may set 0.
+    forge_seconds_between_writes: float = Field(default=1.0, ge=0)
     evidence_url: str = ""
     evidence_public_url: str = ""
     # Signs the links a local store's evidence server hands out (the server's DURAFIX_EVIDENCE_LINK_SECRET), so a
     # reviewer on another host opens the PR's evidence links without a token.
     evidence_link_secret: str = ""
+    # The operator's token for `durafix serve`'s runs page (/runs), and the key its signed links are made with;
+    # empty: the page answers 401 to everyone.
+    operator_token: str = ""
+    # The Temporal UI's base URL (http://host:8233); empty: the runs page links no run to it.
+    temporal_ui_url: str = ""
     evidence_access_key: str = ""
     evidence_secret_key: str = ""
     environment_provider: str = "local"
@@ -139,6 +147,9 @@ class DurafixConfig(BaseModel):
     # This worker host's identity (pipeline/hosts.py): the environments it provisions are reached through its own
     # task queue. Empty: the host name. Worker processes on one host share it; separate hosts must not.
     host_id: str = ""
+    # The port `durafix worker` serves /metrics on, every interface (pipeline/observability/endpoint.py); None:
+    # no metrics endpoint and no SDK exporter.
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
     # Per-queue worker limits (pipeline/worker/queue_settings.py): JSON text or a mapping, kept as given and validated
     # when a worker is built, so a mistake in it stops `durafix worker` and no other command.
     queue_settings: str | dict[str, object] = ""
@@ -250,6 +261,7 @@ _ENV = {
     "DURAFIX_FORGE_API_URL": "forge_api_url",
     "DURAFIX_FORGE_GIT_BASE": "forge_git_base",
     "DURAFIX_FORGE_TOKEN": "forge_token",
+    "DURAFIX_FORGE_SECONDS_BETWEEN_WRITES": "forge_seconds_between_writes",
     "DURAFIX_GITHUB_APP_ID": "github_app_id",
     "DURAFIX_GITHUB_APP_PRIVATE_KEY_FILE": "github_app_private_key_file",
     "DURAFIX_GITHUB_APP_INSTALLATION_ID": "github_app_installation_id",
@@ -270,6 +282,8 @@ _ENV = {
     "DURAFIX_EVIDENCE_URL": "evidence_url",
     "DURAFIX_EVIDENCE_PUBLIC_URL": "evidence_public_url",
     "DURAFIX_EVIDENCE_LINK_SECRET": "evidence_link_secret",
+    "DURAFIX_OPERATOR_TOKEN": "operator_token",
+    "DURAFIX_TEMPORAL_UI_URL": "temporal_ui_url",
     "DURAFIX_ENVIRONMENT_PROVIDER": "environment_provider",
     "DURAFIX_DOCKER_HOST": "docker_host",
     "DURAFIX_MAX_REPAIR_ATTEMPTS": "max_repair_attempts",
@@ -293,6 +307,7 @@ _ENV = {
     "DURAFIX_RECEIVER_BUFFER_BYTES": "receiver_buffer_bytes",
     "DURAFIX_MAX_CACHED_WORKFLOWS": "max_cached_workflows",
     "DURAFIX_HOST_ID": "host_id",
+    "DURAFIX_METRICS_PORT": "metrics_port",
     "DURAFIX_QUEUE_SETTINGS": "queue_settings",
 }
 

@@ -73,7 +73,8 @@ _RETRYABLE = frozenset({FailureClass.TRANSIENT, FailureClass.AMBIGUOUS, FailureC
 NON_RETRYABLE: list[str] = [c.value for c in FailureClass if not c.retryable]
 
 
-def _causes(err: BaseException) -> list[BaseException]:
+def causes(err: BaseException) -> list[BaseException]:
+    """``err`` and its causes (``__cause__``), outermost first."""
     chain: list[BaseException] = []
     cause: BaseException | None = err
     while cause is not None:
@@ -84,7 +85,7 @@ def _causes(err: BaseException) -> list[BaseException]:
 
 def failure_class(err: BaseException) -> FailureClass | None:
     """The class an activity failed with, or None (a timeout, a cancellation, an unclassified error)."""
-    for cause in _causes(err):
+    for cause in causes(err):
         if isinstance(cause, ApplicationError) and cause.type:
             try:
                 return FailureClass(cause.type)
@@ -98,7 +99,7 @@ def failure_class(err: BaseException) -> FailureClass | None:
 def failure_kind(err: BaseException) -> str:
     """What stopped a step, for a person: the failure class, which timeout (schedule-to-start,
     start-to-close, heartbeat, schedule-to-close), or the error's own type."""
-    for cause in _causes(err):
+    for cause in causes(err):
         if isinstance(cause, ApplicationError) and cause.type:
             return cause.type
         if isinstance(cause, TemporalTimeoutError) and cause.type is not None:
@@ -109,14 +110,14 @@ def failure_kind(err: BaseException) -> str:
 def failure_message(err: BaseException) -> str:
     """The innermost non-empty message of the error's cause chain (the activity's own words)."""
     last = str(err)
-    for cause in _causes(err):
+    for cause in causes(err):
         last = str(cause) or last
     return last
 
 
 def failure_details(err: BaseException) -> tuple[object, ...]:
     """The details the activity attached to its ``ApplicationError`` (empty when none)."""
-    for cause in _causes(err):
+    for cause in causes(err):
         if isinstance(cause, ApplicationError) and cause.details:
             return tuple(cause.details)
     return ()

@@ -140,6 +140,7 @@ class Services:
                     token=SecretStr(self.config.forge_token),
                     repository=repository,
                     git_url=self.config.clone_url(repository),
+                    seconds_between_writes=self.config.forge_seconds_between_writes,
                 ),
                 app=self.github_app,
             )

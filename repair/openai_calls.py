@@ -28,11 +28,14 @@ from openai.types.chat import (
     ChatCompletionToolChoiceOptionParam,
     ChatCompletionToolUnionParam,
 )
+from opentelemetry import trace
 
 from repair.interface import ModelPermanentError, ModelTransientError
 
 OP_ID_HEADER = "X-Durafix-Op-Id"
 TRANSIENT_STATUSES = frozenset({408, 409, 429})
+# Spans through the plain OpenTelemetry API: a no-op unless the process installed an SDK.
+_tracer = trace.get_tracer("durafix.repair")
 
 
 class TokenUsage:
@@ -72,8 +75,29 @@ class ChatEndpoint:
 
         An answer without ``usage`` is refused (ModelPermanentError): the tokens it spent could not be counted.
         """
+        with _tracer.start_as_current_span("model call", attributes={"model": self.model}) as span:
+            completion = self._create(messages, tools, op_id, usage, tool_choice)
+            span.set_attribute("prompt_tokens", completion.usage.prompt_tokens if completion.usage else 0)
+            span.set_attribute("completion_tokens", completion.usage.completion_tokens if completion.usage else 0)
+        if completion.usage is None:
+            raise ModelPermanentError(
+                "the endpoint reports no token usage, so the tokens spent cannot be counted", **usage.spent()
+            )
+        usage.prompt += completion.usage.prompt_tokens
+        usage.completion += completion.usage.completion_tokens
+        return completion
+
+    def _create(
+        self,
+        messages: Iterable[ChatCompletionMessageParam],
+        tools: Iterable[ChatCompletionToolUnionParam],
+        op_id: str,
+        usage: TokenUsage,
+        tool_choice: ChatCompletionToolChoiceOptionParam | openai.Omit,
+    ) -> ChatCompletion:
+        """The request itself, its failure classified."""
         try:
-            completion = self._client.chat.completions.create(
+            return self._client.chat.completions.create(
                 model=self.model,
                 messages=messages,
                 tools=tools,
@@ -86,13 +110,6 @@ class ChatEndpoint:
             raise ModelTransientError(f"cannot reach the model endpoint: {e}", **usage.spent()) from e
         except openai.APIStatusError as e:
             raise _classify_status(e, usage) from e
-        if completion.usage is None:
-            raise ModelPermanentError(
-                "the endpoint reports no token usage, so the tokens spent cannot be counted", **usage.spent()
-            )
-        usage.prompt += completion.usage.prompt_tokens
-        usage.completion += completion.usage.completion_tokens
-        return completion
 
 
 def _classify_status(error: openai.APIStatusError, usage: TokenUsage) -> ModelTransientError | ModelPermanentError:

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from github import Auth, Github
 from github.Repository import Repository
 from temporalio.api.enums.v1 import EventType, TimeoutType
 from temporalio.api.failure.v1 import Failure
@@ -29,6 +28,7 @@ from environments.files import path_key
 from environments.inventory import open_holders, take_inventory
 from environments.processes import owned_pids
 from infra.chaos.faults import Fault
+from infra.forge.testing import client as forge_client
 from pipeline.config import DurafixConfig
 from reviews.markers import COMMENT, PULL, TICKET, parse_markers, run_branch_prefix
 
@@ -51,7 +51,7 @@ def _marked(body: str | None, kind: str, attr: str, prefix: str) -> bool:
 
 def count_on_forge(config: DurafixConfig, repository: str, issue_number: int, run_id: str) -> ForgeCount:
     """Count what ``run_id`` left in ``repository`` (see the module docstring for what is counted how)."""
-    gh = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
+    gh = forge_client(config.forge_api_url, config.forge_token)
     repo: Repository = gh.get_repo(repository)
     ops, evidence_key = f"{run_id}:", f"{run_id}:evidence"
     count = ForgeCount()

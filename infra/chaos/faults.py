@@ -31,8 +31,9 @@ from infra.processes import ServiceRecord
 FaultKind = Literal["worker", "server"]
 READY_LINE = "durafix worker polling"
 """What ``durafix worker`` prints once its pollers run (:func:`pipeline.worker.runner.run_worker`)."""
-_POLLS = re.compile(r"durafix worker: worker process (\d+) polls")
-"""What the supervisor prints when a child becomes the polling one (:mod:`pipeline.worker.supervisor`)."""
+_POLLS = re.compile(r"worker process (\d+) polls")
+"""What the supervisor logs when a child becomes the polling one (:mod:`pipeline.worker.supervisor`), in
+a JSON line or a text one."""
 
 
 @dataclass(frozen=True)

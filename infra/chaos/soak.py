@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
-from github import Auth, Github, GithubException
+from github import Github, GithubException
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
@@ -45,6 +45,7 @@ from infra import processes, stack
 from infra.chaos.audit import ForgeCount, HistoryFacts, count_on_forge, leaked_resources, read_history
 from infra.chaos.faults import Fault, WorkerPool, restart_server, strays_of
 from infra.cli.demo import seed_repository
+from infra.forge.testing import client as forge_client
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
@@ -214,7 +215,7 @@ class Soak:
         from infra.cli.demo import issue_text
 
         title, body = issue_text()
-        bot = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
+        bot = forge_client(config.forge_api_url, config.forge_token)
         for i in range(1, self.plan.runs + 1):
             repository = seed_repository(config, st.admin_token, stack.REVIEWER_LOGIN, receiver.url, f"cart-{i}")
             issue = bot.get_repo(repository).create_issue(title=title, body=body, labels=[config.trigger_label])
@@ -392,7 +393,7 @@ class Soak:
             pool.start()
             await asyncio.to_thread(self._open_reports, config, st, receiver)
             client = await runs.connect(config)
-            reviewer = Github(base_url=config.forge_api_url, auth=Auth.Token(st.reviewer_token), retry=None)
+            reviewer = forge_client(config.forge_api_url, st.reviewer_token)
             chaos = asyncio.create_task(self._chaos(pool))
             try:
                 await self._drive(client, config, reviewer)

@@ -43,6 +43,8 @@ REPO_NAME = "cart"
 # The names ``demo`` records its worker and receiver under in STATE/stack.json (``durafix dev status | down``).
 DEMO_WORKER = "demo-worker"
 DEMO_RECEIVER = "demo-receiver"
+# How long the runs page link `--keep` prints opens the page without the token.
+RUNS_LINK_HOURS = 24
 # The login `durafix dev up` gives the worker's token (infra.stack.BOT_LOGIN; infra is imported lazily here).
 BOT_LOGIN = "durafix-bot"
 
@@ -157,6 +159,8 @@ def run_demo(
             for child in children:
                 processes.stop(child)
             stack.down(state_dir, quiet=as_json)
+    if keep:
+        result["runs_page"] = runs_page_link(config, receiver.url)
     if as_json:
         print(json.dumps(result, indent=2))
     else:
@@ -166,7 +170,19 @@ def run_demo(
                 f"\nthe stack, its worker and its receiver ({receiver.url}) are still running (state {state_dir}); "
                 "`durafix dev status` lists them, `durafix dev down` stops them"
             )
+            print(
+                f"runs page {result['runs_page']}\n"
+                f"          (a signed link, valid {RUNS_LINK_HOURS} h; or send Authorization: Bearer with "
+                "operator_token from config.json)"
+            )
     return 0 if result["outcome"] == "merged" else 1
+
+
+def runs_page_link(config: DurafixConfig, webhook_url: str) -> str:
+    """A signed link to the receiver's runs page, valid :data:`RUNS_LINK_HOURS` hours."""
+    from pipeline.cli.runs_page import signed_runs_link
+
+    return signed_runs_link(config, webhook_url.removesuffix("/webhook"), valid_s=RUNS_LINK_HOURS * 3600)
 
 
 def _print_summary(r: dict[str, Any]) -> None:

@@ -7,9 +7,9 @@ import sys
 import time
 from typing import Any
 
-from github import Auth, Github
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from infra.forge.testing import client as forge_client
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
 from pipeline.ids import branch_for, workflow_id_for
@@ -24,8 +24,8 @@ class DemoRun:
     def __init__(self, config: DurafixConfig, repository: str, reviewer_token: str) -> None:
         self.config = config
         self.repository = repository
-        self.reviewer = Github(base_url=config.forge_api_url, auth=Auth.Token(reviewer_token), retry=None)
-        self.bot = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
+        self.reviewer = forge_client(config.forge_api_url, reviewer_token)
+        self.bot = forge_client(config.forge_api_url, config.forge_token)
 
     def run(self, title: str, body: str, *, quiet: bool, timeout_s: float = 600) -> dict[str, Any]:
         return asyncio.run(self._run(title, body, quiet=quiet, timeout_s=timeout_s))

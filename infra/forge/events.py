@@ -33,6 +33,9 @@ def emit(v: View, repo_row: sqlite3.Row, event: str, body: dict[str, Any], sende
     webhooks.enqueue(v.db, repo_row["id"], event, payload)
 
 
+MAX_TAG_EVENTS_PER_PUSH = 3
+
+
 def refs_changed(v: View, repo_row: sqlite3.Row, changes: list[RefChange], sender: sqlite3.Row) -> None:
     if not changes:
         return
@@ -41,8 +44,10 @@ def refs_changed(v: View, repo_row: sqlite3.Row, changes: list[RefChange], sende
     repo_row = v.repo_row(repo_row["id"])
     anonymous = View(v.db, v.base_url, v.repos_root, None)
     git = v.git(repo_row)
+    # GitHub: "Events will not be created for tags when more than three tags are pushed at once."
+    tags_evented = sum(ref.startswith("refs/tags/") for ref, _, _ in changes) <= MAX_TAG_EVENTS_PER_PUSH
     for ref, before, after in changes:
-        if ref.startswith(("refs/heads/", "refs/tags/")):
+        if ref.startswith("refs/heads/") or (ref.startswith("refs/tags/") and tags_evented):
             emit(v, repo_row, "push", payloads.push_body(anonymous, repo_row, ref, before, after, sender), sender)
         if not ref.startswith("refs/heads/") or after is None:
             continue

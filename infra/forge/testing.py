@@ -3,7 +3,7 @@
 with running_forge(tmp_path) as forge:
     token = forge.create_user("alice")
     repo = forge.create_repo(token, "shop")          # auto-initialised with a README on main
-    gh = github.Github(base_url=forge.api_url, auth=github.Auth.Token(token))
+    gh = client(forge.api_url, token)
 """
 
 from __future__ import annotations
@@ -17,8 +17,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from github import Auth, Github
 
 from .server import ForgeServer
+
+
+def client(api_url: str, token: str) -> Github:
+    """A PyGithub client of the emulator at ``api_url``, as ``token``'s user, for a test's or the local stack's own
+    view of the forge. ``retry=None``: a caller asserts on the first answer, a fault or 5xx is never hidden.
+    Unspaced: PyGithub waits 0.25 s between requests and 1 s between writes for github.com's secondary limits,
+    which the emulator does not set."""
+    return Github(
+        base_url=api_url, auth=Auth.Token(token), retry=None, seconds_between_requests=None, seconds_between_writes=None
+    )
 
 
 @dataclass

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from temporalio import activity
 
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
+from evidence.keys import marker_ref
 from pipeline import steps
 from pipeline.activities.classify import classified
 from pipeline.state import RunState
@@ -22,12 +23,30 @@ from pipeline.steps import RecordRunInput
 RECORD_NAME = "run-record.json"
 
 
+_MEDIA_TYPE = "application/json"
+
+
+def _record_bytes(state: RunState) -> bytes:
+    return state.model_copy(update={"record_ref": None}).model_dump_json().encode()
+
+
 def store_record(store: ArtifactStore, state: RunState) -> ArtifactRef:
     """``state`` whole (``record_ref`` left out: a record cannot name itself) stored by content under the run."""
-    data = state.model_copy(update={"record_ref": None}).model_dump_json().encode()
     return store.put_bytes(
-        data, kind=ArtifactKind.OTHER, run_id=state.workflow_id, name=RECORD_NAME, media_type="application/json"
+        _record_bytes(state),
+        kind=ArtifactKind.OTHER,
+        run_id=state.workflow_id,
+        name=RECORD_NAME,
+        media_type=_MEDIA_TYPE,
     )
+
+
+def record_stored(store: ArtifactStore, state: RunState) -> bool:
+    """Whether the record :func:`store_record` would write for ``state`` is already in ``store``: an earlier try
+    of the same ``evidence.record_run`` (same input, same bytes, same key), on any host, stored it."""
+    data = _record_bytes(state)
+    ref = marker_ref(data, kind=ArtifactKind.OTHER, media_type=_MEDIA_TYPE, name=RECORD_NAME, run_id=state.workflow_id)
+    return store.exists(ref)
 
 
 def read_record(store: ArtifactStore, ref: ArtifactRef) -> RunState:

@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
+from pipeline import tracing
 from pipeline.cli.command import EXIT_FAIL, EXIT_OK, EXIT_USAGE, AddArguments, CliError
 from pipeline.config import DurafixConfig
 
@@ -28,10 +29,16 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     exposed. The pollers run in a child process under :mod:`pipeline.worker.supervisor` (exit 1 when its children
     keep dying); ``--no-supervise`` runs them in this process."""
     from browser.video import VideoUnavailable
+    from pipeline.hosts import host_id
+    from pipeline.worker import logs
     from pipeline.worker.queue_settings import Overrides
     from pipeline.worker.runner import parse_queues, run_worker
     from pipeline.worker.supervisor import is_child, supervise
 
+    try:
+        logs.install(host_id(config.host_id))
+    except logs.LogFormatError as err:
+        raise CliError(str(err), EXIT_USAGE) from err
     try:
         queues = parse_queues(args.queues)
     except ValueError as err:
@@ -44,6 +51,8 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
             return EXIT_OK if served else EXIT_FAIL
     if not (args.no_supervise or is_child()):
         return EXIT_OK if asyncio.run(supervise(config)) == 0 else EXIT_FAIL
+    # The process that polls is the one whose spans are exported (pipeline/tracing.py; off without an endpoint).
+    tracing.export_traces("durafix-worker")
     try:
         asyncio.run(run_worker(config, queues, standby=is_child(), overrides=overrides))
     except VideoUnavailable as err:
@@ -57,6 +66,7 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
     file) and return whether every queue can be served and nothing is exposed. Else refuse (exit 2) an exposed
     file or what cannot be served for good, warn of what did not answer, and advertise what was found; True."""
     from pipeline.worker import capabilities
+    from pipeline.worker.logs import worker_logger
     from pipeline.worker.queue_settings import worker_limits
     from pipeline.worker.sandbox_exposure import exposures
 
@@ -75,22 +85,30 @@ def _check_host(config: DurafixConfig, queues: Sequence[TaskQueue], overrides: O
     why = capabilities.refusal(checks)
     if why is not None:
         raise CliError(f"worker not started: {why}", EXIT_USAGE)
+    log = worker_logger()
     for warning in capabilities.warnings(checks):
-        print(f"durafix worker: warning: {warning}", file=sys.stderr, flush=True)
-    print(f"durafix worker {capabilities.advertisement(checks)}", file=sys.stderr, flush=True)
+        log.warning("%s", warning)
+    log.info("durafix worker %s", capabilities.advertisement(checks))
     return True
 
 
 def cmd_serve(args: argparse.Namespace, config: DurafixConfig) -> int:
-    """Serve the webhook receiver until interrupted; without a webhook secret it refuses (exit 2)."""
+    """Serve the webhook receiver and the runs page (:mod:`pipeline.cli.runs_page`) until interrupted; without
+    a webhook secret it refuses (exit 2)."""
     from pipeline.receiver.webhooks import WebhookReceiver
 
     if not config.webhook_secret:
         raise CliError("no webhook secret configured (DURAFIX_WEBHOOK_SECRET or `durafix dev up`)", EXIT_USAGE)
-    receiver = WebhookReceiver(config, args.host, args.port)
+    from pipeline.cli.runs_page import RunsPage
+
+    tracing.export_traces("durafix-receiver")
+    receiver = WebhookReceiver(
+        config, args.host, args.port, pages=lambda served: RunsPage(config, served.with_client).routes()
+    )
     if not args.no_reconcile:
         receiver.start_reconciler()
     print(f"durafix webhook receiver on {receiver.url}", file=sys.stderr, flush=True)
+    print(f"durafix runs page on {receiver.url.removesuffix('/webhook')}/runs", file=sys.stderr, flush=True)
     try:
         receiver.serve_forever()
     except KeyboardInterrupt:

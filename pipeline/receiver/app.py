@@ -1,4 +1,5 @@
-"""The receiver's ASGI app (Starlette): ``POST /webhook``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``.
+"""The receiver's ASGI app (Starlette): ``POST /webhook``, ``GET /healthz``, ``GET /readyz``, ``GET /metrics``, and
+the pages the process serves besides (``pages``: ``durafix serve``'s runs page, :mod:`pipeline.cli.runs_page`).
 
 Contract of ``POST /webhook``, in this order, each step before the next is tried:
 1. ``Content-Length`` judged (``body_length``): missing ``411``, malformed ``400``, over ``max_body`` ``413``;
@@ -28,7 +29,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -38,7 +39,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 
 from pipeline.receiver.limits import BodyBudget, BodyRefused, ReceiverLimits, body_length
 from pipeline.receiver.logs import log_delivery
@@ -81,6 +82,7 @@ class ReceiverApp:
         limits: ReceiverLimits,
         metrics: ReceiverMetrics,
         logger: logging.Logger,
+        pages: Sequence[BaseRoute] = (),
     ) -> None:
         self.delivery = delivery
         self.probes = dict(probes)
@@ -95,6 +97,7 @@ class ReceiverApp:
                 Route("/healthz", self.healthz, methods=["GET"]),
                 Route("/readyz", self.readyz, methods=["GET"]),
                 Route("/metrics", self.metrics_page, methods=["GET"]),
+                *pages,
             ],
             exception_handlers={HTTPException: _http_error},
         )

@@ -8,40 +8,22 @@ JSON-escaped, so a line cannot be forged or split by what was sent.
 
 from __future__ import annotations
 
-import json
 import logging
-import sys
-import traceback
-from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
+
+from pipeline.json_logs import JsonFormatter, to_stderr
 
 LOGGER_NAME = "durafix.webhooks"
 _FIELDS = ("delivery", "event", "action", "status", "duration_ms", "message")
 _MAX_FIELD = 200
 
 
-class JsonFormatter(logging.Formatter):
-    """A record as one JSON object: time, level, logger, the delivery fields it carries, and ``msg`` for other
-    records; for an exception its type and the last frames' file, line and function, never its message."""
+class DeliveryFormatter(JsonFormatter):
+    """A delivery's line carries the delivery fields it was logged with; any other record its ``msg``."""
 
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-        }
+    def fields(self, record: logging.LogRecord) -> dict[str, Any]:
         fields = getattr(record, "delivery_fields", None)
-        if isinstance(fields, dict):
-            line.update(fields)
-        else:
-            line["msg"] = record.getMessage()
-        if record.exc_info and record.exc_info[0] is not None:
-            # The type and where it was raised, not the message: an exception's text may quote the payload.
-            line["error"] = record.exc_info[0].__name__
-            frames = traceback.extract_tb(record.exc_info[2])[-6:]
-            line["where"] = [f"{Path(f.filename).name}:{f.lineno} in {f.name}" for f in frames]
-        return json.dumps(line, ensure_ascii=True, default=str)
+        return dict(fields) if isinstance(fields, dict) else super().fields(record)
 
 
 def delivery_logger() -> logging.Logger:
@@ -49,19 +31,9 @@ def delivery_logger() -> logging.Logger:
     does not propagate (a root handler of the host would print each delivery twice). uvicorn's own warnings
     and errors go through the same handler, so stderr holds JSON lines only."""
     logger = logging.getLogger(LOGGER_NAME)
-    _json_to_stderr(logger, logging.INFO)
-    _json_to_stderr(logging.getLogger("uvicorn.error"), logging.WARNING)
+    to_stderr(logger, DeliveryFormatter(), logging.INFO)
+    to_stderr(logging.getLogger("uvicorn.error"), DeliveryFormatter(), logging.WARNING)
     return logger
-
-
-def _json_to_stderr(logger: logging.Logger, level: int) -> None:
-    if not any(getattr(h, "_durafix_json", False) for h in logger.handlers):
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(JsonFormatter())
-        handler._durafix_json = True  # type: ignore[attr-defined]
-        logger.addHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = False
 
 
 def _bounded(value: object) -> object:

@@ -74,15 +74,18 @@ import hashlib
 import hmac
 import threading
 import uuid
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio.to_thread
+from starlette.routing import BaseRoute
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from pipeline import client as runs
+from pipeline import tracing
 from pipeline.config import DurafixConfig
 from pipeline.ops.reconciler import Reconciler
 from pipeline.receiver.app import ReceiverApp
@@ -97,6 +100,7 @@ from pipeline.temporal_connection import connect_options
 from reviews.errors import ForgeError
 
 MAX_BODY = ReceiverLimits().max_body
+T = TypeVar("T")
 READINESS_REPOSITORY = "durafix/readiness"
 
 
@@ -126,7 +130,10 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
         host: str = "127.0.0.1",
         port: int = 0,
         limits: ReceiverLimits | None = None,
+        pages: Callable[[WebhookReceiver], Sequence[BaseRoute]] | None = None,
     ) -> None:
+        """``pages``: routes served besides the receiver's own, made with this receiver (whose
+        :meth:`with_client` reaches Temporal)."""
         self.config = config
         self.limits = limits or ReceiverLimits(buffer_budget=config.receiver_buffer_bytes)
         # Settings that cannot work (e.g. an API key without TLS, a GitHub App key that cannot be read) fail
@@ -146,6 +153,7 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
             self.limits,
             self.metrics,
             delivery_logger(),
+            pages(self) if pages is not None else (),
         )
         self._server = ReceiverServer(self._app.asgi, host, port, self.limits, self._app.refused)
         self._reconciler: Reconciler | None = None
@@ -155,6 +163,15 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
     def url(self) -> str:
         host, port = self._server.address
         return f"http://{_url_host(host)}:{port}/webhook"
+
+    async def with_client(self, fn: Callable[[Client], Awaitable[T]]) -> T:
+        """``fn`` run with the receiver's Temporal client on the receiver's loop, awaited from any loop (a
+        page's handler runs on the server's)."""
+
+        async def on_loop() -> T:
+            return await fn(await asyncio.wrap_future(self._connection()))
+
+        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(on_loop(), self._loop))
 
     def start(self) -> None:
         """Serve on a thread; returns once listening."""
@@ -233,8 +250,10 @@ class WebhookReceiver(CommentEvents, ReviewEvents):
     def answer(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         """The answer to a verified delivery's ``payload``: the dispatcher's, or the status an exception it
         raised maps to (404 a run Temporal does not know, 503 Temporal not reachable, 400 a payload lacking
-        or mistyping what its event carries)."""
-        return self._handle(event, delivery, payload)
+        or mistyping what its event carries). Handled inside the delivery's span (:mod:`pipeline.tracing`), which
+        a run the delivery starts or commands continues."""
+        with tracing.delivery_span(event, delivery, payload.get("action")):
+            return self._handle(event, delivery, payload)
 
     def _handle(self, event: str, delivery: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:

@@ -30,7 +30,6 @@ import base64
 import contextlib
 import hashlib
 import os
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -49,6 +48,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from environments.processes import is_running, start_time
 from pipeline.failures import WORKER_LOST
+from pipeline.worker.logs import worker_logger
 
 # Zero would mean "not set" to the server (the retry policy's backoff would apply): the smallest wait instead.
 RETRY_AT_ONCE = timedelta(milliseconds=1)
@@ -212,7 +212,8 @@ async def sweep(client: Client, state_dir: Path) -> list[Attempt]:
 
 
 def note(text: str) -> None:
-    print(f"durafix worker: {text}", file=sys.stderr, flush=True)
+    """A line of the worker's own log (:mod:`pipeline.worker.logs`: JSON unless asked for text)."""
+    worker_logger().info(text)
 
 
 class InflightInterceptor(Interceptor):

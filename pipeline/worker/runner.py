@@ -34,10 +34,12 @@ from pipeline.activities.heartbeat import heartbeating
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.hosts import host_id, host_queue, serves_host_queue
+from pipeline.observability.worker_telemetry import WorkerTelemetry
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.temporal_connection import connect_options
 from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
+from pipeline.worker.logs import StepLogInterceptor, worker_logger
 from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
 from pipeline.worker.supervisor import GO, READY, supervisor_pid
 from pipeline.workflow import WORKFLOWS
@@ -224,7 +226,8 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    client = await connect(config)
+    telemetry = WorkerTelemetry.of(config, queues)
+    client = await connect(config, runtime=telemetry.runtime if telemetry else None)
     inflight = InflightDir.for_process(config.state_dir)
     with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durafix-activity") as executor:
         workers = build_workers(
@@ -232,10 +235,16 @@ async def run_worker(
             config,
             queues,
             executor,
-            interceptors=[InflightInterceptor(inflight)],
+            interceptors=[
+                InflightInterceptor(inflight),
+                StepLogInterceptor(),
+                *(telemetry.interceptors() if telemetry else []),
+            ],
             identity=worker_identity(),
             overrides=overrides,
         )
+        if telemetry:
+            telemetry.serve(client, supervised=standby)
         if standby:
             reader = await _wait_for_go(stop)
             if reader is None:
@@ -246,17 +255,19 @@ async def run_worker(
             background = asyncio.create_task(_sweep_dead(client, config))
         names = ", ".join(q.value for q in queues)
         where = connect_options(config).describe()
-        print(f"durafix worker polling {names} on {where}", file=sys.stderr, flush=True)
+        note(f"durafix worker polling {names} on {where}")
         runs = [asyncio.create_task(w.run()) for w in workers]
         waiter = asyncio.create_task(stop.wait())
         done, _ = await asyncio.wait([*runs, waiter], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
             if task is not waiter and task.exception() is not None:
-                print(f"worker failed: {task.exception()!r}", file=sys.stderr, flush=True)
-        print("durafix worker shutting down", file=sys.stderr, flush=True)
+                worker_logger().error("worker failed: %r", task.exception())
+        note("durafix worker shutting down")
         await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
         waiter.cancel()
         background.cancel()
+        if telemetry:
+            telemetry.close()
     # Empty once every attempt returned; what is left is failed by whoever sweeps after this process is gone.
     with contextlib.suppress(OSError):
         inflight.path.rmdir()

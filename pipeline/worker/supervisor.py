@@ -29,6 +29,10 @@ worker): :func:`pipeline.worker.inflight.sweep`.
 An attempt failed here can never record a result: the server refuses its task token from then on, so a
 child that were somehow still alive could not complete it (its result is dropped with ``NOT_FOUND``).
 
+With ``DURAFIX_METRICS_PORT`` the supervisor serves ``/metrics`` there: its own gauge and counter and the polling
+child's registry, which each child serves on a loopback port it says on stdout before ``ready``
+(:mod:`pipeline.observability.endpoint`); the port outlives the children.
+
 SIGTERM/SIGINT stop the children gracefully (each stops polling and gives running activities the grace
 period, as an unsupervised worker does); the supervisor exits when they have. The children are in the
 supervisor's process group, so signalling the group (``kill -- -PID``) reaches them too; a child whose
@@ -51,6 +55,8 @@ from temporalio.client import Client
 
 from pipeline.client import connect
 from pipeline.config import DurafixConfig
+from pipeline.observability.endpoint import METRICS_LINE
+from pipeline.observability.supervisor_metrics import SupervisorMetrics
 from pipeline.worker.inflight import InflightDir, fail_dir, note, sweep
 
 CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
@@ -91,6 +97,7 @@ class Child:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     polling: bool = False
     promote_when_ready: bool = False
+    metrics_port: int | None = None
 
     @property
     def pid(self) -> int:
@@ -131,6 +138,15 @@ class Supervisor:
         self._client: asyncio.Task[Client] | None = None
         self.gave_up = False
         self._tasks: set[asyncio.Task[object]] = set()
+        self.metrics = SupervisorMetrics(lambda: self._polling_child() is not None, self._child_metrics_port)
+
+    def _polling_child(self) -> Child | None:
+        active = self.active
+        return active if active is not None and active.polling and active.proc.returncode is None else None
+
+    def _child_metrics_port(self) -> int | None:
+        child = self._polling_child()
+        return child.metrics_port if child is not None else None
 
     # --- children -------------------------------------------------------------------------------------------
 
@@ -152,7 +168,10 @@ class Supervisor:
             line = await child.proc.stdout.readline()
             if not line:
                 break
-            if line.decode(errors="replace").strip() == READY:
+            text = line.decode(errors="replace").strip()
+            if text.startswith(f"{METRICS_LINE} ") and text.split()[-1].isdigit():
+                child.metrics_port = int(text.split()[-1])
+            if text == READY:
                 child.ready.set()
                 if child.promote_when_ready:
                     self._go(child)
@@ -242,9 +261,10 @@ class Supervisor:
             await self._fail_left(child, code)
             return
         self.deaths.died(child, code)
+        self.metrics.deaths.inc()
         role = "polling" if was_active else "spare"
         note(f"{role} worker process {child.pid} died ({describe_exit(code)})")
-        serving = self.active is not None and self.active.polling and self.active.proc.returncode is None
+        serving = self._polling_child() is not None
         if self.deaths.given_up() and not serving:
             note(
                 f"worker processes died {self.deaths.quick} times in a row within {QUICK_S:.0f} s of starting "
@@ -275,6 +295,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stopping.set)
         note(f"supervisor {os.getpid()} starting the worker process")
+        if self.config.metrics_port is not None:
+            self.metrics.serve(self.config.metrics_port)
         await self._start_active()
         self._spawned(self._sweeps())
         self._spawned(self._start_spare())
@@ -287,6 +309,7 @@ class Supervisor:
             else:
                 exited.cancel()
         await self._stop_children()
+        self.metrics.close()
         for task in list(self._tasks):
             task.cancel()
         note("supervisor stopped")

@@ -18,13 +18,13 @@ import uuid
 from pathlib import Path
 
 import pytest
-from github import Auth, Github
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from infra import processes, stack
 from infra.cli.demo import seed_repository
+from infra.forge.testing import client as forge_client
 from pipeline import client as runs
 from pipeline.cli.status import QUERY_TIMEOUT
 from pipeline.ids import workflow_id_for
@@ -174,7 +174,7 @@ def test_dev_up_after_sigkill_restarts_the_stack_on_its_ports_and_an_old_receive
         repository = seed_repository(
             config, stack.read_stack(state).admin_token, "reviewer", receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
         )
-        github = Github(base_url=config.forge_api_url, auth=Auth.Token(config.forge_token), retry=None)
+        github = forge_client(config.forge_api_url, config.forge_token)
         issue = github.get_repo(repository).create_issue(title="Cart total is wrong", labels=[config.trigger_label])
         wf = workflow_id_for(repository, issue.number)
 

@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
 from tests.replay.record import record_history
 from tests.support.durafix_cli import run_durafix
 from tests.support.e2e_stack import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
+from tests.support.metrics_text import Exposition, named_metrics, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -122,12 +124,32 @@ def redeliver_review_webhooks(stack: E2EStack, repository: str) -> list[int]:
     return statuses
 
 
-async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(stack_with_worker: E2EStack) -> None:
-    stack = stack_with_worker
+@pytest.fixture
+def stack_with_metered_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
+    """A worker serving ``/metrics`` (``DURAFIX_METRICS_PORT``) at its record's ``url``."""
+    e2e_stack.spawn_worker(metrics_port=processes.free_port())
+    try:
+        yield e2e_stack
+    finally:
+        e2e_stack.stop_workers()
+
+
+async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
+    stack_with_metered_worker: E2EStack,
+) -> None:
+    stack = stack_with_metered_worker
     client, repository, issue, wf = await stack.open_run()
 
     state = await state_when(client, wf, awaiting_review)
     assert state.pending_approval is not None, state.outcome_detail
+    # The worker's /metrics while the run waits for its review: the SDK's own metrics, the run started once,
+    # parked in review, not ended.
+    # The open runs are listed every 15 s: the parked run shows within one listing.
+    during = wait_for(lambda: parked_in_metrics(stack), 60, "the parked run in the worker's /metrics")
+    assert during.values("temporal_num_pollers", task_queue="durafix-orchestration", poller_type="workflow_task")
+    assert during.total("durafix_runs_started_total") == 1
+    assert during.values("durafix_run_phase_age_max_seconds", phase="awaiting-review")
+    assert during.total("durafix_runs_ended_total") == 0
     assert state.reproduction is not None and state.reproduction.status == "reproduced"
     head = state.pending_approval.head_sha
 
@@ -160,8 +182,37 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(st
     assert {r.kind for r in final.evidence} >= {"trace", "screenshot", "patch", "manifest", "report"}
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
+    assert_metrics_after_one_merged_run(stack, wf, repository, (await client.get_workflow_handle(wf).describe()).run_id)
     # Recorded since runs have a baseline and update the ticket at the review wait ("happy-path" is older).
     record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path-baseline")
+
+
+def parked_in_metrics(stack: E2EStack) -> Exposition | None:
+    """The worker's /metrics once they count a run parked waiting for its review."""
+    metrics = scrape(stack.workers[0].url)
+    return metrics if metrics.total("durafix_runs_awaiting_review") >= 1 else None
+
+
+def assert_metrics_after_one_merged_run(stack: E2EStack, wf: str, repository: str, run_id: str) -> None:
+    """The worker's /metrics once the run merged (and its review webhooks were delivered again): its outcome
+    counted once, its phases' durations observed, the SDK's task latencies there, no label naming the run or
+    its repository, and every metric the shipped alert rules and dashboard query exported by the worker or
+    the receiver."""
+    after = scrape(stack.workers[0].url)
+    assert after.values("durafix_runs_ended_total", outcome="merged") == [1.0]
+    assert after.total("durafix_runs_ended_total") == 1
+    assert after.total("durafix_runs_started_total") == 1
+    for phase in ("reproduce", "repair", "verify", "awaiting-review", "merge"):
+        assert after.total("durafix_run_phase_duration_seconds_count", phase=phase) >= 1, phase
+    assert after.total("durafix_run_phase_duration_seconds_sum", phase="awaiting-review") > 0
+    assert after.total("durafix_repair_attempts_total", verification="passed") >= 1
+    assert after.total("durafix_step_duration_seconds_count", step="forge.merge", result="ok") >= 1
+    assert after.total("temporal_activity_schedule_to_start_latency_seconds_count") > 0
+    assert after.total("temporal_workflow_task_schedule_to_start_latency_seconds_count") > 0
+    for value in after.label_values():
+        assert wf not in value and run_id not in value and repository not in value, value
+    receiver = scrape(f"http://127.0.0.1:{stack.receiver.port}/metrics")
+    assert named_metrics() - after.names - receiver.names == set()
 
 
 async def test_report_that_does_not_reproduce_ends_in_triage_without_pr(stack_with_worker: E2EStack) -> None:

@@ -20,13 +20,14 @@ import uuid
 from pathlib import Path
 
 import pytest
-from github import Auth, Github
 from temporalio import activity
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 
+from infra.forge.testing import client as forge_client
 from infra.forge.testing import running_forge
+from infra.processes import free_port
 from pipeline.activities.heartbeat import Heartbeat, heartbeating
 from pipeline.failures import WORKER_LOST
 from pipeline.policies import RunPolicy
@@ -44,6 +45,7 @@ from tests.support.failover import (
     seconds_after,
     supervised_worker,
 )
+from tests.support.metrics_text import scrape
 
 
 @pytest.mark.slow
@@ -57,7 +59,10 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
         repository = forge.create_repo(bot, "shop")["full_name"]
         issue = forge._call("POST", f"/repos/{repository}/issues", bot, {"title": "cart total", "body": "wrong"})
         state = tmp_path / "state"
-        configure(state, client, forge_api_url=forge.api_url, forge_git_base=forge.base_url, forge_token=bot)
+        config = configure(state, client, forge_api_url=forge.api_url, forge_git_base=forge.base_url, forge_token=bot)
+        config.metrics_port = free_port()
+        config.save()
+        metrics_url = f"http://127.0.0.1:{config.metrics_port}/metrics"
         # The ticket's first read of its issue's comments hangs long enough to be killed in.
         forge.set_faults(
             {
@@ -84,6 +89,11 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
                 first_kill = kill_child(held_in)
                 # The held attempt's successor runs in the promoted spare; the ticket comes next, and hangs.
                 await worker.wait_log("ready (spare)", 2, 300)
+                # The supervisor's /metrics now serves the promoted child's: the port outlived the dead one.
+                promoted = scrape(metrics_url)
+                assert promoted.total("durafix_worker_process_deaths_total") == 1
+                assert promoted.total("durafix_worker_polling") == 1
+                assert promoted.values("temporal_num_pollers", task_queue="durafix-forge")
                 await handle.signal(ProbeWorkflow.proceed)
                 ticket_in, _ = await worker.wait_inflight(client, ENSURE_TICKET.name, wf, 120)
                 assert ticket_in.pid != held_in.pid
@@ -91,6 +101,11 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
                 result = await handle.result()
 
             starts = {s.activity_type: s for s in await attempt_starts(client, wf)}
+            # The third child ran the ticket's second attempt: counted there, once; two children died.
+            after = scrape(metrics_url)
+            assert after.total("durafix_worker_process_deaths_total") == 2
+            assert after.values("durafix_step_duration_seconds_count", step=ENSURE_TICKET.name, result="ok") == [1.0]
+            assert after.total("durafix_runs_started_total") == 1
             log = worker.log_text()
             assert worker.proc.poll() is None, log[-3000:]
             leftover = list(dead_dirs(state))
@@ -113,7 +128,7 @@ async def test_killed_child_during_a_heartbeat_and_a_forge_step_is_failed_over_a
         assert [h.attempt for h in result.held] == [2]
         assert result.held[0].pid == ticket_in.pid != held_in.pid
         assert result.ticket is not None and result.ticket.comment_id is not None
-        gh = Github(base_url=forge.api_url, auth=Auth.Token(bot), retry=None)
+        gh = forge_client(forge.api_url, bot)
         comments = list(gh.get_repo(repository).get_issue(issue["number"]).get_comments())
         assert [c.id for c in comments if "durafix:ticket" in c.body] == [result.ticket.comment_id]
         assert not held_in.owner_running() and not ticket_in.owner_running()

@@ -13,6 +13,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from pipeline import tracing
 from pipeline.workflow import RepairBugWorkflow
 from tests.replay.record import HISTORIES, recorded_history
 
@@ -26,6 +27,9 @@ def test_histories_are_recorded() -> None:
 @pytest.mark.parametrize("path", RECORDED, ids=[p.stem for p in RECORDED])
 async def test_recorded_history_replays_on_current_code(path: Path) -> None:
     history = recorded_history(path)
-    replayer = Replayer(workflows=[RepairBugWorkflow], data_converter=pydantic_data_converter)
+    # With the interceptors every worker runs (pipeline/tracing.py): tracing must not change a command.
+    replayer = Replayer(
+        workflows=[RepairBugWorkflow], data_converter=pydantic_data_converter, interceptors=tracing.interceptors()
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

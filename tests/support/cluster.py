@@ -203,6 +203,7 @@ def running_cluster(root: Path, *, workers: dict[str, str] | None = None) -> Ite
             evidence_secret_key=s3.secret_key,
             environment_provider="local",
             fast_timeouts=True,
+            forge_seconds_between_writes=0,
             max_repair_attempts=2,
             operator_approval=True,
         )

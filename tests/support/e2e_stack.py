@@ -22,13 +22,14 @@ from typing import Any, NamedTuple
 
 import pytest
 import yaml
-from github import Auth, Github
+from github import Github
 from temporalio.client import Client
 
 from environments.files import path_key
 from environments.processes import MARKER_VAR
 from infra import processes, stack
 from infra.cli.demo import OWNER, ensure_user, issue_text, maintainer_git_env, seed_repository
+from infra.forge.testing import client as forge_client
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
@@ -82,14 +83,23 @@ class E2EStack:
         return self.config.state_dir
 
     def spawn_worker(
-        self, *, kill_after: list[str] | None = None, kill_dir: Path | None = None, fault: str | None = None
+        self,
+        *,
+        kill_after: list[str] | None = None,
+        kill_dir: Path | None = None,
+        fault: str | None = None,
+        extra_env: dict[str, str] | None = None,
+        metrics_port: int | None = None,
     ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
-        is where kills are noted."""
+        is where kills are noted. ``metrics_port``: the worker serves ``/metrics`` there (the record's ``url``).
+        ``extra_env``: variables of its own (an OTLP endpoint, a log format)."""
         n = len(self.workers)
-        env = {"PYTHONPATH": str(REPO_ROOT)}
+        env = {"PYTHONPATH": str(REPO_ROOT), **(extra_env or {})}
+        if metrics_port is not None:
+            env["DURAFIX_METRICS_PORT"] = str(metrics_port)
         if kill_after:
             env["DURAFIX_TEST_KILL_AFTER"] = ",".join(kill_after)
             fault = fault or "kill-after-forge-write"
@@ -101,8 +111,8 @@ class E2EStack:
             f"worker-{n}",
             [*argv, "--state-dir", str(self.state_dir), "worker"],
             log=self.state_dir / "logs" / f"test-worker-{n}.log",
-            port=0,
-            url="",
+            port=metrics_port or 0,
+            url=f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else "",
             env=env,
         )
         self.workers.append(rec)
@@ -166,7 +176,7 @@ class E2EStack:
         return ensure_user(self.config, self.admin_token, OWNER)
 
     def github(self, token: str | None = None) -> Github:
-        return Github(base_url=self.config.forge_api_url, auth=Auth.Token(token or self.config.forge_token), retry=None)
+        return forge_client(self.config.forge_api_url, token or self.config.forge_token)
 
     def approve_on_forge(self, repository: str, pr_number: int, head: str) -> None:
         """The reviewer approves ``head`` of the PR with a review on the forge, as a real reviewer does; the

@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from github import Auth, Github, InputGitTreeElement
+from github import Github, InputGitTreeElement
 from github.Repository import Repository
 
 from infra.forge.gitrepo import GitRepo
 from infra.forge.testing import ForgeHandle
+from infra.forge.testing import client as forge_client
 from tests.support.served import served
 
 GIT_ENV = {
@@ -47,15 +48,7 @@ def git(
 
 
 def client(handle: ForgeHandle, token: str) -> Github:
-    # retry=None: tests assert on the first answer; PyGithub's default retry would hide faults and 5xx.
-    # PyGithub spaces requests (0.25 s) and writes (1 s) for github.com's sake; a local server needs neither.
-    return Github(
-        base_url=handle.api_url,
-        auth=Auth.Token(token),
-        retry=None,
-        seconds_between_requests=None,
-        seconds_between_writes=None,
-    )
+    return forge_client(handle.api_url, token)
 
 
 @dataclass

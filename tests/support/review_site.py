@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from github import Auth, Github
+from github import Github
 from github.Repository import Repository
 
 from infra.forge.pytest_plugin import forge
 from infra.forge.testing import ForgeHandle
+from infra.forge.testing import client as forge_client
 from reviews.adapter import GitHubForge
 from reviews.config import ForgeConfig
 
@@ -107,7 +108,7 @@ class Site:
 
     def github(self, token: str | None = None) -> Github:
         """A plain PyGithub client, for the test's own view of GitHub's state."""
-        return Github(base_url=self.handle.api_url, auth=Auth.Token(token or self.token), retry=None)
+        return forge_client(self.handle.api_url, token or self.token)
 
     def repo(self, token: str | None = None) -> Repository:
         return self.github(token).get_repo(self.full_name)

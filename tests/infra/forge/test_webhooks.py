@@ -93,6 +93,24 @@ def test_push_over_git_emits_push_and_synchronize(team: Team, receiver: Receiver
     assert sync["sender"]["login"] == "bob"
 
 
+def test_a_push_of_more_than_three_tags_creates_no_tag_events(team: Team, receiver: Receiver, tmp_path: Path) -> None:
+    # GitHub: "Events will not be created for tags when more than three tags are pushed at once."
+    _hook(team, receiver, ["push"])
+    wc = tmp_path / "wc"
+    git("clone", "-q", team.forge.clone_url("alice/shop", team.bob), str(wc))
+    for n in range(1, 8):
+        git("tag", f"v{n}", cwd=wc)
+    git("push", "-q", "origin", "v1", "v2", "v3", cwd=wc)
+    (wc / "t.txt").write_text("t\n")
+    git("add", "t.txt", cwd=wc)
+    git("commit", "-qm", "t", cwd=wc)
+    git("push", "-q", "origin", "main", "v4", "v5", "v6", "v7", cwd=wc)
+    _arrived(receiver, 5)
+    time.sleep(1.0)  # the deliveries a wrong forge would add after these
+    refs = [json.loads(r.body).get("ref") for r in receiver.events()[1:]]
+    assert refs == ["refs/tags/v1", "refs/tags/v2", "refs/tags/v3", "refs/heads/main"]
+
+
 def test_deliveries_are_recorded_and_listed_newest_first(team: Team, receiver: Receiver) -> None:
     hook_id = _hook(team, receiver, ["issues"])
     team.shop.create_issue("recorded")

@@ -37,12 +37,16 @@ def payload_bytes(state: RunState) -> int:
     return payload.ByteSize()
 
 
-def busy_state(case: StoreCase, deliveries: int = 500) -> RunState:
-    """A state as a review of weeks leaves it; its artifacts really stored in ``case``'s store."""
-    refs = [
+def stored_artifacts(case: StoreCase, count: int = 300) -> list[ArtifactRef]:
+    """``count`` artifacts really stored in ``case``'s store, as a run's evidence."""
+    return [
         case.store.put_bytes(f"artifact {n}".encode(), kind=ArtifactKind.LOG, run_id=RUN, name=f"a-{n}.log")
-        for n in range(300)
+        for n in range(count)
     ]
+
+
+def busy_state(refs: list[ArtifactRef], deliveries: int = 500) -> RunState:
+    """A state as a review of weeks leaves it, with ``refs`` as its evidence (the first 40 its candidates')."""
     return RunState(
         workflow_id=RUN,
         run_id="r-1",
@@ -63,7 +67,7 @@ def busy_state(case: StoreCase, deliveries: int = 500) -> RunState:
         ],
         candidates=[
             CandidateFact(attempt=1, op_id=f"op-{n}", patch_ref=refs[n], summary=f"candidate {n}", commit_timestamp=n)
-            for n in range(40)
+            for n in range(min(40, len(refs)))
         ],
         evidence=refs,
         head_pushes=[HeadPushFact(head_sha=f"{n:040x}", seen_at=AT) for n in range(30)],
@@ -71,7 +75,8 @@ def busy_state(case: StoreCase, deliveries: int = 500) -> RunState:
 
 
 def test_a_state_with_500_deliveries_answers_bounded_and_its_stored_record_reads_back_whole(case: StoreCase) -> None:
-    whole = busy_state(case)
+    refs = stored_artifacts(case)
+    whole = busy_state(refs)
     shown = whole.bounded()
 
     assert [len(shown.deliveries), len(shown.candidates), len(shown.evidence), len(shown.head_pushes)] == [
@@ -89,7 +94,7 @@ def test_a_state_with_500_deliveries_answers_bounded_and_its_stored_record_reads
     }
     assert shown.omitted.total("deliveries", len(shown.deliveries)) == 500
     # Bounded, not merely smaller: five times the deliveries answer with the same size (to the digits of a count).
-    assert abs(payload_bytes(busy_state(case, deliveries=2_500).bounded()) - payload_bytes(shown)) < 16
+    assert abs(payload_bytes(busy_state(refs, deliveries=2_500).bounded()) - payload_bytes(shown)) < 16
     assert payload_bytes(shown) < payload_bytes(whole) // 2
     assert len(whole.deliveries) == 500  # the workflow's own state keeps every entry
     # Bounding a bounded state cuts nothing more and counts nothing twice.
@@ -111,7 +116,7 @@ def test_a_state_with_500_deliveries_answers_bounded_and_its_stored_record_reads
 def test_a_record_never_names_itself(case: StoreCase) -> None:
     """The record is stored without ``record_ref`` (a state that named its own record could not be stored by
     content), so storing the state after the run noted the ref gives the same record."""
-    state = busy_state(case, deliveries=3)
+    state = busy_state(stored_artifacts(case, 3), deliveries=3)
     first = RunRecordActivities(case.store).record_run(RecordRunInput(state=state))
     noted = state.model_copy(update={"record_ref": first})
     second: ArtifactRef = RunRecordActivities(case.store).record_run(RecordRunInput(state=noted))

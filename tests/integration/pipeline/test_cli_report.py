@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import github
 import pytest
 
 from infra.forge.testing import ForgeHandle, running_forge
+from infra.forge.testing import client as forge_client
 from pipeline.cli.runs import open_report_issue
 from pipeline.config import DurafixConfig
 
@@ -36,7 +36,7 @@ def test_a_report_file_becomes_one_labelled_issue_titled_by_its_first_line(tmp_p
 
         number = open_report_issue(config, "alice/shop", report, label="durafix")
 
-        repo = github.Github(base_url=forge.api_url, auth=github.Auth.Token(token)).get_repo("alice/shop")
+        repo = forge_client(forge.api_url, token).get_repo("alice/shop")
         issue = repo.get_issue(number)
         assert issue.title == "Cart total ignores quantities"
         assert issue.body == "Add two of one item: the total counts one.\n"
@@ -53,5 +53,5 @@ def test_a_report_without_a_title_opens_nothing(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="the first line must be the report's title"):
             open_report_issue(config, "alice/shop", report, label="durafix")
 
-        repo = github.Github(base_url=forge.api_url, auth=github.Auth.Token(token)).get_repo("alice/shop")
+        repo = forge_client(forge.api_url, token).get_repo("alice/shop")
         assert list(repo.get_issues(state="all")) == []

@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from github import Auth, Github
 from github.Repository import Repository
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from evidence.interface import ArtifactKind
 from infra.forge.testing import ForgeHandle, running_forge
+from infra.forge.testing import client as forge_client
 from pipeline.activities.forge import ForgeActivities
 from pipeline.config import DurafixConfig
 from pipeline.services import Services
@@ -93,7 +93,7 @@ def site(handle: tuple[ForgeHandle, dict[str, str]], tmp_path: Path) -> Site:
     )
 
     def repo(login: str) -> Repository:
-        gh = Github(base_url=forge.api_url, auth=Auth.Token(tokens[login]), retry=None)
+        gh = forge_client(forge.api_url, tokens[login])
         return gh.get_repo(repository)
 
     issue = repo(MAINTAINER).create_issue(title="Total is wrong", body="The cart total ignores quantities.")

@@ -16,10 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import math
+import os
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager, redirect_stdout
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,6 +34,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
+from infra.processes import free_port
 from pipeline import client as runs
 from pipeline import steps
 from pipeline.cli import run_command
@@ -47,6 +53,7 @@ from tests.integration.workflow.test_workflow_logic import Script, doubles
 from tests.support import security_harness as harness
 from tests.support.forge import branch_with, commit_files
 from tests.support.forge_logins import BOT, MAINTAINER, OWNER, READER, TRIAGER, TRIGGER
+from tests.support.metrics_text import scrape
 from tests.support.run_history import started_input
 from tests.support.security_harness import Forge, config, forge, hooked_repository, serving
 from tests.support.waiting import eventually
@@ -442,3 +449,27 @@ async def test_the_loop_passes_at_start_and_again_exposes_its_last_pass_and_stop
     finally:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
+
+
+async def test_durafix_reconcile_serves_its_lag_on_the_metrics_port(config: DurafixConfig, tmp_path: Path) -> None:
+    """``durafix reconcile`` with ``DURAFIX_METRICS_PORT``: ``/metrics`` there says how far behind it is (what
+    the ``DurafixReconcilerLag`` alert reads), a finite number once it has passed."""
+    port = free_port()
+    config.model_copy(update={"state_dir": tmp_path, "metrics_port": port}).save()
+    argv = [sys.executable, "-m", "pipeline", "--state-dir", str(tmp_path), "reconcile", "--interval", "0.5"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+
+        def lag() -> list[float]:
+            try:
+                values = scrape(f"http://127.0.0.1:{port}/metrics").values("durafix_reconciler_lag_seconds")
+            except OSError:
+                return []
+            return [v for v in values if math.isfinite(v)]
+
+        seen = await eventually(lag, 60, "a finite reconciler lag on /metrics")
+        assert 0 <= seen[0] < 30
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

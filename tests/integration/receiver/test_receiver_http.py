@@ -201,7 +201,7 @@ def test_each_delivery_is_one_json_log_line_without_payload_or_secret(
     body = json.dumps(payload).encode()
     delivery = str(uuid.uuid4())
     logger = logging.getLogger(LOGGER_NAME)
-    [handler] = [h for h in logger.handlers if getattr(h, "_durafix_json", False)]
+    [handler] = [h for h in logger.handlers if getattr(h, "_durafix_stderr", False)]
     records: list[str] = []
 
     class Capture(logging.Handler):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from github import Auth, Github
 from pydantic import SecretStr
 
 from infra.forge.testing import ForgeHandle
+from infra.forge.testing import client as forge_client
 from reviews.adapter import GitHubForge
 from reviews.app_tokens import InstallationTokens
 from reviews.errors import ForgePermanentError
@@ -85,6 +85,6 @@ def test_adapter_acts_as_the_apps_bot_over_rest_and_git(
         time.sleep(2.5)  # the first installation token is past its renewal margin: git must get a new one
         adapter.publish_branch("durafix/run-1/fix", sha, None, work)
         assert adapter.get_branch_sha("durafix/run-1/fix") == sha
-    owner = Github(base_url=forge.api_url, auth=Auth.Token(alice), retry=None).get_repo("alice/shop")
+    owner = forge_client(forge.api_url, alice).get_repo("alice/shop")
     assert owner.get_issue(ticket.issue_number).user.login == "mender[bot]"
     assert len(forge.app_tokens("mender")) >= 2

@@ -1,0 +1,1 @@
+"""What a durafix worker tells an operator about itself: its ``/metrics`` (:mod:`.worker_metrics`, :mod:`.endpoint`)."""
