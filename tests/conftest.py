@@ -102,21 +102,23 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 # head of the order: a five-minute module queued behind another long one on the same process is what made
 # a run end with one module running alone for minutes. A listed module that no longer exists fails collection.
 LONGEST_FIRST = (
+    "e2e/test_pipeline.py",
     "e2e/test_long_review_wait_history.py",
     "e2e/test_chaos.py",
-    "e2e/test_pipeline.py",
-    "e2e/test_library_reproductions.py",
-    "e2e/test_review_gate.py",
-    "e2e/test_cli.py",
     "recovery/test_engine_restarts.py",
-    "recovery/test_stale_worker.py",
-    "e2e/test_demo.py",
-    "e2e/test_repair_turns_history.py",
+    "e2e/test_cli.py",
+    "e2e/test_review_gate.py",
     "e2e/test_docker_pipeline.py",
     "e2e/test_oncall.py",
+    "e2e/test_check.py",
+    "recovery/test_stale_worker.py",
+    "e2e/test_library_reproductions.py",
+    "integration/workflow/test_workflow_logic.py",
+    "e2e/test_real_projects.py",
+    "e2e/test_runs_page.py",
+    "e2e/test_demo.py",
     "e2e/test_revisions.py",
     "recovery/test_host_cut_off.py",
-    "e2e/test_real_projects.py",
 )
 
 
