@@ -35,7 +35,7 @@ def get_provider(
     ``docker_host`` (default: ``$DOCKER_HOST``) is the engine the Docker provider talks to. ``setup`` is how the
     local provider runs setup commands (the Docker provider runs them as image build steps, or in setup
     containers behind the egress proxy when they need the network, cached as images; it takes the egress hosts
-    and ports, and the CA bundle its images trust, from it).
+    and ports, the CA bundle its images trust and the worker variables setup gets, from it).
     ``unsandboxed``: the operator's explicit permission for the local provider to run commands as plain host
     processes when bubblewrap is unusable (otherwise it refuses, ``SandboxUnavailableError``).
     ``allowed_secrets``: the worker variables a recipe's secrets may name (local provider).
@@ -60,6 +60,7 @@ def get_provider(
             egress_hosts=setup.egress_hosts,
             egress_ports=setup.egress_ports,
             ca_bundle=setup.ca_bundle,
+            passthrough=setup.passthrough,
         )
         return cast(EnvironmentProvider, provider)
     raise ValueError(f"unknown environment provider {name!r}; known: {', '.join(PROVIDERS)}")

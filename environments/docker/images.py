@@ -65,7 +65,7 @@ from docker.errors import APIError, ImageNotFound
 from environments.ca_bundle import SYSTEM_BUNDLE, CABundle
 from environments.commands import tail as log_tail
 from environments.diagnosis import FailedCommand, Stage
-from environments.docker.setup_containers import SetupCommandFailed, run_setup_containers
+from environments.docker.setup_containers import SetupCommandFailed, container_passthrough, run_setup_containers
 from environments.docker.trust import CA_PACKAGE, TRUST_REPOSITORY, trust_dockerfile, trust_tag
 from environments.egress import ALLOWED_PORTS, DEFAULT_REGISTRY_HOSTS, EgressEvent, parse_hosts
 from environments.files import locked
@@ -358,6 +358,7 @@ class ImageBuilder:
         egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
         egress_ports: tuple[int, ...] = ALLOWED_PORTS,
         ca_bundle: Path | None = Path(SYSTEM_BUNDLE),
+        passthrough: tuple[str, ...] = (),
     ) -> None:
         self.client = client
         self.cache_dir = cache_dir.absolute()
@@ -368,6 +369,8 @@ class ImageBuilder:
         # The worker's CA bundle, added to every image that has ca-certificates (None: Debian's bundle only).
         # Read at each build, so a changed bundle makes a new layer; a missing one is an error then, not a skip.
         self.ca_bundle = ca_bundle
+        # The worker variables setup containers get (DURAFIX_SETUP_PASSTHROUGH; environments.passthrough).
+        self.passthrough = passthrough
         # The egress proxy's events of the last setup this builder ran in containers (empty: none ran).
         self.last_egress: tuple[EgressEvent, ...] = ()
 
@@ -552,10 +555,13 @@ class ImageBuilder:
         the egress proxy, committed into ``tag`` (see :mod:`environments.docker.setup_containers`)."""
         workspace_image = self._build(workspace, _dockerfile(base_tag, []), None, progress)
         key = self.setup_key(tag)
+        worker_env = container_passthrough(self.passthrough, os.environ)
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with log_path.open("a", encoding="utf-8") as log:
                 log.write(f"# setup in containers committed to {tag}; network: the egress proxy only\n")
+                if worker_env:
+                    log.write(f"# worker variables passed to setup: {', '.join(sorted(worker_env))}\n")
         try:
             self.last_egress = run_setup_containers(
                 self.client,
@@ -569,6 +575,7 @@ class ImageBuilder:
                 timeout_s=timeout_s,
                 log_path=log_path,
                 progress=progress,
+                worker_env=worker_env,
             )
         except SetupCommandFailed as exc:
             failed = FailedCommand(Stage.SETUP, exc.command, exc.exit_code, setup_network=True)

@@ -135,6 +135,8 @@ class DockerProvider(EnvironmentProvider):
     may reach through its egress proxy (default: the package registries on 443; see
     :mod:`environments.docker.setup_containers`). ``ca_bundle``: the CA certificates images with
     ``ca-certificates`` trust besides Debian's (:mod:`environments.docker.trust`; ``None``: Debian's only).
+    ``passthrough``: glob patterns of the worker variables setup containers get (``DURAFIX_SETUP_PASSTHROUGH``;
+    :func:`environments.docker.setup_containers.container_passthrough`).
     """
 
     name = PROVIDER_NAME
@@ -152,6 +154,7 @@ class DockerProvider(EnvironmentProvider):
         egress_hosts: tuple[str, ...] = DEFAULT_REGISTRY_HOSTS,
         egress_ports: tuple[int, ...] = ALLOWED_PORTS,
         ca_bundle: Path | None = Path(SYSTEM_BUNDLE),
+        passthrough: tuple[str, ...] = (),
     ) -> None:
         self.state_dir = state_dir.absolute()
         self.client = docker.DockerClient(base_url=docker_host, timeout=300)
@@ -162,6 +165,7 @@ class DockerProvider(EnvironmentProvider):
             egress_hosts=egress_hosts,
             egress_ports=egress_ports,
             ca_bundle=ca_bundle,
+            passthrough=passthrough,
         )
         self.fence = RunDirs(self.state_dir / "runs")
         self.stop_timeout_s = stop_timeout_s

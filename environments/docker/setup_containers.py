@@ -16,7 +16,10 @@ worker and stopped when setup ends) bind-mounted read-only at :data:`environment
 private ``/run`` (so the mount point never becomes part of the image). The command runs behind the same bridge as
 the local provider's (:func:`environments.egress.bridged`: the image's ``socat`` listening on the container's
 ``127.0.0.1:3128`` and forwarding to the socket) with the proxy variables (:data:`environments.egress.PROXY_ENV`)
-and ``HOME=/tmp``, so the package managers reach the registries the proxy allows and nothing else. They trust
+and ``HOME=/tmp``, so the package managers reach the registries the proxy allows and nothing else. The worker
+variables the operator passes to setup (``DURAFIX_SETUP_PASSTHROUGH``: a private index's ``PIP_INDEX_URL``, npm's
+registry, as the local provider passes them; :func:`container_passthrough`) come first on that list, so the
+proxy variables and the image's own bundle paths are never the worker's: they name places on the worker. They trust
 the CA certificates the worker trusts because the image does: its base carries the worker's bundle as a layer
 of its own, with the bundle variables pointing at the image's paths (:mod:`environments.docker.trust`), so a
 TLS-inspecting proxy or a registry mirror behind an operator's own CA works, as in the local sandbox. The
@@ -42,7 +45,7 @@ and goes when the next build's does.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +55,12 @@ from docker.types import Mount
 from requests.exceptions import RequestException
 
 from environments import egress
+from environments.ca_bundle import CA_VARIABLES
 from environments.commands import exit_text
 from environments.docker.hardening import hardened
 from environments.egress import EgressEvent, EgressProxy, log_events
 from environments.interface import AppRecipe, Progress
+from environments.passthrough import screen
 from environments.progress import command_text
 
 APP_USER = "65534:65534"
@@ -85,6 +90,15 @@ def setup_container_name(key: str) -> str:
     return f"durafix-setup-{key}"
 
 
+def container_passthrough(patterns: Sequence[str], environ: Mapping[str, str]) -> dict[str, str]:
+    """The worker variables matching ``patterns`` that a setup container gets (screened as the local provider's
+    are, :func:`environments.passthrough.screen`: a value carrying credentials is withheld), less those the
+    container's own arrangement decides: the egress proxy's variables and the CA bundle paths, whose worker
+    values point at the worker's proxy and files."""
+    own = {name.upper() for name in (*egress.PROXY_ENV, *CA_VARIABLES)}
+    return {name: value for name, value in screen(patterns, environ).env.items() if name.upper() not in own}
+
+
 def run_setup_containers(
     client: docker.DockerClient,
     workspace_image: str,
@@ -98,10 +112,11 @@ def run_setup_containers(
     timeout_s: float,
     log_path: Path | None,
     progress: Progress,
+    worker_env: Mapping[str, str] | None = None,
 ) -> tuple[EgressEvent, ...]:
     """Run ``recipe.setup`` on ``workspace_image`` (an image ID) as the module says and tag the result ``tag``;
     the proxy's events. Raises :class:`SetupCommandFailed` for a failing command (nothing is
-    tagged then)."""
+    tagged then). ``worker_env``: the passed-through worker variables (:func:`container_passthrough`)."""
     config = dict(client.images.get(workspace_image).attrs.get("Config") or {})
     config.update(User=_COMMITTED_USER, Cmd=_COMMITTED_CMD, Entrypoint=None)
     repository, _, version = tag.partition(":")
@@ -114,7 +129,9 @@ def run_setup_containers(
             for index, command in enumerate(recipe.setup):
                 progress(f"setup: {command_text(command)}")
                 last = index == len(recipe.setup) - 1
-                container = _create(client, name, current, recipe, command, proxy.socket_path, app_dir)
+                container = _create(
+                    client, name, current, recipe, command, proxy.socket_path, app_dir, worker_env or {}
+                )
                 try:
                     code = _run(container, timeout_s)
                     output = bytes(container.logs(stdout=True, stderr=True))
@@ -154,12 +171,14 @@ def _create(
     command: str,
     socket_path: Path,
     app_dir: str,
+    worker_env: Mapping[str, str],
 ) -> Any:
     with contextlib.suppress(NotFound):
         # A dead worker's setup container for the same tag (this build holds the tag's lock): not ours to reuse.
         client.containers.get(name).remove(force=True)
     proxied = [f"{variable}={value}" for variable, value in egress.PROXY_ENV.items()]
-    argv = egress.bridged(["/usr/bin/env", "HOME=/tmp", *proxied, "/bin/sh", "-c", command])
+    passed = [f"{variable}={value}" for variable, value in worker_env.items()]
+    argv = egress.bridged(["/usr/bin/env", "HOME=/tmp", *passed, *proxied, "/bin/sh", "-c", command])
     mounts = [Mount(egress.INSIDE_SOCKET, str(socket_path.absolute()), type="bind", read_only=True)]
     limits = recipe.limits
     return client.containers.create(

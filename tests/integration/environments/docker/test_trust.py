@@ -18,7 +18,9 @@ from environments.ca_bundle import CA_VARIABLES, SYSTEM_BUNDLE, CABundle, CABund
 from environments.checks import SetupError
 from environments.docker import DockerProvider
 from environments.docker.trust import IMAGE_CA_FILE
+from environments.egress import PROXY_ENV
 from environments.interface import AppRecipe, ImageRecipe, ReadinessProbe, RecoverySpec, TestRunResult
+from environments.passthrough import DEFAULT_PATTERNS
 from infra.docker.engine import DockerEngine
 from tests.support.docker import registry_intercepted
 from tests.support.throwaway_ca import ThrowawayCA
@@ -29,6 +31,8 @@ RUN = "repair:acme/docker-trust#3"
 # The security test's packages: its root filesystem is usually cached already.
 PACKAGES = ["python3", "python3-pip"]
 DOWNLOAD = "python3 -m pip download --no-deps --no-cache-dir -d downloads six==1.16.0"
+# What setup saw of the worker's variables, kept in the image for the tests' container to report.
+PASSED = 'echo "$PIP_DEFAULT_TIMEOUT|$SSL_CERT_FILE|$HTTPS_PROXY" > passed.txt'
 REPORT = "== durafix-trust: "
 TESTS = (
     "import json, os\n"
@@ -36,7 +40,7 @@ TESTS = (
     f"bundle = open({SYSTEM_BUNDLE!r}).read()\n"
     f"names = {sorted(CA_VARIABLES)!r}\n"
     "print(" + repr(REPORT) + " + json.dumps({'downloads': sorted(os.listdir('downloads')),"
-    " 'layer': ca, 'in_bundle': ca.strip() in bundle,"
+    " 'layer': ca, 'in_bundle': ca.strip() in bundle, 'passed': open('passed.txt').read().strip(),"
     " 'env': {n: os.environ.get(n) for n in names}}))\n"
 )
 
@@ -72,18 +76,27 @@ def _checks(provider: DockerProvider, recipe: AppRecipe, tmp_path: Path, step: s
 
 
 def test_the_worker_bundle_is_a_cached_layer_that_setup_and_tests_trust(
-    docker_engine: DockerEngine, image_cache: Path, tmp_path: Path
+    docker_engine: DockerEngine, image_cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The operator's package-manager setting reaches setup; the worker's proxy and bundle paths do not (they
+    # name the worker's places): setup goes through the egress proxy and trusts the image's bundle.
+    monkeypatch.setenv("PIP_DEFAULT_TIMEOUT", "61")
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "worker-only.pem"))
+    monkeypatch.setenv("HTTPS_PROXY", "http://worker-proxy.invalid:3128")
     ca = ThrowawayCA(tmp_path / "ca", name=f"durafix trust test {uuid.uuid4().hex[:8]}")
     bundle = tmp_path / "bundle.pem"
     bundle.write_bytes(Path(SYSTEM_BUNDLE).read_bytes() + ca.cert.read_bytes())
     digest = CABundle.read(bundle).short()
     provider = DockerProvider(
-        tmp_path / "state", docker_engine.docker_host, image_cache_dir=image_cache, ca_bundle=bundle
+        tmp_path / "state",
+        docker_engine.docker_host,
+        image_cache_dir=image_cache,
+        ca_bundle=bundle,
+        passthrough=DEFAULT_PATTERNS,
     )
     try:
-        first, first_log = _checks(provider, _recipe([DOWNLOAD]), tmp_path, "first")
-        second, second_log = _checks(provider, _recipe([DOWNLOAD]), tmp_path, "second")
+        first, first_log = _checks(provider, _recipe([DOWNLOAD, PASSED]), tmp_path, "first")
+        second, second_log = _checks(provider, _recipe([DOWNLOAD, PASSED]), tmp_path, "second")
     finally:
         provider.close()
     assert f"# trust: adding CA bundle {bundle} ({digest}) as layer durafix/trust:" in first_log, first_log
@@ -98,6 +111,10 @@ def test_the_worker_bundle_is_a_cached_layer_that_setup_and_tests_trust(
         assert seen["in_bundle"] is True
         # Every bundle variable points at the image's paths, never at the test's bundle on the worker.
         assert seen["env"] == CA_VARIABLES
+        assert seen["passed"] == f"61|{CA_VARIABLES['SSL_CERT_FILE']}|{PROXY_ENV['HTTPS_PROXY']}"
+        [passed] = [line for line in log.splitlines() if line.startswith("# worker variables passed to setup: ")]
+        assert "PIP_DEFAULT_TIMEOUT" in passed.split(": ", 1)[1].split(", ")
+        assert "SSL_CERT_FILE" not in passed and "HTTPS_PROXY" not in passed, passed
 
 
 def test_without_the_worker_bundle_an_intercepted_registry_is_refused(
