@@ -98,6 +98,8 @@ class Verify:
             candidate.replay = self.envs.tag(replays[0], candidate.commit)
         if failure is not None:
             return failure
+        # Both checks ended without raising and the tests passed: the replay ended too, and the commit exists.
+        assert candidate.replay is not None
         return replay_failure(candidate.replay)
 
     async def _replay(self, candidate: CandidateFact, revision: str, *, beside: bool) -> ReproductionFact:
@@ -145,10 +147,8 @@ class Verify:
         return None
 
 
-def replay_failure(replay: ReproductionFact | None) -> str | None:
+def replay_failure(replay: ReproductionFact) -> str | None:
     """Why the reproduction replayed on a candidate refuses it, or None (it no longer reproduces)."""
-    if replay is None:
-        return "the reproduction was not replayed on the candidate"
     if replay.status == ReproductionOutcome.REPRODUCED:
         return "the bug still reproduces on the candidate"
     if replay.status != ReproductionOutcome.NOT_REPRODUCED:
