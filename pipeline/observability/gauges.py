@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections import Counter
@@ -41,6 +42,8 @@ from pipeline.ops.reconciler import OPEN_RUNS
 from pipeline.recorded_state import STATE_MEMO, parse_recorded
 from pipeline.state import Phase
 
+log = logging.getLogger(__name__)
+
 TTL_S = 15.0
 MAX_RUNS = 5000
 LIST_TIMEOUT_S = 20.0
@@ -59,6 +62,7 @@ class Cached(Generic[T]):
         self._lock = threading.Lock()
         self._value: T | None = None
         self._at = 0.0
+        self._failing = False
 
     def get(self) -> T | None:
         with self._lock:
@@ -66,8 +70,13 @@ class Cached(Generic[T]):
                 return self._value
             try:
                 self._value = self.read()
-            except Exception:  # a snapshot that cannot be taken is an absent series, not a failed scrape
+            except Exception as err:  # a snapshot that cannot be taken is an absent series, not a failed scrape
+                if not self._failing:  # once when the failures start, not at every scrape
+                    log.warning("a gauge snapshot failed; its series are absent until one succeeds: %r", err)
+                self._failing = True
                 self._value = None
+            else:
+                self._failing = False
             self._at = time.monotonic()
             return self._value
 
@@ -137,12 +146,27 @@ class OpenRuns(Collector):
         self._lock = threading.Lock()
 
     async def refresh_forever(self) -> None:
+        """List the open runs every :data:`TTL_S`. A listing that fails is logged once when the failures start
+        and once when they end (not every 15 s): an on-call engineer reading the log of a worker whose
+        ``durafix_runs_open`` went absent finds why."""
+        failing = False
         while True:
             try:
                 snap = await asyncio.wait_for(open_runs(self.client, datetime.now(UTC)), LIST_TIMEOUT_S)
                 self.latest = (time.monotonic(), snap)
-            except Exception:  # Temporal unreachable: the snapshot goes stale, its series absent
-                pass
+                if failing:
+                    log.info("listing the open runs works again; durafix_runs_open is served")
+                failing = False
+            except Exception as err:  # Temporal unreachable: the snapshot goes stale, its series absent
+                if not failing:
+                    log.warning(
+                        "listing the open runs failed (%s: %s); durafix_runs_open goes absent after %.0f s "
+                        "unless a listing succeeds",
+                        type(err).__name__,
+                        err,
+                        STALE_S,
+                    )
+                failing = True
             await asyncio.sleep(TTL_S)
 
     def stop(self) -> None:

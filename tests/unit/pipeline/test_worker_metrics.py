@@ -4,9 +4,11 @@ keeps a retried ending from being counted twice."""
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from temporalio.exceptions import ApplicationError
 
 from environments.egress import EgressEvent, log_events, observe_egress
@@ -14,6 +16,7 @@ from evidence.interface import ArtifactKind, ArtifactMissingError, ArtifactRef
 from evidence.local import LocalArtifactStore
 from pipeline.activities.run_record import record_stored, store_record
 from pipeline.failures import FailureClass
+from pipeline.observability.gauges import Cached
 from pipeline.observability.step_metrics import evidence_store_error, failure_label
 from pipeline.observability.worker_metrics import WorkerMetrics, model_label
 from pipeline.pricing import ModelPrice
@@ -149,3 +152,28 @@ def test_the_egress_proxys_verdicts_reach_the_metrics_through_the_observer_and_r
     assert out.total("durafix_sandbox_egress_refusals_total") == 2
     assert not any("example" in v or "169.254" in v for v in out.label_values())
     assert "setup: egress refused 2 tunnel(s); the setup log names them" in said
+
+
+def test_a_failing_gauge_snapshot_is_absent_and_logged_once_until_it_succeeds(caplog: pytest.LogCaptureFixture) -> None:
+    outcomes: list[int | Exception] = [
+        OSError("inventory unreadable"),
+        OSError("still unreadable"),
+        7,
+        OSError("again"),
+    ]
+
+    def read() -> int:
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    cached = Cached(read, ttl_s=0.0)
+    with caplog.at_level(logging.WARNING, logger="pipeline.observability.gauges"):
+        assert cached.get() is None
+        assert cached.get() is None
+        assert cached.get() == 7
+        assert cached.get() is None
+    warnings = [record.getMessage() for record in caplog.records]
+    assert len(warnings) == 2, warnings
+    assert "inventory unreadable" in warnings[0] and "again" in warnings[1]
