@@ -120,6 +120,7 @@ RUN_RECORD_PATCH = "run-record-stored"
 ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
 REPRODUCTION_SEED_PATCH = "test-reproduction-seeds-repair"
 DRAFTS_RUN_ON_BASE_PATCH = "drafts-run-on-base"
+FORGE_WRITES_BEHIND_PATCH = "forge-writes-behind"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -292,6 +293,15 @@ PATCHES: tuple[Patch, ...] = (
         "with what it found until one shows the bug; runs recorded before drafted one browser procedure, "
         "validated only, before the spec. Asked only by runs whose report has no reproduction.",
         fixtures=("drafted-reproduction-refused-then-accepted",),
+        shipped=date(2026, 12, 6),
+    ),
+    Patch(
+        FORGE_WRITES_BEHIND_PATCH,
+        "Forge writes off the critical path: the ticket update after intake runs behind the baseline (awaited "
+        "before the review is asked for), the candidate's evidence is built while its branch is pushed, and "
+        "the ticket update after publishing is left to the review wait's own (the same body, one write fewer); "
+        "runs recorded before awaited each write in turn.",
+        fixtures=("forge-writes-behind",),
         shipped=date(2026, 12, 6),
     ),
 )

@@ -113,6 +113,8 @@ class RunContext:
     # Ticket updates from a signal handler and from the run never interleave: each body is computed when its
     # turn comes, so the last write carries the latest state. Uncontended, it never yields.
     ticket_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Forge writes started behind the run's work (:meth:`write_behind`), not yet awaited.
+    behind: list[asyncio.Task[None]] = field(default_factory=list)
 
     def carried(self) -> dict[str, Any]:
         """The run's context as another workflow takes it up (:class:`~pipeline.flow.carry.RunCarry`'s fields)."""
@@ -264,6 +266,28 @@ class RunContext:
                     closing=closing,
                 ),
             )
+
+    def write_behind(self, note: str = "") -> None:
+        """Start a ticket update without waiting for it (FORGE_WRITES_BEHIND_PATCH): it overlaps with the run's
+        next work, holding :attr:`ticket_lock` as every ticket update does, so updates still reach the forge one
+        at a time and in order, each body computed when its turn comes. Same step, same comment, same operation
+        ID as an awaited update: idempotent as that is. :meth:`settle_behind` waits for it before the next human
+        step, so a failure still ends the run; the ending waits for it too (its own update takes the lock)."""
+        self.behind.append(asyncio.create_task(self.update_ticket(note=note)))
+
+    async def settle_behind(self, *, ending: bool = False) -> None:
+        """Wait for every write started behind the run's work. Outside the ending the first that failed raises
+        here, as it would have where it was started; in the ending a failure is only noted (the final update
+        rewrites the same comment)."""
+        pending, self.behind = self.behind, []
+        for task in pending:
+            if not ending:
+                await task
+                continue
+            try:
+                await task
+            except (ActivityError, asyncio.CancelledError) as err:
+                workflow.logger.warning("a ticket update made behind the run's work failed: %s", err)
 
     async def say_on_pr(self, key: str, body: str) -> None:
         """One comment on the run's PR, keyed (a retried step finds its own comment)."""

@@ -70,6 +70,7 @@ class Ending:
     async def finish(self, outcome: Outcome, detail: str) -> None:
         """Clean up what the run owns, then record the honest outcome. Runs on every ending."""
         ctx = self.ctx
+        await ctx.settle_behind(ending=True)  # a write still in flight is not left running past the record
         ctx.enter(Phase.CLEANUP)
         if ctx.state.cancellation:
             ctx.cancel_step(CancelStep.CLEANING)

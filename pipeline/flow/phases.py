@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.review import ReviewGate
     from pipeline.flow.revise import Revisions
     from pipeline.flow.verify import Verify
-    from pipeline.patches import BASELINE_PATCH
+    from pipeline.patches import BASELINE_PATCH, FORGE_WRITES_BEHIND_PATCH
     from pipeline.state import Phase
 
 
@@ -44,10 +44,19 @@ class Phases:
         :class:`~pipeline.flow.context.RunEnded`."""
         ctx = self.ctx
         await self.intake.run()
-        await ctx.update_ticket()
+        behind = ctx.patched(FORGE_WRITES_BEHIND_PATCH)
+        if behind:
+            ctx.write_behind()  # overlaps with the baseline: nobody reads the ticket before the review is asked
+        else:
+            await ctx.update_ticket()
         if ctx.patched(BASELINE_PATCH):
             await self.intake.baseline()
         candidate = await self.repair.run()
         ctx.enter(Phase.PUBLISH)
-        await self.publish.first(candidate)
-        await ctx.update_ticket()
+        await self.publish.first(candidate, overlapped=behind)
+        if behind:
+            # The review wait's first update (REVIEW_TICKET_PATCH, asked by every run that has this one) writes
+            # the same body with the PR in it, right after: this one would be overwritten unread.
+            await ctx.settle_behind()
+        else:
+            await ctx.update_ticket()

@@ -3,6 +3,8 @@ comment; and the one place the publish fact takes a new head's evidence."""
 
 from __future__ import annotations
 
+import asyncio
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -59,15 +61,27 @@ class Publish:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
 
-    async def first(self, candidate: CandidateFact) -> None:
-        """Publish the repair's verified ``candidate``: evidence, a new branch, the draft PR, its comment."""
+    async def first(self, candidate: CandidateFact, *, overlapped: bool = False) -> None:
+        """Publish the repair's verified ``candidate``: evidence, a new branch, the draft PR, its comment. With
+        ``overlapped`` (FORGE_WRITES_BEHIND_PATCH) the evidence is built while the branch is pushed: neither
+        reads the other, and each is idempotent by its own key (the push's operation ID, the evidence's
+        content-addressed artifacts), so a retry of either is what it was when they ran one after the other.
+        The PR and its evidence comment, which a reviewer reads, follow both."""
         ctx = self.ctx
         assert candidate.commit is not None
-        evidence = await self.build_evidence(candidate)
         branch = branch_for(ctx.wf)
-        ctx.state.publish = PublishFact(branch=branch, commit=candidate.commit)
-        refresh(ctx.state.publish, evidence)
-        await self.push(candidate, op_id(ctx.wf, "push"), branch, None)
+        if overlapped:
+            # The fact names the branch before the push starts, as it does before an awaited push.
+            ctx.state.publish = PublishFact(branch=branch, commit=candidate.commit)
+            evidence, _ = await asyncio.gather(
+                self.build_evidence(candidate), self.push(candidate, op_id(ctx.wf, "push"), branch, None)
+            )
+            refresh(ctx.state.publish, evidence)
+        else:
+            evidence = await self.build_evidence(candidate)
+            ctx.state.publish = PublishFact(branch=branch, commit=candidate.commit)
+            refresh(ctx.state.publish, evidence)
+            await self.push(candidate, op_id(ctx.wf, "push"), branch, None)
         pr = await self.ensure_pr(candidate, op_id(ctx.wf, "pr"), branch)
         ctx.state.publish.pr_number = pr.number
         ctx.state.publish.pr_url = pr.url

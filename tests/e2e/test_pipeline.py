@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
 
 from browser.procedure import Procedure
 from infra import processes
@@ -183,8 +183,30 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
     assert_metrics_after_one_merged_run(stack, wf, repository, (await client.get_workflow_handle(wf).describe()).run_id)
+    history = await client.get_workflow_handle(wf).fetch_history()
+    # Forge writes off the critical path: the ticket update after intake is sent with the baseline, the
+    # evidence built while the branch is pushed (each pair scheduled by one workflow task), and the ticket is
+    # written once between publishing and asking for the review, not twice.
+    together = scheduled_together(history)
+    assert {"forge.update_ticket", "env.run_baseline"} in together, together
+    assert {"evidence.build", "forge.publish_branch"} in together, together
+    names = [sorted(batch) for batch in together]
+    commented = next(i for i, batch in enumerate(together) if "forge.ensure_comment" in batch)
+    merging = next(i for i, batch in enumerate(together) if "forge.read_pr" in batch)
+    assert [b for b in together[commented:merging] if "forge.update_ticket" in b] == [{"forge.update_ticket"}], names
     # Recorded since runs have a baseline and update the ticket at the review wait ("happy-path" is older).
-    record_history(await client.get_workflow_handle(wf).fetch_history(), "happy-path-baseline")
+    record_history(history, "happy-path-baseline")
+    record_history(history, "forge-writes-behind")
+
+
+def scheduled_together(history: WorkflowHistory) -> list[set[str]]:
+    """The activities each workflow task scheduled, in history order: a set of step names per task."""
+    batches: dict[int, set[str]] = {}
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            batches.setdefault(attrs.workflow_task_completed_event_id, set()).add(attrs.activity_type.name)
+    return [batches[key] for key in sorted(batches)]
 
 
 def parked_in_metrics(stack: E2EStack) -> Exposition | None:
