@@ -20,7 +20,7 @@ import pytest
 from tests.bench import bench_critical_path as bench
 from tests.conftest import require
 
-pytestmark = [pytest.mark.bench, pytest.mark.slow, pytest.mark.browser]
+pytestmark = [pytest.mark.slow, pytest.mark.browser]  # and `bench`, as every test under tests/bench/
 
 
 @pytest.mark.timeout(3600)  # three whole runs and their floors on a busy two-core host; it asserts no timing
