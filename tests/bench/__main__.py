@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one after another, each printing medians and ratios.
 
 ``python -m tests.bench [NAME ...]`` runs a subset (names: workspace, depcache, depcache_pnpm, browser, evidence,
-docker, agent, parked, failover, forge_writes, tax, throughput, webhook_pr, hosts).
+docker, agent, parked, failover, forge_writes, tax, throughput, webhook_pr, critical_path, hosts).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import time
 BENCHMARKS = ["workspace", "depcache", "depcache_pnpm", "browser", "evidence", "docker", "agent", "parked"]
 BENCHMARKS += ["failover", "forge_writes"]  # recovery: resume after a kill, writes per effectively-once object
 BENCHMARKS += ["tax", "throughput", "webhook_pr"]  # orchestration: the durability tax, throughput, webhook to PR
+BENCHMARKS += ["critical_path"]  # label -> draft PR -> awaiting review per project, against its floor
 BENCHMARKS += ["hosts"]  # scale-out: runs/min on 1 worker host vs 3 (network namespaces, root)
 
 

@@ -301,17 +301,23 @@ STACK_STARTS = 3
 
 
 @contextmanager
-def e2e_stack(root: Path) -> Iterator[E2EStack]:
-    """:func:`~tests.support.e2e_stack.running_e2e_stack` with the e2e tests' model script, in ``root``; started
-    again (in a fresh state directory, everything of the failed start stopped) when one of its services is
-    not ready in time: on a loaded host the receiver's start can outlast the 30 s it is given."""
+def e2e_stack(
+    root: Path,
+    *,
+    model_script: Callable[[Path], Path] = combined_model_script,
+    configure: Callable[[DurafixConfig], None] | None = None,
+) -> Iterator[E2EStack]:
+    """:func:`~tests.support.e2e_stack.running_e2e_stack` with a model script (``model_script(dest)`` writes it;
+    default the e2e tests'), in ``root``, its saved config changed by ``configure``; started again (in a fresh
+    state directory, everything of the failed start stopped) when one of its services is not ready in time: on a
+    loaded host the receiver's start can outlast the 30 s it is given."""
     for attempt in range(1, STACK_STARTS + 1):
         state = root / f"state-{attempt}"
         state.mkdir()
         with ExitStack() as started:
             try:
                 stack = started.enter_context(
-                    running_e2e_stack(state, model_script=combined_model_script(root / "model-script.yaml"))
+                    running_e2e_stack(state, model_script=model_script(root / "model-script.yaml"), configure=configure)
                 )
             except ServiceError as err:
                 if attempt == STACK_STARTS:
