@@ -35,6 +35,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from pipeline import client as runs
 from pipeline import steps
+from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW
 from pipeline.ids import branch_for, workflow_id_for
 from tests.bench.bench_tax import e2e_stack
 from tests.bench.report import counted
@@ -49,7 +50,8 @@ MILESTONES: list[tuple[str, str, int]] = [
     ("ticket posted", steps.ENSURE_TICKET.name, 1),
     ("base reproduced", steps.REPRODUCE.name, 1),
     ("baseline tests", steps.RUN_BASELINE.name, 1),
-    ("repair (model steps)", steps.AGENT_CONCLUDE.name, 1),
+    # A repair attempt runs as a child workflow: its model steps are in its own history, its end in the run's.
+    ("repair (model steps)", ATTEMPT_WORKFLOW, 1),
     ("verified (tests, replay)", steps.REPRODUCE.name, 2),
     ("evidence built", steps.BUILD_EVIDENCE.name, 1),
     ("branch pushed", steps.PUBLISH_BRANCH.name, 1),
@@ -130,6 +132,10 @@ class WebhookToPr:
                 scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
             elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
                 name = scheduled[event.activity_task_completed_event_attributes.scheduled_event_id]
+                count[name] = count.get(name, 0) + 1
+                done[(name, count[name])] = at
+            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+                name = event.child_workflow_execution_completed_event_attributes.workflow_type.name
                 count[name] = count.get(name, 0) + 1
                 done[(name, count[name])] = at
         marks += [(stage, done[(name, k)]) for stage, name, k in MILESTONES if (name, k) in done]
