@@ -57,7 +57,8 @@ from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.observability.endpoint import METRICS_LINE
 from pipeline.observability.supervisor_metrics import SupervisorMetrics
-from pipeline.worker.inflight import InflightDir, fail_dir, note, sweep
+from pipeline.worker.dead_polls import fail_retries_started_by_the_dead
+from pipeline.worker.inflight import Attempt, InflightDir, fail_dir, note, sweep
 
 CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
 """Set (to the supervisor's pid) in a child's environment: the process is a supervised worker child."""
@@ -238,8 +239,21 @@ class Supervisor:
             return
         client = await self.client()
         why = f"worker process {child.pid} died ({describe_exit(code)})"
-        for attempt in await fail_dir(client, child.inflight, why):
+        failed = await fail_dir(client, child.inflight, why)
+        for attempt in failed:
             note(f"failed {attempt.activity_type} attempt {attempt.attempt} of {attempt.workflow_id}: {why}")
+        if failed and not self.stopping.is_set():
+            self._spawned(self._watch_retries(client, failed, child.pid, why))
+
+    async def _watch_retries(self, client: Client, failed: list[Attempt], pid: int, why: str) -> None:
+        """Fail again the retries the server handed to the dead child's polls (:mod:`pipeline.worker.dead_polls`)."""
+        try:
+            again = await fail_retries_started_by_the_dead(client, failed, pid, why)
+        except Exception as err:  # the heartbeat timeouts remain the backstop
+            note(f"watching the retries of worker process {pid}'s attempts failed: {err!r}")
+            return
+        for workflow_id, step, attempt in again:
+            note(f"failed {step} attempt {attempt} of {workflow_id} again: the server handed it to a poll of {pid}")
 
     async def _sweeps(self) -> None:
         client = await self.client()

@@ -15,12 +15,15 @@ fresh polling child, the killed one gone) and the disk (no in-flight record left
 from __future__ import annotations
 
 import base64
+import socket
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 from temporalio import activity
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import PollActivityTaskQueueRequest, PollActivityTaskQueueResponse
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
@@ -32,10 +35,13 @@ from pipeline.activities.heartbeat import Heartbeat, heartbeating
 from pipeline.failures import WORKER_LOST
 from pipeline.policies import RunPolicy
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput
-from pipeline.worker.inflight import Attempt, InflightDir, dead_dirs, inflight_root
+from pipeline.steps import TaskQueue as queues
+from pipeline.worker.dead_polls import fail_retries_started_by_the_dead
+from pipeline.worker.inflight import Attempt, InflightDir, dead_dirs, fail_attempt, inflight_root
 from tests.support.failover import (
     PROBE,
     PROBE_QUEUE,
+    Held,
     Hold,
     ProbeInput,
     ProbeWorkflow,
@@ -203,3 +209,84 @@ def test_a_wrapped_activity_beats_under_its_name_and_an_inner_heartbeat_takes_ov
     first_inner, last_inner = kinds.index("inner"), len(kinds) - 1 - kinds[::-1].index("inner")
     assert set(kinds[first_inner : last_inner + 1]) == {"inner"}
     assert all(b == {"detail": b["detail"], "spent": 1} for b in beats if isinstance(b, dict))
+
+
+@activity.defn(name=PROBE)
+async def probe_hold_at_once(hold: Hold) -> Held:
+    info = activity.info()
+    return Held(pid=0, attempt=info.attempt)
+
+
+async def poll_as(client: Client, identity: str) -> PollActivityTaskQueueResponse:
+    """One activity task of the model queue, taken by a poll under ``identity`` that never answers it."""
+    request = PollActivityTaskQueueRequest(
+        namespace=client.namespace, task_queue=TaskQueue(name=queues.MODEL.value), identity=identity
+    )
+    while True:
+        task = await client.workflow_service.poll_activity_task_queue(request)
+        if task.task_token:
+            return task
+
+
+@pytest.mark.timeout(300)
+async def test_a_retry_handed_to_a_dead_childs_poll_is_failed_again_not_left_to_its_heartbeat(
+    temporal_client: Client,
+) -> None:
+    """The server can hand the retry of an attempt the supervisor just failed to a long poll the killed child
+    left open; a poll under the dead child's identity that never answers stands in for it. The retry is
+    failed again as ``WorkerLost`` and the next attempt runs on a live worker, long before the step's 90 s
+    heartbeat timeout."""
+    client = temporal_client
+    dead_pid = 999_999
+    dead = f"4242@{socket.gethostname()}/child-{dead_pid}"
+    wf = f"dead-poll-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=PROBE_QUEUE, workflows=[ProbeWorkflow]):
+        handle = await client.start_workflow(
+            ProbeWorkflow.run, ProbeInput(holds=[Hold(first_s=0)]), id=wf, task_queue=PROBE_QUEUE
+        )
+        first = await poll_as(client, dead)
+        attempt = Attempt(
+            task_token=base64.b64encode(first.task_token).decode(),
+            activity_type=first.activity_type.name,
+            activity_id=first.activity_id,
+            attempt=first.attempt,
+            workflow_id=first.workflow_execution.workflow_id,
+            workflow_run_id=first.workflow_execution.run_id,
+            started_at=time.time(),
+        )
+        assert await fail_attempt(client, attempt, f"worker process {dead_pid} died")
+        retry = await poll_as(client, dead)  # the zombie poll takes the retry
+        assert retry.attempt == 2
+        again = await fail_retries_started_by_the_dead(client, [attempt], dead_pid, "killed")
+        assert again == [(wf, PROBE, 2)]
+        async with Worker(client, task_queue=queues.MODEL.value, activities=[probe_hold_at_once]):
+            out = await handle.result()
+    assert [h.attempt for h in out.held] == [3]
+    # Attempt 2 ended failed over, not timed out (its heartbeat timeout would read ``Timeout:4``).
+    (start,) = [s for s in await attempt_starts(client, wf) if s.activity_type == PROBE]
+    assert (start.attempt, start.last_failure_type) == (3, WORKER_LOST)
+
+
+async def test_a_retry_a_live_worker_took_is_left_alone(temporal_client: Client) -> None:
+    client = temporal_client
+    wf = f"live-poll-{uuid.uuid4().hex[:8]}"
+    async with Worker(client, task_queue=PROBE_QUEUE, workflows=[ProbeWorkflow]):
+        handle = await client.start_workflow(
+            ProbeWorkflow.run, ProbeInput(holds=[Hold(first_s=0)]), id=wf, task_queue=PROBE_QUEUE
+        )
+        first = await poll_as(client, f"4242@{socket.gethostname()}/child-999998")
+        attempt = Attempt(
+            task_token=base64.b64encode(first.task_token).decode(),
+            activity_type=first.activity_type.name,
+            activity_id=first.activity_id,
+            attempt=first.attempt,
+            workflow_id=wf,
+            workflow_run_id=first.workflow_execution.run_id,
+            started_at=time.time(),
+        )
+        assert await fail_attempt(client, attempt, "worker process 999998 died")
+        live = await poll_as(client, f"4242@{socket.gethostname()}/child-1234")
+        assert await fail_retries_started_by_the_dead(client, [attempt], 999_998, "killed") == []
+        await client.get_async_activity_handle(task_token=live.task_token).complete(Held(pid=1234, attempt=2))
+        out = await handle.result()
+    assert [h.attempt for h in out.held] == [2]
