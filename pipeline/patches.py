@@ -120,6 +120,7 @@ RUN_RECORD_PATCH = "run-record-stored"
 ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
 REPRODUCTION_SEED_PATCH = "test-reproduction-seeds-repair"
 DRAFTS_RUN_ON_BASE_PATCH = "drafts-run-on-base"
+CHECKS_SIDE_BY_SIDE_PATCH = "checks-side-by-side"
 
 PATCHES: tuple[Patch, ...] = (
     Patch(
@@ -292,6 +293,17 @@ PATCHES: tuple[Patch, ...] = (
         "with what it found until one shows the bug; runs recorded before drafted one browser procedure, "
         "validated only, before the spec. Asked only by runs whose report has no reproduction.",
         fixtures=("drafted-reproduction-refused-then-accepted",),
+        shipped=date(2026, 12, 6),
+    ),
+    Patch(
+        CHECKS_SIDE_BY_SIDE_PATCH,
+        "Independent checks run side by side (pipeline/flow/side_by_side.py): the baseline tests beside the base "
+        "reproduction, and a candidate's reproduction replayed beside its tests (env.verify_candidate), its "
+        "outputs tagged with the candidate's commit once that step made it; a failing check cancels the checks "
+        "still running beside it. Runs recorded before ran each after the other (the ticket update between the "
+        "base reproduction and the baseline). A run whose base reproduction was a drafted one's asks it only in "
+        "verification.",
+        fixtures=("checks-side-by-side",),
         shipped=date(2026, 12, 6),
     ),
 )

@@ -60,12 +60,20 @@ class Intake:
     async def run(self) -> None:
         """Intake, ticket, procedure, provision and reproduce; the run ends here if the report does not
         reproduce on its base."""
+        await self.prepare()
+        await self.reproduce_base()
+
+    async def prepare(self) -> None:
+        """Intake, ticket, procedure and spec: everything the base reproduction and the baseline need."""
         await self.read_report()
         await self.open_ticket()
         await self.prepare_procedure()
         if self.ctx.spec_ref is None:  # a drafted reproduction needed it first
             await self.prepare_spec()
-        await self.reproduce_base()
+
+    def base_reproduced(self) -> bool:
+        """Whether the base reproduction already ran (the accepted draft's run on the base is the run's)."""
+        return self.ctx.state.drafting is not None and self.ctx.state.reproduction is not None
 
     async def read_report(self) -> ReportInfo:
         ctx = self.ctx
@@ -211,16 +219,18 @@ class Intake:
         ctx.spec_ref = spec_ref
         ctx.record(spec_ref)
 
-    async def reproduce_base(self) -> None:
+    async def reproduce_base(self, *, beside: bool = False) -> None:
         """The base environment is provisioned in PROVISION and the procedure runs in REPRODUCE (both again if
-        the environment dies under the reproduction)."""
+        the environment dies under the reproduction); ``beside`` the baseline (see
+        :meth:`~pipeline.flow.environments.Environments.reproduce_on`)."""
         ctx = self.ctx
         revision = ctx.the_report.base_revision
         drafting = ctx.state.drafting
-        if drafting is not None and ctx.state.reproduction is not None:
+        if self.base_reproduced():
+            assert ctx.state.reproduction is not None
             base = ctx.state.reproduction  # the last draft's run on the base
         else:
-            base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
+            base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE, beside=beside)
         ctx.state.reproduction = base
         if base.status == ReproductionOutcome.APP_NOT_READY:
             # The procedure never ran: no verdict on the report, but a recipe (or worker) to fix.
@@ -254,16 +264,22 @@ class Intake:
                 f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",
             )
 
-    async def baseline(self) -> None:
+    async def baseline(self, *, beside: bool = False) -> None:
         """The recipe's tests on the base: a run whose tests cannot run, or fail before any change, ends in
-        triage before the model is asked for anything (a fix could not be judged against them)."""
+        triage before the model is asked for anything (a fix could not be judged against them). ``beside``: run
+        beside the base reproduction, whose phase the run shows (the baseline enters none of its own)."""
         ctx = self.ctx
-        ctx.enter(Phase.BASELINE)
+        if not beside:
+            ctx.enter(Phase.BASELINE)
         baseline_op = op_id(ctx.wf, "baseline")
         result = await ctx.step(steps.RUN_BASELINE, BaselineInput(run_id=ctx.wf, op_id=baseline_op, spec_ref=ctx.spec))
         ctx.record(result.test_output_ref)
         ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump(exclude={"environment_failure"}))
         base = ctx.the_report.base_revision[:12]
+        if result.runnable and (result.passed or result.cases_ref is not None):
+            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
+            return
+        ctx.enter(Phase.BASELINE)  # the run ends in the baseline's phase, also when it ran beside the reproduction
         if not result.runnable:
             ctx.state.triage = TriageFact(
                 reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=result.environment_failure
@@ -273,9 +289,6 @@ class Intake:
                 f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
                 "fix `setup`/`test` in durafix.yaml",
             )
-        if result.passed or result.cases_ref is not None:
-            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
-            return
         ctx.state.triage = TriageFact(reason=TriageReason.BASELINE_FAILS, environment=result.environment_failure)
         raise RunEnded(
             Outcome.NEEDS_HUMAN_TRIAGE,

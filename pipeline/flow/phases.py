@@ -18,8 +18,9 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.repair import Repair
     from pipeline.flow.review import ReviewGate
     from pipeline.flow.revise import Revisions
+    from pipeline.flow.side_by_side import side_by_side
     from pipeline.flow.verify import Verify
-    from pipeline.patches import BASELINE_PATCH
+    from pipeline.patches import BASELINE_PATCH, CHECKS_SIDE_BY_SIDE_PATCH
     from pipeline.state import Phase
 
 
@@ -43,10 +44,19 @@ class Phases:
         """Intake to the published draft PR, in order; a phase that ends the run raises
         :class:`~pipeline.flow.context.RunEnded`."""
         ctx = self.ctx
-        await self.intake.run()
-        await ctx.update_ticket()
-        if ctx.patched(BASELINE_PATCH):
-            await self.intake.baseline()
+        await self.intake.prepare()
+        if not self.intake.base_reproduced() and ctx.patched(CHECKS_SIDE_BY_SIDE_PATCH):
+            checks = {
+                "base reproduction": self.intake.reproduce_base(beside=True),
+                "baseline": self.intake.baseline(beside=True),
+            }
+            await side_by_side(ctx, checks)
+            await ctx.update_ticket()
+        else:
+            await self.intake.reproduce_base()
+            await ctx.update_ticket()
+            if ctx.patched(BASELINE_PATCH):
+                await self.intake.baseline()
         candidate = await self.repair.run()
         ctx.enter(Phase.PUBLISH)
         await self.publish.first(candidate)
