@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from environments.diagnosis import Stage
     from environments.reproduction import ReproductionKind
     from pipeline import messages, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
@@ -33,8 +34,10 @@ with workflow.unsafe.imports_passed_through():
         TriageFact,
         TriageReason,
     )
+    from pipeline.flow.side_by_side import side_by_side
     from pipeline.steps import (
         BaselineInput,
+        BaselineResult,
         DraftContextInput,
         DraftProcedureInput,
         EnsureTicketInput,
@@ -264,15 +267,45 @@ class Intake:
                 f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",
             )
 
-    async def baseline(self, *, beside: bool = False) -> None:
+    async def checks_on_base(self) -> None:
+        """The base reproduction beside the baseline (:mod:`pipeline.flow.side_by_side`), with the verdicts of
+        runs that ran them one after the other: the first to fail cancels the other and ends the run, except a
+        baseline whose setup failed. That one is the base reproduction's setup too, which says what is broken
+        (the environment's own log, ``environment.log``, and the cause): it is held, records nothing and cancels
+        nothing; when the base reproduction fails (or ends the run otherwise) the baseline stays unrecorded, and
+        when it reproduced, the held baseline is recorded and ends the run as it would have after it."""
+        held: list[BaselineResult] = []
+
+        async def baseline() -> None:
+            result = await self.baseline(beside=True)
+            if result is not None:
+                held.append(result)
+
+        await side_by_side(self.ctx, {"base reproduction": self.reproduce_base(beside=True), "baseline": baseline()})
+        for result in held:
+            self.judge_baseline(result)
+
+    async def baseline(self, *, beside: bool = False) -> BaselineResult | None:
         """The recipe's tests on the base: a run whose tests cannot run, or fail before any change, ends in
         triage before the model is asked for anything (a fix could not be judged against them). ``beside``: run
-        beside the base reproduction, whose phase the run shows (the baseline enters none of its own)."""
+        beside the base reproduction, whose phase the run shows (the baseline enters none of its own); a result
+        whose setup failed is then returned unjudged and unrecorded (:meth:`checks_on_base` says why), every
+        other is judged here (None)."""
         ctx = self.ctx
         if not beside:
             ctx.enter(Phase.BASELINE)
         baseline_op = op_id(ctx.wf, "baseline")
         result = await ctx.step(steps.RUN_BASELINE, BaselineInput(run_id=ctx.wf, op_id=baseline_op, spec_ref=ctx.spec))
+        if beside and setup_failed(result):
+            return result
+        self.judge_baseline(result)
+        return None
+
+    def judge_baseline(self, result: BaselineResult) -> None:
+        """Record the baseline ``result`` (its log among the run's evidence) and end the run in triage when its
+        tests cannot run, or fail without per-test results."""
+        ctx = self.ctx
+        baseline_op = op_id(ctx.wf, "baseline")
         ctx.record(result.test_output_ref)
         ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump(exclude={"environment_failure"}))
         base = ctx.the_report.base_revision[:12]
@@ -295,3 +328,9 @@ class Intake:
             f"the recipe's tests already fail on the base revision {base} ({result.summary}); a fix is judged "
             "against a passing baseline, or per test with a `test_report` (JUnit XML) named in durafix.yaml",
         )
+
+
+def setup_failed(result: BaselineResult) -> bool:
+    """Whether the baseline could not run because the recipe's setup failed (not its tests)."""
+    failed = result.environment_failure
+    return not result.runnable and failed is not None and failed.stage == Stage.SETUP.value

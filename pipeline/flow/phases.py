@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.repair import Repair
     from pipeline.flow.review import ReviewGate
     from pipeline.flow.revise import Revisions
-    from pipeline.flow.side_by_side import side_by_side
     from pipeline.flow.verify import Verify
     from pipeline.patches import BASELINE_PATCH, CHECKS_SIDE_BY_SIDE_PATCH
     from pipeline.state import Phase
@@ -46,11 +45,7 @@ class Phases:
         ctx = self.ctx
         await self.intake.prepare()
         if not self.intake.base_reproduced() and ctx.patched(CHECKS_SIDE_BY_SIDE_PATCH):
-            checks = {
-                "base reproduction": self.intake.reproduce_base(beside=True),
-                "baseline": self.intake.baseline(beside=True),
-            }
-            await side_by_side(ctx, checks)
+            await self.intake.checks_on_base()
             await ctx.update_ticket()
         else:
             await self.intake.reproduce_base()

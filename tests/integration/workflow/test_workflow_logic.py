@@ -175,6 +175,12 @@ class Script:
     started: dict[str, asyncio.Event] = field(default_factory=dict)
     # A candidate's tests fail once its reproduction runs, which beats until a cancellation reaches it.
     tests_fail_beside_reproduction: bool = False
+    # The recipe's setup command exits 1 in the baseline's workspace (the baseline answers at once, as a
+    # sandbox's setup fails before an image is built) and, with ``base_env_setup_fails``, in the base's
+    # environment too, whose provisioning answers only after the baseline's answer was sent: the order in which
+    # a baseline's answer would be the first failure of the two.
+    baseline_setup_fails: bool = False
+    base_env_setup_fails: bool = False
 
     # Revisions on review fail their tests.
     revision_fails: bool = False
@@ -215,6 +221,25 @@ def no_app_failure() -> ApplicationError:
     assert found is not None
     fact = EnvironmentFailureFact(stage="start", command="", cause=found.cause.value, hint=found.hint)
     return FailureClass.NOT_READY.error(str(err), {"environment_failure": fact.model_dump(mode="json")})
+
+
+SETUP = "pip install -r requirements.txt"
+
+
+def setup_failure(log: str) -> EnvironmentFailureFact:
+    """The recipe's setup command failing with exit 1, its output in the stored ``log``."""
+    return EnvironmentFailureFact(
+        stage="setup", command=SETUP, exit_code=1, log_ref=ref(log, ArtifactKind.LOG), log_url=f"http://logs/{log}"
+    )
+
+
+def setup_not_ready() -> ApplicationError:
+    """What ``env.provision`` raises when the recipe's setup fails: NotReady, its details naming the command and
+    the environment's stored log (``environment.log``)."""
+    fact = setup_failure("environment.log")
+    assert fact.log_ref is not None
+    details = {"log_ref": fact.log_ref.model_dump(mode="json"), "environment_failure": fact.model_dump(mode="json")}
+    return FailureClass.NOT_READY.error(f"setup failed: {SETUP!r} exited 1; its output is in environment.log", details)
 
 
 def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
@@ -297,6 +322,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         s.calls.append(("provision", i))
         if s.no_app:
             raise no_app_failure()
+        if s.base_env_setup_fails and ":env-base:" in i.op_id:
+            await beat_until("baseline-answered")
+            await beat_until("never", tries=5)  # the baseline's answer reaches the workflow first
+            raise setup_not_ready()
         s.live_envs.add(i.op_id)
         host = s.provision_hosts.pop(0) if s.provision_hosts else ""
         return EnvironmentHandle(
@@ -384,6 +413,15 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         s.calls.append(("baseline", i))
         if s.rendezvous:
             await meet("baseline", "base-reproduce")
+        if s.baseline_setup_fails:
+            began("baseline-answered")
+            return BaselineResult(
+                runnable=False,
+                passed=False,
+                summary=f"setup failed: {SETUP!r} exited 1",
+                test_output_ref=ref("baseline-tests.log", ArtifactKind.TEST_OUTPUT),
+                environment_failure=setup_failure("baseline-tests.log"),
+            )
         runnable, passed = s.baseline
         summary = (
             "passed"
@@ -780,6 +818,71 @@ async def test_a_failing_test_run_cancels_the_candidate_reproduction_which_tears
     asked = [c for n, c in harness.script.calls if n == "reproduce" and c.revision != BASE]
     assert len(asked) == 1
     assert len({(r.sha256, r.name) for r in final.evidence}) == len(final.evidence)
+
+
+async def answered(harness: Harness, wf: str, step: steps.Step[Any, Any]) -> int:
+    """The index in the run's history of the first answer (completed or failed) to an activity of ``step``."""
+    events = [e async for e in harness.client.get_workflow_handle(wf).fetch_history_events()]
+    scheduled = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == step.name
+    }
+    for n, e in enumerate(events):
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
+                return n
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            if e.activity_task_failed_event_attributes.scheduled_event_id in scheduled:
+                return n
+    raise AssertionError(f"{step.name} was never answered")
+
+
+async def test_a_broken_setup_ends_the_run_on_the_environments_cause_though_the_baseline_failed_on_it_first(
+    harness: Harness,
+) -> None:
+    """The recipe's setup fails: the baseline beside the base reproduction answers first that its setup failed,
+    then the base's provisioning fails on the same command. The run ends as it did when the baseline ran after
+    the reproduction: on the environment's cause, its log `environment.log`; the baseline is no result of the
+    run (not recorded, its log not among the evidence), the model never asked, everything cleaned up."""
+    harness.script.baseline_setup_fails = harness.script.base_env_setup_fails = True
+    wf = await harness.start()
+    final = await harness.result(wf)
+    assert await answered(harness, wf, steps.RUN_BASELINE) < await answered(harness, wf, steps.PROVISION)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "could not be set up" in final.outcome_detail and "its output is in environment.log" in final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    failed = final.triage.environment
+    assert failed is not None and failed.log_ref is not None and failed.log_ref.name == "environment.log", failed
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.APP_NOT_READY
+    assert final.baseline is None and final.phase == Phase.DONE
+    assert "baseline-tests.log" not in {r.name for r in final.evidence}
+    closing = [c for n, c in harness.script.calls if n == "update_ticket"][-1]
+    assert "environment.log" in closing.body and "baseline-tests.log" not in closing.body, closing.body
+    assert "propose" not in harness.script.names() and "agent_turn" not in harness.script.names()
+    assert final.cleanup is not None and final.cleanup.complete
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "checks-side-by-side-setup-fails")
+
+
+async def test_a_baseline_whose_setup_failed_beside_a_reproduction_that_showed_the_bug_ends_the_run_after_it(
+    harness: Harness,
+) -> None:
+    """Only the baseline's setup fails (the base's environment is set up and the bug reproduces): the baseline's
+    answer, held while the reproduction ran, is then the run's: recorded, its log the triage's, the run ended in
+    the baseline's phase before any model request, as when the baseline ran after the reproduction."""
+    harness.script.baseline_setup_fails = True
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "tests cannot run on the base revision" in final.outcome_detail
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.REPRODUCED
+    assert final.baseline is not None and not final.baseline.runnable
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    assert final.triage.environment is not None and final.triage.environment.log_ref is not None
+    assert final.triage.environment.log_ref.name == "baseline-tests.log"
+    assert "baseline-tests.log" in {r.name for r in final.evidence}
+    assert "propose" not in harness.script.names() and "agent_turn" not in harness.script.names()
+    assert final.cleanup is not None and final.cleanup.complete
 
 
 async def test_report_that_does_not_reproduce_needs_triage_and_opens_no_pr(harness: Harness) -> None:
