@@ -303,7 +303,7 @@ PATCHES: tuple[Patch, ...] = (
         "still running beside it. Runs recorded before ran each after the other (the ticket update between the "
         "base reproduction and the baseline). A run whose base reproduction was a drafted one's asks it only in "
         "verification.",
-        fixtures=("checks-side-by-side",),
+        fixtures=("checks-side-by-side", "checks-side-by-side-setup-fails"),
         shipped=date(2026, 12, 6),
     ),
 )

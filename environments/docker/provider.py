@@ -447,9 +447,7 @@ class DockerProvider(EnvironmentProvider):
                 log.write(f"{exc}\n")
             raise SetupError(str(exc), failed=exc.failed, log_path=log_path) from exc
 
-    def _create_checks(
-        self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, argv: list[str]
-    ) -> Any:
+    def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, argv: list[str]) -> Any:
         limits = recipe.limits
         return self.client.containers.create(
             image,

@@ -20,6 +20,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.failures import FailureClass, failure_class, failure_message
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
+    from pipeline.flow.side_by_side import side_by_side
     from pipeline.ids import op_id
     from pipeline.patches import DRAFTS_RUN_ON_BASE_PATCH, PINNED_REPORT_PATCH
     from pipeline.state import (
@@ -34,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         TriageFact,
         TriageReason,
     )
-    from pipeline.flow.side_by_side import side_by_side
     from pipeline.steps import (
         BaselineInput,
         BaselineResult,

@@ -831,11 +831,13 @@ async def answered(harness: Harness, wf: str, step: steps.Step[Any, Any]) -> int
     }
     for n, e in enumerate(events):
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            if e.activity_task_completed_event_attributes.scheduled_event_id in scheduled:
-                return n
-        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
-            if e.activity_task_failed_event_attributes.scheduled_event_id in scheduled:
-                return n
+            answer = e.activity_task_completed_event_attributes.scheduled_event_id
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            answer = e.activity_task_failed_event_attributes.scheduled_event_id
+        else:
+            continue
+        if answer in scheduled:
+            return n
     raise AssertionError(f"{step.name} was never answered")
 
 
