@@ -120,6 +120,7 @@ RUN_RECORD_PATCH = "run-record-stored"
 ATTEMPT_CHILD_PATCH = "repair-attempt-child-workflow"
 REPRODUCTION_SEED_PATCH = "test-reproduction-seeds-repair"
 DRAFTS_RUN_ON_BASE_PATCH = "drafts-run-on-base"
+CHECKS_SIDE_BY_SIDE_PATCH = "checks-side-by-side"
 FORGE_WRITES_BEHIND_PATCH = "forge-writes-behind"
 
 PATCHES: tuple[Patch, ...] = (
@@ -296,9 +297,23 @@ PATCHES: tuple[Patch, ...] = (
         shipped=date(2026, 12, 6),
     ),
     Patch(
+        CHECKS_SIDE_BY_SIDE_PATCH,
+        "Independent checks run side by side (pipeline/flow/side_by_side.py): the baseline tests beside the base "
+        "reproduction, and a candidate's reproduction replayed beside its tests (env.verify_candidate), its "
+        "outputs tagged with the candidate's commit once that step made it; a failing check cancels the checks "
+        "still running beside it, except a baseline whose setup failed: held for the base reproduction, which runs "
+        "the same setup and names the cause (unrecorded when it fails, judged after it when it reproduced). Runs "
+        "recorded before ran each after the other (the ticket update between the base reproduction and the "
+        "baseline). A run whose base reproduction was a drafted one's asks it only in "
+        "verification.",
+        fixtures=("checks-side-by-side", "checks-side-by-side-setup-fails"),
+        shipped=date(2026, 12, 6),
+    ),
+    Patch(
         FORGE_WRITES_BEHIND_PATCH,
-        "Forge writes off the critical path: the ticket update after intake runs behind the baseline (awaited "
-        "before the review is asked for), the candidate's evidence is built while its branch is pushed, and "
+        "Forge writes off the critical path: the ticket update once the base reproduced runs behind the run's next "
+        "work (the baseline, or the repair once the checks run side by side) and is awaited before the review is "
+        "asked for, the candidate's evidence is built while its branch is pushed, and "
         "the ticket update after publishing is left to the review wait's own (the same body, one write fewer); "
         "runs recorded before awaited each write in turn.",
         fixtures=("forge-writes-behind",),

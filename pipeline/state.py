@@ -594,6 +594,9 @@ class RunState(BaseModel):
     issue_number: int
     base_branch: str
     phase: Phase = Phase.INTAKE
+    checks_beside: list[str] = Field(default_factory=list)
+    """The checks running side by side now (:mod:`pipeline.flow.side_by_side`), e.g. the base reproduction and
+    the baseline tests; the phase is the first one's. Empty otherwise."""
     outcome: Outcome | None = None
     outcome_detail: str = ""
     triage: TriageFact | None = None

@@ -46,7 +46,9 @@ app image's build (its steps as the app's user with no capabilities, see :mod:`e
 setup with the network in setup containers whose one way out is the egress proxy, each command's output and the
 proxy's ``# egress:`` lines in the checks' log), and the tests run in a container of their own from that image,
 with the same hardening, ``network_mode=none`` (no interface but loopback: not the app's network, not the host)
-and the run's labels (so ``cleanup_run`` finds one a dead worker left). Its root filesystem is writable (tests
+and the run's labels, named from the op ``<op_id>:checks``: one a dead worker left is adopted by the op's next
+attempt (as a provisioning's container is) when its image and command are the same, else replaced, and
+``cleanup_run`` finds one no attempt came back for. Its root filesystem is writable (tests
 write caches into ``/app``) but dies with it; when the test command ends the container stops and every process in
 it is killed. Nothing of the worker is mounted: no state directory, no Docker socket, no home.
 
@@ -59,8 +61,10 @@ the app's.
 from __future__ import annotations
 
 import io
+import re
 import tarfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -298,8 +302,12 @@ class DockerProvider(EnvironmentProvider):
         in a container of their own from it (see the module's contract), logged to ``log_path``. ``setup_timeout_s``
         bounds each setup container of a setup with the network, not a classic image build (the engine's builder has
         no per-step limit); ``test_timeout_s`` bounds the test container, which is killed when it passes. The
-        container is removed whatever happens; a worker that dies meanwhile leaves it to ``cleanup_run`` (it carries
-        the run's labels)."""
+        container is removed whatever happens (a cancellation raised into the call included); one a dead worker
+        left (it carries the run's and the op's labels) is adopted by the op's next attempt when it was made from
+        the same image for the same command, started if it never was, waited for the rest of its timeout (one
+        that ran all of it counts as timed out), and read as if this call had made it: one container per
+        op, whatever is killed. One of other inputs is replaced; one no attempt comes back for goes with
+        ``cleanup_run``."""
         recipe = run.spec.recipe
         if recipe.secrets:
             raise UnsupportedRecipeError("the docker provider does not inject secrets (see provision)")
@@ -321,21 +329,35 @@ class DockerProvider(EnvironmentProvider):
         # An op of its own (labelled and named ``<op>:checks``), apart from any environment of ``op_id``.
         checks_op = f"{run.op_id}:checks"
         name = container_name(checks_op)
+        argv = ["/bin/sh", "-c", command]
         with self.fence.creating(run.run_id, checks_op):
-            stale = self._adopt(name, run.run_id, checks_op)
-            if stale is not None:  # a dead worker's check container: its result is not ours to trust
-                self._remove_container(stale, CleanupReport(run_id=run.run_id))
-            container = self._create_checks(name, image, run.run_id, checks_op, recipe, command)
+            container = self._adopt(name, run.run_id, checks_op)
+            if container is not None and not _runs(container, image, argv):
+                # Another image or command under this op's name: an op ID names one set of inputs, so this is
+                # not a run of ours to wait for.
+                self._remove_container(container, CleanupReport(run_id=run.run_id))
+                container = None
+            if container is None:
+                container = self._create_checks(name, image, run.run_id, checks_op, recipe, argv)
+            else:
+                # A dead worker's attempt of this op made it (the same image and command): its run is this one's.
+                run.progress(f"adopting {name}")
+                with log_path.open("a", encoding="utf-8") as log:
+                    log.write(f"# {name} adopted as an earlier attempt of {checks_op} left it ({container.status})\n")
         started = time.monotonic()
-        code: int | None
+        code: int | None = None
         try:
-            container.start()
-            try:
-                code = int(container.wait(timeout=run.test_timeout_s)["StatusCode"])
-            except RequestException:
-                container.kill()
-                code = None
-            duration = time.monotonic() - started
+            ran_s = _ran_s(container)  # an adopted container's time so far (None: never started)
+            if container.status == "created":
+                container.start()
+            # An adopted container that ran its whole timeout was killed at it by the attempt that left it.
+            if not (container.status == "exited" and ran_s is not None and ran_s >= run.test_timeout_s):
+                try:
+                    left = run.test_timeout_s - (ran_s or 0.0)
+                    code = int(container.wait(timeout=max(left, 1.0))["StatusCode"])
+                except RequestException:
+                    container.kill()
+            duration = (ran_s or 0.0) + time.monotonic() - started
             with log_path.open("ab") as log:
                 log.write(bytes(container.logs(stdout=True, stderr=True)))
             for path in (*([recipe.test_report] if recipe.test_report else []), *run.collect):
@@ -425,11 +447,11 @@ class DockerProvider(EnvironmentProvider):
                 log.write(f"{exc}\n")
             raise SetupError(str(exc), failed=exc.failed, log_path=log_path) from exc
 
-    def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, command: str) -> Any:
+    def _create_checks(self, name: str, image: str, run_id: str, op_id: str, recipe: AppRecipe, argv: list[str]) -> Any:
         limits = recipe.limits
         return self.client.containers.create(
             image,
-            ["/bin/sh", "-c", command],
+            argv,
             name=name,
             labels=ownership_labels(run_id, op_id),
             environment={**recipe.env, "HOME": "/tmp"},
@@ -607,6 +629,32 @@ def _logs_tail(container: Any) -> str:
         return bytes(container.logs(tail=_LOG_TAIL)).decode(errors="replace")
     except (APIError, RequestException) as exc:
         return f"(logs unavailable: {exc})"
+
+
+def _runs(container: Any, image: str, argv: list[str]) -> bool:
+    """Whether ``container`` was created from ``image`` (the tag it was given) to run ``argv``."""
+    config = container.attrs.get("Config") or {}
+    return bool(config.get("Image") == image and list(config.get("Cmd") or []) == argv)
+
+
+def _ran_s(container: Any) -> float | None:
+    """How long ``container`` has run (until it exited, or until now), by the engine's own record; None when it
+    was never started."""
+    state = container.attrs.get("State") or {}
+    began = _instant(str(state.get("StartedAt") or ""))
+    if began is None:
+        return None
+    ended = _instant(str(state.get("FinishedAt") or "")) if container.status == "exited" else None
+    return max(0.0, ((ended or datetime.now(UTC)) - began).total_seconds())
+
+
+def _instant(text: str) -> datetime | None:
+    """The engine's RFC 3339 timestamp (nanoseconds, ``Z``) as a datetime; None for its zero time or garbage."""
+    found = re.fullmatch(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?(Z|[+-]\d\d:\d\d)", text)
+    if found is None or found[1].startswith("0001-"):
+        return None
+    zone = "+00:00" if found[3] == "Z" else found[3]
+    return datetime.fromisoformat(f"{found[1]}.{(found[2] or '').ljust(6, '0')[:6]}{zone}")
 
 
 def _container_resource(container: Any) -> OwnedResource:

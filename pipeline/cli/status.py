@@ -229,6 +229,7 @@ def state_summary(
     lines = [
         f"run        {state.workflow_id}  (run {state.run_id[:8]}, workflow v{state.workflow_version})",
         f"status     {status.name.lower() if status else 'unknown'}; phase {state.phase.value}"
+        + (f" (side by side: {', '.join(state.checks_beside)})" if state.checks_beside else "")
         + (f"; outcome {state.outcome.value}" if state.outcome else ""),
     ]
     if state.outcome_detail:

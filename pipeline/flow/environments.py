@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from evidence.interface import ArtifactRef
     from pipeline import steps
     from pipeline.failures import FailureClass, failure_class, failure_details, failure_message
-    from pipeline.flow.context import RunContext, RunEnded, detail_ref, host_unreachable
+    from pipeline.flow.context import RunContext, RunEnded, detail_ref, host_unreachable, is_cancellation
     from pipeline.ids import op_id
     from pipeline.patches import HOST_AFFINITY_PATCH
     from pipeline.state import (
@@ -36,6 +36,10 @@ with workflow.unsafe.imports_passed_through():
         SandboxReproduceInput,
     )
 
+# The revision a candidate's reproduction is run and its outputs stored as while its commit is being made beside
+# it (pipeline.flow.side_by_side); :meth:`Environments.tag` puts the commit in once it exists.
+UNMADE = ""
+
 
 class Environments:
     """The run's environments (see the module docstring)."""
@@ -51,11 +55,16 @@ class Environments:
         provisioning: Phase,
         reproducing: Phase,
         base: str | None = None,
+        *,
+        beside: bool = False,
     ) -> ReproductionFact:
         """Provision (in phase ``provisioning``) ``patch_ref`` on ``base`` (default: the run's base), reproduce
         (in ``reproducing``), tear down. An environment found dead is provisioned anew, once. A command or test
         reproduction is one step in ``reproducing``, with no environment to provision or tear down; a command
-        reproduction with ``app: true`` is provisioned and torn down as a browser procedure is."""
+        reproduction with ``app: true`` is provisioned and torn down as a browser procedure is. ``beside``: run
+        beside other checks (:mod:`pipeline.flow.side_by_side`), so a cancellation reaching the reproduction
+        (a sibling failed) tears its environment down before it ends; one reaching the provisioning leaves
+        what it made to the run's cleanup, as any cancelled provisioning does."""
         ctx = self.ctx
         assert ctx.procedure_ref is not None
         if ctx.state.reproduction_kind != ReproductionKind.BROWSER and not ctx.state.reproduction_app:
@@ -70,7 +79,7 @@ class Environments:
                 return handle
             repro_op = op_id(ctx.wf, f"reproduce-{label}", env_attempt)
             ctx.enter(reproducing)
-            result = await self._reproduce(handle, repro_op, revision)
+            result = await self._reproduce(handle, repro_op, revision, beside)
             if isinstance(result, str):
                 last_detail = result
                 continue
@@ -158,8 +167,11 @@ class Environments:
             return self._not_ready(repro_op, revision, err)
         return self._reproduced(repro_op, revision, result)
 
-    async def _reproduce(self, handle: EnvironmentHandle, repro_op: str, revision: str) -> ReproduceResult | str:
-        """The procedure run in ``handle``, torn down after; or why the environment is gone (try a new one)."""
+    async def _reproduce(
+        self, handle: EnvironmentHandle, repro_op: str, revision: str, beside: bool
+    ) -> ReproduceResult | str:
+        """The procedure run in ``handle``, torn down after (also when cancelled, ``beside`` other checks); or
+        why the environment is gone (try a new one)."""
         ctx = self.ctx
         assert ctx.procedure_ref is not None and ctx.state.environment is not None
         host = self.host_of(handle)
@@ -194,6 +206,10 @@ class Environments:
                     host=host,
                 )
         except ActivityError as err:
+            if beside and is_cancellation(err):
+                # A sibling check failed (pipeline.flow.side_by_side): the environment is not needed any more.
+                await self.teardown(handle)
+                raise
             if host and host_unreachable(err):
                 # The host is gone or cut off: a teardown there would only wait for it too. What it holds is
                 # its share of the run's cleanup at the end.
@@ -223,6 +239,28 @@ class Environments:
             video_refs=result.video_refs,
             log_ref=result.log_ref,
             detail=result.detail,
+        )
+
+    def tag(self, fact: ReproductionFact, commit: str) -> ReproductionFact:
+        """``fact`` of a reproduction run before the commit it stands for was made (its revision
+        :data:`UNMADE`, as its outputs were stored), now as of ``commit``: the fact and its outputs in the run's
+        evidence tagged with it."""
+        if fact.revision != UNMADE:
+            return fact
+
+        def tagged(ref: ArtifactRef) -> ArtifactRef:
+            return ref.model_copy(update={"revision": commit}) if ref.revision == UNMADE else ref
+
+        ctx = self.ctx
+        ctx.state.evidence = [tagged(ref) for ref in ctx.state.evidence]
+        return fact.model_copy(
+            update={
+                "revision": commit,
+                "trace_refs": [tagged(r) for r in fact.trace_refs],
+                "screenshot_refs": [tagged(r) for r in fact.screenshot_refs],
+                "video_refs": [tagged(r) for r in fact.video_refs],
+                "log_ref": tagged(fact.log_ref) if fact.log_ref else None,
+            }
         )
 
     async def teardown(self, handle: EnvironmentHandle) -> None:

@@ -14,11 +14,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from environments.diagnosis import Stage
     from environments.reproduction import ReproductionKind
     from pipeline import messages, steps
     from pipeline.failures import FailureClass, failure_class, failure_message
     from pipeline.flow.context import RunContext, RunEnded
     from pipeline.flow.environments import Environments
+    from pipeline.flow.side_by_side import side_by_side
     from pipeline.ids import op_id
     from pipeline.patches import DRAFTS_RUN_ON_BASE_PATCH, PINNED_REPORT_PATCH
     from pipeline.state import (
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from pipeline.steps import (
         BaselineInput,
+        BaselineResult,
         DraftContextInput,
         DraftProcedureInput,
         EnsureTicketInput,
@@ -60,12 +63,20 @@ class Intake:
     async def run(self) -> None:
         """Intake, ticket, procedure, provision and reproduce; the run ends here if the report does not
         reproduce on its base."""
+        await self.prepare()
+        await self.reproduce_base()
+
+    async def prepare(self) -> None:
+        """Intake, ticket, procedure and spec: everything the base reproduction and the baseline need."""
         await self.read_report()
         await self.open_ticket()
         await self.prepare_procedure()
         if self.ctx.spec_ref is None:  # a drafted reproduction needed it first
             await self.prepare_spec()
-        await self.reproduce_base()
+
+    def base_reproduced(self) -> bool:
+        """Whether the base reproduction already ran (the accepted draft's run on the base is the run's)."""
+        return self.ctx.state.drafting is not None and self.ctx.state.reproduction is not None
 
     async def read_report(self) -> ReportInfo:
         ctx = self.ctx
@@ -211,16 +222,18 @@ class Intake:
         ctx.spec_ref = spec_ref
         ctx.record(spec_ref)
 
-    async def reproduce_base(self) -> None:
+    async def reproduce_base(self, *, beside: bool = False) -> None:
         """The base environment is provisioned in PROVISION and the procedure runs in REPRODUCE (both again if
-        the environment dies under the reproduction)."""
+        the environment dies under the reproduction); ``beside`` the baseline (see
+        :meth:`~pipeline.flow.environments.Environments.reproduce_on`)."""
         ctx = self.ctx
         revision = ctx.the_report.base_revision
         drafting = ctx.state.drafting
-        if drafting is not None and ctx.state.reproduction is not None:
+        if self.base_reproduced():
+            assert ctx.state.reproduction is not None
             base = ctx.state.reproduction  # the last draft's run on the base
         else:
-            base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE)
+            base = await self.envs.reproduce_on(revision, None, "base", Phase.PROVISION, Phase.REPRODUCE, beside=beside)
         ctx.state.reproduction = base
         if base.status == ReproductionOutcome.APP_NOT_READY:
             # The procedure never ran: no verdict on the report, but a recipe (or worker) to fix.
@@ -254,16 +267,52 @@ class Intake:
                 f"the report did not reproduce on {revision[:12]}: {base.status} ({base.detail})",
             )
 
-    async def baseline(self) -> None:
+    async def checks_on_base(self) -> None:
+        """The base reproduction beside the baseline (:mod:`pipeline.flow.side_by_side`), with the verdicts of
+        runs that ran them one after the other: the first to fail cancels the other and ends the run, except a
+        baseline whose setup failed. That one is the base reproduction's setup too, which says what is broken
+        (the environment's own log, ``environment.log``, and the cause): it is held, records nothing and cancels
+        nothing; when the base reproduction fails (or ends the run otherwise) the baseline stays unrecorded, and
+        when it reproduced, the held baseline is recorded and ends the run as it would have after it."""
+        held: list[BaselineResult] = []
+
+        async def baseline() -> None:
+            result = await self.baseline(beside=True)
+            if result is not None:
+                held.append(result)
+
+        await side_by_side(self.ctx, {"base reproduction": self.reproduce_base(beside=True), "baseline": baseline()})
+        for result in held:
+            self.judge_baseline(result)
+
+    async def baseline(self, *, beside: bool = False) -> BaselineResult | None:
         """The recipe's tests on the base: a run whose tests cannot run, or fail before any change, ends in
-        triage before the model is asked for anything (a fix could not be judged against them)."""
+        triage before the model is asked for anything (a fix could not be judged against them). ``beside``: run
+        beside the base reproduction, whose phase the run shows (the baseline enters none of its own); a result
+        whose setup failed is then returned unjudged and unrecorded (:meth:`checks_on_base` says why), every
+        other is judged here (None)."""
         ctx = self.ctx
-        ctx.enter(Phase.BASELINE)
+        if not beside:
+            ctx.enter(Phase.BASELINE)
         baseline_op = op_id(ctx.wf, "baseline")
         result = await ctx.step(steps.RUN_BASELINE, BaselineInput(run_id=ctx.wf, op_id=baseline_op, spec_ref=ctx.spec))
+        if beside and setup_failed(result):
+            return result
+        self.judge_baseline(result)
+        return None
+
+    def judge_baseline(self, result: BaselineResult) -> None:
+        """Record the baseline ``result`` (its log among the run's evidence) and end the run in triage when its
+        tests cannot run, or fail without per-test results."""
+        ctx = self.ctx
+        baseline_op = op_id(ctx.wf, "baseline")
         ctx.record(result.test_output_ref)
         ctx.state.baseline = BaselineFact(op_id=baseline_op, **result.model_dump(exclude={"environment_failure"}))
         base = ctx.the_report.base_revision[:12]
+        if result.runnable and (result.passed or result.cases_ref is not None):
+            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
+            return
+        ctx.enter(Phase.BASELINE)  # the run ends in the baseline's phase, also when it ran beside the reproduction
         if not result.runnable:
             ctx.state.triage = TriageFact(
                 reason=TriageReason.ENVIRONMENT_NOT_SET_UP, environment=result.environment_failure
@@ -273,12 +322,15 @@ class Intake:
                 f"the recipe's tests cannot run on the base revision {base}: {result.summary}; "
                 "fix `setup`/`test` in durafix.yaml",
             )
-        if result.passed or result.cases_ref is not None:
-            # With per-test results a failing base is no obstacle: a candidate must only fail no other test.
-            return
         ctx.state.triage = TriageFact(reason=TriageReason.BASELINE_FAILS, environment=result.environment_failure)
         raise RunEnded(
             Outcome.NEEDS_HUMAN_TRIAGE,
             f"the recipe's tests already fail on the base revision {base} ({result.summary}); a fix is judged "
             "against a passing baseline, or per test with a `test_report` (JUnit XML) named in durafix.yaml",
         )
+
+
+def setup_failed(result: BaselineResult) -> bool:
+    """Whether the baseline could not run because the recipe's setup failed (not its tests)."""
+    failed = result.environment_failure
+    return not result.runnable and failed is not None and failed.stage == Stage.SETUP.value

@@ -19,7 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from pipeline.flow.review import ReviewGate
     from pipeline.flow.revise import Revisions
     from pipeline.flow.verify import Verify
-    from pipeline.patches import BASELINE_PATCH, FORGE_WRITES_BEHIND_PATCH
+    from pipeline.patches import BASELINE_PATCH, CHECKS_SIDE_BY_SIDE_PATCH, FORGE_WRITES_BEHIND_PATCH
     from pipeline.state import Phase
 
 
@@ -43,14 +43,15 @@ class Phases:
         """Intake to the published draft PR, in order; a phase that ends the run raises
         :class:`~pipeline.flow.context.RunEnded`."""
         ctx = self.ctx
-        await self.intake.run()
-        behind = ctx.patched(FORGE_WRITES_BEHIND_PATCH)
-        if behind:
-            ctx.write_behind()  # overlaps with the baseline: nobody reads the ticket before the review is asked
+        await self.intake.prepare()
+        if not self.intake.base_reproduced() and ctx.patched(CHECKS_SIDE_BY_SIDE_PATCH):
+            await self.intake.checks_on_base()
+            behind = await self.ticket_after_intake()
         else:
-            await ctx.update_ticket()
-        if ctx.patched(BASELINE_PATCH):
-            await self.intake.baseline()
+            await self.intake.reproduce_base()
+            behind = await self.ticket_after_intake()
+            if ctx.patched(BASELINE_PATCH):
+                await self.intake.baseline()
         candidate = await self.repair.run()
         ctx.enter(Phase.PUBLISH)
         await self.publish.first(candidate, overlapped=behind)
@@ -60,3 +61,13 @@ class Phases:
             await ctx.settle_behind()
         else:
             await ctx.update_ticket()
+
+    async def ticket_after_intake(self) -> bool:
+        """The ticket update once the base reproduced: sent behind the run's next work (FORGE_WRITES_BEHIND_PATCH;
+        nobody reads the ticket before the review is asked for) or awaited. Whether it was sent behind."""
+        ctx = self.ctx
+        if ctx.patched(FORGE_WRITES_BEHIND_PATCH):
+            ctx.write_behind()
+            return True
+        await ctx.update_ticket()
+        return False

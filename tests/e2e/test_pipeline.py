@@ -28,6 +28,7 @@ from browser.procedure import Procedure
 from infra import processes
 from infra.cli.demo import issue_text
 from pipeline import client as runs
+from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
@@ -184,11 +185,12 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     assert run_workspaces(stack, wf) == []
     assert_metrics_after_one_merged_run(stack, wf, repository, (await client.get_workflow_handle(wf).describe()).run_id)
     history = await client.get_workflow_handle(wf).fetch_history()
-    # Forge writes off the critical path: the ticket update after intake is sent with the baseline, the
-    # evidence built while the branch is pushed (each pair scheduled by one workflow task), and the ticket is
-    # written once between publishing and asking for the review, not twice.
+    # Forge writes off the critical path: the ticket update once the base reproduced is sent with the repair
+    # attempt (the baseline ran beside the base reproduction), the evidence built while the branch is pushed
+    # (each pair scheduled by one workflow task), and the ticket is written once between publishing and asking
+    # for the review, not twice.
     together = scheduled_together(history)
-    assert {"forge.update_ticket", "env.run_baseline"} in together, together
+    assert {"forge.update_ticket", f"child:{ATTEMPT_WORKFLOW}"} in together, together
     assert {"evidence.build", "forge.publish_branch"} in together, together
     names = [sorted(batch) for batch in together]
     commented = next(i for i, batch in enumerate(together) if "forge.ensure_comment" in batch)
@@ -200,12 +202,16 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
 
 
 def scheduled_together(history: WorkflowHistory) -> list[set[str]]:
-    """The activities each workflow task scheduled, in history order: a set of step names per task."""
+    """The activities (step names) and child workflows (``child:TYPE``) each workflow task started, in history
+    order: a set per task."""
     batches: dict[int, set[str]] = {}
     for event in history.events:
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
             batches.setdefault(attrs.workflow_task_completed_event_id, set()).add(attrs.activity_type.name)
+        elif event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            child = event.start_child_workflow_execution_initiated_event_attributes
+            batches.setdefault(child.workflow_task_completed_event_id, set()).add(f"child:{child.workflow_type.name}")
     return [batches[key] for key in sorted(batches)]
 
 

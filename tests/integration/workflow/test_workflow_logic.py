@@ -7,6 +7,7 @@ The end-to-end tests in ``tests/e2e`` run the same workflow against the real for
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from pipeline import client as runs
 from pipeline import steps
 from pipeline.failures import NO_PATCH_KIND, WORKER_LOST, FailureClass
 from pipeline.flow.attempt_carry import attempt_workflow_id
+from pipeline.flow.candidates import label as candidate_label
 from pipeline.hosts import host_queue
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
@@ -165,6 +167,20 @@ class Script:
     no_patch_on_attempt: dict[int, str] = field(default_factory=dict)
     # The tool calls of every batch answered "error: ..." (the batch reports how many).
     invalid_tool_calls: int = 0
+    # The checks meant to run side by side (the base reproduction and the baseline, a candidate's tests and its
+    # reproduction) each wait, beating, until the other started (10 s at most), their spans kept in ``spans``:
+    # run one after the other, the first ends before the second starts.
+    rendezvous: bool = False
+    spans: dict[str, tuple[float, float]] = field(default_factory=dict)
+    started: dict[str, asyncio.Event] = field(default_factory=dict)
+    # A candidate's tests fail once its reproduction runs, which beats until a cancellation reaches it.
+    tests_fail_beside_reproduction: bool = False
+    # The recipe's setup command exits 1 in the baseline's workspace (the baseline answers at once, as a
+    # sandbox's setup fails before an image is built) and, with ``base_env_setup_fails``, in the base's
+    # environment too, whose provisioning answers only after the baseline's answer was sent: the order in which
+    # a baseline's answer would be the first failure of the two.
+    baseline_setup_fails: bool = False
+    base_env_setup_fails: bool = False
 
     # Revisions on review fail their tests.
     revision_fails: bool = False
@@ -207,7 +223,47 @@ def no_app_failure() -> ApplicationError:
     return FailureClass.NOT_READY.error(str(err), {"environment_failure": fact.model_dump(mode="json")})
 
 
+SETUP = "pip install -r requirements.txt"
+
+
+def setup_failure(log: str) -> EnvironmentFailureFact:
+    """The recipe's setup command failing with exit 1, its output in the stored ``log``."""
+    return EnvironmentFailureFact(
+        stage="setup", command=SETUP, exit_code=1, log_ref=ref(log, ArtifactKind.LOG), log_url=f"http://logs/{log}"
+    )
+
+
+def setup_not_ready() -> ApplicationError:
+    """What ``env.provision`` raises when the recipe's setup fails: NotReady, its details naming the command and
+    the environment's stored log (``environment.log``)."""
+    fact = setup_failure("environment.log")
+    assert fact.log_ref is not None
+    details = {"log_ref": fact.log_ref.model_dump(mode="json"), "environment_failure": fact.model_dump(mode="json")}
+    return FailureClass.NOT_READY.error(f"setup failed: {SETUP!r} exited 1; its output is in environment.log", details)
+
+
 def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
+    def began(name: str) -> asyncio.Event:
+        event = s.started.setdefault(name, asyncio.Event())
+        event.set()
+        return event
+
+    async def beat_until(other: str, tries: int = 50) -> None:
+        """Beat until the check ``other`` started (``tries`` beats 0.2 s apart at most)."""
+        theirs = s.started.setdefault(other, asyncio.Event())
+        for _ in range(tries):
+            if theirs.is_set():
+                return
+            activity.heartbeat()
+            await asyncio.sleep(0.2)
+
+    async def meet(me: str, other: str) -> None:
+        """``me`` ran until ``other`` started (see :attr:`Script.rendezvous`); its span kept."""
+        start = time.monotonic()
+        began(me)
+        await beat_until(other)
+        s.spans[me] = (start, time.monotonic())
+
     @activity.defn(name=steps.READ_REPORT.name)
     async def read_report(i: ReadReportInput) -> ReportInfo:
         s.calls.append(("read_report", i))
@@ -266,6 +322,10 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
         s.calls.append(("provision", i))
         if s.no_app:
             raise no_app_failure()
+        if s.base_env_setup_fails and ":env-base:" in i.op_id:
+            await beat_until("baseline-answered")
+            await beat_until("never", tries=5)  # the baseline's answer reaches the workflow first
+            raise setup_not_ready()
         s.live_envs.add(i.op_id)
         host = s.provision_hosts.pop(0) if s.provision_hosts else ""
         return EnvironmentHandle(
@@ -303,10 +363,14 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             )
         proven = int(i.op_id.rsplit(":", 1)[-1]) >= s.proven_from_attempt
         revision = int(i.op_id.rsplit(":", 1)[-1]) if ":revision-verify:" in i.op_id else 0
+        if s.rendezvous:
+            await meet("tests", "candidate-reproduce")
+        if s.tests_fail_beside_reproduction:
+            await beat_until("candidate-reproduce")
         return VerifyResult(
             commit=revised(revision) if revision else CANDIDATE,
             tree="t" * 40,
-            tests_passed=not (revision and s.revision_fails),
+            tests_passed=not (revision and s.revision_fails) and not s.tests_fail_beside_reproduction,
             test_summary="3 passed",
             test_output_ref=ref("tests"),
             bundle_ref=ref("bundle"),
@@ -347,6 +411,17 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
     @activity.defn(name=steps.RUN_BASELINE.name)
     async def run_baseline(i: BaselineInput) -> BaselineResult:
         s.calls.append(("baseline", i))
+        if s.rendezvous:
+            await meet("baseline", "base-reproduce")
+        if s.baseline_setup_fails:
+            began("baseline-answered")
+            return BaselineResult(
+                runnable=False,
+                passed=False,
+                summary=f"setup failed: {SETUP!r} exited 1",
+                test_output_ref=ref("baseline-tests.log", ArtifactKind.TEST_OUTPUT),
+                environment_failure=setup_failure("baseline-tests.log"),
+            )
         runnable, passed = s.baseline
         summary = (
             "passed"
@@ -445,7 +520,20 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
             await asyncio.sleep(3600)  # no heartbeat: the attempt times out on its heartbeat
         if on_base and s.hold_reproduce is not None:
             await s.hold_reproduce.wait()
-        return reproduced(i.op_id, on_base)
+        if s.rendezvous:
+            await meet("base-reproduce", "baseline") if on_base else await meet("candidate-reproduce", "tests")
+        if not on_base and s.tests_fail_beside_reproduction:
+            began("candidate-reproduce")
+            try:
+                await beat_until("never", tries=300)
+            except asyncio.CancelledError:
+                s.calls.append(("reproduce_cancelled", i))
+                raise
+        result = reproduced(i.op_id, on_base)
+        if s.rendezvous:  # its log, tagged with the revision it was asked to run as
+            log = ref(f"log-{i.op_id}", ArtifactKind.LOG).model_copy(update={"revision": i.revision})
+            result = result.model_copy(update={"artifacts": [log], "log_ref": log})
+        return result
 
     def reproduced(op_id: str, on_base: bool) -> ReproduceResult:
         attempt = int(op_id.split("candidate-")[1].split(":")[0]) if "candidate-" in op_id else 0
@@ -676,6 +764,129 @@ async def test_happy_path_merges_the_approved_head_and_cleans_up(harness: Harnes
     assert harness.script.live_envs == set()
 
 
+def overlap(spans: dict[str, tuple[float, float]], a: str, b: str) -> bool:
+    """Whether the recorded spans of checks ``a`` and ``b`` overlap."""
+    (a_start, a_end), (b_start, b_end) = spans[a], spans[b]
+    return a_start < b_end and b_start < a_end
+
+
+async def test_independent_checks_run_side_by_side_and_keep_their_own_verdicts(harness: Harness) -> None:
+    """The baseline runs beside the base reproduction, and a candidate's tests beside its reproduction replayed:
+    their activities' own recorded spans overlap (each waits for the other to start, so one after the other the
+    first would end before the second starts). Each check's verdict is recorded as before; the replay, started
+    before the candidate's commit existed, is recorded as of that commit, its stored output too."""
+    harness.script.rendezvous = True
+    wf = await harness.start()
+    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
+    spans = harness.script.spans
+    assert overlap(spans, "baseline", "base-reproduce"), spans
+    assert overlap(spans, "tests", "candidate-reproduce"), spans
+    await approve(harness, wf)
+    final = await harness.result(wf)
+    assert final.outcome == Outcome.MERGED and final.checks_beside == []
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.REPRODUCED
+    assert final.reproduction.revision == BASE
+    assert final.baseline is not None and final.baseline.passed
+    (candidate,) = final.candidates
+    assert candidate.tests_passed and candidate.commit == CANDIDATE and candidate.failure is None
+    replay = candidate.replay
+    assert replay is not None and replay.status == ReproductionOutcome.NOT_REPRODUCED
+    assert replay.revision == CANDIDATE and replay.log_ref is not None and replay.log_ref.revision == CANDIDATE
+    asked = [c for n, c in harness.script.calls if n == "reproduce" and c.revision != BASE]
+    assert [c.revision for c in asked] == [""]  # run before the commit was made
+    kept = [r for r in final.evidence if r.name == replay.log_ref.name]
+    assert [r.revision for r in kept] == [CANDIDATE]
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "checks-side-by-side")
+
+
+async def test_a_failing_test_run_cancels_the_candidate_reproduction_which_tears_its_environment_down(
+    harness: Harness,
+) -> None:
+    """The candidate's tests fail while its reproduction runs beside them: the reproduction is cancelled, its
+    environment torn down at once (not left to the run's cleanup), and the candidate's verdict is its tests'
+    (no replay recorded, nothing twice)."""
+    harness.script.tests_fail_beside_reproduction = True
+    final = await harness.result(await harness.start(max_repair_attempts=1))
+    assert final.outcome == Outcome.REPAIR_BUDGET_EXHAUSTED, final.outcome_detail
+    (candidate,) = final.candidates
+    assert candidate.tests_passed is False and candidate.replay is None
+    assert candidate.failure is not None and candidate.failure.startswith("tests failed")
+    names = harness.script.names()
+    env = f"{final.workflow_id}:env-{candidate_label(candidate)}:1"
+    teardowns = [n for n, (name, c) in enumerate(harness.script.calls) if name == "teardown" and c.env_id == env]
+    assert len(teardowns) == 1 and names.index("reproduce_cancelled") < teardowns[0] < names.index("cleanup_run")
+    asked = [c for n, c in harness.script.calls if n == "reproduce" and c.revision != BASE]
+    assert len(asked) == 1
+    assert len({(r.sha256, r.name) for r in final.evidence}) == len(final.evidence)
+
+
+async def answered(harness: Harness, wf: str, step: steps.Step[Any, Any]) -> int:
+    """The index in the run's history of the first answer (completed or failed) to an activity of ``step``."""
+    events = [e async for e in harness.client.get_workflow_handle(wf).fetch_history_events()]
+    scheduled = {
+        e.event_id
+        for e in events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        and e.activity_task_scheduled_event_attributes.activity_type.name == step.name
+    }
+    for n, e in enumerate(events):
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            answer = e.activity_task_completed_event_attributes.scheduled_event_id
+        elif e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED:
+            answer = e.activity_task_failed_event_attributes.scheduled_event_id
+        else:
+            continue
+        if answer in scheduled:
+            return n
+    raise AssertionError(f"{step.name} was never answered")
+
+
+async def test_a_broken_setup_ends_the_run_on_the_environments_cause_though_the_baseline_failed_on_it_first(
+    harness: Harness,
+) -> None:
+    """The recipe's setup fails: the baseline beside the base reproduction answers first that its setup failed,
+    then the base's provisioning fails on the same command. The run ends as it did when the baseline ran after
+    the reproduction: on the environment's cause, its log `environment.log`; the baseline is no result of the
+    run (not recorded, its log not among the evidence), the model never asked, everything cleaned up."""
+    harness.script.baseline_setup_fails = harness.script.base_env_setup_fails = True
+    wf = await harness.start()
+    final = await harness.result(wf)
+    assert await answered(harness, wf, steps.RUN_BASELINE) < await answered(harness, wf, steps.PROVISION)
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "could not be set up" in final.outcome_detail and "its output is in environment.log" in final.outcome_detail
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    failed = final.triage.environment
+    assert failed is not None and failed.log_ref is not None and failed.log_ref.name == "environment.log", failed
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.APP_NOT_READY
+    assert final.baseline is None and final.phase == Phase.DONE
+    assert "baseline-tests.log" not in {r.name for r in final.evidence}
+    closing = [c for n, c in harness.script.calls if n == "update_ticket"][-1]
+    assert "environment.log" in closing.body and "baseline-tests.log" not in closing.body, closing.body
+    assert "propose" not in harness.script.names() and "agent_turn" not in harness.script.names()
+    assert final.cleanup is not None and final.cleanup.complete
+    record_history(await harness.client.get_workflow_handle(wf).fetch_history(), "checks-side-by-side-setup-fails")
+
+
+async def test_a_baseline_whose_setup_failed_beside_a_reproduction_that_showed_the_bug_ends_the_run_after_it(
+    harness: Harness,
+) -> None:
+    """Only the baseline's setup fails (the base's environment is set up and the bug reproduces): the baseline's
+    answer, held while the reproduction ran, is then the run's: recorded, its log the triage's, the run ended in
+    the baseline's phase before any model request, as when the baseline ran after the reproduction."""
+    harness.script.baseline_setup_fails = True
+    final = await harness.result(await harness.start())
+    assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
+    assert "tests cannot run on the base revision" in final.outcome_detail
+    assert final.reproduction is not None and final.reproduction.status == ReproductionOutcome.REPRODUCED
+    assert final.baseline is not None and not final.baseline.runnable
+    assert final.triage is not None and final.triage.reason == TriageReason.ENVIRONMENT_NOT_SET_UP
+    assert final.triage.environment is not None and final.triage.environment.log_ref is not None
+    assert final.triage.environment.log_ref.name == "baseline-tests.log"
+    assert "baseline-tests.log" in {r.name for r in final.evidence}
+    assert "propose" not in harness.script.names() and "agent_turn" not in harness.script.names()
+    assert final.cleanup is not None and final.cleanup.complete
+
+
 async def test_report_that_does_not_reproduce_needs_triage_and_opens_no_pr(harness: Harness) -> None:
     harness.script.reproduces_on_base = False
     final = await harness.result(await harness.start())
@@ -710,7 +921,8 @@ async def test_a_recipe_without_start_ends_in_triage_naming_what_to_add_before_a
 ) -> None:
     """The base's provisioning fails because the recipe declares no ``start``: the run ends in triage with the
     environment reason, saying the recipe declares none and the hint; provisioned once (not retried), nothing
-    reproduced, no model asked, cleaned up."""
+    reproduced, no model asked, cleaned up. The baseline runs beside the base's provisioning (its result is the
+    run's own record), so it may have run."""
     harness.script.no_app = True
     final = await harness.result(await harness.start())
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE, final.outcome_detail
@@ -720,7 +932,7 @@ async def test_a_recipe_without_start_ends_in_triage_naming_what_to_add_before_a
     assert failed is not None and (failed.stage, failed.command, failed.cause) == ("start", "", "no-app")
     assert "add `start`" in failed.hint and "reproduce with a command or test" in failed.hint
     assert harness.script.names().count("provision") == 1
-    assert not {"reproduce", "baseline", "propose"} & set(harness.script.names())
+    assert not {"reproduce", "propose"} & set(harness.script.names())
     closing = [c for n, c in harness.script.calls if n == "update_ticket"][-1]
     assert "failed: durafix.yaml declares no `start`" in closing.body and "hint: this reproduction" in closing.body
     assert final.cleanup is not None and final.cleanup.complete

@@ -188,6 +188,18 @@ def test_status_of_a_run_without_a_price_table_says_the_cost_is_unknown() -> Non
     assert cost_json(state.budgets) == {"run": None, "attempts": {}, "unknown": "no price table (DURAFIX_MODEL_PRICES)"}
 
 
+def test_status_says_which_checks_run_side_by_side_beside_the_phase() -> None:
+    state = RunState(
+        workflow_id="repair:acme/shop#1", run_id="r" * 16, repository="acme/shop", issue_number=1,
+        base_branch="main", budgets=budgets(), phase=Phase.REPRODUCE,
+        checks_beside=["base reproduction", "baseline"],
+    )  # fmt: skip
+
+    assert "; phase reproduce (side by side: base reproduction, baseline)\n" in state_summary(state, None)
+    state.checks_beside = []
+    assert "side by side" not in state_summary(state, None)
+
+
 def test_status_names_each_pushed_head_and_its_verdict_and_the_webhooks_the_run_handled() -> None:
     at = datetime(2026, 5, 9, 12, 0, tzinfo=UTC)
     state = RunState(

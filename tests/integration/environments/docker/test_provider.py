@@ -156,6 +156,95 @@ def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     assert provider.check(handle) is EnvironmentStatus.READY
 
 
+@pytest.mark.parametrize("killed", ["checks-after-create", "checks-after-start"])
+def test_checks_killed_after_their_container_was_created_or_started_are_adopted_by_the_next_attempt(
+    docker_engine: DockerEngine,
+    provider: DockerProvider,
+    run_id: str,
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+    killed: str,
+) -> None:
+    """A worker dies by SIGKILL right after the engine created (or started) the tests' container of a check: the
+    op's next attempt runs the same checks and adopts that container (started if it never was, waited for if it
+    runs), reads its result as its own and removes it. The engine created one container for the op, whatever was
+    killed, and none is left."""
+    since = int(time.time()) - 1
+    op_id = f"{run_id}:verify:1"
+    spec = cart_spec.model_copy(
+        update={"recipe": cart_spec.recipe.model_copy(update={"test": "echo tests-began; sleep 3; echo tests-ran"})}
+    )
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.workers.kill_after_create",
+            str(provider.state_dir),
+            str(provider.images.cache_dir),
+            docker_engine.docker_host,
+            run_id,
+            op_id,
+            str(cart_workspace),
+            spec.model_dump_json(),
+            killed,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    [orphan] = containers_of(docker_client, run_id)
+    assert orphan.name == container_name(f"{op_id}:checks")
+    assert orphan.status == ("created" if killed == "checks-after-create" else "running")
+
+    log = tmp_path / "checks.log"
+    result = provider.run_checks(
+        spec, str(cart_workspace), run_id=run_id, op_id=op_id, log_path=log, setup_timeout_s=60, test_timeout_s=120
+    )
+
+    assert result.passed and not result.timed_out
+    assert "adopted" in log.read_text() and "tests-ran" in log.read_text()
+    created = docker_client.events(
+        since=since,
+        until=int(time.time()) + 1,
+        filters={"type": "container", "event": "create", "label": [f"durafix.run={run_id}"]},
+        decode=True,
+    )
+    assert [e["Actor"]["Attributes"]["name"] for e in created] == [orphan.name]
+    assert containers_of(docker_client, run_id) == []
+
+
+def test_a_checks_container_of_other_inputs_under_the_ops_name_is_replaced_not_adopted(
+    provider: DockerProvider,
+    run_id: str,
+    cart_spec: RecoverySpec,
+    cart_workspace: Path,
+    docker_client: docker.DockerClient,
+    tmp_path: Path,
+) -> None:
+    """A container under the checks' name, with the op's labels but another command, is not this op's run: it is
+    removed and the checks run in a container of their own."""
+    op_id = f"{run_id}:verify:1"
+    base = provider.images.ensure_base(cart_spec.recipe.image)
+    other = docker_client.containers.create(
+        base, ["/bin/sh", "-c", "exit 0"], name=container_name(f"{op_id}:checks"),
+        labels=ownership_labels(run_id, f"{op_id}:checks"),
+    )  # fmt: skip
+    failing = cart_spec.model_copy(update={"recipe": cart_spec.recipe.model_copy(update={"test": "exit 4"})})
+    result = provider.run_checks(
+        failing, str(cart_workspace), run_id=run_id, op_id=op_id, log_path=tmp_path / "checks.log",
+        setup_timeout_s=60, test_timeout_s=60,
+    )  # fmt: skip
+    assert not result.passed and result.exit_code == 4
+    assert "adopted" not in (tmp_path / "checks.log").read_text()
+    with pytest.raises(docker.errors.NotFound):
+        docker_client.containers.get(other.id)
+    assert containers_of(docker_client, run_id) == []
+
+
 @pytest.mark.parametrize(
     "labels",
     [{"owner": "someone-else"}, ownership_labels("another-run", "another-run:env")],
