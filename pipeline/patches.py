@@ -301,8 +301,9 @@ PATCHES: tuple[Patch, ...] = (
         "reproduction, and a candidate's reproduction replayed beside its tests (env.verify_candidate), its "
         "outputs tagged with the candidate's commit once that step made it; a failing check cancels the checks "
         "still running beside it, except a baseline whose setup failed: held for the base reproduction, which runs "
-        "the same setup and names the cause (unrecorded when it fails, judged after it when it reproduced). Runs recorded before ran each after the other (the ticket update between the "
-        "base reproduction and the baseline). A run whose base reproduction was a drafted one's asks it only in "
+        "the same setup and names the cause (unrecorded when it fails, judged after it when it reproduced). Runs "
+        "recorded before ran each after the other (the ticket update between the base reproduction and the "
+        "baseline). A run whose base reproduction was a drafted one's asks it only in "
         "verification.",
         fixtures=("checks-side-by-side", "checks-side-by-side-setup-fails"),
         shipped=date(2026, 12, 6),
