@@ -62,9 +62,10 @@ class Environments:
         (in ``reproducing``), tear down. An environment found dead is provisioned anew, once. A command or test
         reproduction is one step in ``reproducing``, with no environment to provision or tear down; a command
         reproduction with ``app: true`` is provisioned and torn down as a browser procedure is. ``beside``: run
-        beside other checks (:mod:`pipeline.flow.side_by_side`), so a cancellation reaching the reproduction
-        (a sibling failed) tears its environment down before it ends; one reaching the provisioning leaves
-        what it made to the run's cleanup, as any cancelled provisioning does."""
+        beside other checks (:mod:`pipeline.flow.side_by_side`), so a sibling's failure cancelling the
+        reproduction tears its environment down before it ends (the run's own cancellation leaves it to the run's
+        cleanup); one reaching the provisioning leaves what it made to the run's cleanup, as any cancelled
+        provisioning does."""
         ctx = self.ctx
         assert ctx.procedure_ref is not None
         if ctx.state.reproduction_kind != ReproductionKind.BROWSER and not ctx.state.reproduction_app:
@@ -206,8 +207,9 @@ class Environments:
                     host=host,
                 )
         except ActivityError as err:
-            if beside and is_cancellation(err):
-                # A sibling check failed (pipeline.flow.side_by_side): the environment is not needed any more.
+            if beside and is_cancellation(err) and workflow.cancellation_reason() is None:
+                # A sibling check failed (pipeline.flow.side_by_side): the environment is not needed any more. A
+                # cancellation of the run itself leaves it to the run's cleanup, which says what it removed.
                 await self.teardown(handle)
                 raise
             if host and host_unreachable(err):
