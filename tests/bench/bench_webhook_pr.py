@@ -138,7 +138,11 @@ class WebhookToPr:
                 name = event.child_workflow_execution_completed_event_attributes.workflow_type.name
                 count[name] = count.get(name, 0) + 1
                 done[(name, count[name])] = at
-        marks += [(stage, done[(name, k)]) for stage, name, k in MILESTONES if (name, k) in done]
+        # In the order they were reached: checks that run side by side (the base reproduction and the baseline)
+        # may end in either order, and each stage is the time since the one reached before it.
+        marks += sorted(
+            ((stage, done[(name, k)]) for stage, name, k in MILESTONES if (name, k) in done), key=lambda m: m[1]
+        )
         marks.append(("PR seen on the forge (poll)", seen))
         phases: dict[str, float] = {}
         before = wall0

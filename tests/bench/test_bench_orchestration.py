@@ -37,7 +37,9 @@ async def test_quick_throughput_runs_all_merge_and_the_floor_matches_the_step_co
     # repair_bug's happy path with the doubles: intake to cleanup, each step an activity and a workflow task
     # (24 since the ticket is written once, not twice, between the evidence comment and the review wait).
     assert rep.activities_per_run >= 24
-    assert rep.workflow_tasks_per_run > rep.activities_per_run
+    # Three pairs of steps start in one workflow task each (the base reproduction beside the baseline, the ticket
+    # update behind the repair, the evidence beside the push); every other step has a task of its own.
+    assert rep.workflow_tasks_per_run >= rep.activities_per_run - 3
     assert rep.runs == n and rep.concurrency == 2
 
 
@@ -55,7 +57,8 @@ async def test_the_plain_loop_calls_the_steps_the_workflow_schedules_and_both_me
     assert result.plain.merged and result.temporal.merged
     assert result.temporal.steps[0] == "forge.read_report" and result.temporal.steps[-1] == "evidence.record_run"
     assert "forge.merge" in result.temporal.steps
-    assert result.plain.steps == result.temporal.steps
+    # The same steps; those started side by side may be sent in either order.
+    assert sorted(result.plain.steps) == sorted(result.temporal.steps)
 
 
 @pytest.mark.timeout(900)
@@ -67,11 +70,12 @@ async def test_a_labelled_report_reaches_a_draft_pr_through_every_stage(stack: E
         stack.stop_workers()
     assert measured.draft
     stages = [stage for stage, _, _ in bench_webhook_pr.MILESTONES]
-    assert list(measured.phases) == [
-        "label -> run started (forge POST, receiver)",
-        *stages,
-        "PR seen on the forge (poll)",
-    ]
+    phases = list(measured.phases)
+    # Every stage reached, in the order reached (side-by-side checks may end in either order), each after the
+    # one before it.
+    assert phases[0] == "label -> run started (forge POST, receiver)" and phases[-1] == "PR seen on the forge (poll)"
+    assert sorted(phases[1:-1]) == sorted(stages), phases
+    assert all(seconds >= 0 for seconds in measured.phases.values()), measured.phases
     # The run was cancelled after the measurement: closed (its cleanup done), not left waiting for a review.
     client = await runs.connect(stack.config)
     desc = await client.get_workflow_handle(measured.workflow_id).describe()
