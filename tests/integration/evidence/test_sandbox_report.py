@@ -5,7 +5,6 @@ a real reproduction run in the sandbox on buggy and fixed code, rendered and ope
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Literal
 
@@ -32,6 +31,7 @@ from evidence.serve import make_server
 from tests.integration.evidence.test_report import cell, opened, section, watched
 from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID
 from tests.support.sandbox import sandbox
+from tests.support.served import served
 
 __all__ = ["sandbox"]
 
@@ -426,10 +426,7 @@ def test_a_command_reproduction_run_in_the_sandbox_renders_in_chromium(
     assert base.status == ReproductionStatus.REPRODUCED, base.detail
     assert candidate.status == ReproductionStatus.NOT_REPRODUCED, candidate.detail
 
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         bundle = sandbox_bundle(store, COMMAND, base, candidate)
         rendered = render_report(bundle, store, tmp_path / "report")
@@ -459,10 +456,6 @@ def test_a_command_reproduction_run_in_the_sandbox_renders_in_chromium(
         assert page.evaluate("location.hash") == "#output-run-1-command-2"
         assert problems == []
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.mark.browser
@@ -475,10 +468,7 @@ def test_a_long_command_wraps_inside_its_column_in_chromium(tmp_path: Path, chro
     base, candidate = crashed_and_fixed()
     for found in (base, candidate):
         found.runs[0].steps[0].command = long
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         rendered = render_report(sandbox_bundle(store, procedure, base, candidate), store, tmp_path / "report")
         report = store.put_file(rendered, kind=ArtifactKind.REPORT, run_id=RUN_ID, name="evidence.html")
@@ -490,7 +480,3 @@ def test_a_long_command_wraps_inside_its_column_in_chromium(tmp_path: Path, chro
         widths = header.evaluate("th => [th.scrollWidth, th.clientWidth]")
         assert widths[0] <= widths[1], widths
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
