@@ -17,7 +17,7 @@ from temporalio.testing import ActivityEnvironment
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
 from environments.interface import EnvironmentHandle
-from evidence.bundle import EvidenceBundle, RevisionEvidence, bundle_digest
+from evidence.bundle import RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactKind, IntegrityError
 from evidence.local import LocalArtifactStore
 from evidence.report import render_report
@@ -26,7 +26,7 @@ from pipeline.activities.browser import BrowserActivities
 from pipeline.ids import op_id
 from pipeline.steps import PrepareProcedureInput, ReproduceInput
 from tests.support.browser_apps import serve_static
-from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, solid_png, store_cart_bundle
+from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, run_bundle, solid_png, store_cart_bundle
 from tests.support.pixels import colourful_pixels
 from tests.support.served import served
 
@@ -341,18 +341,15 @@ def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops
         assert candidate.status == ReproductionStatus.NOT_REPRODUCED, candidate.detail
 
         patch = store.put_bytes(b"-    return name + '*'\n+    return name\n", kind=ArtifactKind.PATCH, run_id=RUN_ID)
-        bundle = EvidenceBundle(
-            run_id=RUN_ID,
-            repository="acme/people",
-            issue_number=12,
-            base_revision=BASE,
-            candidate_commit=CANDIDATE,
-            procedure=prepared.procedure_ref,
-            base=RevisionEvidence.from_refs("base", BASE, base.status.value, base.artifacts, detail=base.detail),
-            candidate=RevisionEvidence.from_refs(
+        bundle = run_bundle(
+            prepared.procedure_ref,
+            RevisionEvidence.from_refs("base", BASE, base.status.value, base.artifacts, detail=base.detail),
+            RevisionEvidence.from_refs(
                 "candidate", CANDIDATE, candidate.status.value, candidate.artifacts, detail=candidate.detail
             ),
-            patch=patch,
+            patch,
+            repository="acme/people",
+            issue_number=12,
         )
         crops = [r for r in bundle.base.screenshots + bundle.candidate.screenshots if r.name.endswith("-element.png")]
         # Two runs of two checks on each revision; the app's own screenshots draw the emoji in colour.

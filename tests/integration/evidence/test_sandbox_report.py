@@ -29,7 +29,7 @@ from evidence.report import render_report
 from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
 from evidence.serve import make_server
 from tests.integration.evidence.test_report import cell, opened, section, watched
-from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID
+from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, run_bundle
 from tests.support.sandbox import sandbox
 from tests.support.served import served
 
@@ -126,17 +126,7 @@ def sandbox_bundle(
         refs = put_record(store, label, revision, data)
         sides.append(RevisionEvidence.from_refs(role, revision, status, refs, detail=detail))
     patch = store.put_bytes(b"+    if not xs:\n+        return 0.0\n", kind=ArtifactKind.PATCH, run_id=RUN_ID)
-    return EvidenceBundle(
-        run_id=RUN_ID,
-        repository="acme/basket",
-        issue_number=24,
-        base_revision=BASE,
-        candidate_commit=CANDIDATE,
-        procedure=procedure_ref,
-        base=sides[0],
-        candidate=sides[1],
-        patch=patch,
-    )
+    return run_bundle(procedure_ref, sides[0], sides[1], patch, repository="acme/basket", issue_number=24)
 
 
 def output_cell(page: str, role: str, run: int, command: int) -> str:
