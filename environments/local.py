@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -253,29 +253,11 @@ class LocalProcessProvider(EnvironmentProvider):
                 raise EnvironmentGoneError(f"{handle.env_id} runs from {record['workspace']}, not from {ws}")
             # A marker of its own under the run's key: the run's sweep finds it, and stopping it never touches the app.
             marker = f"{_marker(run_dir, key)}-run-{uuid.uuid4().hex}"
-            env = command_env(
-                spec.recipe,
-                marker=marker,
-                extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)},
-                allowed_secrets=self.allowed_secrets,
-            )
-            launcher: list[str] = []
-            if self.sandbox.sandboxed:
-                netns = _app_netns(int(record["pid"]))
-                if netns is None:
-                    raise EnvironmentGoneError(f"the app's sandbox of {handle.env_id} has ended")
-                launcher = ["nsenter", f"--net={netns}", "--"]
+            run = self._beside_app(spec.recipe, record, marker, ws, log_path)
+            if run is None:
+                raise EnvironmentGoneError(f"the app's sandbox of {handle.env_id} has ended")
             try:
-                code, duration = run_to_completion(
-                    command,
-                    cwd=ws,
-                    env=env,
-                    log_path=log_path,
-                    timeout_s=timeout_s,
-                    sandbox=self.sandbox,
-                    network=Network.HOST,
-                    launcher=launcher,
-                )
+                code, duration = run(command, timeout_s)
             finally:
                 # Unsandboxed, a command's children may leave its group; the marker still finds them.
                 stop_owned(marker, grace_s=self.stop_grace_s)
@@ -394,33 +376,13 @@ class LocalProcessProvider(EnvironmentProvider):
         """Run the recipe's fixtures against the ready app, then mark the record seeded (see the contract)."""
         if not recipe.fixtures:
             return
-        env = command_env(
-            recipe,
-            marker=record["marker"],
-            extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)},
-            allowed_secrets=self.allowed_secrets,
-        )
-        launcher: list[str] = []
-        if self.sandbox.sandboxed:
-            # Into the app's own network namespace, where the app listens on the same port: the app and
-            # nothing else is reachable from there.
-            netns = _app_netns(int(record["pid"]))
-            if netns is None:
-                self._abandon(run_dir, key, record)
-                raise FixtureError(f"the app's sandbox for {record['op_id']} ended before its fixtures ran")
-            launcher = ["nsenter", f"--net={netns}", "--"]
+        run = self._beside_app(recipe, record, record["marker"], ws, log_path)
+        if run is None:
+            self._abandon(run_dir, key, record)
+            raise FixtureError(f"the app's sandbox for {record['op_id']} ended before its fixtures ran")
         for command in recipe.fixtures:
             progress(f"fixtures: {command_text(command)}")
-            code, _ = run_to_completion(
-                command,
-                cwd=ws,
-                env=env,
-                log_path=log_path,
-                timeout_s=self.setup_timeout_s,
-                sandbox=self.sandbox,
-                network=Network.HOST,
-                launcher=launcher,
-            )
+            code, _ = run(command, self.setup_timeout_s)
             if code != 0:
                 self._abandon(run_dir, key, record)
                 raise FixtureError(
@@ -430,6 +392,41 @@ class LocalProcessProvider(EnvironmentProvider):
                 )
         record["seeded"] = True
         write_json_atomic(run_dir / f"{key}.json", record)
+
+    def _beside_app(
+        self, recipe: AppRecipe, record: dict[str, Any], marker: str, ws: Path, log_path: Path
+    ) -> Callable[[str, float], tuple[int | None, float]] | None:
+        """A runner of ``recipe``'s commands beside the app of ``record`` (its fixtures, a reproduction's
+        commands): each runs to its end or its timeout in ``ws``, logged to ``log_path``, carrying ``marker``,
+        with ``$PORT`` and ``$DURAFIX_APP_URL`` set; sandboxed, it enters the app's own network namespace, where
+        the app listens on the same port: the app and nothing else is reachable from there. Returns (exit code,
+        or None at the timeout; seconds). None when the app's sandbox has ended."""
+        env = command_env(
+            recipe,
+            marker=marker,
+            extra={"PORT": str(record["port"]), APP_URL_VAR: _url(record)},
+            allowed_secrets=self.allowed_secrets,
+        )
+        launcher: list[str] = []
+        if self.sandbox.sandboxed:
+            netns = _app_netns(int(record["pid"]))
+            if netns is None:
+                return None
+            launcher = ["nsenter", f"--net={netns}", "--"]
+
+        def run(command: str, timeout_s: float) -> tuple[int | None, float]:
+            return run_to_completion(
+                command,
+                cwd=ws,
+                env=env,
+                log_path=log_path,
+                timeout_s=timeout_s,
+                sandbox=self.sandbox,
+                network=Network.HOST,
+                launcher=launcher,
+            )
+
+        return run
 
     def _stop(self, record: dict[str, Any]) -> StopOutcome:
         return stop_owned(

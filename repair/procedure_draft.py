@@ -288,23 +288,6 @@ class ProcedureDrafter:
         )
 
 
-def draft_procedure(
-    config: ModelConfig,
-    title: str,
-    body: str,
-    *,
-    op_id: str,
-    kinds: Sequence[ReproductionKind] = BROWSER_ONLY,
-    facts: RepositoryFacts | None = None,
-    previous: Sequence[DraftRound] = (),
-    max_rounds: int = 3,
-) -> DraftResult:
-    """:meth:`ProcedureDrafter.draft` on the endpoint ``config`` names."""
-    return ProcedureDrafter.from_config(config).draft(
-        title, body, op_id, kinds=kinds, facts=facts, previous=previous, max_rounds=max_rounds
-    )
-
-
 def available_kinds(*, serves_app: bool, runs_named_tests: bool) -> tuple[ReproductionKind, ...]:
     """The kinds a recipe can run: a browser procedure when it serves an app (declares ``start``), a command
     always, a test when it can run named tests (declares ``test_subset``)."""

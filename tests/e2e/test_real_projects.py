@@ -35,7 +35,7 @@ from pipeline.state import Outcome, RunState
 from tests.conftest import require
 from tests.e2e.test_cli import Cli
 from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
-from tests.support.e2e_stack import E2EStack, owned_processes, running_e2e_stack
+from tests.support.e2e_stack import E2EStack, owned_processes, scripted_stack
 from tests.support.real_projects import (
     HISTORY_COMMITS,
     PROJECTS,
@@ -52,11 +52,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser]
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     """One embedded stack for both projects, answering from their model script, with one worker."""
-    for tool in ("git", "chromium", "node", "npm"):
+    for tool in ("node", "npm"):
         require(shutil.which(tool) is not None, f"{tool} is not installed")
-    state = tmp_path_factory.mktemp("durafix-real-projects")
-    with running_e2e_stack(state, model_script=model_script(state / "model-script.yaml")) as e2e:
-        e2e.spawn_worker()
+    with scripted_stack(tmp_path_factory, "durafix-real-projects", model_script=model_script, worker=True) as e2e:
         yield e2e
 
 

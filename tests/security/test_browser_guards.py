@@ -36,7 +36,7 @@ from evidence.report import render_report
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput
 from tests.support.browser_apps import serve_static
-from tests.support.evidence_samples import shop_bundle, solid_png, store_cart_bundle
+from tests.support.evidence_samples import run_bundle, solid_png, store_cart_bundle
 from tests.support.proctree import Proc, descendants, is_chromium_browser
 from tests.support.served import served
 
@@ -254,7 +254,7 @@ def test_the_reproduce_activity_allows_the_recipes_origins_and_the_report_lists_
     base = RevisionEvidence.from_refs("base", BASE, reproduced.status.value, reproduced.artifacts)
     candidate = RevisionEvidence.from_refs("candidate", CANDIDATE, "not_reproduced", [])
     patch = store.put_bytes(b"+fix\n", kind=ArtifactKind.PATCH, run_id=RUN_ID)
-    bundle = shop_bundle(procedure, base, candidate, patch, base_revision=BASE, candidate_commit=CANDIDATE)
+    bundle = run_bundle(procedure, base, candidate, patch, base_revision=BASE, candidate_commit=CANDIDATE)
     report = render_report(bundle, store, tmp_path / "report").read_text()
     start = report.index('<section id="blocked-requests">')
     section = report[start : report.index("</section>", start)]

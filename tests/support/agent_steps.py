@@ -1,5 +1,5 @@
 """The stepped attempt's agent activities on a local evidence store and real git, as the repair tests drive them:
-the activities, the recovery spec they work from, and one model step's or tool step's input."""
+the activities, the recovery spec they work from, and one model step's, tool step's or conclusion's input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from environments.workspace import WorkspaceManager
 from evidence.interface import ArtifactKind, ArtifactRef, ArtifactStore
 from evidence.local import LocalArtifactStore
 from pipeline.activities.agent import AgentActivities
-from pipeline.steps import AgentToolCall, AgentToolsInput, AgentTurnInput
+from pipeline.steps import AgentConcludeInput, AgentToolCall, AgentToolsInput, AgentTurnInput
 from reviews.git_credentials import NO_GIT_CREDENTIALS
 from tests.support.gitrepo import Repo
 from tests.support.repair import engine_for
@@ -62,4 +62,12 @@ def tools_input(
         transcript_ref=transcript_ref,
         patch_ref=patch_ref,
         calls=calls,
+    )
+
+
+def conclude_input(run: str, spec_ref: ArtifactRef, summary: str, **fields: Any) -> AgentConcludeInput:
+    """The conclusion of attempt 1, as the workflow builds it; ``fields`` are its other fields (the patch and the
+    transcript, what the turns spent)."""
+    return AgentConcludeInput(
+        run_id=run, op_id=f"{run}:repair:1", attempt=1, spec_ref=spec_ref, summary=summary, **fields
     )

@@ -79,21 +79,23 @@ def reproduction_log(
     )
 
 
-def shop_bundle(
+def run_bundle(
     procedure: ArtifactRef,
     base: RevisionEvidence,
     candidate: RevisionEvidence,
     patch: ArtifactRef,
     *,
+    repository: str = "acme/shop",
+    issue_number: int = 7,
     base_revision: str = BASE,
     candidate_commit: str = CANDIDATE,
     checks: list[CheckResult] | None = None,
 ) -> EvidenceBundle:
-    """The evidence of run ``RUN_ID`` (issue 7 of ``acme/shop``) from its parts."""
+    """The evidence of run ``RUN_ID`` (issue ``issue_number`` of ``repository``) from its parts."""
     return EvidenceBundle(
         run_id=RUN_ID,
-        repository="acme/shop",
-        issue_number=7,
+        repository=repository,
+        issue_number=issue_number,
         base_revision=base_revision,
         candidate_commit=candidate_commit,
         procedure=procedure,
@@ -154,4 +156,4 @@ def store_cart_bundle(
         revision=CANDIDATE,
     )
     checks = [CheckResult(name="tests", passed=True, detail="4 passed", output=tests)]
-    return shop_bundle(procedure, sides[0], sides[1], patch, checks=checks)
+    return run_bundle(procedure, sides[0], sides[1], patch, checks=checks)

@@ -7,8 +7,6 @@ call; an environment that no longer runs is said to be gone, with nothing run.""
 from __future__ import annotations
 
 import shutil
-import socket
-import threading
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,14 +14,12 @@ from pathlib import Path
 import pytest
 
 from browser.results import ReproductionStatus
-from environments.command_repro import SandboxReproduction, collected_paths, reproduce_in_sandbox
-from environments.interface import EnvironmentGoneError, EnvironmentHandle, RecoverySpec, TestRunResult
+from environments.interface import EnvironmentGoneError, EnvironmentHandle, RecoverySpec
 from environments.local import LocalProcessProvider
 from environments.processes import is_live
-from environments.reproduction import CommandProcedure, parse_reproduction
 from environments.sandbox import Sandbox
 from environments.spec import load_recipe
-from tests.support.cart_reproductions import CART_API_TOTAL
+from tests.support.cart_reproductions import CART_API_TOTAL, assert_only_the_app_is_reached, reproduce_beside_app
 from tests.support.gitrepo import CART_APP
 from tests.support.proctree import environ_pids
 from tests.support.sandbox import sandbox
@@ -34,29 +30,6 @@ RUN = "repair:acme/cart#24"
 
 # The cart's three lines: the right total counts quantities (4000 cents), the buggy one does not (2375).
 TOTAL = CART_API_TOTAL
-
-# What the commands can reach besides the app: a port the test listens on at the worker's loopback, and the
-# worker's loopback address of the app (its forwarder's port), each tried with a short timeout.
-REACH = """
-version: 1
-kind: command
-name: reaches only the app
-app: true
-files:
-  repro/reach.py: |
-    import os, socket, sys
-    for port in sys.argv[1:]:
-        try:
-            socket.create_connection(("127.0.0.1", int(port)), timeout=3).close()
-            print(port, "reached")
-        except OSError as err:
-            print(port, "refused", type(err).__name__)
-steps:
-  - run: python3 repro/reach.py {ports}
-    timeout_s: 30
-bug_present:
-  - {check: stdout, contains: reached}
-"""
 
 
 def tagged_pids(tag: str) -> set[int]:
@@ -95,36 +68,28 @@ def spec_for(tag: str) -> RecoverySpec:
     )
 
 
-def reproduce(
-    provider: LocalProcessProvider, handle: EnvironmentHandle, spec: RecoverySpec, ws: Path, text: str
-) -> SandboxReproduction:
-    procedure = parse_reproduction(text)
-    assert isinstance(procedure, CommandProcedure) and procedure.app
-
-    def run(command: str, log: Path, setup_first: bool, timeout_s: float) -> TestRunResult:
-        assert not setup_first, "provisioning ran the setup"
-        return provider.run_in(
-            handle, spec, str(ws), command, log_path=log, timeout_s=timeout_s, collect=collected_paths(procedure)
-        )
-
-    return reproduce_in_sandbox(ws, spec.recipe, procedure, run, ws.parent / f"{ws.name}-logs", setup=False)
+def provisioned(
+    provider: LocalProcessProvider, tag: str, ws: Path, op: str = "env-base"
+) -> tuple[RecoverySpec, EnvironmentHandle]:
+    """The cart in ``ws`` provisioned by ``provider`` for ``op``, and its spec."""
+    spec = spec_for(tag)
+    return spec, provider.provision(run_id=RUN, op_id=f"{RUN}:{op}:1", spec=spec, workspace=str(ws))
 
 
 def test_the_commands_read_what_the_running_app_answers_buggy_then_fixed(
     provider: LocalProcessProvider, tmp_path: Path, tag: str
 ) -> None:
-    spec = spec_for(tag)
     buggy = cart(tmp_path, "buggy")
-    handle = provider.provision(run_id=RUN, op_id=f"{RUN}:env-base:1", spec=spec, workspace=str(buggy))
-    found = reproduce(provider, handle, spec, buggy, TOTAL)
+    spec, handle = provisioned(provider, tag, buggy)
+    found = reproduce_beside_app(provider, handle, spec, buggy, TOTAL)
     assert found.status == ReproductionStatus.REPRODUCED, found.detail
     [check] = found.runs[0].checks
     assert check.holds and check.actual == "2375\n"
     assert found.runs[0].steps[0].exit_code == 0
 
     fixed = cart(tmp_path, "fixed", fixed=True)
-    other = provider.provision(run_id=RUN, op_id=f"{RUN}:env-candidate:1", spec=spec, workspace=str(fixed))
-    again = reproduce(provider, other, spec, fixed, TOTAL)
+    _, other = provisioned(provider, tag, fixed, "env-candidate")
+    again = reproduce_beside_app(provider, other, spec, fixed, TOTAL)
     assert again.status == ReproductionStatus.NOT_REPRODUCED, again.detail
     assert again.runs[0].steps[0].stdout == "4000\n"
     # Each ran in its own environment's workspace, where its outputs are; the app kept running meanwhile.
@@ -136,46 +101,18 @@ def test_the_commands_read_what_the_running_app_answers_buggy_then_fixed(
 def test_the_commands_reach_the_app_and_nothing_of_the_worker(
     provider: LocalProcessProvider, tmp_path: Path, tag: str
 ) -> None:
-    spec = spec_for(tag)
     ws = cart(tmp_path, "ws")
-    handle = provider.provision(run_id=RUN, op_id=f"{RUN}:env-base:1", spec=spec, workspace=str(ws))
-    # A service on the worker's loopback that must never hear from the report's commands.
-    listener = socket.create_server(("127.0.0.1", 0))
-    listener.settimeout(0.2)
-    heard: list[object] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        while not stop.is_set():
-            try:
-                heard.append(listener.accept()[0].getpeername())
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    host_port = listener.getsockname()[1]
-    app_port = int(handle.base_url.rsplit(":", 1)[1])
-    try:
-        text = REACH.replace("{ports}", f"{host_port} {app_port}")
-        found = reproduce(provider, handle, spec, ws, text)
-    finally:
-        stop.set()
-        thread.join()
-        listener.close()
-    said = found.runs[0].steps[0].stdout.splitlines()
-    # The app's own port answers in its namespace (the app is there); the worker's service does not exist there.
-    assert said[0].startswith(f"{host_port} refused"), said
-    assert said[1] == f"{app_port} reached", said
-    assert heard == []
+    spec, handle = provisioned(provider, tag, ws)
+    # The app's own port answers in its namespace (the app is there); a service on the worker's loopback does not
+    # exist there.
+    assert_only_the_app_is_reached(provider, handle, spec, ws, int(handle.base_url.rsplit(":", 1)[1]), 30)
 
 
 def test_a_command_is_stopped_at_its_timeout_and_nothing_of_it_outlives_the_call(
     provider: LocalProcessProvider, tmp_path: Path, tag: str
 ) -> None:
-    spec = spec_for(tag)
     ws = cart(tmp_path, "ws")
-    handle = provider.provision(run_id=RUN, op_id=f"{RUN}:env-base:1", spec=spec, workspace=str(ws))
+    spec, handle = provisioned(provider, tag, ws)
     app = tagged_pids(tag)
     result = provider.run_in(
         handle,
@@ -193,9 +130,8 @@ def test_a_command_is_stopped_at_its_timeout_and_nothing_of_it_outlives_the_call
 def test_an_environment_that_no_longer_runs_is_gone_and_nothing_runs(
     provider: LocalProcessProvider, tmp_path: Path, tag: str
 ) -> None:
-    spec = spec_for(tag)
     ws = cart(tmp_path, "ws")
-    handle = provider.provision(run_id=RUN, op_id=f"{RUN}:env-base:1", spec=spec, workspace=str(ws))
+    spec, handle = provisioned(provider, tag, ws)
     elsewhere = cart(tmp_path, "elsewhere")
     with pytest.raises(EnvironmentGoneError, match="runs from"):
         provider.run_in(handle, spec, str(elsewhere), "touch ran", log_path=tmp_path / "a.log", timeout_s=10)

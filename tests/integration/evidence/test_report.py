@@ -7,7 +7,6 @@ import html
 import json
 import re
 import shutil
-import threading
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from temporalio.testing import ActivityEnvironment
 from browser.results import ReproductionStatus
 from browser.runner import BrowserRunner
 from environments.interface import EnvironmentHandle
-from evidence.bundle import EvidenceBundle, RevisionEvidence, bundle_digest
+from evidence.bundle import RevisionEvidence, bundle_digest
 from evidence.interface import ArtifactKind, IntegrityError
 from evidence.local import LocalArtifactStore
 from evidence.report import render_report
@@ -27,8 +26,9 @@ from pipeline.activities.browser import BrowserActivities
 from pipeline.ids import op_id
 from pipeline.steps import PrepareProcedureInput, ReproduceInput
 from tests.support.browser_apps import serve_static
-from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, solid_png, store_cart_bundle
+from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, run_bundle, solid_png, store_cart_bundle
 from tests.support.pixels import colourful_pixels
+from tests.support.served import served
 
 
 def cell(page: str, role: str, check: int = 1) -> str:
@@ -236,10 +236,7 @@ def test_served_report_renders_in_chromium_with_images_and_no_console_errors(tmp
     candidate_png = page.screenshot()
     page.close()
 
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         bundle = store_cart_bundle(store, base_png, candidate_png)
         html = render_report(bundle, store, tmp_path / "report")
@@ -270,10 +267,6 @@ def test_served_report_renders_in_chromium_with_images_and_no_console_errors(tmp
         page.goto(server.url + "/", wait_until="load")
         assert page.get_attribute("ul a", "href") == f"/a/{report.key}"
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 NAME = "t\N{INFORMATION DESK PERSON}t"
@@ -315,12 +308,9 @@ def profile(name: str) -> dict[str, str]:
 def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops_in_chromium(
     tmp_path: Path, chromium: Browser
 ) -> None:
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
     executable = shutil.which("chromium")
-    try:
+    with served(make_server(tmp_path / "store")) as server:
+        store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         with (
             BrowserRunner(executable_path=executable) as runner,
             serve_static(profile(NAME + "*")) as base_url,
@@ -351,18 +341,15 @@ def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops
         assert candidate.status == ReproductionStatus.NOT_REPRODUCED, candidate.detail
 
         patch = store.put_bytes(b"-    return name + '*'\n+    return name\n", kind=ArtifactKind.PATCH, run_id=RUN_ID)
-        bundle = EvidenceBundle(
-            run_id=RUN_ID,
-            repository="acme/people",
-            issue_number=12,
-            base_revision=BASE,
-            candidate_commit=CANDIDATE,
-            procedure=prepared.procedure_ref,
-            base=RevisionEvidence.from_refs("base", BASE, base.status.value, base.artifacts, detail=base.detail),
-            candidate=RevisionEvidence.from_refs(
+        bundle = run_bundle(
+            prepared.procedure_ref,
+            RevisionEvidence.from_refs("base", BASE, base.status.value, base.artifacts, detail=base.detail),
+            RevisionEvidence.from_refs(
                 "candidate", CANDIDATE, candidate.status.value, candidate.artifacts, detail=candidate.detail
             ),
-            patch=patch,
+            patch,
+            repository="acme/people",
+            issue_number=12,
         )
         crops = [r for r in bundle.base.screenshots + bundle.candidate.screenshots if r.name.endswith("-element.png")]
         # Two runs of two checks on each revision; the app's own screenshots draw the emoji in colour.
@@ -412,7 +399,3 @@ def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops
         assert whole.evaluate("i => [i.clientWidth, i.naturalWidth]") == [1280, 1280]
         assert problems == []
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -5,7 +5,6 @@ a real reproduction run in the sandbox on buggy and fixed code, rendered and ope
 from __future__ import annotations
 
 import re
-import threading
 from pathlib import Path
 from typing import Literal
 
@@ -30,8 +29,9 @@ from evidence.report import render_report
 from evidence.sandbox_view import DRAFTED_PROCEDURE_NAME
 from evidence.serve import make_server
 from tests.integration.evidence.test_report import cell, opened, section, watched
-from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID
+from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, run_bundle
 from tests.support.sandbox import sandbox
+from tests.support.served import served
 
 __all__ = ["sandbox"]
 
@@ -126,17 +126,7 @@ def sandbox_bundle(
         refs = put_record(store, label, revision, data)
         sides.append(RevisionEvidence.from_refs(role, revision, status, refs, detail=detail))
     patch = store.put_bytes(b"+    if not xs:\n+        return 0.0\n", kind=ArtifactKind.PATCH, run_id=RUN_ID)
-    return EvidenceBundle(
-        run_id=RUN_ID,
-        repository="acme/basket",
-        issue_number=24,
-        base_revision=BASE,
-        candidate_commit=CANDIDATE,
-        procedure=procedure_ref,
-        base=sides[0],
-        candidate=sides[1],
-        patch=patch,
-    )
+    return run_bundle(procedure_ref, sides[0], sides[1], patch, repository="acme/basket", issue_number=24)
 
 
 def output_cell(page: str, role: str, run: int, command: int) -> str:
@@ -426,10 +416,7 @@ def test_a_command_reproduction_run_in_the_sandbox_renders_in_chromium(
     assert base.status == ReproductionStatus.REPRODUCED, base.detail
     assert candidate.status == ReproductionStatus.NOT_REPRODUCED, candidate.detail
 
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         bundle = sandbox_bundle(store, COMMAND, base, candidate)
         rendered = render_report(bundle, store, tmp_path / "report")
@@ -459,10 +446,6 @@ def test_a_command_reproduction_run_in_the_sandbox_renders_in_chromium(
         assert page.evaluate("location.hash") == "#output-run-1-command-2"
         assert problems == []
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
 
 
 @pytest.mark.browser
@@ -475,10 +458,7 @@ def test_a_long_command_wraps_inside_its_column_in_chromium(tmp_path: Path, chro
     base, candidate = crashed_and_fixed()
     for found in (base, candidate):
         found.runs[0].steps[0].command = long
-    server = make_server(tmp_path / "store")
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         rendered = render_report(sandbox_bundle(store, procedure, base, candidate), store, tmp_path / "report")
         report = store.put_file(rendered, kind=ArtifactKind.REPORT, run_id=RUN_ID, name="evidence.html")
@@ -490,7 +470,3 @@ def test_a_long_command_wraps_inside_its_column_in_chromium(tmp_path: Path, chro
         widths = header.evaluate("th => [th.scrollWidth, th.clientWidth]")
         assert widths[0] <= widths[1], widths
         page.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()

@@ -38,7 +38,6 @@ from repair.procedure_draft import (
     RepositoryFacts,
     available_kinds,
     conversation,
-    draft_procedure,
     recipe_kinds,
     repository_facts,
     schema_summary,
@@ -86,7 +85,7 @@ def test_invalid_submission_gets_its_error_back_and_the_corrected_one_is_kept(se
     title, prose = cart_report_prose()
     config = ModelConfig(base_url=server.base_url, api_key="test-key", model="durafix-scripted", timeout_s=10)
 
-    result = draft_procedure(config, title, prose, op_id=OP_ID)
+    result = ProcedureDrafter.from_config(config).draft(title, prose, OP_ID)
 
     assert (result.rounds, result.model) == (2, "durafix-scripted")
     assert result.procedure == parse_procedure(result.procedure_yaml)

@@ -19,7 +19,6 @@ from infra.modelserver.server import ScriptedModelServer
 from pipeline.activities.agent import AgentActivities
 from pipeline.steps import (
     AGENT_MAX_TURNS,
-    AgentConcludeInput,
     AgentToolsResult,
     ProposalResult,
 )
@@ -27,7 +26,7 @@ from repair.compaction import COMPACTED_MARKER
 from repair.stepping import ToolCall, decode_transcript, encode_transcript, made_edits, tool_batch
 from repair.workspace_tools import WorkspaceTools
 from tests.support import agent_steps
-from tests.support.agent_steps import activities, tools_input, turn_input
+from tests.support.agent_steps import activities, conclude_input, tools_input, turn_input
 from tests.support.gitrepo import Repo
 from tests.support.modelserver import Serve, recorded
 from tests.support.repair import CART_SCRIPTS, engine_for, request_for
@@ -78,14 +77,12 @@ def drive(
     assert summary is not None
     return env.run(
         agent.agent_conclude,
-        AgentConcludeInput(
-            run_id=RUN,
-            op_id=f"{RUN}:repair:1",
-            attempt=1,
-            spec_ref=spec_ref,
+        conclude_input(
+            RUN,
+            spec_ref,
+            summary,
             patch_ref=patch,
             transcript_ref=transcript,
-            summary=summary,
             prompt_tokens=prompt,
             completion_tokens=completion,
             model=model,
@@ -179,16 +176,7 @@ def test_the_transcript_is_stored_by_content_after_every_step(tmp_path: Path, fi
 def test_an_attempt_that_changed_nothing_or_whose_patch_is_refused_ends_as_no_patch(fixing: Fixing) -> None:
     _, agent, store, spec_ref = fixing
     env = ActivityEnvironment()
-    conclude = AgentConcludeInput(
-        run_id=RUN,
-        op_id=f"{RUN}:repair:1",
-        attempt=1,
-        spec_ref=spec_ref,
-        summary="nothing to do",
-        prompt_tokens=10,
-        completion_tokens=5,
-        model="m",
-    )
+    conclude = conclude_input(RUN, spec_ref, "nothing to do", prompt_tokens=10, completion_tokens=5, model="m")
     with pytest.raises(ApplicationError) as nothing:
         env.run(agent.agent_conclude, conclude)
     assert nothing.value.type == "NoPatch" and nothing.value.non_retryable

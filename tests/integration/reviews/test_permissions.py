@@ -19,20 +19,25 @@ def _user(site: Site, login: str, role: str | None) -> str:
     return login
 
 
-@pytest.mark.parametrize(
-    ("role", "permission"),
-    [
-        ("admin", "admin"),
-        ("maintain", "write"),
-        ("push", "write"),
-        ("triage", "read"),
-        ("pull", "read"),
-        (None, "none"),
-    ],
-)
-def test_permission_is_githubs_legacy_name_of_the_users_role(site: Site, role: str | None, permission: str) -> None:
+# A collaborator's role as granted (None: not a collaborator), GitHub's legacy permission name for it (what
+# get_permission reads), and the role get_role reads, which tells triage from read and maintain from write.
+GRANTED = [
+    ("admin", "admin", "admin"),
+    ("maintain", "write", "maintain"),
+    ("push", "write", "write"),
+    ("triage", "read", "triage"),
+    ("pull", "read", "read"),
+    (None, "none", "none"),
+]
+
+
+@pytest.mark.parametrize(("role", "permission", "read_role"), GRANTED)
+def test_permission_is_githubs_legacy_name_of_the_users_role_and_role_tells_them_apart(
+    site: Site, role: str | None, permission: str, read_role: str
+) -> None:
     login = _user(site, "someone", role)
     assert site.adapter.get_permission(login) == permission
+    assert site.adapter.get_role(login) == read_role
 
 
 def test_the_owner_is_admin_and_the_values_are_ordered_least_first(site: Site) -> None:
@@ -73,22 +78,6 @@ def test_a_secondary_rate_limit_is_transient_with_its_wait(site: Site) -> None:
     with pytest.raises(ForgeTransientError) as raised:
         site.adapter.get_permission("bot")
     assert raised.value.status == 403 and raised.value.retry_after_s == 7.0
-
-
-@pytest.mark.parametrize(
-    ("role", "expected"),
-    [
-        ("admin", "admin"),
-        ("maintain", "maintain"),
-        ("push", "write"),
-        ("triage", "triage"),
-        ("pull", "read"),
-        (None, "none"),
-    ],
-)
-def test_role_tells_triage_from_read_and_maintain_from_write(site: Site, role: str | None, expected: str) -> None:
-    login = _user(site, "someone", role)
-    assert site.adapter.get_role(login) == expected
 
 
 def test_the_roles_are_ordered_least_first(site: Site) -> None:
