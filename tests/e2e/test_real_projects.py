@@ -195,16 +195,19 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     done = await merge_then_find_fixed(stack, project, tmp_path)
     recipe = done.recipe
 
-    # Setup ran once, in the first run's first workspace (the base environment), and stored its result: the
-    # baseline and the candidate's verification (their logs are evidence) restored it instead of installing again,
-    # and so did the second run's environment (the entry was not rebuilt, and it was used since).
+    # Setup ran once for the base and stored its result. The base environment and the baseline run side by side:
+    # whichever took the cache key's build lock first ran setup and stored the entry (in the run's workspaces);
+    # the other waited for the lock and restored it. The candidate's verification (its log is evidence) restored
+    # it, and so did the second run's environment (the entry was not rebuilt, and it was used since).
     [(entry, record)] = entries_of(cache, done.repository)
     assert record.setup == recipe.setup and record.paths == [project.cached_path]
     assert record.provider == "local" and set(record.lock_files) == set(recipe.lock_files)
     assert done.started <= record.created < done.second_started
     assert Path(record.built_in).is_relative_to(stack.state_dir / "workspaces" / path_key(done.wf)), record.built_in
-    for log in checks_logs(stack, done.merged):
-        assert "# dependency cache: restored entry" in log, log
-        assert not any(f"$ {command}" in log for command in recipe.setup), log
+    baseline_log, verify_log = checks_logs(stack, done.merged)
+    baseline_built = any(f"$ {command}" in baseline_log for command in recipe.setup)
+    assert baseline_built != ("# dependency cache: restored entry" in baseline_log), baseline_log
+    assert "# dependency cache: restored entry" in verify_log, verify_log
+    assert not any(f"$ {command}" in verify_log for command in recipe.setup), verify_log
     last_used, stamped = cache.last_used(entry)
     assert stamped and last_used >= done.second_started
