@@ -283,6 +283,12 @@ def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_prov
     os.kill(app_pid, signal.SIGKILL)
 
     wait_for_status(provider, handle, EnvironmentStatus.NOT_READY)
+    # The probe sees the app gone before the engine has seen the container's process exit. A provision in that
+    # moment adopts a container still running, fails not ready once it exits, and its retry starts it; the
+    # provision here is the one after the engine saw the exit.
+    deadline = time.monotonic() + 30
+    while docker_client.containers.get(handle.env_id).status != "exited" and time.monotonic() < deadline:
+        time.sleep(0.1)
     again = provision(run_id)
     assert provider.check(again) is EnvironmentStatus.READY
     assert len(containers_of(docker_client, run_id)) == 1
