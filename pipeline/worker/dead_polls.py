@@ -43,7 +43,8 @@ READ_EVERY_S = 0.1
 
 @dataclass
 class Watched:
-    """One activity whose attempt ``attempt`` was failed for a dead process; ``key`` names it."""
+    """One activity (of ``workflow_id``, ``run_id``, ``activity_id``) whose attempt ``attempt`` was failed for a
+    dead process."""
 
     workflow_id: str
     run_id: str

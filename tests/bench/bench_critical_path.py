@@ -47,7 +47,6 @@ run of a fresh repository, whose dependency and package caches are as cold as th
 from __future__ import annotations
 
 import asyncio
-import math
 import statistics
 import sys
 import tempfile
@@ -56,13 +55,11 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC
 from pathlib import Path
 from typing import TypeVar
 
 import yaml
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from browser.procedure import Procedure
 from browser.results import ReproductionStatus
@@ -91,6 +88,7 @@ from tests.support.real_projects import PROJECTS as REAL_PROJECTS
 from tests.support.real_projects import build_checkout
 from tests.support.real_projects import model_script as real_model_script
 from tests.support.requests_seen import COUNTERS_FETCH_APART, WRITES, ForgeAdmin, counting
+from tests.support.run_history import cancel_and_wait, completions
 
 T = TypeVar("T")
 
@@ -267,27 +265,12 @@ class CriticalPath:
 
     async def history_marks(self, workflow_id: str) -> tuple[float, float]:
         """When the run started, and when ``forge.ensure_draft_pr`` completed (NaN: it did not), from its history."""
-        started = draft = float("nan")
-        scheduled: dict[int, str] = {}
-        async for event in self.client.get_workflow_handle(workflow_id).fetch_history_events():
-            at = event.event_time.ToDatetime(tzinfo=UTC).timestamp()
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and math.isnan(started):
-                started = at
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-                name = scheduled[event.activity_task_completed_event_attributes.scheduled_event_id]
-                if name == steps.ENSURE_DRAFT_PR.name and math.isnan(draft):
-                    draft = at
-        return started, draft
+        history = await completions(self.client, workflow_id)
+        return history.started, history.done.get((steps.ENSURE_DRAFT_PR.name, 1), float("nan"))
 
     async def cancel(self, workflow_id: str) -> None:
         """Cancel the run and wait until it closed (its cleanup done): nothing of it runs beside the floor."""
-        await runs.cancel(self.client, workflow_id)
-        handle = self.client.get_workflow_handle(workflow_id)
-        deadline = time.monotonic() + 300
-        while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
+        await cancel_and_wait(self.client, workflow_id, 300)
 
     # ---- the floor -----------------------------------------------------------------------------------------
 

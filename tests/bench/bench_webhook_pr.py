@@ -26,12 +26,10 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
-from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from pipeline import client as runs
 from pipeline import steps
@@ -40,6 +38,7 @@ from pipeline.ids import branch_for, workflow_id_for
 from tests.bench.bench_tax import e2e_stack
 from tests.bench.report import counted
 from tests.support.e2e_stack import E2EStack
+from tests.support.run_history import cancel_and_wait, completions
 
 DEFAULT_RUNS = 3
 POLL_S = 0.1
@@ -119,25 +118,9 @@ class WebhookToPr:
 
         # The forge records when it finished a delivery to the second only, but its duration to the millisecond.
         delivery = await asyncio.to_thread(self.labeled_delivery, repository, issue)
-        handle = self.client.get_workflow_handle(workflow_id)
-        marks: list[tuple[str, float]] = []
-        scheduled: dict[int, str] = {}
-        count: dict[str, int] = {}
-        done: dict[tuple[str, int], float] = {}
-        async for event in handle.fetch_history_events():
-            at = event.event_time.ToDatetime(tzinfo=UTC).timestamp()
-            if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-                marks.append(("label -> run started (forge POST, receiver)", at))
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-                scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
-            elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-                name = scheduled[event.activity_task_completed_event_attributes.scheduled_event_id]
-                count[name] = count.get(name, 0) + 1
-                done[(name, count[name])] = at
-            elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
-                name = event.child_workflow_execution_completed_event_attributes.workflow_type.name
-                count[name] = count.get(name, 0) + 1
-                done[(name, count[name])] = at
+        history = await completions(self.client, workflow_id)
+        done = history.done
+        marks: list[tuple[str, float]] = [("label -> run started (forge POST, receiver)", history.started)]
         # In the order they were reached: checks that run side by side (the base reproduction and the baseline)
         # may end in either order, and each stage is the time since the one reached before it.
         marks += sorted(
@@ -150,10 +133,7 @@ class WebhookToPr:
             phases[stage] = at - before
             before = at
 
-        await runs.cancel(self.client, workflow_id)
-        deadline = time.monotonic() + 120
-        while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
-            await asyncio.sleep(0.5)
+        await cancel_and_wait(self.client, workflow_id, 120)
         return Measured(
             workflow_id=workflow_id, total_s=total, phases=phases, receiver_s=float(delivery["duration"]), draft=draft
         )

@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
-from temporalio.client import Client
+import asyncio
+import math
+import time
+from dataclasses import dataclass
+from datetime import UTC
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from pipeline import client as runs
 from pipeline.inputs import RepairInput
 
 
@@ -29,3 +37,45 @@ async def activity_attempts(client: Client, workflow_id: str) -> list[tuple[str,
             started = event.activity_task_started_event_attributes
             attempts.append((scheduled[started.scheduled_event_id], started.attempt))
     return attempts
+
+
+@dataclass(frozen=True)
+class Completions:
+    """When the run started, and when each activity or child workflow completed, by (type, the how-manieth of
+    that type: 1 for the first), in seconds since the epoch by the server's clock."""
+
+    started: float
+    done: dict[tuple[str, int], float]
+
+
+async def completions(client: Client, workflow_id: str) -> Completions:
+    """The run's :class:`Completions`, read from its history (a repair attempt's end is its child workflow's)."""
+    started = float("nan")
+    scheduled: dict[int, str] = {}
+    count: dict[str, int] = {}
+    done: dict[tuple[str, int], float] = {}
+
+    def completed(name: str, at: float) -> None:
+        count[name] = count.get(name, 0) + 1
+        done[(name, count[name])] = at
+
+    async for event in client.get_workflow_handle(workflow_id).fetch_history_events():
+        at = event.event_time.ToDatetime(tzinfo=UTC).timestamp()
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED and math.isnan(started):
+            started = at
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            completed(scheduled[event.activity_task_completed_event_attributes.scheduled_event_id], at)
+        elif event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_COMPLETED:
+            completed(event.child_workflow_execution_completed_event_attributes.workflow_type.name, at)
+    return Completions(started=started, done=done)
+
+
+async def cancel_and_wait(client: Client, workflow_id: str, timeout_s: float) -> None:
+    """Cancel the run and wait (at most ``timeout_s``) until it closed, its cleanup done."""
+    await runs.cancel(client, workflow_id)
+    handle = client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + timeout_s
+    while (await handle.describe()).status == WorkflowExecutionStatus.RUNNING and time.monotonic() < deadline:
+        await asyncio.sleep(0.5)

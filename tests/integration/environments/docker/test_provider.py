@@ -35,6 +35,7 @@ from environments.interface import (
 from environments.test_results import CaseOutcome, read_workspace_report
 from infra.docker.engine import DockerEngine
 from tests.support.docker import REPO_ROOT
+from tests.support.waiting import wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -117,6 +118,39 @@ def test_provision_twice_with_one_op_id_gives_one_container(
     assert len(docker_client.networks.list(filters=run_filter(run_id))) == 1
 
 
+def killed_after_create(
+    engine: DockerEngine,
+    provider: DockerProvider,
+    run_id: str,
+    op_id: str,
+    workspace: Path,
+    spec: RecoverySpec,
+    *mode: str,
+) -> None:
+    """``workers/kill_after_create.py``: the provider in a process of its own, SIGKILLed at the point ``mode``
+    names (default: right after the engine created the op's container); asserts it died so."""
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.support.workers.kill_after_create",
+            str(provider.state_dir),
+            str(provider.images.cache_dir),
+            engine.docker_host,
+            run_id,
+            op_id,
+            str(workspace),
+            spec.model_dump_json(),
+            *mode,
+        ],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+
+
 def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     docker_engine: DockerEngine,
     provider: DockerProvider,
@@ -127,25 +161,7 @@ def test_provision_killed_after_create_is_adopted_by_the_next_attempt(
     docker_client: docker.DockerClient,
 ) -> None:
     op_id = f"{run_id}:env:1"
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.workers.kill_after_create",
-            str(provider.state_dir),
-            str(provider.images.cache_dir),
-            docker_engine.docker_host,
-            run_id,
-            op_id,
-            str(cart_workspace),
-            cart_spec.model_dump_json(),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    killed_after_create(docker_engine, provider, run_id, op_id, cart_workspace, cart_spec)
     orphans = containers_of(docker_client, run_id)
     assert [(c.name, c.status) for c in orphans] == [(container_name(op_id), "created")]
 
@@ -176,26 +192,7 @@ def test_checks_killed_after_their_container_was_created_or_started_are_adopted_
     spec = cart_spec.model_copy(
         update={"recipe": cart_spec.recipe.model_copy(update={"test": "echo tests-began; sleep 3; echo tests-ran"})}
     )
-    child = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "tests.support.workers.kill_after_create",
-            str(provider.state_dir),
-            str(provider.images.cache_dir),
-            docker_engine.docker_host,
-            run_id,
-            op_id,
-            str(cart_workspace),
-            spec.model_dump_json(),
-            killed,
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    killed_after_create(docker_engine, provider, run_id, op_id, cart_workspace, spec, killed)
     [orphan] = containers_of(docker_client, run_id)
     assert orphan.name == container_name(f"{op_id}:checks")
     assert orphan.status == ("created" if killed == "checks-after-create" else "running")
@@ -286,9 +283,7 @@ def test_app_killed_inside_the_container_is_reported_not_ready_and_the_next_prov
     # The probe sees the app gone before the engine has seen the container's process exit. A provision in that
     # moment adopts a container still running, fails not ready once it exits, and its retry starts it; the
     # provision here is the one after the engine saw the exit.
-    deadline = time.monotonic() + 30
-    while docker_client.containers.get(handle.env_id).status != "exited" and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: docker_client.containers.get(handle.env_id).status == "exited", 30, "the container to exit", 0.1)
     again = provision(run_id)
     assert provider.check(again) is EnvironmentStatus.READY
     assert len(containers_of(docker_client, run_id)) == 1
