@@ -25,12 +25,9 @@ from temporalio.client import (
     WorkflowQueryFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.runtime import Runtime
 from temporalio.service import RPCError, RPCStatusCode
 
-from pipeline import tracing
 from pipeline.config import DurafixConfig
 from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, take_back
 from pipeline.ids import workflow_id_for
@@ -50,32 +47,13 @@ from pipeline.state import (
     Withdrawal,
 )
 from pipeline.steps import TaskQueue
-from pipeline.temporal_connection import connect_options
+from pipeline.temporal_connection import connect as connect  # the one way to connect, for this module's callers
 from pipeline.workflow import RepairBugWorkflow
 
 # The trigger of a run an operator started (``durafix start``); the receiver's are ``webhook:<delivery>``.
 CLI_TRIGGER = "cli"
 
 RunHandle = WorkflowHandle[RepairBugWorkflow, RunState]
-
-
-async def connect(config: DurafixConfig, *, runtime: Runtime | None = None) -> Client:
-    """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
-    key from ``config`` (:func:`pipeline.temporal_connection.connect_options`, whose
-    :class:`~pipeline.temporal_connection.TemporalSettingsError` is raised before any connection is tried), with
-    the tracing interceptor (:mod:`pipeline.tracing`), which carries a trace into the runs it starts and
-    commands and, on a worker built on the client, through the workflow to its activities. ``runtime``: the SDK
-    runtime to connect with (a worker's, exporting its metrics); None: the default one."""
-    options = connect_options(config)
-    return await Client.connect(
-        options.target_host,
-        namespace=options.namespace,
-        tls=options.tls,
-        api_key=options.api_key,
-        data_converter=pydantic_data_converter,
-        interceptors=tracing.interceptors(),
-        runtime=runtime,
-    )
 
 
 @dataclass(frozen=True)

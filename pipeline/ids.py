@@ -66,3 +66,16 @@ def branch_for(workflow_id: str) -> str:
     """The branch a run publishes its candidate to: one per run, under the run's own ``durafix/<run>/``
     prefix, which is what the forge adapter's footprint and cleanup count as the run's."""
     return f"{run_branch_prefix(workflow_id)}fix"
+
+
+def attempt_workflow_id(run_workflow_id: str, attempt: int) -> str:
+    """A repair attempt's child workflow ID: one per attempt number of the run (revisions have numbers of their
+    own)."""
+    return f"{run_workflow_id}:attempt-{attempt}"
+
+
+def run_of(workflow_id: str) -> str:
+    """The run a workflow ID belongs to: the run itself, or the run of one of its attempts (the inverse of
+    :func:`attempt_workflow_id`)."""
+    run, sep, attempt = workflow_id.rpartition(":attempt-")
+    return run if sep and attempt.isdigit() else workflow_id

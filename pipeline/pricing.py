@@ -9,10 +9,12 @@ the run's model, the cost is unknown and said to be: it is never guessed.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.state import Budgets
+if TYPE_CHECKING:  # annotations only: the config reads this module, and needs none of the run's state
+    from pipeline.state import Budgets
 
 PRICES_SETTING = "DURAFIX_MODEL_PRICES"
 

@@ -1,8 +1,8 @@
 """How every durafix process connects to Temporal: address, namespace, TLS (server CA, mTLS client certificate,
 server name) and API key, read from :class:`~pipeline.config.DurafixConfig`.
 
-The worker, the CLI and the webhook receiver all connect through :func:`pipeline.client.connect`, which
-takes its arguments from :func:`connect_options` here, so a cluster secured one way is reached the same way
+The worker, the CLI and the webhook receiver all connect through :func:`connect`, which takes its
+arguments from :func:`connect_options`, so a cluster secured one way is reached the same way
 by all of them.
 
 Contracts:
@@ -25,8 +25,12 @@ import ssl
 from dataclasses import dataclass
 from pathlib import Path
 
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
+from pipeline import tracing
 from pipeline.config import DurafixConfig, SettingsError
 
 # The variable that sets each field (and, in STATE/config.json, the field itself): what an error names.
@@ -193,3 +197,22 @@ def _read(field: str, path_text: str) -> tuple[Path, bytes]:
         return path, path.read_bytes()
     except OSError as err:
         raise TemporalSettingsError(f"{_setting(field)}: cannot read {path}: {err.strerror or err}") from err
+
+
+async def connect(config: DurafixConfig, *, runtime: Runtime | None = None) -> Client:
+    """The one way a durafix process (worker, CLI, webhook receiver) connects: address, namespace, TLS and API
+    key from ``config`` (:func:`connect_options`, whose
+    :class:`TemporalSettingsError` is raised before any connection is tried), with
+    the tracing interceptor (:mod:`pipeline.tracing`), which carries a trace into the runs it starts and
+    commands and, on a worker built on the client, through the workflow to its activities. ``runtime``: the SDK
+    runtime to connect with (a worker's, exporting its metrics); None: the default one."""
+    options = connect_options(config)
+    return await Client.connect(
+        options.target_host,
+        namespace=options.namespace,
+        tls=options.tls,
+        api_key=options.api_key,
+        data_converter=pydantic_data_converter,
+        interceptors=tracing.interceptors(),
+        runtime=runtime,
+    )

@@ -2,7 +2,7 @@
 
 Contracts:
 
-- Every Temporal client durafix makes (:func:`pipeline.client.connect`: the worker, the receiver, the CLI)
+- Every Temporal client durafix makes (:func:`pipeline.temporal_connection.connect`: the worker, the receiver, the CLI)
   carries :func:`interceptors`, ``temporalio.contrib.opentelemetry``'s ``TracingInterceptor``. On a client it
   puts the current span's context in the headers of a start, a signal, a query or an Update; a worker built
   on that client takes the same interceptor (the SDK applies a client's worker interceptors to its workers),

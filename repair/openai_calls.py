@@ -18,17 +18,22 @@ from __future__ import annotations
 import email.utils
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
-import openai
-from openai.types.chat import (
-    ChatCompletion,
-    ChatCompletionMessage,
-    ChatCompletionMessageFunctionToolCall,
-    ChatCompletionMessageParam,
-    ChatCompletionToolChoiceOptionParam,
-    ChatCompletionToolUnionParam,
-)
 from opentelemetry import trace
+
+if TYPE_CHECKING:
+    # The SDK itself is imported where a request is made: a process that only reads runs' values (the CLI, the
+    # receiver, a worker's supervisor) never loads it (about half a second of CPU at each start).
+    import openai
+    from openai.types.chat import (
+        ChatCompletion,
+        ChatCompletionMessage,
+        ChatCompletionMessageFunctionToolCall,
+        ChatCompletionMessageParam,
+        ChatCompletionToolChoiceOptionParam,
+        ChatCompletionToolUnionParam,
+    )
 
 from repair.interface import ModelPermanentError, ModelTransientError
 
@@ -60,6 +65,8 @@ class ChatEndpoint:
     def __init__(self, base_url: str, api_key: str, model: str, timeout_s: float, max_retries: int = 0) -> None:
         self.model = model
         self.timeout_s = timeout_s
+        import openai
+
         self._client = openai.OpenAI(base_url=base_url, api_key=api_key, timeout=timeout_s, max_retries=max_retries)
 
     def complete(
@@ -69,9 +76,10 @@ class ChatEndpoint:
         tools: Iterable[ChatCompletionToolUnionParam],
         op_id: str,
         usage: TokenUsage,
-        tool_choice: ChatCompletionToolChoiceOptionParam | openai.Omit = openai.omit,
+        tool_choice: ChatCompletionToolChoiceOptionParam | None = None,
     ) -> ChatCompletion:
-        """One request, its failure classified and its tokens added to ``usage``.
+        """One request, its failure classified and its tokens added to ``usage``. ``tool_choice``: None leaves
+        it to the endpoint (the field is not sent).
 
         An answer without ``usage`` is refused (ModelPermanentError): the tokens it spent could not be counted.
         """
@@ -93,15 +101,17 @@ class ChatEndpoint:
         tools: Iterable[ChatCompletionToolUnionParam],
         op_id: str,
         usage: TokenUsage,
-        tool_choice: ChatCompletionToolChoiceOptionParam | openai.Omit,
+        tool_choice: ChatCompletionToolChoiceOptionParam | None,
     ) -> ChatCompletion:
         """The request itself, its failure classified."""
+        import openai
+
         try:
             return self._client.chat.completions.create(
                 model=self.model,
                 messages=messages,
                 tools=tools,
-                tool_choice=tool_choice,
+                tool_choice=openai.omit if tool_choice is None else tool_choice,
                 extra_headers={OP_ID_HEADER: op_id},
             )
         except openai.APITimeoutError as e:
@@ -134,6 +144,8 @@ def first_message(completion: ChatCompletion, usage: TokenUsage) -> ChatCompleti
 def function_calls(message: ChatCompletionMessage, usage: TokenUsage) -> list[ChatCompletionMessageFunctionToolCall]:
     """The message's tool calls; any that is not a function call is refused (ModelPermanentError), since only
     function tools are ever offered."""
+    from openai.types.chat import ChatCompletionMessageFunctionToolCall
+
     calls = message.tool_calls or []
     functions = [c for c in calls if isinstance(c, ChatCompletionMessageFunctionToolCall)]
     if len(functions) != len(calls):

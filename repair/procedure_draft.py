@@ -31,13 +31,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from openai.types.chat import (
-    ChatCompletionFunctionToolParam,
-    ChatCompletionMessageFunctionToolCall,
-    ChatCompletionMessageParam,
-)
 from pydantic import BaseModel, Field
 
 from browser.procedure import Procedure, ProcedureError
@@ -54,6 +49,13 @@ from environments.test_files import pick_test_files
 from repair.config import ModelConfig
 from repair.interface import RepairError
 from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first_message, function_calls
+
+if TYPE_CHECKING:  # the SDK's types only (repair/openai_calls.py says why the SDK is imported late)
+    from openai.types.chat import (
+        ChatCompletionFunctionToolParam,
+        ChatCompletionMessageFunctionToolCall,
+        ChatCompletionMessageParam,
+    )
 
 TASK_MARKER = "durafix-task: draft-procedure"
 SUBMIT = "submit_procedure"

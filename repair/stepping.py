@@ -28,9 +28,8 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 from pydantic import BaseModel
 
 from repair.context import RepairContext
@@ -39,6 +38,9 @@ from repair.openai_calls import ChatEndpoint, TokenUsage, assistant_param, first
 from repair.prompts import system_prompt, user_prompt
 from repair.tools import EDITS, ERROR_PREFIX, FINISH, RUN_TOOLS, parse_arguments, run_tool, tool_schemas
 from repair.workspace_tools import ToolRefused, WorkspaceTools
+
+if TYPE_CHECKING:  # the SDK's types only (repair/openai_calls.py says why the SDK is imported late)
+    from openai.types.chat import ChatCompletionMessageFunctionToolCall, ChatCompletionMessageParam
 
 NO_SUMMARY = "(the model gave no summary)"
 # A summary becomes the candidate's description (the pull request's text, the run's state): the model may write
@@ -111,7 +113,7 @@ def model_turn(
     they come. Every error carries ``usage``'s tokens; the outcome carries this answer's alone."""
     usage = usage if usage is not None else TokenUsage()
     before = usage.spent()
-    params = cast(list[ChatCompletionMessageParam], messages)
+    params = cast("list[ChatCompletionMessageParam]", messages)
     completion = endpoint.complete(params, tools=tool_schemas(tools), op_id=op_id, usage=usage)
     if usage.total > token_budget:
         raise RepairBudgetError(f"{usage.total} tokens used; the budget is {token_budget}", **usage.spent())

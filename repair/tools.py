@@ -27,10 +27,12 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-
-from openai.types.chat import ChatCompletionFunctionToolParam
+from typing import TYPE_CHECKING
 
 from repair.workspace_tools import ToolRefused, WorkspaceTools
+
+if TYPE_CHECKING:  # the SDK's types only (repair/openai_calls.py says why the SDK is imported late)
+    from openai.types.chat import ChatCompletionFunctionToolParam
 
 FINISH = "finish"
 RUN_TESTS = "run_tests"

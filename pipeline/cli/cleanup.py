@@ -56,8 +56,9 @@ from pipeline.cli.command import AddArguments
 from pipeline.cli.ended_ticket import SKIPPED_CLEANUP, ended_ticket_body, update_ended_ticket
 from pipeline.cli.output import Printer
 from pipeline.cli.run_ids import is_run_id, run_option
-from pipeline.client import connect, recorded_state_of
+from pipeline.client import recorded_state_of
 from pipeline.config import DurafixConfig
+from pipeline.temporal_connection import connect
 
 EXIT_OK, EXIT_REMAINS, EXIT_REFUSED, EXIT_NOT_FOUND = 0, 1, 2, 3
 

@@ -28,11 +28,9 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     and what was found (and each exposed file), and exits 1 if any queue cannot be served or a file is
     exposed. The pollers run in a child process under :mod:`pipeline.worker.supervisor` (exit 1 when its children
     keep dying); ``--no-supervise`` runs them in this process."""
-    from browser.video import VideoUnavailable
     from pipeline.hosts import host_id
     from pipeline.worker import logs
-    from pipeline.worker.queue_settings import Overrides
-    from pipeline.worker.runner import parse_queues, run_worker
+    from pipeline.worker.queue_settings import Overrides, parse_queues
     from pipeline.worker.supervisor import is_child, supervise
 
     try:
@@ -50,7 +48,11 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
         if args.check_only:
             return EXIT_OK if served else EXIT_FAIL
     if not (args.no_supervise or is_child()):
-        return EXIT_OK if asyncio.run(supervise(config)) == 0 else EXIT_FAIL
+        return EXIT_OK if asyncio.run(supervise(config, spare=not args.no_spare)) == 0 else EXIT_FAIL
+    # Imported only in the process that polls: the supervisor never loads the activities and the workflow.
+    from browser.video import VideoUnavailable
+    from pipeline.worker.runner import run_worker
+
     # The process that polls is the one whose spans are exported (pipeline/tracing.py; off without an endpoint).
     tracing.export_traces("durafix-worker")
     try:
@@ -142,6 +144,12 @@ def _worker_arguments(parser: argparse.ArgumentParser) -> None:
         "--no-supervise",
         action="store_true",
         help="poll in this process, with no supervisor to fail a dead worker's attempts at once (debugging)",
+    )
+    parser.add_argument(
+        "--no-spare",
+        action="store_true",
+        help="keep no warm spare child: a dead child is replaced by a cold start (seconds); saves a worker's "
+        "start and memory on a small host",
     )
     parser.set_defaults(fn=cmd_worker)
 

@@ -32,18 +32,6 @@ ATTEMPT_WORKFLOW = "repair_attempt"
 ATTEMPT_STEP_FAILED = "AttemptStepFailed"
 
 
-def attempt_workflow_id(run_workflow_id: str, attempt: int) -> str:
-    """The child's workflow ID: one per attempt number of the run (revisions have numbers of their own)."""
-    return f"{run_workflow_id}:attempt-{attempt}"
-
-
-def run_of(workflow_id: str) -> str:
-    """The run a workflow ID belongs to: the run itself, or the run of one of its attempts (the inverse of
-    :func:`attempt_workflow_id`)."""
-    run, sep, attempt = workflow_id.rpartition(":attempt-")
-    return run if sep and attempt.isdigit() else workflow_id
-
-
 # Lists only the run's own handlers and review grow, which no attempt reads: the child starts without them,
 # so a run that has handled hundreds of deliveries does not copy them into every attempt's input and result.
 NOT_FOR_ATTEMPTS = ("deliveries", "report_edits", "head_pushes")

@@ -31,9 +31,10 @@ with workflow.unsafe.imports_passed_through():
     from evidence.interface import ArtifactRef
     from pipeline import accounting, messages, steps
     from pipeline.failures import failure_details, failure_message, worker_lost
-    from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, AttemptInput, AttemptOutcome, attempt_workflow_id
+    from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW, AttemptInput, AttemptOutcome
     from pipeline.flow.carry import ReviewCarry, RunCarry
     from pipeline.hosts import host_queue
+    from pipeline.ids import attempt_workflow_id
     from pipeline.inputs import RepairInput
     from pipeline.patches import HOST_WORKER_LOST_PATCH, LATE_COMPLETION_PATCH, MODEL_OUTAGE_PATCH, STATE_MEMO_PATCH
     from pipeline.recorded_state import STATE_MEMO, recorded_state

@@ -29,7 +29,7 @@ from temporalio import activity, workflow
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from pipeline.config import SettingsError
-from pipeline.flow.attempt_carry import run_of
+from pipeline.ids import run_of
 from pipeline.json_logs import JsonFormatter, to_stderr
 
 FORMAT_VARIABLE = "DURAFIX_LOG_FORMAT"

@@ -33,6 +33,21 @@ def short_name(queue: TaskQueue) -> str:
 
 
 BY_SHORT_NAME = {short_name(q): q for q in TaskQueue}
+ALL_QUEUES = list(TaskQueue)
+
+
+def parse_queues(text: str) -> list[TaskQueue]:
+    """``--queues``: a comma list of short names, or ``all`` (or nothing) for every queue; ValueError names an
+    unknown one."""
+    if text in ("", "all"):
+        return ALL_QUEUES
+    out: list[TaskQueue] = []
+    for part in text.split(","):
+        part = part.strip()
+        if part not in BY_SHORT_NAME:
+            raise ValueError(f"unknown queue {part!r}; choose from {', '.join(BY_SHORT_NAME)} or 'all'")
+        out.append(BY_SHORT_NAME[part])
+    return out
 
 
 class QueueSettings(BaseModel):

@@ -31,38 +31,24 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from pipeline.activities.heartbeat import heartbeating
-from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.hosts import host_id, host_queue, serves_host_queue
 from pipeline.observability.worker_telemetry import WorkerTelemetry
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
-from pipeline.temporal_connection import connect_options
+from pipeline.temporal_connection import connect, connect_options
 from pipeline.worker.inflight import InflightDir, InflightInterceptor, note, sweep
 from pipeline.worker.logs import StepLogInterceptor, worker_logger
-from pipeline.worker.queue_settings import BY_SHORT_NAME, NO_OVERRIDES, Overrides, worker_limits
+from pipeline.worker.queue_settings import NO_OVERRIDES, Overrides, worker_limits
 from pipeline.worker.supervisor import GO, READY, supervisor_pid
 from pipeline.workflow import WORKFLOWS
 
-ALL_QUEUES = [q for q in TaskQueue]
 # A run's next workflow task waits this long on the sticky queue of the process that last ran it before the
 # server hands it to the normal queue: when that process died, the run resumes after this, not the SDK's 10 s.
 STICKY_SCHEDULE_TO_START = timedelta(seconds=2)
 # Heartbeats reach the server at least this often (the SDK's throttle is 80% of the timeout, up to 60 s): a
 # late beat on a loaded host never comes near a heartbeat timeout of RunPolicy (60 s and more by default).
 HEARTBEAT_THROTTLE = timedelta(seconds=5)
-
-
-def parse_queues(text: str) -> list[TaskQueue]:
-    if text in ("", "all"):
-        return ALL_QUEUES
-    out: list[TaskQueue] = []
-    for part in text.split(","):
-        part = part.strip()
-        if part not in BY_SHORT_NAME:
-            raise ValueError(f"unknown queue {part!r}; choose from {', '.join(BY_SHORT_NAME)} or 'all'")
-        out.append(BY_SHORT_NAME[part])
-    return out
 
 
 def activities_for(queue: TaskQueue, services: Services, host: str = "") -> Sequence[Callable[..., object]]:

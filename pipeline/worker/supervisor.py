@@ -22,6 +22,11 @@ refused there, not by children dying in a loop. When the polling child dies (``w
    reconnects by itself once the link is back, so stopping would turn a network outage into a dead host.
    Such spares are started again every 30 s at most until one comes up.
 
+``durafix worker --no-spare`` keeps no spare: a host short of CPU or memory (a CI runner, a laptop, a test
+stack that starts a worker per test) saves a whole worker's start and its memory, and a dead child is then
+replaced by a cold start (seconds, more on a loaded host; its attempts are still failed at once, so their
+retries wait for that start, not for a timeout).
+
 Every :data:`SWEEP_EVERY_S`, and once at start, the supervisor also fails the attempts left by any dead
 worker process on the same state directory (a supervisor killed together with its child, an unsupervised
 worker): :func:`pipeline.worker.inflight.sweep`.
@@ -53,10 +58,10 @@ from typing import Any
 
 from temporalio.client import Client
 
-from pipeline.client import connect
 from pipeline.config import DurafixConfig
 from pipeline.observability.endpoint import METRICS_LINE
 from pipeline.observability.supervisor_metrics import SupervisorMetrics
+from pipeline.temporal_connection import connect
 from pipeline.worker.dead_polls import fail_retries_started_by_the_dead
 from pipeline.worker.inflight import Attempt, InflightDir, fail_dir, note, sweep
 
@@ -348,8 +353,8 @@ class Supervisor:
             await self._fail_left(child, child.proc.returncode)
 
 
-async def supervise(config: DurafixConfig) -> int:
-    return await Supervisor(config).run()
+async def supervise(config: DurafixConfig, *, spare: bool = True) -> int:
+    return await Supervisor(config, spare=spare).run()
 
 
 def is_child() -> bool:

@@ -59,7 +59,8 @@ from pipeline.patches import ATTEMPT_CHILD_PATCH
 from pipeline.services import Services
 from pipeline.state import Approval, ApprovalRequest, Outcome, Phase, RunState
 from pipeline.steps import Step
-from pipeline.worker.runner import ALL_QUEUES, activities_for, build_workers
+from pipeline.worker.queue_settings import ALL_QUEUES
+from pipeline.worker.runner import activities_for, build_workers
 from tests.bench.report import counted, print_rows
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 

@@ -24,7 +24,7 @@ from temporalio.client import WorkflowExecutionStatus
 
 from pipeline import client as durafix_client
 from pipeline.config import DurafixConfig
-from pipeline.flow.attempt_carry import attempt_workflow_id
+from pipeline.ids import attempt_workflow_id
 from pipeline.state import RunState
 from pipeline.workflow import RepairBugWorkflow
 from tests.e2e.history_size import executions, report

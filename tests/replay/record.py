@@ -13,7 +13,7 @@ from pathlib import Path
 
 from temporalio.client import WorkflowHistory
 
-from pipeline.flow.attempt_carry import attempt_workflow_id
+from pipeline.ids import attempt_workflow_id
 
 HISTORIES = Path(__file__).parent / "histories"
 

@@ -28,7 +28,7 @@ from evidence.serve import TOKEN_VARIABLE as EVIDENCE_TOKEN_ENV
 from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import _ENV
 from pipeline.steps import TaskQueue
-from pipeline.worker.runner import parse_queues
+from pipeline.worker.queue_settings import parse_queues
 
 ROOT = Path(__file__).resolve().parents[3]
 MANIFESTS = ROOT / "infra" / "deploy" / "kubernetes"

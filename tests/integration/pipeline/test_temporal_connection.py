@@ -13,9 +13,8 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, GetSyste
 from temporalio.service import TLSConfig
 from temporalio.testing import WorkflowEnvironment
 
-from pipeline.client import connect
 from pipeline.config import DurafixConfig, load_config
-from pipeline.temporal_connection import ConnectOptions, TemporalSettingsError, connect_options
+from pipeline.temporal_connection import ConnectOptions, TemporalSettingsError, connect, connect_options
 from tests.support.durafix_cli import run_durafix
 from tests.support.throwaway_ca import Issued, ThrowawayCA
 from tests.support.tls_proxy import server_context, tls_proxy

@@ -30,9 +30,9 @@ from evidence.interface import ArtifactKind, ArtifactRef
 from pipeline import client as runs
 from pipeline import steps
 from pipeline.failures import NO_PATCH_KIND, WORKER_LOST, FailureClass
-from pipeline.flow.attempt_carry import attempt_workflow_id
 from pipeline.flow.candidates import label as candidate_label
 from pipeline.hosts import host_queue
+from pipeline.ids import attempt_workflow_id
 from pipeline.inputs import RepairInput
 from pipeline.policies import RunPolicy
 from pipeline.state import (
