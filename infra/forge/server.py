@@ -126,13 +126,19 @@ class _Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = _handle
 
 
+class _Listener(ThreadingHTTPServer):
+    # The stdlib's backlog is 5: a loaded host with a receiver, workers and tests all connecting at once can
+    # fill it, and a connection that then waits for accept() is what a client sees reset.
+    request_queue_size = 128
+
+
 class ForgeServer:
     """A GitHub-compatible server on ``host:port`` (0 picks a free port), state under ``data_dir``."""
 
     def __init__(self, data_dir: Path, host: str = "127.0.0.1", port: int = 0, *, admin_token: str) -> None:
         self._forge = Forge(Path(data_dir), admin_token)
         handler = type("ForgeHandler", (_Handler,), {"forge": self._forge})
-        self._httpd = ThreadingHTTPServer((host, port), handler)
+        self._httpd = _Listener((host, port), handler)
         self._httpd.daemon_threads = True
         self._host = host
         self._thread: threading.Thread | None = None

@@ -63,6 +63,9 @@ async def test_mini_swe_agent_fixes_the_sample_bug_through_validation_and_verifi
 
     assert state.pending_approval is not None, state.outcome_detail
     assert state.phase == Phase.AWAITING_REVIEW
+    # What each candidate was and how it ended, should there be more than one (an attempt that failed first).
+    tried = [(c.attempt, c.verification, c.summary[:300]) for c in state.candidates]
+    assert len(state.candidates) == 1, (tried, state.timeline[-20:])
     [candidate] = state.candidates
     assert candidate.attempt == 1 and candidate.verification == "passed"
     assert "line_total(item)" in candidate.summary  # mini-swe-agent's submission
