@@ -40,7 +40,7 @@ def parse_queues(text: str) -> list[TaskQueue]:
     """``--queues``: a comma list of short names, or ``all`` (or nothing) for every queue; ValueError names an
     unknown one."""
     if text in ("", "all"):
-        return ALL_QUEUES
+        return list(ALL_QUEUES)
     out: list[TaskQueue] = []
     for part in text.split(","):
         part = part.strip()

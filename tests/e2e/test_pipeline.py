@@ -184,6 +184,8 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     assert owned_processes(wf) == []
     assert run_workspaces(stack, wf) == []
     assert_metrics_after_one_merged_run(stack, wf, repository, (await client.get_workflow_handle(wf).describe()).run_id)
+    # The stack's worker was started with --no-spare: in all this time its supervisor started no second child.
+    assert "(spare)" not in Path(stack.workers[0].log).read_text()
     history = await client.get_workflow_handle(wf).fetch_history()
     # Forge writes off the critical path: the ticket update once the base reproduced is sent with the repair
     # attempt (the baseline ran beside the base reproduction), the evidence built while the branch is pushed

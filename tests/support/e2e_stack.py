@@ -90,15 +90,14 @@ class E2EStack:
         fault: str | None = None,
         extra_env: dict[str, str] | None = None,
         metrics_port: int | None = None,
-        spare: bool = False,
     ) -> ServiceRecord:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
         is where kills are noted. ``metrics_port``: the worker serves ``/metrics`` there (the record's ``url``).
-        ``extra_env``: variables of its own (an OTLP endpoint, a log format). ``spare``: keep the supervisor's warm
-        spare child (off by default: a test stack's worker lives one test, and the spare's start is a whole
-        worker's CPU that only failover needs)."""
+        ``extra_env``: variables of its own (an OTLP endpoint, a log format). It keeps no warm spare
+        (``--no-spare``): a test stack's worker lives one test, and a spare's start is a whole worker's CPU that
+        only failover needs, which the failover tests start with their own launcher."""
         n = len(self.workers)
         env = {"PYTHONPATH": str(REPO_ROOT), **(extra_env or {})}
         if metrics_port is not None:
@@ -112,7 +111,7 @@ class E2EStack:
         argv = [sys.executable, str(FAULTY_WORKER), fault] if fault is not None else [sys.executable, "-m", "pipeline"]
         rec = processes.spawn(
             f"worker-{n}",
-            [*argv, "--state-dir", str(self.state_dir), "worker", *([] if spare else ["--no-spare"])],
+            [*argv, "--state-dir", str(self.state_dir), "worker", "--no-spare"],
             log=self.state_dir / "logs" / f"test-worker-{n}.log",
             port=metrics_port or 0,
             url=f"http://127.0.0.1:{metrics_port}/metrics" if metrics_port else "",

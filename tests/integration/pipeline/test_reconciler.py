@@ -116,7 +116,7 @@ async def site(
                 await temporal_client.get_workflow_handle(workflow_id).terminate("reconciler test over")
             # Visibility lags the end on the dev server: a run it still lists as running would be the next
             # test's reconciler's to query (with no worker left to answer) and to look up on a forge now gone.
-            await listed_no_longer_running(temporal_client, workflow_id)
+            await visible(temporal_client, workflow_id, running=False)
 
 
 async def status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | None:
@@ -128,23 +128,15 @@ async def status(client: Client, workflow_id: str) -> WorkflowExecutionStatus | 
         raise
 
 
-async def listed_no_longer_running(client: Client, workflow_id: str) -> None:
-    """Until Temporal's visibility no longer lists ``workflow_id`` as running."""
+async def visible(client: Client, workflow_id: str, *, running: bool = True) -> None:
+    """Until Temporal's visibility lists ``workflow_id`` as running (it lags a start on the dev server), or, with
+    ``running=False``, no longer lists it so (it lags an end too)."""
+    query = f'WorkflowId="{workflow_id}" AND ExecutionStatus="Running"'
 
-    async def gone() -> bool:
-        query = f'WorkflowId="{workflow_id}" AND ExecutionStatus="Running"'
-        return not [wf.id async for wf in client.list_workflows(query)]
+    async def as_wanted() -> bool:
+        return any([wf.id async for wf in client.list_workflows(query)]) == running
 
-    await eventually(gone, 30, f"{workflow_id} no longer listed as running")
-
-
-async def visible(client: Client, workflow_id: str) -> None:
-    """Until Temporal's visibility lists ``workflow_id`` as running (it lags a start on the dev server)."""
-
-    async def listed() -> bool:
-        return any([wf.id async for wf in client.list_workflows(f'WorkflowId="{workflow_id}"')])
-
-    await eventually(listed, 30, f"{workflow_id} to be listed")
+    await eventually(as_wanted, 30, f"{workflow_id} {'' if running else 'no longer '}listed as running")
 
 
 async def decisions(client: Client, workflow_id: str) -> list[Any]:
