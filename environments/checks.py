@@ -291,7 +291,18 @@ def run_setup(
         run = _Runner(
             ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
         )
-        return _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run, candidate)
+        outcome = _set_up(ws_path, recipe, log_path, progress, settings, repository, provider, run, candidate)
+    _log_outcome(outcome, candidate)
+    return outcome
+
+
+def _log_outcome(outcome: SetupOutcome, candidate: bool) -> None:
+    """One line in the worker's log for every setup that had commands to run: whether they ran or the dependency
+    cache restored their result, and for which tree. With the run and step the worker's log lines carry, it is
+    how an operator (and the real-project tests) count how often a run's revisions were set up."""
+    tree = "a candidate's tree" if candidate else "the base revision's tree"
+    did = "ran the recipe's setup commands" if outcome.ran else "restored the dependency cache's entry"
+    _log.info("setup of %s: %s (dependency cache: %s)", tree, did, outcome.cache or "none")
 
 
 def _set_up(

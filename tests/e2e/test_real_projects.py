@@ -9,12 +9,15 @@ would, and each sent two reports through the webhooks on the embedded stack:
    behaviour correct, so the run ends in triage, honestly "not reproduced", with no PR and no model request.
 
 What is asserted is read back from the forge through PyGithub and real git (PRs, ``main``'s files, tickets),
-from the evidence store (the setup and test logs) and from the worker's dependency cache (one entry per project,
-built once: every later workspace restored it instead of running ``npm ci`` / ``pip install`` again).
+from the evidence store (the setup and test logs), from the worker's dependency cache (one entry per project,
+built once: every later workspace restored it instead of running ``npm ci`` / ``pip install`` again), from the
+worker's log (each setup it did, so setup ran once per revision) and from the run's history on the server (the
+baseline ran beside the base reproduction).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from collections.abc import Iterator
@@ -45,6 +48,7 @@ from tests.support.real_projects import (
     model_script,
     pull_and_commit,
 )
+from tests.support.run_history import activity_spans
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -211,3 +215,33 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     assert not any(f"$ {command}" in verify_log for command in recipe.setup), verify_log
     last_used, stamped = cache.last_used(entry)
     assert stamped and last_used >= done.second_started
+
+    # Setup ran once per revision, by the worker's own account of every setup it did for the first run: the base
+    # revision's tree set up by its commands once (by the baseline or the base environment, whichever built the
+    # entry) and restored by the other; the candidate's tree (its lock files unchanged) restored by its
+    # environment and its verification, never set up again.
+    setups = sorted(setups_of(stack, done.wf))
+    assert setups == [("base", "ran"), ("base", "restored"), ("candidate", "restored"), ("candidate", "restored")]
+    # The baseline ran beside the base reproduction (its environment provisioned, the page reproduced), as the
+    # server recorded their activities.
+    spans = await activity_spans(await runs.connect(stack.config), done.wf)
+    by_op = {(span.step, span.op_id): span for span in spans}
+    baseline = by_op[("env.run_baseline", f"{done.wf}:baseline")]
+    provision = by_op[("env.provision", f"{done.wf}:env-base:1")]
+    reproduce = by_op[("browser.reproduce", f"{done.wf}:reproduce-base:1")]
+    assert {baseline.outcome, provision.outcome, reproduce.outcome} == {"completed"}, spans
+    assert provision.started is not None and baseline.started is not None
+    assert baseline.started < reproduce.ended and provision.started < baseline.ended, spans
+
+
+def setups_of(stack: E2EStack, wf: str) -> list[tuple[str, str]]:
+    """Each setup the stack's worker logged for run ``wf`` (:mod:`environments.checks`): (``base`` or ``candidate``,
+    ``ran`` or ``restored``), in the order logged."""
+    found = []
+    for line in Path(stack.workers[0].log).read_text().splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        message = str(record.get("msg", ""))
+        if record.get("run") == wf and message.startswith("setup of "):
+            tree = "candidate" if "candidate's tree" in message else "base"
+            found.append((tree, "ran" if "ran the recipe's setup commands" in message else "restored"))
+    return found

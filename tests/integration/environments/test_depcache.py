@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import threading
 import uuid
@@ -72,7 +73,10 @@ def setups(tmp_path: Path, counter: Path) -> Setups:
     return Setups(tmp_path, shell_project(tmp_path, counter), DependencyCache(tmp_path / "deps"))
 
 
-def test_a_second_workspace_gets_the_stored_setup_instead_of_running_it(setups: Setups, counter: Path) -> None:
+def test_a_second_workspace_gets_the_stored_setup_instead_of_running_it(
+    setups: Setups, counter: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="environments.checks")
     first = setups.workspace("a")
     built = setups.setup(first)
 
@@ -112,6 +116,12 @@ def test_a_second_workspace_gets_the_stored_setup_instead_of_running_it(setups: 
     result = run_tests(second.path, load_recipe(second.path), 30, log_path=setups.tmp / "tests.log")
     assert result.passed, result.output_tail
     assert not list(second.path.glob(".durafix-restore-*"))
+    # The worker's log has a line for each setup: what an operator (and the real-project tests) count.
+    said = [r.getMessage() for r in caplog.records if r.name == "environments.checks"]
+    assert [m.split(" (dependency cache: ")[0] for m in said] == [
+        "setup of the base revision's tree: ran the recipe's setup commands",
+        "setup of the base revision's tree: restored the dependency cache's entry",
+    ], said
 
 
 def test_a_patch_that_changes_a_lock_file_gets_an_entry_of_its_own(setups: Setups, counter: Path) -> None:
