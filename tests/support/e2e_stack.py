@@ -96,8 +96,8 @@ class E2EStack:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
-        is where kills are noted. ``metrics_port``: the worker serves ``/metrics`` there (the record's ``url``).
-        ``extra_env``: variables of its own (an OTLP endpoint, a log format). It keeps no warm spare
+        is where kills (or holds) are noted. ``metrics_port``: the worker serves ``/metrics`` there (the
+        record's ``url``). ``extra_env``: variables of its own (an OTLP endpoint, a log format). It keeps no warm spare
         (``--no-spare``): a test stack's worker lives one test, and a spare's start is a whole worker's CPU that
         only failover needs, which the failover tests start with their own launcher."""
         n = len(self.workers)
