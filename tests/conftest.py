@@ -121,6 +121,7 @@ LONGEST_FIRST = (
     "recovery/test_stale_worker.py",
     "e2e/test_library_reproductions.py",
     "integration/workflow/test_workflow_logic.py",
+    "recovery/test_overlapped_checks.py",
     "e2e/test_real_projects.py",
     "e2e/test_runs_page.py",
     "e2e/test_demo.py",

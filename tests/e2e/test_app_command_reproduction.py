@@ -13,9 +13,9 @@ from evidence.interface import ArtifactRef
 from infra.cli.demo import issue_text
 from pipeline.services import Services
 from pipeline.state import Outcome
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, one_of_each, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
 from tests.support.cart_reproductions import CART_API_TOTAL, reported
-from tests.support.e2e_stack import E2EStack, owned_processes
+from tests.support.e2e_stack import E2EStack, one_of_each, owned_processes, run_workspaces
 
 pytestmark = [pytest.mark.slow]
 

@@ -23,8 +23,8 @@ from pipeline import client as runs
 from pipeline.cli.runs import operator_identity
 from pipeline.ids import workflow_id_for
 from pipeline.state import Phase, RunState
-from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, run_workspaces, state_when
-from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, wait_for
+from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, run_workspaces, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

@@ -26,9 +26,9 @@ from temporalio.client import Client
 
 from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
-from tests.e2e.test_pipeline import awaiting_review, finished, footprint, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.e2e.test_review_gate import opened_for_review, pr_and_head
-from tests.support.e2e_stack import E2EStack, scripted_stack, wait_for
+from tests.support.e2e_stack import E2EStack, footprint, scripted_stack, wait_for
 from tests.support.forge import Received, running_receiver
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -50,9 +50,9 @@ from pipeline.services import Services
 from pipeline.state import Outcome, RunState, TriageReason
 from tests.conftest import require
 from tests.e2e.test_cli import Cli
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
 from tests.e2e.test_real_projects import entries_of, model_requests, ticket_of
-from tests.support.e2e_stack import E2EStack, owned_processes, running_e2e_stack
+from tests.support.e2e_stack import E2EStack, footprint, owned_processes, running_e2e_stack
 from tests.support.library_projects import (
     LIBRARIES,
     STAT_RECIPE,

@@ -31,8 +31,8 @@ from pipeline.ids import workflow_id_for
 from pipeline.state import RunState
 from reviews.markers import TICKET, find_marker
 from tests.e2e.test_cli import Cli
-from tests.e2e.test_pipeline import finished, run_workspaces, state_when
-from tests.support.e2e_stack import REPO_ROOT, E2EStack, kill, owned_processes, wait_for
+from tests.e2e.test_pipeline import finished, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, kill, owned_processes, run_workspaces, wait_for
 
 pytestmark = [pytest.mark.slow]
 

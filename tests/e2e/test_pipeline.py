@@ -34,7 +34,16 @@ from pipeline.services import Services
 from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
 from tests.replay.record import record_history
 from tests.support.durafix_cli import run_durafix
-from tests.support.e2e_stack import NEVER_FIXABLE, REPO_ROOT, E2EStack, owned_processes, wait_for
+from tests.support.e2e_stack import (
+    NEVER_FIXABLE,
+    REPO_ROOT,
+    E2EStack,
+    footprint,
+    one_of_each,
+    owned_processes,
+    run_workspaces,
+    wait_for,
+)
 from tests.support.metrics_text import Exposition, named_metrics, scrape
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -64,33 +73,6 @@ def finished(_: RunState, status: WorkflowExecutionStatus | None) -> bool:
 
 def awaiting_review(state: RunState, status: WorkflowExecutionStatus | None) -> bool:
     return state.pending_approval is not None or finished(state, status)
-
-
-def footprint(stack: E2EStack, repository: str, workflow_id: str, issue: int) -> Any:
-    return Services(stack.config).forge(repository).footprint(workflow_id, issue)
-
-
-def one_of_each(stack: E2EStack, repository: str, workflow_id: str, issue: int, final: RunState | None = None) -> Any:
-    """The run's footprint on the forge, asserted to be one ticket, one PR (the run's own, if ``final`` is
-    given), the run's branch and one evidence comment."""
-    fp = footprint(stack, repository, workflow_id, issue)
-    assert len(fp.tickets) == 1, fp
-    if final is None:
-        assert len(fp.pull_requests) == 1, fp
-    else:
-        assert final.publish is not None and fp.pull_requests == [final.publish.pr_number], fp
-    assert fp.branches == [branch_for(workflow_id)], fp
-    assert len(fp.evidence_comments) == 1, fp
-    return fp
-
-
-def run_workspaces(stack: E2EStack, workflow_id: str) -> list[Path]:
-    from environments.files import path_key
-
-    run_dir = stack.state_dir / "workspaces" / path_key(workflow_id)
-    if not run_dir.exists():
-        return []
-    return [p for p in run_dir.iterdir() if p.is_dir()]
 
 
 def file_on_main(stack: E2EStack, repository: str, path: str) -> str:

@@ -28,9 +28,9 @@ from pipeline.ids import attempt_workflow_id
 from pipeline.state import RunState
 from pipeline.workflow import RepairBugWorkflow
 from tests.e2e.history_size import executions, report
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, one_of_each, state_when
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
 from tests.replay.record import record_history
-from tests.support.e2e_stack import MODEL_DIR, E2EStack, scripted_stack
+from tests.support.e2e_stack import MODEL_DIR, E2EStack, one_of_each, scripted_stack
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
 

@@ -25,8 +25,8 @@ from infra.cli.demo import maintainer_git_env
 from pipeline import client as runs
 from pipeline.ids import branch_for
 from pipeline.state import HeadPush, RunState
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, footprint, state_when
-from tests.support.e2e_stack import E2EStack
+from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
+from tests.support.e2e_stack import E2EStack, footprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

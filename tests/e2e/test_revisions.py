@@ -12,9 +12,9 @@ from temporalio.client import Client
 
 from pipeline.ids import branch_for
 from pipeline.state import RunState
-from tests.e2e.test_pipeline import file_on_main, finished, footprint, state_when
+from tests.e2e.test_pipeline import file_on_main, finished, state_when
 from tests.e2e.test_review_gate import opened_for_review, pr_and_head
-from tests.support.e2e_stack import E2EStack
+from tests.support.e2e_stack import E2EStack, footprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 

@@ -34,13 +34,12 @@ from temporalio.worker import Replayer
 from infra import processes, stack
 from infra.processes import ServiceRecord
 from pipeline import steps
-from pipeline.state import Outcome, RunState
 from pipeline.steps import TaskQueue
 from pipeline.workflow import RepairBugWorkflow
-from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.replay.changed_workflow import MERGE_NOTICE_PATCH, NOTICE_TEXT, ChangedRepairBug
 from tests.replay.record import record_history, record_history_to
-from tests.support.e2e_stack import E2EStack, owned_processes, scripted_stack, wait_for
+from tests.support.e2e_stack import E2EStack, assert_merged_once, scripted_stack, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -198,22 +197,6 @@ async def reproduction_running(client: Client, wf: str) -> None:
 
 
 # ---- what the forge, the engine and the machine hold ----------------------------------------------------------
-
-
-def assert_merged_once(e2e: E2EStack, repository: str, issue: int, wf: str, final: RunState) -> None:
-    """The run merged its one PR; the forge holds one ticket, one branch, one PR, one evidence comment; nothing
-    of the run is left on the machine."""
-    assert final.outcome == Outcome.MERGED, final.outcome_detail
-    fp = one_of_each(e2e, repository, wf, issue)
-    repo = e2e.github().get_repo(repository)
-    assert len(list(repo.get_pulls(state="all"))) == 1
-    pr = repo.get_pull(fp.pull_requests[0])
-    assert pr.merged and pr.merge_commit_sha == final.merged_sha
-    assert repo.get_branch("main").commit.sha == final.merged_sha
-    mine = [c for c in repo.get_issue(issue).get_comments() if "durafix:ticket" in c.body]
-    assert len(mine) == 1 and "merged" in mine[0].body, [c.body for c in mine]
-    assert owned_processes(wf) == []
-    assert run_workspaces(e2e, wf) == []
 
 
 async def history_of(client: Client, wf: str) -> WorkflowHistory:

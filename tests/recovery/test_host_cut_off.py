@@ -29,10 +29,10 @@ from pipeline.hosts import host_queue
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, RunState
 from tests.conftest import require
-from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, state_when
+from tests.e2e.test_pipeline import awaiting_review, finished, state_when
 from tests.recovery.test_engine_restarts import pollers
 from tests.support.cluster import Cluster, running_cluster
-from tests.support.e2e_stack import owned_processes
+from tests.support.e2e_stack import one_of_each, owned_processes
 
 pytestmark = [pytest.mark.slow]
 

@@ -38,8 +38,8 @@ from infra.processes import ServiceRecord
 from pipeline import steps
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
-from tests.e2e.test_pipeline import awaiting_review, finished, one_of_each, run_workspaces, state_when
-from tests.support.e2e_stack import REPO_ROOT, E2EStack, e2e_stack, owned_processes
+from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.e2e_stack import REPO_ROOT, E2EStack, e2e_stack, one_of_each, owned_processes, run_workspaces
 
 __all__ = ["e2e_stack"]
 

@@ -33,7 +33,9 @@ from infra.forge.testing import client as forge_client
 from infra.processes import ServiceRecord
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.ids import workflow_id_for
+from pipeline.ids import branch_for, workflow_id_for
+from pipeline.services import Services
+from pipeline.state import Outcome, RunState
 from tests.conftest import require
 from tests.support.proctree import environ_pids
 from tests.support.waiting import wait_for as wait_for  # the stack's tests wait with it
@@ -94,8 +96,8 @@ class E2EStack:
         """A ``durafix worker`` process; with ``kill_after``, one that SIGKILLs itself right after the forge
         accepted the named adapter operation (once per operation, across processes). ``fault`` runs
         :mod:`tests.support.workers.faulty` with that fault in place of ``python -m pipeline``; ``kill_dir``
-        is where kills are noted. ``metrics_port``: the worker serves ``/metrics`` there (the record's ``url``).
-        ``extra_env``: variables of its own (an OTLP endpoint, a log format). It keeps no warm spare
+        is where kills (or holds) are noted. ``metrics_port``: the worker serves ``/metrics`` there (the
+        record's ``url``). ``extra_env``: variables of its own (an OTLP endpoint, a log format). It keeps no warm spare
         (``--no-spare``): a test stack's worker lives one test, and a spare's start is a whole worker's CPU that
         only failover needs, which the failover tests start with their own launcher."""
         n = len(self.workers)
@@ -272,12 +274,19 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
 
 
 @pytest.fixture
-def stack_with_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
-    e2e_stack.spawn_worker()
+def workers_stopped(e2e_stack: E2EStack) -> Iterator[E2EStack]:
+    """The session's stack; every worker a test spawned on it is stopped at the test's end, also when it failed
+    midway (a SIGKILLed one included)."""
     try:
         yield e2e_stack
     finally:
         e2e_stack.stop_workers()
+
+
+@pytest.fixture
+def stack_with_worker(workers_stopped: E2EStack) -> E2EStack:
+    workers_stopped.spawn_worker()
+    return workers_stopped
 
 
 def owned_processes(run_id: str) -> list[int]:
@@ -289,3 +298,44 @@ def owned_processes(run_id: str) -> list[int]:
 def kill(rec: ServiceRecord) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(rec.pid, signal.SIGKILL)
+
+
+def footprint(stack: E2EStack, repository: str, workflow_id: str, issue: int) -> Any:
+    return Services(stack.config).forge(repository).footprint(workflow_id, issue)
+
+
+def one_of_each(stack: E2EStack, repository: str, workflow_id: str, issue: int, final: RunState | None = None) -> Any:
+    """The run's footprint on the forge, asserted to be one ticket, one PR (the run's own, if ``final`` is
+    given), the run's branch and one evidence comment."""
+    fp = footprint(stack, repository, workflow_id, issue)
+    assert len(fp.tickets) == 1, fp
+    if final is None:
+        assert len(fp.pull_requests) == 1, fp
+    else:
+        assert final.publish is not None and fp.pull_requests == [final.publish.pr_number], fp
+    assert fp.branches == [branch_for(workflow_id)], fp
+    assert len(fp.evidence_comments) == 1, fp
+    return fp
+
+
+def run_workspaces(stack: E2EStack, workflow_id: str) -> list[Path]:
+    run_dir = stack.state_dir / "workspaces" / path_key(workflow_id)
+    if not run_dir.exists():
+        return []
+    return [p for p in run_dir.iterdir() if p.is_dir()]
+
+
+def assert_merged_once(e2e: E2EStack, repository: str, issue: int, wf: str, final: RunState) -> None:
+    """The run merged its one PR; the forge holds one ticket, one branch, one PR, one evidence comment; nothing
+    of the run is left on the machine."""
+    assert final.outcome == Outcome.MERGED, final.outcome_detail
+    fp = one_of_each(e2e, repository, wf, issue)
+    repo = e2e.github().get_repo(repository)
+    assert len(list(repo.get_pulls(state="all"))) == 1
+    pr = repo.get_pull(fp.pull_requests[0])
+    assert pr.merged and pr.merge_commit_sha == final.merged_sha
+    assert repo.get_branch("main").commit.sha == final.merged_sha
+    mine = [c for c in repo.get_issue(issue).get_comments() if "durafix:ticket" in c.body]
+    assert len(mine) == 1 and "merged" in mine[0].body, [c.body for c in mine]
+    assert owned_processes(wf) == []
+    assert run_workspaces(e2e, wf) == []

@@ -24,6 +24,12 @@ command line, so they carry the fault too. The faults (all test-only, none in th
     ``stopped.json`` (activity ID, attempt, task token in base64, pid) to ``DURAFIX_TEST_STOP_DIR``; after a
     SIGCONT the call goes on as it would have, and ``resumed.json`` says how it ended (its result or error, and
     whether the worker cancelled the attempt meanwhile).
+``hold-after-work``
+    an environment or browser activity whose operation is one of ``DURAFIX_TEST_HOLD`` (comma-separated steps
+    of operation IDs ``<workflow ID>:<step>[:<n>]``, e.g. ``baseline,reproduce-base``) does its whole work,
+    then, instead of returning, notes ``<step>.json`` (activity type, attempt, pid) in ``DURAFIX_TEST_KILL_DIR``
+    and holds, heartbeating, until its process is killed: the work is done, its result never reaches the
+    server. Once per step across processes (the note is the marker).
 ``changed-workflow``
     :class:`tests.replay.changed_workflow.ChangedRepairBug` is registered in place of the current
     ``repair_bug`` (same name, same queues, every activity as in the product).
@@ -48,6 +54,8 @@ from temporalio import activity
 from environments.docker.provider import DockerProvider
 from environments.files import path_key
 from environments.interface import AppRecipe
+from pipeline.activities.browser import BrowserActivities
+from pipeline.activities.environments import EnvironmentActivities
 from pipeline.activities.forge import ForgeActivities
 from pipeline.activities.heartbeat import Heartbeat
 from pipeline.services import Services
@@ -171,6 +179,43 @@ def stop_mid_step() -> None:
     setattr(owner, name, _stopping(getattr(owner, name), marker_dir))
 
 
+def _held_after(original: Callable[..., Any], steps: frozenset[str], marker_dir: Path) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(self: object, inp: object, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, inp, *args, **kwargs)
+        run_id, op = getattr(inp, "run_id", None), getattr(inp, "op_id", None)
+        if not (isinstance(run_id, str) and isinstance(op, str) and op.startswith(f"{run_id}:")):
+            return result
+        step = op[len(run_id) + 1 :].split(":", 1)[0]
+        marker = marker_dir / f"{step}.json"
+        if step not in steps or marker.exists():
+            return result
+        info = activity.info()
+        note = {"activity_type": info.activity_type, "attempt": info.attempt, "op_id": op, "pid": os.getpid()}
+        # Renamed into place: whoever waits for the note never reads it half-written.
+        marker.with_suffix(".tmp").write_text(json.dumps(note))
+        marker.with_suffix(".tmp").replace(marker)
+        # Beating, so that nothing but the kill ends the attempt: not its heartbeat timeout, not a cancellation.
+        with activity.shield_thread_cancel_exception(), Heartbeat(f"held by the test after {step}"):
+            while True:
+                time.sleep(0.2)
+
+    return wrapper
+
+
+def hold_after_work() -> None:
+    marker_dir = Path(os.environ["DURAFIX_TEST_KILL_DIR"])
+    marker_dir.mkdir(parents=True, exist_ok=True)
+    steps = frozenset(os.environ["DURAFIX_TEST_HOLD"].split(","))
+    # On the classes, not on what activities_for returns: a host's own queue registers the browser's reproduce
+    # and the environments' steps from these classes too (pipeline/hosts.py).
+    for owner in (EnvironmentActivities, BrowserActivities):
+        for name, fn in list(vars(owner).items()):
+            if hasattr(fn, "__temporal_activity_definition"):
+                # functools.wraps keeps the activity definition, so the worker registers the wrapper under its name.
+                setattr(owner, name, _held_after(fn, steps, marker_dir))
+
+
 def changed_workflow() -> None:
     from pipeline.flow.attempt import RepairAttemptWorkflow
     from tests.replay.changed_workflow import ChangedRepairBug
@@ -184,6 +229,7 @@ FAULTS: dict[str, Callable[[], None]] = {
     "kill-after-docker-create": kill_after_docker_create,
     "failover-probe": failover_probe,
     "stop-mid-step": stop_mid_step,
+    "hold-after-work": hold_after_work,
     "changed-workflow": changed_workflow,
 }
 
