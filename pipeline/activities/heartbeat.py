@@ -6,6 +6,13 @@ was cancelled. :class:`Heartbeat` beats from a helper thread while the activity 
 cannot beat itself (a setup command, a readiness wait, a model call), carrying the sub-state of the work in
 its details, with the seconds spent in it: ``setup: npm ci (41 s)``. ``durafix status`` shows it.
 
+Every beat of a block, the first and each new sub-state's among them, is sent by that helper thread, never by
+the activity's own: the SDK hands a sync activity's heartbeat to the worker's event loop and blocks the caller
+until the loop has taken it, a wait that would hold up the activity's work at every beat. The block's end waits
+until the helper has sent any beat still owed, so the last sub-state and carry are handed over before the
+activity returns or fails; a beat outside any block (a :meth:`Heartbeat.set` after it ended) is sent by the
+caller.
+
 Details are the sub-state text, or ``{"detail": text, **carry}`` when the activity carries facts to its next
 attempt: Temporal hands the last heartbeat's details of a failed attempt to the retry
 (``activity.info().heartbeat_details``), also when that heartbeat was sent just before the failure.
@@ -46,17 +53,34 @@ class Heartbeat:
         self.carry = dict(carry or {})
         self._since = time.monotonic()
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        # A beat is owed to the helper thread (_due), and set while none is owed or being sent (_sent); the lock
+        # keeps the two in step between the threads that owe beats and the helper that sends them.
+        self._lock = threading.Lock()
+        self._due = False
+        self._sent = threading.Event()
+        self._sent.set()
         self._outer: Heartbeat | None = None
         self._token: contextvars.Token[Heartbeat | None] | None = None
         # Set while a Heartbeat entered inside this one lasts: this one keeps quiet.
         self._inner: Heartbeat | None = None
 
     def set(self, detail: str) -> None:
-        """Enter a new sub-state (its clock starts now) and beat at once. Safe to call from any thread."""
+        """Enter a new sub-state (its clock starts now) and beat at once: inside the block the helper thread
+        sends the beat (the caller does not wait for it), outside it the caller. Safe to call from any thread."""
         self.detail = detail
         self._since = time.monotonic()
-        self.beat()
+        self._owe()
+
+    def _owe(self) -> None:
+        if self._thread is None:
+            self.beat()
+            return
+        with self._lock:
+            self._due = True
+            self._sent.clear()
+        self._wake.set()
 
     def text(self) -> str:
         return f"{self.detail} ({time.monotonic() - self._since:.0f} s)"
@@ -71,24 +95,42 @@ class Heartbeat:
         self._since = time.monotonic()
         self._outer = _CURRENT.get()
         if self._outer is not None:
+            # What the outer block still owes goes out before this block takes the details over.
+            self._outer._sent.wait(timeout=5)
             self._outer._inner = self
         self._token = _CURRENT.set(self)
-        self.beat()
         ctx = contextvars.copy_context()
         self._thread = threading.Thread(target=ctx.run, args=(self._beat,), daemon=True, name="heartbeat")
+        self._owe()
         self._thread.start()
         return self
 
     def _beat(self) -> None:
-        while not self._stop.wait(self.every_s):
-            self.beat()
+        """The helper thread: send each beat owed, and one every ``every_s`` seconds, until the block ends."""
+        while True:
+            with self._lock:
+                due, self._due = self._due, False
+            if due:
+                self.beat()
+            with self._lock:
+                if not self._due:
+                    self._sent.set()
+            if self._stop.is_set():
+                return
+            if not self._wake.wait(self.every_s):
+                with self._lock:
+                    self._due = True
+                    self._sent.clear()
+            self._wake.clear()
 
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+            self._thread = None
         if self._token is not None:
             _CURRENT.reset(self._token)
             self._token = None

@@ -3,7 +3,7 @@
 - throughput: a few ``repair_bug`` runs with no-op activities, serial and two at a time, all merge; the
   floor workflow runs as many steps as a run has activities;
 - the durability tax: one run each way on the e2e stack, both merged, and the plain loop called exactly the
-  steps, in the order, that the workflow's history scheduled;
+  steps, in the order, that the workflow's history scheduled; each way's breakdown adds up to its run;
 - webhook -> draft PR: one labelled report's delivery leads to a draft PR from the run's branch, whose stages
   the history shows, then the run is cancelled.
 
@@ -59,6 +59,10 @@ async def test_the_plain_loop_calls_the_steps_the_workflow_schedules_and_both_me
     assert "forge.merge" in result.temporal.steps
     # The same steps; those started side by side may be sent in either order.
     assert sorted(result.plain.steps) == sorted(result.temporal.steps)
+    # Each way's breakdown adds up to its run, and every step of the Temporal run was timed in the worker.
+    for timed in (result.plain, result.temporal):
+        assert sum(timed.breakdown.parts.values()) == pytest.approx(timed.seconds)
+    assert all(step.body is not None for step in result.temporal.breakdown.steps)
 
 
 @pytest.mark.timeout(900)
