@@ -51,9 +51,8 @@ from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from pydantic import BaseModel
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -64,7 +63,7 @@ from temporalio.testing import ActivityEnvironment
 from infra.processes import ServiceError
 from pipeline import client as runs
 from pipeline.config import DurafixConfig
-from pipeline.flow.context import RunContext, RunEnded, new_run_state
+from pipeline.flow.context import In, Out, RunContext, RunEnded, new_run_state
 from pipeline.flow.phases import Phases
 from pipeline.hosts import host_id
 from pipeline.ids import workflow_id_for
@@ -86,9 +85,6 @@ from tests.bench.tax_breakdown import (
     run_histories,
 )
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
-
-In = TypeVar("In", bound=BaseModel)
-Out = TypeVar("Out")
 
 DEFAULT_ROUNDS = 3
 REVIEWER = "bench-operator"
