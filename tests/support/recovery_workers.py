@@ -8,6 +8,7 @@ evidence store and the token-protected git remote with every other worker. Activ
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +28,10 @@ from tests.support.gitrepo import Repo
 
 TOKEN = "recovery-token"
 REPOSITORY = "acme/cart"
-RUN_ID = "repair:acme/cart#7"
+# One run ID per test process: a run's cleanup stops every process on the machine carrying the run's marker (it
+# must, whichever of the host's workers started them), so two test processes sharing one would stop each other's
+# apps (seen as a reproduction's app refusing connections after another module's teardown).
+RUN_ID = f"repair:acme/cart#{os.getpid()}"
 CART_REPORT = (Path(__file__).resolve().parents[2] / "examples" / "cart" / "ISSUE.md").read_text()
 
 P = ParamSpec("P")
