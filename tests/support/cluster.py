@@ -136,7 +136,6 @@ def running_cluster(root: Path, *, workers: dict[str, str] | None = None) -> Ite
                 str(root / "temporal.sqlite"),
                 "--log-level",
                 "warn",
-                *stack.DEV_SERVER_TUNING,
             ],
             TEMPORAL_PORT,
             f"{server.address}:{TEMPORAL_PORT}",
