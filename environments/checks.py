@@ -302,7 +302,8 @@ def _log_outcome(outcome: SetupOutcome, candidate: bool) -> None:
     how an operator (and the real-project tests) count how often a run's revisions were set up."""
     tree = "a candidate's tree" if candidate else "the base revision's tree"
     did = "ran the recipe's setup commands" if outcome.ran else "restored the dependency cache's entry"
-    _log.info("setup of %s: %s (dependency cache: %s)", tree, did, outcome.cache or "none")
+    # Quoted: the cache's note may name the recipe's paths, which the repository wrote.
+    _log.info("setup of %s: %s (dependency cache: %r)", tree, did, outcome.cache or "none")
 
 
 def _set_up(
