@@ -62,6 +62,13 @@ def op_id(workflow_id: str, step: str, attempt: int | None = None) -> str:
     return f"{workflow_id}:{step}" if attempt is None else f"{workflow_id}:{step}:{attempt}"
 
 
+def op_step(op: str, workflow_id: str) -> str | None:
+    """The step of ``op`` when it is an operation ID of ``workflow_id`` (:func:`op_id`'s inverse), else None."""
+    if not op.startswith(f"{workflow_id}:"):
+        return None
+    return op[len(workflow_id) + 1 :].split(":", 1)[0] or None
+
+
 def branch_for(workflow_id: str) -> str:
     """The branch a run publishes its candidate to: one per run, under the run's own ``durafix/<run>/``
     prefix, which is what the forge adapter's footprint and cleanup count as the run's."""

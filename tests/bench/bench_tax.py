@@ -82,9 +82,9 @@ from tests.bench.tax_breakdown import (
     breakdown,
     breakdown_lines,
     plain_breakdown,
-    run_histories,
 )
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
+from tests.support.run_history import run_histories
 
 DEFAULT_ROUNDS = 3
 REVIEWER = "bench-operator"
@@ -281,7 +281,7 @@ class Tax:
         """The run the labelled report's webhook starts, as in the demo (the reconciler would cancel a run whose
         report lost its label, and start one for a labelled report without a run), on the workers of
         :meth:`workers`. Timed by the server, from the first execution's start to the last one's close (its
-        history: :func:`~tests.bench.tax_breakdown.run_histories`): the webhook's own latency is
+        history: :func:`~tests.support.run_history.run_histories`): the webhook's own latency is
         ``bench_webhook_pr``'s to measure."""
         repository, issue = self.report(labelled=True)
         workflow_id = workflow_id_for(repository, issue)

@@ -44,7 +44,6 @@ from typing import Any
 from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
-from temporalio.client import Client
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from pipeline.recorded_state import STATE_MEMO
@@ -175,8 +174,9 @@ def asked_for_review(event: HistoryEvent) -> bool:
 def breakdown(
     executions: Sequence[Sequence[HistoryEvent]], bodies: Mapping[tuple[str, str], Interval] | None = None
 ) -> Breakdown:
-    """The breakdown of a run whose executions' histories are ``executions`` (see :func:`run_histories`): its
-    parent's chain continued as new and its children's, each a closed execution's whole history. ``bodies``:
+    """The breakdown of a run whose executions' histories are ``executions``
+    (:func:`tests.support.run_history.run_histories`): its parent's chain continued as new and its children's,
+    each a closed execution's whole history. ``bodies``:
     :attr:`BodyClock.bodies` of the workers that ran it (without, an activity's execution is all ``activity``)."""
     bodies = bodies or {}
     covering: dict[str, list[Interval]] = {p: [] for p in PARTS}
@@ -281,36 +281,6 @@ def plain_breakdown(wall: Interval, steps: Sequence[StepTime]) -> Breakdown:
         parts=partition(wall, {ACTIVITY: [s.span for s in steps]}),
         steps=list(steps),
     )
-
-
-async def run_histories(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
-    """Every execution of the closed run ``workflow_id``: its chain continued as new, oldest first, then the
-    child workflows each started (recursively), in the order started."""
-    chain: list[list[HistoryEvent]] = []
-    run_id: str | None = None
-    while True:
-        events = [e async for e in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events()]
-        chain.append(events)
-        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
-        if not run_id:
-            break
-    chain.reverse()
-    out = list(chain)
-    for events in chain:
-        out.extend(await _children(client, events))
-    return out
-
-
-async def _children(client: Client, events: Iterable[HistoryEvent]) -> list[list[HistoryEvent]]:
-    out: list[list[HistoryEvent]] = []
-    for event in events:
-        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-            child = event.child_workflow_execution_started_event_attributes.workflow_execution
-            handle = client.get_workflow_handle(child.workflow_id, run_id=child.run_id)
-            history = [e async for e in handle.fetch_history_events()]
-            out.append(history)
-            out.extend(await _children(client, history))
-    return out
 
 
 # ---- comparing the two ways -----------------------------------------------------------------------------

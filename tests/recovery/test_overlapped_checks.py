@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.enums.v1 import PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -32,9 +32,11 @@ from infra import processes
 from pipeline import client as runs
 from pipeline import steps
 from pipeline.failures import WORKER_LOST
+from pipeline.ids import op_step
 from pipeline.state import ReproductionOutcome, RunState
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
 from tests.support.e2e_stack import E2EStack, assert_merged_once, e2e_stack, kill, wait_for, workers_stopped
+from tests.support.run_history import activity_spans
 from tests.support.waiting import eventually
 
 __all__ = ["e2e_stack", "workers_stopped"]
@@ -45,12 +47,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.browser, pytest.mark.timeout(600)]
 # candidate's tests below): a kill in each kind of step, at the cost of two whole runs, not three.
 BASE_REPRODUCTION = {"env-base": steps.PROVISION.name}
 CANDIDATE_CHECKS = {"verify": steps.VERIFY_CANDIDATE.name, "reproduce-candidate-1": steps.REPRODUCE.name}
-
-
-def step_of(op_id: str, workflow_id: str) -> str:
-    """The step of an operation ID ``<workflow ID>:<step>[:<n>]``."""
-    assert op_id.startswith(f"{workflow_id}:"), op_id
-    return op_id[len(workflow_id) + 1 :].split(":", 1)[0]
 
 
 async def held_beside(
@@ -92,31 +88,6 @@ async def held_beside(
     return running
 
 
-async def step_history(client: Client, wf: str, step: str, activity_type: str) -> tuple[int, list[tuple[int, str]]]:
-    """Of the activities of ``activity_type`` whose operation is ``step`` (a teardown's is its provisioning's):
-    how many completed, and each one's last attempt and the failure of the attempt before it (an application
-    error's type, else empty)."""
-    ops: set[int] = set()
-    completed = 0
-    attempts: list[tuple[int, str]] = []
-    async for event in client.get_workflow_handle(wf).fetch_history_events():
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            scheduled = event.activity_task_scheduled_event_attributes
-            op = json.loads(scheduled.input.payloads[0].data).get("op_id", "")
-            mine = isinstance(op, str) and op.startswith(f"{wf}:") and step_of(op, wf) == step
-            if mine and scheduled.activity_type.name == activity_type:
-                ops.add(event.event_id)
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            started = event.activity_task_started_event_attributes
-            if started.scheduled_event_id in ops:
-                failure = started.last_failure
-                kind = failure.application_failure_info.type if failure.HasField("application_failure_info") else ""
-                attempts.append((started.attempt, kind))
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            completed += event.activity_task_completed_event_attributes.scheduled_event_id in ops
-    return completed, attempts
-
-
 async def killed_beside_then_merged(
     stack: E2EStack, notes: Path, held: Mapping[str, str], beside: list[str]
 ) -> RunState:
@@ -145,11 +116,13 @@ async def killed_beside_then_merged(
     assert_merged_once(stack, repository, issue, wf, final)
     assert processes.is_alive(successor), processes.log_tail(Path(successor.log))
 
+    spans = await activity_spans(client, wf)
     for step, activity_type in held.items():
-        completed, attempts = await step_history(client, wf, step, activity_type)
-        assert completed == 1, (step, completed, attempts)
-        # The held attempt's activity: its next attempt started after the killed one was failed over.
-        assert attempts and attempts[0][0] >= 2 and attempts[0][1] == WORKER_LOST, (step, attempts)
+        # A teardown's operation is its provisioning's: the activity type tells them apart.
+        mine = [s for s in spans if s.step == activity_type and op_step(s.op_id, wf) == step]
+        # Completed once: the held attempt's activity, its next attempt started after the killed one failed over.
+        assert [(s.outcome, s.last_failure) for s in mine] == [("completed", WORKER_LOST)], (step, mine)
+        assert mine[0].attempt >= 2, (step, mine)
     # Each artifact once in the run's evidence; no name twice (a retry's outputs differ from the killed
     # attempt's by their bytes, never by their names, so a result recorded twice would show here).
     assert len({(r.sha256, r.name) for r in final.evidence}) == len(final.evidence)

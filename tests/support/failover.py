@@ -33,6 +33,7 @@ from pipeline.config import DurafixConfig
 from pipeline.policies import RunPolicy, StepTimeouts
 from pipeline.steps import ENSURE_TICKET, EnsureTicketInput, TaskQueue, TicketResult
 from pipeline.worker.inflight import Attempt, InflightDir, inflight_root
+from tests.support.run_history import failure_kind
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FAULTY_WORKER = Path(__file__).resolve().parent / "workers" / "faulty.py"
@@ -247,19 +248,13 @@ async def attempt_starts(client: Client, workflow_id: str) -> list[AttemptStart]
         elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
             started = event.activity_task_started_event_attributes
             activity_id, activity_type = scheduled[started.scheduled_event_id]
-            failure = started.last_failure
-            kind = ""
-            if failure.HasField("application_failure_info"):
-                kind = failure.application_failure_info.type
-            elif failure.HasField("timeout_failure_info"):
-                kind = f"Timeout:{failure.timeout_failure_info.timeout_type}"
             out.append(
                 AttemptStart(
                     activity_id=activity_id,
                     activity_type=activity_type,
                     attempt=started.attempt,
                     started=event.event_time.ToDatetime(tzinfo=UTC),
-                    last_failure_type=kind,
+                    last_failure_type=failure_kind(started.last_failure),
                 )
             )
     return out

@@ -6,11 +6,12 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowExecutionStatus
 
@@ -87,24 +88,57 @@ async def cancel_and_wait(client: Client, workflow_id: str, timeout_s: float) ->
 @dataclass(frozen=True)
 class ActivitySpan:
     """One activity of a run as the server recorded it: its step, its operation ID (``op_id`` of its input, or
-    ``""``), the workflow execution that scheduled it, when its last attempt started (``None``: it never started)
-    and when it closed, and how: ``completed``, ``failed``, ``timed_out`` or ``canceled``."""
+    ``""``), its last attempt (``attempt``, started at ``started``; ``None``: it never started) and why the attempt
+    before it failed (:func:`failure_kind`), when it closed and how: ``completed``, ``failed``, ``timed_out`` or
+    ``canceled``."""
 
     step: str
     op_id: str
-    workflow_id: str
+    attempt: int
+    last_failure: str
     started: datetime | None
     ended: datetime
     outcome: str
 
-    def overlaps(self, other: ActivitySpan) -> bool:
-        """Whether both ran at one moment: each started before the other closed."""
-        return (
-            self.started is not None
-            and other.started is not None
-            and self.started < other.ended
-            and other.started < self.ended
-        )
+
+def failure_kind(failure: Failure) -> str:
+    """An attempt's failure as the history records it for the next one: an application error's type, a timeout's
+    ``Timeout:<kind>``, else ``""``."""
+    if failure.HasField("application_failure_info"):
+        return failure.application_failure_info.type
+    if failure.HasField("timeout_failure_info"):
+        return f"Timeout:{failure.timeout_failure_info.timeout_type}"
+    return ""
+
+
+async def run_histories(client: Client, workflow_id: str) -> list[list[HistoryEvent]]:
+    """Every execution of the closed run ``workflow_id``: its chain continued as new, oldest first, then the
+    child workflows each started (recursively), in the order started."""
+    chain: list[list[HistoryEvent]] = []
+    run_id: str | None = None
+    while True:
+        events = [e async for e in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events()]
+        chain.append(events)
+        run_id = events[0].workflow_execution_started_event_attributes.continued_execution_run_id
+        if not run_id:
+            break
+    chain.reverse()
+    out = list(chain)
+    for events in chain:
+        out.extend(await _children(client, events))
+    return out
+
+
+async def _children(client: Client, events: Iterable[HistoryEvent]) -> list[list[HistoryEvent]]:
+    out: list[list[HistoryEvent]] = []
+    for event in events:
+        if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
+            child = event.child_workflow_execution_started_event_attributes.workflow_execution
+            handle = client.get_workflow_handle(child.workflow_id, run_id=child.run_id)
+            history = [e async for e in handle.fetch_history_events()]
+            out.append(history)
+            out.extend(await _children(client, history))
+    return out
 
 
 _CLOSED = {
@@ -116,30 +150,15 @@ _CLOSED = {
 
 
 async def activity_spans(client: Client, workflow_id: str) -> list[ActivitySpan]:
-    """Every closed activity of the run ``workflow_id``, in the order they closed: of each of its executions (from
-    the first, following continue-as-new) and of every child workflow they started (a repair attempt's)."""
-    latest = await client.get_workflow_handle(workflow_id).fetch_history()
-    run_id: str | None = latest.events[0].workflow_execution_started_event_attributes.first_execution_run_id
-    spans: list[ActivitySpan] = []
-    while run_id:
-        events = (await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()).events
-        spans.extend(_spans_of(workflow_id, events))
-        for event in events:
-            if event.event_type == EventType.EVENT_TYPE_CHILD_WORKFLOW_EXECUTION_STARTED:
-                child = event.child_workflow_execution_started_event_attributes.workflow_execution.workflow_id
-                spans.extend(await activity_spans(client, child))
-        last = events[-1]
-        run_id = (
-            last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
-            if last.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
-            else None
-        )
+    """Every closed activity of the closed run ``workflow_id`` (all of :func:`run_histories`), in the order they
+    closed."""
+    spans = [span for events in await run_histories(client, workflow_id) for span in _spans_of(events)]
     return sorted(spans, key=lambda span: span.ended)
 
 
-def _spans_of(workflow_id: str, events: Sequence[HistoryEvent]) -> list[ActivitySpan]:
+def _spans_of(events: Sequence[HistoryEvent]) -> list[ActivitySpan]:
     scheduled: dict[int, tuple[str, str]] = {}
-    started: dict[int, datetime] = {}
+    started: dict[int, HistoryEvent] = {}
     spans: list[ActivitySpan] = []
     for event in events:
         if event.HasField("activity_task_scheduled_event_attributes"):
@@ -148,11 +167,21 @@ def _spans_of(workflow_id: str, events: Sequence[HistoryEvent]) -> list[Activity
             op_id = str(arg.get("op_id", "")) if isinstance(arg, dict) else ""
             scheduled[event.event_id] = (attrs.activity_type.name, op_id)
         elif event.HasField("activity_task_started_event_attributes"):
-            attrs_started = event.activity_task_started_event_attributes
-            started[attrs_started.scheduled_event_id] = event.event_time.ToDatetime(tzinfo=UTC)
+            started[event.activity_task_started_event_attributes.scheduled_event_id] = event
         elif (attributes := event.WhichOneof("attributes")) in _CLOSED:
             of = getattr(event, str(attributes)).scheduled_event_id
             step, op_id = scheduled[of]
-            at = event.event_time.ToDatetime(tzinfo=UTC)
-            spans.append(ActivitySpan(step, op_id, workflow_id, started.get(of), at, _CLOSED[str(attributes)]))
+            start = started.get(of)
+            run = start.activity_task_started_event_attributes if start is not None else None
+            spans.append(
+                ActivitySpan(
+                    step=step,
+                    op_id=op_id,
+                    attempt=run.attempt if run is not None else 0,
+                    last_failure=failure_kind(run.last_failure) if run is not None else "",
+                    started=start.event_time.ToDatetime(tzinfo=UTC) if start is not None else None,
+                    ended=event.event_time.ToDatetime(tzinfo=UTC),
+                    outcome=_CLOSED[str(attributes)],
+                )
+            )
     return spans

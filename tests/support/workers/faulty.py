@@ -58,6 +58,7 @@ from pipeline.activities.browser import BrowserActivities
 from pipeline.activities.environments import EnvironmentActivities
 from pipeline.activities.forge import ForgeActivities
 from pipeline.activities.heartbeat import Heartbeat
+from pipeline.ids import op_step
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.worker import runner as worker
@@ -184,11 +185,10 @@ def _held_after(original: Callable[..., Any], steps: frozenset[str], marker_dir:
     def wrapper(self: object, inp: object, *args: Any, **kwargs: Any) -> Any:
         result = original(self, inp, *args, **kwargs)
         run_id, op = getattr(inp, "run_id", None), getattr(inp, "op_id", None)
-        if not (isinstance(run_id, str) and isinstance(op, str) and op.startswith(f"{run_id}:")):
+        if not (isinstance(run_id, str) and isinstance(op, str)):
             return result
-        step = op[len(run_id) + 1 :].split(":", 1)[0]
-        marker = marker_dir / f"{step}.json"
-        if step not in steps or marker.exists():
+        step = op_step(op, run_id)
+        if step not in steps or (marker := marker_dir / f"{step}.json").exists():
             return result
         info = activity.info()
         note = {"activity_type": info.activity_type, "attempt": info.attempt, "op_id": op, "pid": os.getpid()}
