@@ -126,7 +126,9 @@ class WebhookToPr:
         marks += sorted(
             ((stage, done[(name, k)]) for stage, name, k in MILESTONES if (name, k) in done), key=lambda m: m[1]
         )
-        marks.append(("PR seen on the forge (poll)", seen))
+        # The forge shows the PR as soon as it answered the draft PR's step, which the server records a moment
+        # later: a poll that saw it first saw it when that step ended, not before.
+        marks.append(("PR seen on the forge (poll)", max(seen, marks[-1][1])))
         phases: dict[str, float] = {}
         before = wall0
         for stage, at in marks:
