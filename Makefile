@@ -4,7 +4,7 @@
 
 SHELL := /bin/bash
 UV = $$(command -v uv || echo $$HOME/.local/bin/uv)
-APT_PACKAGES := git nodejs chromium fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat prometheus
+APT_PACKAGES := git nodejs chromium chromium-headless-shell fonts-noto-color-emoji docker.io debootstrap ffmpeg ca-certificates bubblewrap iproute2 util-linux socat prometheus
 PYTEST_ARGS ?=
 # Test processes: most tests wait on real servers, browsers and processes, so more processes than cores pay.
 # Not more than 4 on 2 cores: with 6 the short soak's runs could no longer take their steps in time and none

@@ -1,9 +1,9 @@
 """Whether this host can run the browser queue: Chromium found and launchable the way the runner launches it.
 
 :func:`chromium_version` finds Chromium as :class:`browser.runner.BrowserRunner` does (``executable`` or
-``chromium`` on ``PATH``), prepares the same launch plan (:class:`browser.sandbox.BrowserHome`: as root with
-the sandbox on, the wrapper that drops to the browser's user) and runs that plan's executable with
-``--version`` in the plan's environment. That is cheap (no page, no profile) and catches what fails most
+:func:`browser.executable.find_chromium`), prepares the same launch plan (:class:`browser.sandbox.BrowserHome`:
+as root with the sandbox on, the wrapper that drops to the browser's user) and runs that plan's executable
+with ``--version`` in the plan's environment. That is cheap (no page, no profile) and catches what fails most
 often on a new host: no Chromium, no ``setpriv``, no unprivileged user. It does not prove the sandbox's
 namespaces work; the first launch does, and says how to proceed when they do not.
 """
@@ -11,12 +11,11 @@ namespaces work; the first launch does, and says how to proceed when they do not
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 
+from browser.executable import INSTALL_HINT, find_chromium, not_installed
 from browser.sandbox import DEFAULT_SANDBOX_USER, BrowserHome, SandboxUnavailable
 
-INSTALL_HINT = "install Chromium (Debian: apt-get install chromium) or run the browser queue on a host that has it"
 # A cold ``chromium --version`` on two cores busy with test processes and builds has taken over 20 s; the check
 # runs once, when a worker starts, so a generous bound costs nothing on a healthy host.
 VERSION_TIMEOUT_S = 60.0
@@ -35,9 +34,9 @@ def chromium_version(
 ) -> str:
     """``chromium 156.0.8078.114`` (what Chromium says of itself), or :class:`ChromiumUnavailable`.
     ``video``: also check the ffmpeg a recorded run needs (:func:`browser.video.system_ffmpeg`)."""
-    found = executable or shutil.which("chromium")
+    found = executable or find_chromium()
     if found is None:
-        raise ChromiumUnavailable(f"chromium is not installed (no 'chromium' on PATH); {INSTALL_HINT}")
+        raise ChromiumUnavailable(f"{not_installed()}; {INSTALL_HINT}")
     try:
         home = BrowserHome(found, sandbox=sandbox, user=user)
     except (SandboxUnavailable, OSError) as err:

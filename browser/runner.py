@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import logging
 import queue
-import shutil
 import socket
 import threading
 import time
@@ -41,6 +40,7 @@ from opentelemetry import trace
 from playwright.async_api import Browser, Playwright, async_playwright
 from playwright.async_api import Error as PlaywrightError
 
+from browser.executable import find_chromium, not_installed
 from browser.origins import OriginPolicy
 from browser.procedure import Procedure
 from browser.results import BrowserInfraError, ReproductionResult, ReproductionStatus, RunOutcome, verdict
@@ -62,8 +62,10 @@ CHROMIUM_ARGS = (
     "--no-first-run",
     "--disable-quic",
     # WebRTC may use only proxied TCP, so its UDP (STUN, peers) cannot bypass the origin guard; the proxy of
-    # every context is a dead end for hosts it may not reach (browser/origins.py).
+    # every context is a dead end for hosts it may not reach (browser/origins.py). The full browser reads the
+    # first switch; the headless shell (browser/executable.py) ignores it and obeys only the second.
     "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+    "--force-webrtc-ip-handling-policy=disable_non_proxied_udp",
 )
 
 StepCallback = Callable[[int, str], None]
@@ -257,9 +259,9 @@ class BrowserRunner:
             if self._browser is not None and self._browser.is_connected():
                 return self._browser
             self._browser = None
-            executable = self._executable_path or shutil.which("chromium")
+            executable = self._executable_path or find_chromium()
             if executable is None:
-                raise BrowserInfraError("chromium is not installed (no 'chromium' on PATH)")
+                raise BrowserInfraError(not_installed())
             plan = self._launch_plan(executable).plan
             if not plan.sandbox:
                 logger.warning(

@@ -22,6 +22,7 @@ from temporalio.client import WorkflowExecutionStatus
 from pipeline import client as runs
 from tests.bench import bench_tax, bench_throughput, bench_webhook_pr
 from tests.conftest import require, temporal_binary
+from tests.support.chromium import chromium_path
 from tests.support.e2e_stack import E2EStack
 
 pytestmark = pytest.mark.slow
@@ -46,7 +47,7 @@ async def test_quick_throughput_runs_all_merge_and_the_floor_matches_the_step_co
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     with bench_tax.e2e_stack(tmp_path_factory.mktemp("durafix-bench-e2e")) as e2e:
         yield e2e
 

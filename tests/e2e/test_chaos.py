@@ -27,6 +27,7 @@ import pytest
 
 from environments.processes import live_processes
 from tests.conftest import require
+from tests.support.chromium import chromium_path
 from tests.support.e2e_stack import REPO_ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -74,7 +75,7 @@ def _argv(pid: int) -> str:
 @pytest.mark.timeout(900)
 def test_the_short_soak_leaves_one_of_each_per_run_and_nothing_behind(tmp_path: Path) -> None:
     require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     state = tmp_path / "soak"
     argv = [sys.executable, "-m", "pipeline", "chaos", "--runs", str(RUNS), "--workers", "2", "--kill-every", "3-8"]
     argv += ["--server-kills", "1", "--faults-for", str(FAULTS_FOR_S), "--state-dir", str(state)]

@@ -9,7 +9,6 @@ published as the same draft PR.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -19,9 +18,9 @@ import pytest
 import yaml
 
 from pipeline.state import Phase
-from tests.conftest import require
 from tests.e2e.test_pipeline import awaiting_review, state_when
 from tests.replay.record import record_history
+from tests.support.chromium import chromium_path
 from tests.support.command_engine import mini_swe_agent
 from tests.support.e2e_stack import MODEL_DIR, E2EStack, running_e2e_stack
 
@@ -43,7 +42,7 @@ def command_model_script(dest: Path) -> Path:
 def command_stack(
     tmp_path_factory: pytest.TempPathFactory, mini_swe_agent: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[E2EStack]:
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     state = tmp_path_factory.mktemp("durafix-command-e2e")
     # Set before the stack starts: the receiver, which starts the runs, reads its configuration once.
     monkeypatch.setenv("DURAFIX_ENGINE", "command")

@@ -46,6 +46,7 @@ from pipeline.services import Services
 from pipeline.state import Approval, Outcome, RunState
 from tests.conftest import require
 from tests.e2e.test_pipeline import RUN_TIMEOUT_S, awaiting_review, finished, state_when
+from tests.support.chromium import chromium_path
 from tests.support.e2e_stack import E2EStack, kill, owned_processes, running_e2e_stack, wait_for
 from tests.support.proctree import Proc, descendants, is_chromium_browser
 
@@ -66,7 +67,7 @@ KILL_TRIES = 3
 def s3_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
     """The embedded stack with its evidence store on SeaweedFS, plus the webhook receiver."""
     require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     try:
         weed_binary()
     except ServiceError as err:
@@ -310,8 +311,7 @@ async def test_evidence_comment_links_a_presigned_report_that_chromium_renders_w
     unsigned = httpx.get(urlunsplit((parts.scheme, parts.netloc, parts.path, "", "")), timeout=10)
     assert unsigned.status_code == 403, unsigned.text[:300]
 
-    executable = shutil.which("chromium")
-    assert executable is not None
+    executable = chromium_path()
     problems: list[str] = []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=executable, args=list(CHROMIUM_ARGS))

@@ -41,7 +41,7 @@ from pipeline.state import CleanupStatus, Outcome, Phase, RunState
 from tests.conftest import require
 from tests.e2e.test_pipeline import finished, state_when
 from tests.support.e2e_stack import REPO_ROOT, E2EStack, owned_processes, scripted_stack, wait_for
-from tests.support.proctree import Proc, descendants
+from tests.support.proctree import Proc, descendants, is_chromium
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -163,12 +163,7 @@ def _is_page_renderer(argv: list[str]) -> bool:
     # Chromium rewrites a renderer's command line as one space-joined string; the browser's own WebUI has a
     # renderer of its own, which is not a page's.
     words = " ".join(argv).split()
-    return (
-        bool(words)
-        and Path(words[0]).name == "chromium"
-        and "--type=renderer" in words
-        and ("--top-chrome-webui" not in words)
-    )
+    return bool(words) and is_chromium(words[0]) and "--type=renderer" in words and ("--top-chrome-webui" not in words)
 
 
 def _renderers(worker: ServiceRecord) -> list[Proc]:

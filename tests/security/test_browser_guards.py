@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import threading
 import time
@@ -24,6 +25,7 @@ import pytest
 from pydantic import ValidationError
 from temporalio.testing import ActivityEnvironment
 
+from browser.executable import CHROMIUM_EXECUTABLES
 from browser.origins import OriginPolicy, parse_origin
 from browser.procedure import parse_procedure
 from browser.results import ReproductionStatus
@@ -36,8 +38,9 @@ from evidence.report import render_report
 from pipeline.activities.browser import BrowserActivities
 from pipeline.steps import ReproduceInput
 from tests.support.browser_apps import serve_static
+from tests.support.chromium import chromium_path
 from tests.support.evidence_samples import run_bundle, solid_png, store_cart_bundle
-from tests.support.proctree import Proc, descendants, is_chromium_browser
+from tests.support.proctree import Proc, descendants, is_chromium, is_chromium_browser
 from tests.support.served import served
 
 BASE = "a" * 40
@@ -179,10 +182,18 @@ def test_a_request_to_another_origin_is_blocked_reaches_nothing_and_is_listed(
     assert {e["url"] for e in log["runs"][0]["events"] if e["kind"] == "blocked"} == {u for u, _ in blocked}
 
 
+def installed_builds() -> list[str]:
+    """The Chromium builds a worker may launch (:data:`CHROMIUM_EXECUTABLES`) that this machine has: each reads
+    the WebRTC policy from a switch of its own, so each is attacked."""
+    found = [path for name in CHROMIUM_EXECUTABLES if (path := shutil.which(name)) is not None]
+    return found or [chromium_path()]
+
+
 @pytest.mark.browser
-def test_webrtc_sends_no_udp_past_the_guard(runner: BrowserRunner, tmp_path: Path) -> None:
+@pytest.mark.parametrize("build", installed_builds(), ids=lambda path: Path(path).name)
+def test_webrtc_sends_no_udp_past_the_guard(build: str, tmp_path: Path) -> None:
     """A page asks a STUN "server" on a local UDP port for its address: not one datagram arrives (without
-    the runner's WebRTC policy, Chromium sends several)."""
+    the runner's WebRTC policy, Chromium sends several), whichever build the worker launches."""
     received: list[bytes] = []
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
         udp.bind(("127.0.0.1", 0))
@@ -199,7 +210,7 @@ def test_webrtc_sends_no_udp_past_the_guard(runner: BrowserRunner, tmp_path: Pat
             "  - {action: expect_text, selector: '#s', equals: done, timeout_ms: 10000}\n"
             "bug_present:\n  - {action: expect_visible, selector: '#s'}\n"
         )
-        with serve_static({"/": page}) as app:
+        with serve_static({"/": page}) as app, BrowserRunner(executable_path=build) as runner:
             result = runner.run(procedure, app, tmp_path / "stun")
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline:
@@ -275,7 +286,7 @@ def test_the_report_has_no_blocked_requests_section_when_nothing_was_blocked(tmp
 
 def _is_chromium(argv: list[str]) -> bool:
     # Chromium's helpers rewrite their title: all of the command line may be in argv[0].
-    return Path(argv[0].split(" ", 1)[0]).name == "chromium"
+    return is_chromium(argv[0].split(" ", 1)[0])
 
 
 def _status(pid: int) -> dict[str, str]:

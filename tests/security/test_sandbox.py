@@ -51,8 +51,9 @@ from pipeline.steps import (
 )
 from repair.stepping import decode_transcript, encode_transcript
 from reviews.git_credentials import NO_GIT_CREDENTIALS
-from tests.conftest import require, unavailable
+from tests.conftest import unavailable
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
+from tests.support.chromium import chromium_path
 from tests.support.docker import docker_engine, image_cache
 from tests.support.e2e_stack import E2EStack, combined_model_script, owned_processes, running_e2e_stack
 from tests.support.gitrepo import CART_APP, Repo, make_repo
@@ -412,7 +413,7 @@ def test_a_hostile_repository_on_the_docker_provider_runs_its_tests_in_a_contain
 @pytest.fixture
 def hostile_stack(tmp_path: Path) -> Iterator[E2EStack]:
     """The embedded stack of its own for one run (started outside the test's event loop, as the stack needs)."""
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     state_dir = tmp_path / "stack"
     state_dir.mkdir()
     with running_e2e_stack(state_dir, model_script=combined_model_script(state_dir / "model-script.yaml")) as stack:

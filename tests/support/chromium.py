@@ -6,22 +6,23 @@ A folder whose tests need Chromium re-exports the fixtures in its ``conftest.py`
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
 from playwright.sync_api import Browser, sync_playwright
 
+from browser.executable import find_chromium, not_installed
 from browser.runner import CHROMIUM_ARGS, BrowserRunner
 from tests.conftest import unavailable
 
 
 def chromium_path() -> str:
-    """The Debian Chromium's executable: skipped locally, failed under CI, when it is not installed."""
-    path = shutil.which("chromium")
+    """The Debian Chromium executable a worker launches (:func:`browser.executable.find_chromium`): skipped
+    locally, failed under CI, when there is none."""
+    path = find_chromium()
     if path is None:
-        unavailable("chromium is not installed: the browser tests need it (apt-get install chromium)")
+        unavailable(f"{not_installed()}: the browser tests need it (apt-get install chromium-headless-shell)")
     return path
 
 

@@ -28,6 +28,7 @@ from environments.docker.images import ImageBuilder
 from environments.interface import AppRecipe, ImageRecipe, RecoverySpec
 from infra.docker.engine import DockerEngine, EngineError
 from tests.conftest import require, unavailable
+from tests.support.chromium import chromium_path
 from tests.support.e2e_stack import E2EStack, running_e2e_stack
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -161,8 +162,9 @@ def docker_e2e_stack(
     from ``model_script(<state>/model-script.yaml)``, the base images of ``images`` imported before any run.
     Needs root, the engine's tools, git and Chromium (with ``CI=true`` their absence fails the test)."""
     require(os.geteuid() == 0, "the Docker engine needs root")
-    missing = [tool for tool in ("dockerd", "containerd", "runc", "git", "chromium") if shutil.which(tool) is None]
+    missing = [tool for tool in ("dockerd", "containerd", "runc", "git") if shutil.which(tool) is None]
     require(not missing, f"not installed: {', '.join(missing)}")
+    chromium_path()
     # Short on purpose: the engine's containerd socket path under this directory is limited to 104 bytes.
     state = tmp_path_factory.mktemp("dfx-docker")
     with running_e2e_stack(

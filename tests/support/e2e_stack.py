@@ -37,6 +37,7 @@ from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, RunState
 from tests.conftest import require
+from tests.support.chromium import chromium_path
 from tests.support.proctree import environ_pids
 from tests.support.waiting import wait_for as wait_for  # the stack's tests wait with it
 
@@ -259,7 +260,7 @@ def scripted_stack(
     from ``model_script(<directory>/model-script.yaml)``, and one worker started if ``worker``. Needs git and
     Chromium."""
     require(shutil.which("git") is not None, "git is not installed")
-    require(shutil.which("chromium") is not None, "Debian chromium is not installed (apt-get install chromium)")
+    chromium_path()
     state = tmp_path_factory.mktemp(name)
     with running_e2e_stack(state, model_script=model_script(state / "model-script.yaml"), **options) as stack:
         if worker:

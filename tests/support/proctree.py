@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from browser.executable import CHROMIUM_EXECUTABLES
 from environments.processes import is_running, read_stat
 
 
@@ -68,9 +69,14 @@ def descendant_pids(matches: Callable[[list[str]], bool]) -> set[int]:
     return {proc.pid for proc in descendants(matches=matches)}
 
 
+def is_chromium(executable: str) -> bool:
+    """Whether ``executable`` (a command line's first word) is one of the Chromium builds a worker launches."""
+    return Path(executable).name in CHROMIUM_EXECUTABLES
+
+
 def is_chromium_browser(argv: list[str]) -> bool:
     """The browser process itself, not one of its renderer, GPU or zygote helpers."""
-    return Path(argv[0]).name == "chromium" and not any(a.startswith("--type=") for a in argv)
+    return is_chromium(argv[0]) and not any(a.startswith("--type=") for a in argv)
 
 
 def is_playwright_driver(argv: list[str]) -> bool:

@@ -6,7 +6,6 @@ import base64
 import html
 import json
 import re
-import shutil
 from pathlib import Path
 
 import httpx
@@ -26,6 +25,7 @@ from pipeline.activities.browser import BrowserActivities
 from pipeline.ids import op_id
 from pipeline.steps import PrepareProcedureInput, ReproduceInput
 from tests.support.browser_apps import serve_static
+from tests.support.chromium import chromium_path
 from tests.support.evidence_samples import BASE, CANDIDATE, RUN_ID, run_bundle, solid_png, store_cart_bundle
 from tests.support.pixels import colourful_pixels
 from tests.support.served import served
@@ -308,7 +308,7 @@ def profile(name: str) -> dict[str, str]:
 def test_a_reproduced_and_fixed_bug_report_shows_each_revisions_values_and_crops_in_chromium(
     tmp_path: Path, chromium: Browser
 ) -> None:
-    executable = shutil.which("chromium")
+    executable = chromium_path()
     with served(make_server(tmp_path / "store")) as server:
         store = LocalArtifactStore(tmp_path / "store", public_url=server.url)
         with (

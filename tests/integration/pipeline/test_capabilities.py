@@ -22,6 +22,7 @@ from pipeline.steps import TaskQueue
 from pipeline.worker import capabilities
 from pipeline.worker.capabilities import Missing, QueueCheck, probe, refusal
 from tests.conftest import require
+from tests.support.chromium import chromium_path
 from tests.support.served import served
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -68,7 +69,7 @@ def answering() -> Iterator[tuple[str, list[str | None]]]:
 
 
 def test_finds_this_machines_chromium_by_launching_it_as_the_runner_would(tmp_path: Path) -> None:
-    require(shutil.which("chromium") is not None, "chromium is not installed")
+    chromium_path()
     (check,) = probe(config(tmp_path), [TaskQueue.BROWSER])
     assert check.ok, check.problem
     assert check.found[0].startswith("chromium ") and check.found[0].split()[1][0].isdigit()
@@ -80,7 +81,7 @@ def test_refuses_the_browser_queue_on_a_path_without_chromium(
     monkeypatch.setenv("PATH", no_chromium_path)
     (check,) = probe(config(tmp_path), [TaskQueue.BROWSER])
     assert (check.ok, check.status) == (False, "missing")
-    assert "no 'chromium' on PATH" in (check.problem or "")
+    assert "neither 'chromium-headless-shell' nor 'chromium' on PATH" in (check.problem or "")
     why = refusal([check])
     assert why is not None and "cannot serve the browser queue" in why and "apt-get install chromium" in why
 
@@ -238,7 +239,7 @@ def test_the_worker_refuses_the_browser_queue_without_chromium_before_supervisin
     result = run_worker_command(tmp_path, no_chromium_path, "--queues", "browser")
     assert result.returncode == 2, result.stderr
     assert "durafix: worker not started: cannot serve the browser queue" in result.stderr
-    assert "chromium is not installed (no 'chromium' on PATH)" in result.stderr
+    assert "chromium is not installed (neither 'chromium-headless-shell' nor 'chromium' on PATH)" in result.stderr
     assert "apt-get install chromium" in result.stderr
     assert "supervisor" not in result.stderr
 

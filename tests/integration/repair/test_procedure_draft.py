@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import typing
 from pathlib import Path
 from typing import Any
@@ -42,8 +41,8 @@ from repair.procedure_draft import (
     repository_facts,
     schema_summary,
 )
-from tests.conftest import require
 from tests.support.browser_apps import fixed_cart_copy, serve_cart
+from tests.support.chromium import chromium_path
 from tests.support.modelserver import Serve, inject_fault, recorded, tool_turn
 from tests.support.repair import CART, CART_SCRIPTS
 
@@ -218,8 +217,7 @@ def test_schema_summary_names_every_step_shape_and_the_example_is_valid() -> Non
 @pytest.mark.slow
 @pytest.mark.browser
 def test_drafted_procedure_reproduces_the_cart_bug_and_not_on_a_fixed_copy(serve: Serve, tmp_path: Path) -> None:
-    chromium = shutil.which("chromium")
-    require(chromium is not None, "chromium is not installed")
+    chromium = chromium_path()
     title, prose = cart_report_prose()
     drafted = drafter_for(serve(DRAFT).base_url).draft(title, prose, OP_ID).procedure
     assert isinstance(drafted, Procedure)
