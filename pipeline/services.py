@@ -56,6 +56,13 @@ class Services:
     def state_dir(self) -> Path:
         return self.config.state_dir
 
+    def close(self) -> None:
+        """Release what was built and holds something outside this process's memory: the browser (Chromium, its
+        driver and its private home folder). Idempotent; a collaborator never built is not built now."""
+        browser = self.__dict__.pop("browser", None)
+        if browser is not None:
+            browser.close()
+
     @cached_property
     def store(self) -> ArtifactStore:
         from evidence.open import open_store

@@ -16,6 +16,7 @@ from pipeline.config import DurafixConfig
 if TYPE_CHECKING:
     from pipeline.steps import TaskQueue
     from pipeline.worker.queue_settings import Overrides
+    from pipeline.worker.tmp_root import TmpRoot
 
 _Number = TypeVar("_Number", int, float)
 
@@ -29,14 +30,26 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
     exposed. The pollers run in a child process under :mod:`pipeline.worker.supervisor` (exit 1 when its children
     keep dying); ``--no-supervise`` runs them in this process."""
     from pipeline.hosts import host_id
-    from pipeline.worker import logs
-    from pipeline.worker.queue_settings import Overrides, parse_queues
-    from pipeline.worker.supervisor import is_child, supervise
+    from pipeline.worker import logs, tmp_root
 
     try:
         logs.install(host_id(config.host_id))
     except logs.LogFormatError as err:
         raise CliError(str(err), EXIT_USAGE) from err
+    # Before anything makes a temporary file (the host's check does): everything goes into this process's root,
+    # removed as the command returns; the process ends with os._exit, so no atexit handler would remove it.
+    root = tmp_root.start()
+    try:
+        return _worker(args, config, root)
+    finally:
+        root.remove()
+
+
+def _worker(args: argparse.Namespace, config: DurafixConfig, root: TmpRoot) -> int:
+    """``durafix worker`` once this process's temporary root is made (see :func:`cmd_worker`)."""
+    from pipeline.worker.queue_settings import Overrides, parse_queues
+    from pipeline.worker.supervisor import is_child, supervise
+
     try:
         queues = parse_queues(args.queues)
     except ValueError as err:
@@ -48,7 +61,8 @@ def cmd_worker(args: argparse.Namespace, config: DurafixConfig) -> int:
         if args.check_only:
             return EXIT_OK if served else EXIT_FAIL
     if not (args.no_supervise or is_child()):
-        return EXIT_OK if asyncio.run(supervise(config, spare=not args.no_spare)) == 0 else EXIT_FAIL
+        code = asyncio.run(supervise(config, spare=not args.no_spare, tmp_base=root.base))
+        return EXIT_OK if code == 0 else EXIT_FAIL
     # Imported only in the process that polls: the supervisor never loads the activities and the workflow.
     from browser.video import VideoUnavailable
     from pipeline.worker.runner import run_worker

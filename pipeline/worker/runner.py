@@ -215,45 +215,74 @@ async def run_worker(
     telemetry = WorkerTelemetry.of(config, queues)
     client = await connect(config, runtime=telemetry.runtime if telemetry else None)
     inflight = InflightDir.for_process(config.state_dir)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durafix-activity") as executor:
-        workers = build_workers(
-            client,
-            config,
-            queues,
-            executor,
-            interceptors=[
-                InflightInterceptor(inflight),
-                StepLogInterceptor(),
-                *(telemetry.interceptors() if telemetry else []),
-            ],
-            identity=worker_identity(),
-            overrides=overrides,
-        )
-        if telemetry:
-            telemetry.serve(client, supervised=standby)
-        if standby:
-            reader = await _wait_for_go(stop)
-            if reader is None:
-                return
-            background = asyncio.create_task(_stop_when_closed(reader, stop))
-        else:
-            # A supervisor sweeps for its children; an unsupervised worker sweeps once as it starts.
-            background = asyncio.create_task(_sweep_dead(client, config))
-        names = ", ".join(q.value for q in queues)
-        where = connect_options(config).describe()
-        note(f"durafix worker polling {names} on {where}")
-        runs = [asyncio.create_task(w.run()) for w in workers]
-        waiter = asyncio.create_task(stop.wait())
-        done, _ = await asyncio.wait([*runs, waiter], return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            if task is not waiter and task.exception() is not None:
-                worker_logger().error("worker failed: %r", task.exception())
-        note("durafix worker shutting down")
-        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
-        waiter.cancel()
-        background.cancel()
-        if telemetry:
-            telemetry.close()
+    services = Services(config)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="durafix-activity"
+        ) as executor:
+            await _serve(client, config, queues, executor, services, inflight, stop, telemetry, standby, overrides)
+    finally:
+        # After the executor's threads are done: nothing uses the browser any more. Closing it ends Chromium
+        # and its driver and removes its home folder, which nothing else would (the process ends with os._exit).
+        services.close()
+    # Empty once every attempt returned; what is left is failed by whoever sweeps after this process is gone.
+    with contextlib.suppress(OSError):
+        inflight.path.rmdir()
+
+
+async def _serve(
+    client: Client,
+    config: DurafixConfig,
+    queues: Sequence[TaskQueue],
+    executor: concurrent.futures.Executor,
+    services: Services,
+    inflight: InflightDir,
+    stop: asyncio.Event,
+    telemetry: WorkerTelemetry | None,
+    standby: bool,
+    overrides: Overrides,
+) -> None:
+    """Build the workers on ``services`` and poll until ``stop`` is set (or, a spare, until told to stop before
+    it was told ``go``); returns once every worker has shut down."""
+    workers = build_workers(
+        client,
+        config,
+        queues,
+        executor,
+        interceptors=[
+            InflightInterceptor(inflight),
+            StepLogInterceptor(),
+            *(telemetry.interceptors() if telemetry else []),
+        ],
+        identity=worker_identity(),
+        services=services,
+        overrides=overrides,
+    )
+    if telemetry:
+        telemetry.serve(client, supervised=standby)
+    if standby:
+        reader = await _wait_for_go(stop)
+        if reader is None:
+            return
+        background = asyncio.create_task(_stop_when_closed(reader, stop))
+    else:
+        # A supervisor sweeps for its children; an unsupervised worker sweeps once as it starts.
+        background = asyncio.create_task(_sweep_dead(client, config))
+    names = ", ".join(q.value for q in queues)
+    where = connect_options(config).describe()
+    note(f"durafix worker polling {names} on {where}")
+    runs = [asyncio.create_task(w.run()) for w in workers]
+    waiter = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([*runs, waiter], return_when=asyncio.FIRST_COMPLETED)
+    for task in done:
+        if task is not waiter and task.exception() is not None:
+            worker_logger().error("worker failed: %r", task.exception())
+    note("durafix worker shutting down")
+    await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
+    waiter.cancel()
+    background.cancel()
+    if telemetry:
+        telemetry.close()
     # Empty once every attempt returned; what is left is failed by whoever sweeps after this process is gone.
     with contextlib.suppress(OSError):
         inflight.path.rmdir()

@@ -54,16 +54,20 @@ import sys
 import time
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 
+from environments.processes import start_time
 from pipeline.config import DurafixConfig
 from pipeline.observability.endpoint import METRICS_LINE
 from pipeline.observability.supervisor_metrics import SupervisorMetrics
 from pipeline.temporal_connection import connect
 from pipeline.worker.dead_polls import fail_retries_started_by_the_dead
 from pipeline.worker.inflight import Attempt, InflightDir, fail_dir, note, sweep
+from pipeline.worker.tmp_root import remove_of
+from pipeline.worker.tmp_root import sweep as sweep_tmp
 
 CHILD_ENV = "DURAFIX_WORKER_SUPERVISOR"
 """Set (to the supervisor's pid) in a child's environment: the process is a supervised worker child."""
@@ -100,6 +104,7 @@ class Child:
     proc: asyncio.subprocess.Process
     started: float
     inflight: InflightDir
+    start_ticks: int
     ready: asyncio.Event = field(default_factory=asyncio.Event)
     polling: bool = False
     promote_when_ready: bool = False
@@ -132,8 +137,18 @@ class Deaths:
 class Supervisor:
     """Runs one polling child and one warm spare until stopped (see the module)."""
 
-    def __init__(self, config: DurafixConfig, argv: Sequence[str] | None = None, *, spare: bool = True) -> None:
+    def __init__(
+        self,
+        config: DurafixConfig,
+        argv: Sequence[str] | None = None,
+        *,
+        spare: bool = True,
+        tmp_base: Path | None = None,
+    ) -> None:
+        """``tmp_base``: where the children make their temporary roots (:mod:`pipeline.worker.tmp_root`), which
+        the supervisor removes as each child dies; None: the children's are left to their own removal."""
         self.config = config
+        self.tmp_base = tmp_base
         self.argv = list(argv or child_argv())
         self.spare_wanted = spare
         self.active: Child | None = None
@@ -161,8 +176,13 @@ class Supervisor:
         proc = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env
         )
+        # Read now, while the child cannot have been reaped: its temporary root is named with it.
+        ticks = start_time(proc.pid)
         child = Child(
-            proc=proc, started=time.monotonic(), inflight=InflightDir.for_process(self.config.state_dir, proc.pid)
+            proc=proc,
+            started=time.monotonic(),
+            inflight=InflightDir.for_process(self.config.state_dir, proc.pid),
+            start_ticks=ticks,
         )
         self._spawned(self._watch(child))
         return child
@@ -238,6 +258,19 @@ class Supervisor:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
+    async def _remove_tmp(self, child: Child) -> None:
+        """Remove the dead child's temporary root: a child that was killed could not (a thread: a browser's
+        home may hold a whole profile)."""
+        if self.tmp_base is None:
+            return
+        try:
+            removed = await asyncio.to_thread(remove_of, self.tmp_base, child.pid, child.start_ticks)
+        except OSError as err:  # the next worker's start sweeps it
+            note(f"removing worker process {child.pid}'s temporary files failed: {err!r}")
+            return
+        for path in removed:
+            note(f"removed {path}, worker process {child.pid}'s temporary files")
+
     async def _fail_left(self, child: Child, code: int | None) -> None:
         """Fail the attempts the dead child left (see :mod:`pipeline.worker.inflight`)."""
         if not child.inflight.path.exists():
@@ -267,10 +300,15 @@ class Supervisor:
                 await sweep(client, self.config.state_dir)
             except Exception as err:  # a sweep that fails is tried again; the heartbeat timeout is the backstop
                 note(f"in-flight sweep failed: {err!r}")
+            if self.tmp_base is not None:
+                # Other dead workers' temporary roots (one killed with its own supervisor, an unsupervised one).
+                with contextlib.suppress(OSError):
+                    await asyncio.to_thread(sweep_tmp, self.tmp_base)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stopping.wait(), SWEEP_EVERY_S)
 
     async def _on_exit(self, child: Child, code: int) -> None:
+        self._spawned(self._remove_tmp(child))
         was_active = child is self.active
         if was_active:
             self.active = None
@@ -351,10 +389,12 @@ class Supervisor:
         # Whatever a stopped child could not finish is handed back now, not after its timeouts.
         for child in children:
             await self._fail_left(child, child.proc.returncode)
+            # A child that stopped cleanly removed its own; one killed after the grace period could not.
+            await self._remove_tmp(child)
 
 
-async def supervise(config: DurafixConfig, *, spare: bool = True) -> int:
-    return await Supervisor(config, spare=spare).run()
+async def supervise(config: DurafixConfig, *, spare: bool = True, tmp_base: Path | None = None) -> int:
+    return await Supervisor(config, spare=spare, tmp_base=tmp_base).run()
 
 
 def is_child() -> bool:

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import re
+import shutil
 import subprocess
 import tempfile
 import time
@@ -32,6 +33,8 @@ from pipeline.flow.attempt_carry import ATTEMPT_WORKFLOW
 from pipeline.ids import branch_for, workflow_id_for
 from pipeline.services import Services
 from pipeline.state import Outcome, Phase, Rejection, RunState, TriageReason
+from pipeline.worker.tmp_root import PREFIX as TMP_PREFIX
+from pipeline.worker.tmp_root import TmpRoot
 from tests.replay.record import record_history
 from tests.support.durafix_cli import run_durafix
 from tests.support.e2e_stack import (
@@ -39,6 +42,7 @@ from tests.support.e2e_stack import (
     REPO_ROOT,
     E2EStack,
     footprint,
+    kill,
     one_of_each,
     owned_processes,
     run_workspaces,
@@ -108,17 +112,47 @@ def redeliver_review_webhooks(stack: E2EStack, repository: str) -> list[int]:
 
 
 @pytest.fixture
-def stack_with_metered_worker(e2e_stack: E2EStack) -> Iterator[E2EStack]:
-    """A worker serving ``/metrics`` (``DURAFIX_METRICS_PORT``) at its record's ``url``."""
-    e2e_stack.spawn_worker(metrics_port=processes.free_port())
+def worker_tmp() -> Iterator[Path]:
+    """A temporary directory of its own for a test's workers (their ``TMPDIR``), where nothing else makes files.
+    Beside the others, not under ``tmp_path``: Chromium's user must pass through it (pytest's base is 0700)."""
+    tmp = Path(tempfile.mkdtemp(prefix="e2e-worker-tmp-"))
+    tmp.chmod(0o711)
+    try:
+        yield tmp
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture
+def stack_with_metered_worker(e2e_stack: E2EStack, worker_tmp: Path) -> Iterator[E2EStack]:
+    """A worker serving ``/metrics`` (``DURAFIX_METRICS_PORT``) at its record's ``url``, its ``TMPDIR``
+    ``worker_tmp``."""
+    e2e_stack.spawn_worker(metrics_port=processes.free_port(), extra_env={"TMPDIR": str(worker_tmp)})
     try:
         yield e2e_stack
     finally:
         e2e_stack.stop_workers()
 
 
+def temporary_entries(tmp: Path) -> list[str]:
+    """What worker processes left in their temporary directory ``tmp`` (names, sorted)."""
+    return sorted(p.name for p in tmp.iterdir())
+
+
+def worker_roots(tmp: Path) -> list[TmpRoot]:
+    """The worker processes' temporary roots in ``tmp`` (:mod:`pipeline.worker.tmp_root`)."""
+    return [TmpRoot(p) for p in sorted(tmp.iterdir()) if p.name.startswith(TMP_PREFIX)]
+
+
+def live_roots_only(tmp: Path, how_many: int) -> list[TmpRoot] | None:
+    """The roots in ``tmp`` once there are ``how_many`` and each belongs to a live process (nothing else there)."""
+    found = worker_roots(tmp)
+    alone = len(found) == len(temporary_entries(tmp))
+    return found if alone and len(found) == how_many and all(r.owner_running() for r in found) else None
+
+
 async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
-    stack_with_metered_worker: E2EStack,
+    stack_with_metered_worker: E2EStack, worker_tmp: Path
 ) -> None:
     stack = stack_with_metered_worker
     client, repository, issue, wf = await stack.open_run()
@@ -183,6 +217,17 @@ async def test_happy_path_through_webhooks_merges_once_and_leaves_one_of_each(
     # Recorded since runs have a baseline and update the ticket at the review wait ("happy-path" is older).
     record_history(history, "happy-path-baseline")
     record_history(history, "forge-writes-behind")
+
+    # Everything the worker's processes made in their temporary directory is in their two roots (the supervisor's
+    # and its child's, which reproduced in Chromium and ran git; beside them only Playwright's folders, the driver's
+    # own, which go as the worker closes the browser), and a normal stop removes them all.
+    tmp = worker_tmp
+    live = worker_roots(tmp)
+    assert len(live) == 2 and all(r.owner_running() for r in live), temporary_entries(tmp)
+    inside = {p.name.rsplit("-", 1)[0] for root in live for p in root.path.iterdir()}
+    assert {"durafix-chromium", "durafix-git-home", "durafix-sandbox-etc"} <= inside, inside
+    stack.stop_workers()
+    assert temporary_entries(tmp) == []
 
 
 def scheduled_together(history: WorkflowHistory) -> list[set[str]]:
@@ -266,13 +311,17 @@ async def test_repair_that_never_verifies_exhausts_the_budget_without_pr(stack_w
 
 @pytest.mark.timeout(600)
 async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
-    e2e_stack: E2EStack, tmp_path: Path
+    e2e_stack: E2EStack, tmp_path: Path, worker_tmp: Path
 ) -> None:
     """SIGKILL right after the forge accepted the ticket, the push and the PR (before each activity
-    completed); fresh workers finish the run, and the forge holds exactly one of each."""
+    completed); fresh workers finish the run, and the forge holds exactly one of each. The killed processes'
+    temporary roots are removed by whoever outlives them, a live worker's never."""
     stack = e2e_stack
     kills = ["ensure_ticket", "publish_branch", "ensure_draft_pr"]
-    worker = stack.spawn_worker(kill_after=kills, kill_dir=tmp_path)
+    tmp = worker_tmp
+    kill_dir = tmp_path / "kills"
+    own_tmp = {"TMPDIR": str(tmp)}
+    worker = stack.spawn_worker(kill_after=kills, kill_dir=kill_dir, extra_env=own_tmp)
     try:
         client, repository, issue, wf = await stack.open_run()
         deadline = time.monotonic() + RUN_TIMEOUT_S * 2
@@ -281,7 +330,7 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
             if not processes.is_alive(worker):
                 # Each kill costs one worker; more deaths than kills means workers die for another reason.
                 assert len(stack.workers) <= len(kills) + 1, processes.log_tail(Path(worker.log))
-                worker = stack.spawn_worker(kill_after=kills, kill_dir=tmp_path)
+                worker = stack.spawn_worker(kill_after=kills, kill_dir=kill_dir, extra_env=own_tmp)
             try:
                 state = await runs.get_state(client, wf)
             except Exception:
@@ -291,11 +340,23 @@ async def test_workers_killed_after_forge_mutations_leave_exactly_one_of_each(
                 break
             await asyncio.sleep(0.5)
         assert state is not None and state.pending_approval is not None, state
-        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(kills)
+        assert sorted(p.name for p in kill_dir.iterdir()) == sorted(kills)
+        # Each SIGKILLed child's root (one of them reproduced in Chromium and pushed) is gone, removed by its
+        # supervisor; the supervisor's and its polling child's are there.
+        live = wait_for(lambda: live_roots_only(tmp, 2), 30, "the killed children's temporary roots removed")
+        # The whole worker killed: no code of its own runs, so its roots stay until the next worker starts, which
+        # removes them and not its own (nor any other live worker's).
+        kill(worker)
+        wait_for(lambda: not any(r.owner_running() for r in live), 15, "the killed worker's processes gone")
+        assert worker_roots(tmp) == live
+        stack.spawn_worker(extra_env=own_tmp)
+        fresh = wait_for(lambda: live_roots_only(tmp, 2), 60, "the next worker's start removing the dead roots")
+        assert not {r.path for r in fresh} & {r.path for r in live}
         stack.approve_on_forge(repository, state.pending_approval.pr_number, state.pending_approval.head_sha)
         final = await state_when(client, wf, finished)
     finally:
         stack.stop_workers()
+    assert temporary_entries(tmp) == []
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     one_of_each(stack, repository, wf, issue)
     repo = stack.github().get_repo(repository)
