@@ -2,8 +2,10 @@
 a pip app with ``humanize``, each with 55 tagged commits), onboarded with ``durafix dev onboard`` as a new user
 would, and each sent two reports through the webhooks on the embedded stack:
 
-1. the bug, which reproduces in Chromium: the scripted model's fix (with a regression test) is verified on a
-   rebuilt workspace, the reviewer approves the draft PR through the review API, and the run merges it;
+1. the bug, which reproduces in Chromium: the scripted model's first fix is wrong (its own regression test fails),
+   and its failing tests cancel the reproduction replayed beside them; its second fix (with the same regression
+   test) is verified on a rebuilt workspace, the reviewer approves the draft PR through the review API, and the
+   run merges it;
 2. after the maintainer pulled the fix, committed on top and onboarded again (``main`` moved), the same bug
    reported again from the new release: the procedure checks it runs on the moved ``main`` and finds the
    behaviour correct, so the run ends in triage, honestly "not reproduced", with no PR and no model request.
@@ -12,7 +14,16 @@ What is asserted is read back from the forge through PyGithub and real git (PRs,
 from the evidence store (the setup and test logs), from the worker's dependency cache (one entry per project,
 built once: every later workspace restored it instead of running ``npm ci`` / ``pip install`` again), from the
 worker's log (each setup it did, so setup ran once per revision) and from the run's history on the server (the
-baseline ran beside the base reproduction).
+baseline ran beside the base reproduction; the first candidate's tests failed and its reproduction was cancelled).
+
+Which of a candidate's two checks ends first is, left to itself, a race: its tests take 1.0-1.5 s here and its
+reproduction (environment and browser) 1.7-2.0 s, a margin a loaded host erases. So the worker is started through
+the fault launcher (``tests/support/workers/faulty.py hold-until-cancelled``) for that one ordering and nothing
+else: the first candidate's ``browser.reproduce`` does none of its work and holds until the workflow cancels it,
+and every candidate's verification starts its tests only once that hold began (its environment is provisioned by
+then). The tests' failure therefore always comes first and always finds the reproduction running; what is asserted
+is what the run did about it, read from the server's history and the worker's log, never from how long anything
+took. Every other activity runs as the product's.
 """
 
 from __future__ import annotations
@@ -45,20 +56,30 @@ from tests.support.real_projects import (
     Project,
     build_checkout,
     mirror_clone_request_encodings,
-    model_script,
     pull_and_commit,
+    wrong_first_model_script,
 )
-from tests.support.run_history import activity_spans
+from tests.support.run_history import ActivitySpan, activity_spans
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 
+HELD = "reproduce-candidate-1"
+"""The step the worker holds until the workflow cancels it: the first candidate's reproduction (its browser step)."""
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2EStack]:
-    """One embedded stack for both projects, answering from their model script, with one worker."""
+    """One embedded stack for both projects, answering from their model script (a wrong fix first), with one
+    worker holding each run's first candidate's reproduction until it is cancelled (see the module docstring)."""
     for tool in ("node", "npm"):
         require(shutil.which(tool) is not None, f"{tool} is not installed")
-    with scripted_stack(tmp_path_factory, "durafix-real-projects", model_script=model_script, worker=True) as e2e:
+    with scripted_stack(tmp_path_factory, "durafix-real-projects", model_script=wrong_first_model_script) as e2e:
+        e2e.spawn_worker(
+            fault="hold-until-cancelled",
+            kill_dir=e2e.state_dir / "test-holds",
+            extra_env={"DURAFIX_TEST_HOLD": HELD, "DURAFIX_TEST_AFTER_HOLD": "verify"},
+        )
         yield e2e
 
 
@@ -218,10 +239,11 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
 
     # Setup ran once per revision, by the worker's own account of every setup it did for the first run: the base
     # revision's tree set up by its commands once (by the baseline or the base environment, whichever built the
-    # entry) and restored by the other; the candidate's tree (its lock files unchanged) restored by its
-    # environment and its verification, never set up again.
+    # entry) and restored by the other; each of the two candidates' trees (their lock files unchanged) restored by
+    # its environment and its verification, never set up again (the first candidate's environment was ready
+    # before its verification's tests began, see the module docstring).
     setups = sorted(setups_of(stack, done.wf))
-    assert setups == [("base", "ran"), ("base", "restored"), ("candidate", "restored"), ("candidate", "restored")]
+    assert setups == [("base", "ran"), ("base", "restored"), *[("candidate", "restored")] * 4], setups
     # The baseline ran beside the base reproduction (its environment provisioned, the page reproduced), as the
     # server recorded their activities.
     spans = await activity_spans(await runs.connect(stack.config), done.wf)
@@ -233,15 +255,73 @@ async def test_an_onboarded_project_merges_a_fix_then_finds_the_report_again_fix
     assert provision.started is not None and baseline.started is not None
     assert baseline.started < reproduce.ended and provision.started < baseline.ended, spans
 
+    assert_first_candidate_cancelled(stack, done, by_op)
+
+
+def assert_first_candidate_cancelled(
+    stack: E2EStack, done: RealRuns, by_op: dict[tuple[str, str], ActivitySpan]
+) -> None:
+    """The first candidate's tests failed and that cancelled its reproduction, which ended cancelled and had its
+    environment torn down; the second candidate verified (tests and reproduction) and was merged. Read from the
+    run's state, the server's history of its activities and the worker's log."""
+    wf = done.wf
+    first, second = done.merged.candidates
+    assert (first.attempt, first.verification, first.tests_passed) == (1, "failed", False), first
+    assert first.failure is not None and first.failure.startswith("tests failed"), first.failure
+    assert first.replay is None, first.replay
+    assert (second.attempt, second.verification, second.tests_passed) == (2, "passed", True), second
+    assert second.replay is not None and second.replay.status == "not_reproduced", second.replay
+    assert done.merged.approval is not None and second.commit == done.merged.approval.head_sha
+    assert done.merged.budgets.repair_attempts_used == 2
+
+    # The server's record: the first verification completed (its tests failed: a result, not an error); then the
+    # workflow asked to cancel the reproduction running beside it, which the worker acknowledged: closed
+    # cancelled, on its first attempt, never completed nor failed. Its environment, provisioned, was torn down.
+    verify = by_op[("env.verify_candidate", f"{wf}:verify:1")]
+    provision = by_op[("env.provision", f"{wf}:env-candidate-1:1")]
+    held = by_op[("browser.reproduce", f"{wf}:{HELD}:1")]
+    teardown = by_op[("env.teardown", f"{wf}:env-candidate-1:1")]
+    assert (verify.outcome, provision.outcome, teardown.outcome) == ("completed",) * 3, by_op
+    assert (held.outcome, held.attempt) == ("canceled", 1), held
+    assert held.cancel_requested is not None and verify.ended <= held.cancel_requested <= held.ended, held
+    assert held.ended <= teardown.ended, (held, teardown)
+    # Nothing else of the run was cancelled, and the second candidate's checks both completed.
+    cancelled = [op for (step, op), span in by_op.items() if span.outcome != "completed" or span.cancel_requested]
+    assert cancelled == [f"{wf}:{HELD}:1"], cancelled
+    for step, op in [
+        ("env.verify_candidate", f"{wf}:verify:2"),
+        ("env.provision", f"{wf}:env-candidate-2:1"),
+        ("browser.reproduce", f"{wf}:reproduce-candidate-2:1"),
+    ]:
+        assert by_op[(step, op)].outcome == "completed", by_op[(step, op)]
+
+    # The worker's account: the held step began, the cancellation reached it, and it ended cancelled; it is the
+    # one step of the run that did not finish.
+    lines = worker_lines(stack, wf)
+    reproduce = [message for step, message in lines if step == "browser.reproduce"]
+    assert f"held by the test before its work until cancelled: {wf}:{HELD}:1" in reproduce, reproduce
+    assert f"the cancellation reached the held step: {wf}:{HELD}:1" in reproduce, reproduce
+    unfinished = [(step, m) for step, m in lines if m.startswith("step failed")]
+    assert len(unfinished) == 1 and unfinished[0][0] == "browser.reproduce", unfinished
+    assert unfinished[0][1].endswith(": CancelledError"), unfinished
+
+
+def worker_lines(stack: E2EStack, wf: str) -> list[tuple[str, str]]:
+    """Each line the stack's worker logged for run ``wf``: (its step, its message), in the order logged."""
+    found = []
+    for line in Path(stack.workers[0].log).read_text().splitlines():
+        record = json.loads(line) if line.startswith("{") else {}
+        if record.get("run") == wf:
+            found.append((str(record.get("step")), str(record.get("msg", ""))))
+    return found
+
 
 def setups_of(stack: E2EStack, wf: str) -> list[tuple[str, str]]:
     """Each setup the stack's worker logged for run ``wf`` (:mod:`environments.checks`): (``base`` or ``candidate``,
     ``ran`` or ``restored``), in the order logged."""
     found = []
-    for line in Path(stack.workers[0].log).read_text().splitlines():
-        record = json.loads(line) if line.startswith("{") else {}
-        message = str(record.get("msg", ""))
-        if record.get("run") == wf and message.startswith("setup of "):
+    for _, message in worker_lines(stack, wf):
+        if message.startswith("setup of "):
             tree = "candidate" if "candidate's tree" in message else "base"
             found.append((tree, "ran" if "ran the recipe's setup commands" in message else "restored"))
     return found

@@ -16,7 +16,8 @@ at its container's address (on the local provider that includes the loopback it 
 
 Each history has more than 50 commits, every one of them tagged, so that the request of a mirror clone (a
 ``want`` line per ref) exceeds the size git gzips a request body at (about 1 KB). :data:`PROJECTS` also holds,
-per project, the scripted model's fix (a patch of the cause plus a regression test), the commit that moves
+per project, the scripted model's fix (a patch of the cause plus a regression test), a wrong fix whose own
+regression test fails (:func:`wrong_first_model_script` proposes it on the first attempt), the commit that moves
 ``main`` afterwards, and the two reports: the bug as first reported, and the same bug reported again from the
 release after the fix, whose procedure checks that it runs on the moved ``main`` and then finds the behaviour
 correct.
@@ -53,6 +54,8 @@ class Report:
 class Project:
     """One project: what is committed first (in order, one commit each), the model's fix, and what follows.
 
+    ``fix_turns`` are the model's turns of the right fix; ``wrong_turns`` those of a wrong one, which adds the same
+    regression test but leaves the bug, so the candidate's tests fail.
     ``fixed`` is ``(path, text)``: the text the fix puts in that file, which ``main`` holds once it merged.
     ``move`` is the commit that moves ``main`` after the merge (path -> text, its message); the second report's
     procedure checks for ``moved_marker`` on the page before it looks at the bug.
@@ -62,6 +65,7 @@ class Project:
     commits: list[tuple[str, dict[str, str]]]
     cached_path: str
     fix_turns: list[dict[str, Any]]
+    wrong_turns: list[dict[str, Any]]
     fixed: tuple[str, str]
     added_test: str
     move: tuple[dict[str, str], str]
@@ -98,6 +102,10 @@ def total_report(title: str, prose: str, name: str, shown: tuple[str, str], tota
 
 TALLY_TOTAL_BUG = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + v, 0);\n"
 TALLY_TOTAL_FIX = "  return values.filter((v) => isNumber(v)).reduce((sum, v) => sum + Number(v), 0);\n"
+# Wrong: it adds up only the values that are numbers already, so the counts (strings) add up to 0.
+TALLY_TOTAL_WRONG = (
+    '  return values.filter((v) => typeof v === "number" && isNumber(v)).reduce((sum, v) => sum + v, 0);\n'
+)
 TALLY_TOTAL = f"""const isNumber = require("is-number");
 
 // The sum of the values that are numbers (or numeric strings, as a form sends them); others are skipped.
@@ -215,6 +223,23 @@ TALLY = Project(
             "numeric value with Number() before adding. Added test/strings.test.js, which fails on the old code.",
         ),
     ],
+    wrong_turns=[
+        {
+            "content": "The page's total is built by total() in lib/total.js.",
+            **tool_turn("read_file", path="lib/total.js"),
+        },
+        {
+            "content": "Strings should not be added at all: only values that are numbers belong in the total.",
+            **tool_turn("replace_in_file", path="lib/total.js", old=TALLY_TOTAL_BUG, new=TALLY_TOTAL_WRONG),
+        },
+        {
+            "content": "A regression test with the counts as the page gets them.",
+            **tool_turn("write_file", path="test/strings.test.js", content=TALLY_ADDED_TEST),
+        },
+        tool_turn(
+            "finish", summary="total() now adds only values that are numbers, so strings are never concatenated."
+        ),
+    ],
     fixed=("lib/total.js", "sum + Number(v)"),
     added_test="test/strings.test.js",
     move=(
@@ -246,6 +271,8 @@ TALLY = Project(
 
 BOARD_TOTAL_BUG = "    return sum(points for _, points in rows[1:])\n"
 BOARD_TOTAL_FIX = "    return sum(points for _, points in rows)\n"
+# Wrong: it keeps the first player and drops the last, so the total is still short of one player's points.
+BOARD_TOTAL_WRONG = "    return sum(points for _, points in rows[:-1])\n"
 BOARD_SCORES = f'''"""The leaderboard's arithmetic: rows are (player, points)."""
 
 import humanize
@@ -377,6 +404,18 @@ LEADERBOARD = Project(
             "tests/test_total.py, which fails on the old code.",
         ),
     ],
+    wrong_turns=[
+        tool_turn("read_file", path="scores.py"),
+        {
+            "content": "rows[1:] was meant to drop the totals row at the end of the CSV, not the leader: rows[:-1].",
+            **tool_turn("replace_in_file", path="scores.py", old=BOARD_TOTAL_BUG, new=BOARD_TOTAL_WRONG),
+        },
+        {
+            "content": "A regression test with this season's players.",
+            **tool_turn("write_file", path="tests/test_total.py", content=BOARD_ADDED_TEST),
+        },
+        tool_turn("finish", summary="total_points dropped the first row instead of the CSV's trailing totals row."),
+    ],
     fixed=("scores.py", BOARD_TOTAL_FIX.strip()),
     added_test="tests/test_total.py",
     move=(
@@ -463,6 +502,25 @@ def model_script(dest: Path) -> Path:
     """The scripted model's answers: each project's fix, for the reports that name the project."""
     conversations = [
         {"name": f"fix-{p.name}", "match": {"user": f"(?i){p.name}"}, "turns": p.fix_turns} for p in PROJECTS
+    ]
+    dest.write_text(yaml.safe_dump({"model": "durafix-scripted", "conversations": conversations}, sort_keys=False))
+    return dest
+
+
+def wrong_first_model_script(dest: Path) -> Path:
+    """The scripted model's answers: on a run's first repair attempt each project's wrong fix (its candidate's
+    tests fail), on every later one its fix; for the reports that name the project. Attempts are told apart by
+    the ``durafix-attempt: N`` line of the engine's system prompt."""
+    conversations = [
+        *(
+            {
+                "name": f"wrong-{p.name}",
+                "match": {"user": f"(?i){p.name}", "system": r"durafix-attempt: 1\b"},
+                "turns": p.wrong_turns,
+            }
+            for p in PROJECTS
+        ),
+        *({"name": f"fix-{p.name}", "match": {"user": f"(?i){p.name}"}, "turns": p.fix_turns} for p in PROJECTS),
     ]
     dest.write_text(yaml.safe_dump({"model": "durafix-scripted", "conversations": conversations}, sort_keys=False))
     return dest

@@ -90,7 +90,7 @@ class ActivitySpan:
     """One activity of a run as the server recorded it: its step, its operation ID (``op_id`` of its input, or
     ``""``), its last attempt (``attempt``, started at ``started``; ``None``: it never started) and why the attempt
     before it failed (:func:`failure_kind`), when it closed and how: ``completed``, ``failed``, ``timed_out`` or
-    ``canceled``."""
+    ``canceled``; and when the workflow asked to cancel it (``cancel_requested``; ``None``: it never did)."""
 
     step: str
     op_id: str
@@ -99,6 +99,7 @@ class ActivitySpan:
     started: datetime | None
     ended: datetime
     outcome: str
+    cancel_requested: datetime | None = None
 
 
 def failure_kind(failure: Failure) -> str:
@@ -159,6 +160,7 @@ async def activity_spans(client: Client, workflow_id: str) -> list[ActivitySpan]
 def _spans_of(events: Sequence[HistoryEvent]) -> list[ActivitySpan]:
     scheduled: dict[int, tuple[str, str]] = {}
     started: dict[int, HistoryEvent] = {}
+    cancel_requested: dict[int, datetime] = {}
     spans: list[ActivitySpan] = []
     for event in events:
         if event.HasField("activity_task_scheduled_event_attributes"):
@@ -168,6 +170,9 @@ def _spans_of(events: Sequence[HistoryEvent]) -> list[ActivitySpan]:
             scheduled[event.event_id] = (attrs.activity_type.name, op_id)
         elif event.HasField("activity_task_started_event_attributes"):
             started[event.activity_task_started_event_attributes.scheduled_event_id] = event
+        elif event.HasField("activity_task_cancel_requested_event_attributes"):
+            of = event.activity_task_cancel_requested_event_attributes.scheduled_event_id
+            cancel_requested[of] = event.event_time.ToDatetime(tzinfo=UTC)
         elif (attributes := event.WhichOneof("attributes")) in _CLOSED:
             of = getattr(event, str(attributes)).scheduled_event_id
             step, op_id = scheduled[of]
@@ -182,6 +187,7 @@ def _spans_of(events: Sequence[HistoryEvent]) -> list[ActivitySpan]:
                     started=start.event_time.ToDatetime(tzinfo=UTC) if start is not None else None,
                     ended=event.event_time.ToDatetime(tzinfo=UTC),
                     outcome=_CLOSED[str(attributes)],
+                    cancel_requested=cancel_requested.get(of),
                 )
             )
     return spans

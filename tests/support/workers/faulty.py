@@ -30,6 +30,16 @@ command line, so they carry the fault too. The faults (all test-only, none in th
     then, instead of returning, notes ``<step>.json`` (activity type, attempt, pid) in ``DURAFIX_TEST_KILL_DIR``
     and holds, heartbeating, until its process is killed: the work is done, its result never reaches the
     server. Once per step across processes (the note is the marker).
+``hold-until-cancelled``
+    an environment or browser activity whose operation's step is one of ``DURAFIX_TEST_HOLD`` (comma-separated,
+    e.g. ``reproduce-candidate-1``), in any run, does none of its work: it notes ``<step>.json`` (activity type,
+    attempt, pid) in ``DURAFIX_TEST_KILL_DIR``/``<the run's path key>`` and holds, heartbeating (a heartbeat is
+    how a cancellation reaches it), until the workflow cancels it; then it notes ``<step>.cancelled.json`` and
+    ends cancelled. Nothing else ends it but the attempt's timeouts. The cancellation reaches it with the answer
+    to the worker's next heartbeat, which the worker's heartbeat throttle (5 s) may delay that long. An activity
+    whose step is one of ``DURAFIX_TEST_AFTER_HOLD`` (e.g. ``verify``) starts its work only once every held step
+    of its run is holding (at most :data:`AFTER_HOLD_WAIT_S`, then it goes on and the test's assertions say what
+    happened): a check that runs beside a held one fails, if it fails, only after the held one started.
 ``changed-workflow``
     :class:`tests.replay.changed_workflow.ChangedRepairBug` is registered in place of the current
     ``repair_bug`` (same name, same queues, every activity as in the product).
@@ -50,6 +60,7 @@ from pathlib import Path
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import CancelledError
 
 from environments.docker.provider import DockerProvider
 from environments.files import path_key
@@ -62,6 +73,7 @@ from pipeline.ids import op_step
 from pipeline.services import Services
 from pipeline.steps import TaskQueue
 from pipeline.worker import runner as worker
+from pipeline.worker.logs import worker_logger
 from reviews.adapter import GitHubForge
 from tests.support.failover import PROBE, Held, Hold
 
@@ -216,6 +228,70 @@ def hold_after_work() -> None:
                 setattr(owner, name, _held_after(fn, steps, marker_dir))
 
 
+AFTER_HOLD_WAIT_S = 120.0
+"""How long an activity of ``DURAFIX_TEST_AFTER_HOLD`` waits for its run's held steps to be holding."""
+
+
+def _note(path: Path, note: dict[str, Any]) -> None:
+    """``note`` as JSON at ``path``, renamed into place: whoever waits for it never reads it half-written."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.with_suffix(".tmp").write_text(json.dumps(note))
+    path.with_suffix(".tmp").replace(path)
+
+
+def _held_before(
+    original: Callable[..., Any], held: frozenset[str], after: frozenset[str], notes: Path
+) -> Callable[..., Any]:
+    @functools.wraps(original)
+    def wrapper(self: object, inp: object, *args: Any, **kwargs: Any) -> Any:
+        run_id, op = getattr(inp, "run_id", None), getattr(inp, "op_id", None)
+        if not (isinstance(run_id, str) and isinstance(op, str)):
+            return original(self, inp, *args, **kwargs)
+        step = op_step(op, run_id)
+        run_notes = notes / path_key(run_id)
+        if step in after:
+            _wait_for_holds(run_notes, held, step)
+        if step not in held:
+            return original(self, inp, *args, **kwargs)
+        info = activity.info()
+        about = {"activity_type": info.activity_type, "attempt": info.attempt, "op_id": op, "pid": os.getpid()}
+        _note(run_notes / f"{step}.json", about)
+        # In the worker's log too, with the run and step its lines carry: the test reads the hold from there.
+        worker_logger().info("held by the test before its work until cancelled: %s", op)
+        # Shielded: the cancellation is awaited and noted here rather than raised into the thread mid-wait; the
+        # helper thread's beats are what carry it from the server to this worker.
+        with activity.shield_thread_cancel_exception(), Heartbeat(f"held by the test before {step}", every_s=0.5):
+            activity.wait_for_cancelled_sync()
+            _note(run_notes / f"{step}.cancelled.json", about)
+            worker_logger().info("the cancellation reached the held step: %s", op)
+        raise CancelledError("cancelled while held by the test")
+
+    return wrapper
+
+
+def _wait_for_holds(run_notes: Path, held: frozenset[str], step: str) -> None:
+    """Wait (beating) until every step of ``held`` is holding in the run, at most :data:`AFTER_HOLD_WAIT_S`."""
+    deadline = time.monotonic() + AFTER_HOLD_WAIT_S
+    with Heartbeat(f"{step} waits for the test's held steps"):
+        while not all((run_notes / f"{h}.json").exists() for h in held):
+            if time.monotonic() > deadline:
+                worker_logger().warning("%s went on after %.0f s: no hold of %s began", step, AFTER_HOLD_WAIT_S, held)
+                return
+            time.sleep(0.1)
+
+
+def hold_until_cancelled() -> None:
+    notes = Path(os.environ["DURAFIX_TEST_KILL_DIR"])
+    notes.mkdir(parents=True, exist_ok=True)
+    held = frozenset(os.environ["DURAFIX_TEST_HOLD"].split(","))
+    after = frozenset(filter(None, os.environ.get("DURAFIX_TEST_AFTER_HOLD", "").split(",")))
+    # On the classes, as hold-after-work does: a host's own queue registers these activities from them too.
+    for owner in (EnvironmentActivities, BrowserActivities):
+        for name, fn in list(vars(owner).items()):
+            if hasattr(fn, "__temporal_activity_definition"):
+                setattr(owner, name, _held_before(fn, held, after, notes))
+
+
 def changed_workflow() -> None:
     from pipeline.flow.attempt import RepairAttemptWorkflow
     from tests.replay.changed_workflow import ChangedRepairBug
@@ -230,6 +306,7 @@ FAULTS: dict[str, Callable[[], None]] = {
     "failover-probe": failover_probe,
     "stop-mid-step": stop_mid_step,
     "hold-after-work": hold_after_work,
+    "hold-until-cancelled": hold_until_cancelled,
     "changed-workflow": changed_workflow,
 }
 
