@@ -9,8 +9,8 @@ heartbeat (an attempt's worker died or stalled where nothing saw it), schedule-t
 Heartbeat timeouts are long (a minute or two by default) because they are no longer how the death of a worker
 process is noticed on its own host: the ``durafix worker`` supervisor fails a dead child's attempts at once
 (``docs/recovery.md``, Failover). They are what notices a worker on a host that died or was cut off, and they
-must never fire for a live worker on a loaded host: activities beat every 2 s and beats reach the server at
-least every 5 s (``pipeline.worker.runner.HEARTBEAT_THROTTLE``), a margin of a minute or more. Every step heartbeats,
+must never fire for a live worker on a loaded host: activities beat every second and beats reach the server at
+least every second (``pipeline.worker.runner.HEARTBEAT_THROTTLE``), a margin of a minute or more. Every step heartbeats,
 the forge's too (``pipeline.activities.heartbeat.heartbeating``), so no dead worker is waited out for a whole
 start-to-close timeout.
 """

@@ -40,6 +40,11 @@ from temporalio.activity import _Definition
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+BEAT_EVERY_S = 1.0
+"""How often a block beats by default. A cancellation reaches an activity in the server's answer to a beat, so
+this (with the worker's throttle, ``HEARTBEAT_THROTTLE`` in :mod:`pipeline.worker.runner`) bounds how long a
+cancelled activity runs on before it learns of it."""
+
 # The innermost Heartbeat entered in this activity's thread (helper threads run in copies of its context).
 _CURRENT: contextvars.ContextVar[Heartbeat | None] = contextvars.ContextVar("durafix_heartbeat", default=None)
 
@@ -47,7 +52,7 @@ _CURRENT: contextvars.ContextVar[Heartbeat | None] = contextvars.ContextVar("dur
 class Heartbeat:
     """Context manager: heartbeat the current sub-state every ``every_s`` seconds until the block ends."""
 
-    def __init__(self, detail: str, every_s: float = 2.0, carry: Mapping[str, object] | None = None) -> None:
+    def __init__(self, detail: str, every_s: float = BEAT_EVERY_S, carry: Mapping[str, object] | None = None) -> None:
         self.detail = detail
         self.every_s = every_s
         self.carry = dict(carry or {})
@@ -139,7 +144,7 @@ class Heartbeat:
             self._outer = None
 
 
-def heartbeating(fn: F, detail: str | None = None, every_s: float = 2.0) -> F:
+def heartbeating(fn: F, detail: str | None = None, every_s: float = BEAT_EVERY_S) -> F:
     """``fn``, a synchronous activity, as an activity of the same name that heartbeats while it runs.
 
     For activities with no heartbeat of their own (the forge's): registered through this, an attempt's

@@ -47,8 +47,11 @@ from pipeline.workflow import WORKFLOWS
 # server hands it to the normal queue: when that process died, the run resumes after this, not the SDK's 10 s.
 STICKY_SCHEDULE_TO_START = timedelta(seconds=2)
 # Heartbeats reach the server at least this often (the SDK's throttle is 80% of the timeout, up to 60 s): a
-# late beat on a loaded host never comes near a heartbeat timeout of RunPolicy (60 s and more by default).
-HEARTBEAT_THROTTLE = timedelta(seconds=5)
+# late beat on a loaded host never comes near a heartbeat timeout of RunPolicy (60 s and more by default). The
+# server's answer to a beat is also how a cancellation reaches a running activity, and a check cancelled by a
+# failing sibling holds its run until it acknowledges: at 5 s a failed candidate's reproduction took about 3 s
+# to learn of it; a beat a second (from the 1 s of Heartbeat) is one small RPC per running activity.
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
 
 
 def activities_for(queue: TaskQueue, services: Services, host: str = "") -> Sequence[Callable[..., object]]:
