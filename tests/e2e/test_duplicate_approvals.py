@@ -26,8 +26,8 @@ from temporalio.client import Client
 
 from pipeline.config import DurafixConfig
 from pipeline.state import Outcome
+from tests.e2e.review_runs import OpenedRun
 from tests.e2e.test_pipeline import awaiting_review, finished, state_when
-from tests.e2e.test_review_gate import opened_for_review, pr_and_head
 from tests.support.e2e_stack import E2EStack, footprint, scripted_stack, wait_for
 from tests.support.forge import Received, running_receiver
 
@@ -143,11 +143,9 @@ def redelivered_answer(stack: E2EStack, repository: str, guid: str) -> dict[str,
 
 @pytest.mark.timeout(600)
 async def test_one_approval_delivered_twice_at_once_and_redelivered_later_merges_once(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, head = pr_and_head(state)
+    stack, client, repository, issue, wf, number, head, _ = opened
     owner = stack.github().get_repo(repository)
     main_before = owner.get_branch("main").commit.sha
 

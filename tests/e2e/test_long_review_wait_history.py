@@ -27,8 +27,9 @@ from temporalio.client import WorkflowExecutionStatus
 
 from pipeline.ids import branch_for
 from tests.e2e.history_size import executions, report
+from tests.e2e.review_runs import opened_for_review
 from tests.e2e.test_pipeline import file_on_main, finished, state_when
-from tests.e2e.test_review_gate import opened_for_review, push_to_branch, review_of
+from tests.e2e.test_review_gate import push_to_branch, review_of
 from tests.support.e2e_stack import E2EStack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
@@ -127,9 +128,7 @@ async def test_300_deliveries_and_30_moved_heads_in_one_review_wait_merge_with_b
 ) -> None:
     stack = stack_with_worker
     started = time.monotonic()
-    client, repository, _, wf, state = await opened_for_review(stack)
-    assert state.pending_approval is not None
-    number, first = state.pending_approval.pr_number, state.pending_approval.head_sha
+    _, client, repository, _, wf, number, first, state = await opened_for_review(stack)
     opened_s = time.monotonic() - started
     branch = branch_for(wf)
     owner = stack.github(stack.owner_token()).get_repo(repository)

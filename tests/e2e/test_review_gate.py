@@ -25,7 +25,8 @@ from infra.cli.demo import maintainer_git_env
 from pipeline import client as runs
 from pipeline.ids import branch_for
 from pipeline.state import HeadPush, RunState
-from tests.e2e.test_pipeline import awaiting_review, file_on_main, finished, state_when
+from tests.e2e.review_runs import OpenedRun
+from tests.e2e.test_pipeline import file_on_main, finished, state_when
 from tests.support.e2e_stack import E2EStack, footprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
@@ -97,19 +98,6 @@ async def review_of(client: Client, wf: str, head: str) -> RunState:
     )
 
 
-async def opened_for_review(stack: E2EStack) -> tuple[Client, str, int, str, RunState]:
-    client, repository, issue, wf = await stack.open_run()
-    state = await state_when(client, wf, awaiting_review)
-    assert state.pending_approval is not None, state.outcome_detail
-    return client, repository, issue, wf, state
-
-
-def pr_and_head(state: RunState) -> tuple[int, str]:
-    """The PR number and the head SHA that a run awaiting review asks a reviewer to approve."""
-    assert state.pending_approval is not None, state.outcome_detail
-    return state.pending_approval.pr_number, state.pending_approval.head_sha
-
-
 def assert_failed_head_said_and_not_merged(
     stack: E2EStack, repository: str, issue: int, number: int, main_before: str, head: str, final: RunState
 ) -> None:
@@ -145,11 +133,9 @@ def webhooks_paused(stack: E2EStack, repository: str) -> Iterator[None]:
 
 @pytest.mark.timeout(900)
 async def test_a_breaking_push_while_awaiting_review_then_approved_is_verified_failing_and_never_merged(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, first = pr_and_head(state)
+    stack, client, repository, issue, wf, number, first, _ = opened
     main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
 
     pushed = push_breaking_test(stack, repository, wf)
@@ -166,16 +152,11 @@ async def test_a_breaking_push_while_awaiting_review_then_approved_is_verified_f
 
 @pytest.mark.timeout(900)
 async def test_a_push_signalled_while_awaiting_review_is_verified_and_its_approval_merges(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, _, wf, state = await opened_for_review(stack)
+    stack, client, repository, _, wf, number, first, state = opened
     assert state.pending_approval is not None and state.publish is not None
-    number, first, first_digest = (
-        state.pending_approval.pr_number,
-        state.pending_approval.head_sha,
-        state.pending_approval.evidence_digest,
-    )
+    first_digest = state.pending_approval.evidence_digest
     pushed = push_to_branch(stack, repository, branch_for(wf), {"NOTES.md": NOTES}, "Note how totals are made")
     push = HeadPush(pr_number=number, head_sha=pushed, before=first, pusher="owner", source="webhook:test")
     await runs.head_moved(client, wf, push)
@@ -200,16 +181,11 @@ async def test_a_push_signalled_while_awaiting_review_is_verified_and_its_approv
 
 @pytest.mark.timeout(900)
 async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merges_only_when_approved(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
+    stack, client, repository, issue, wf, number, first, state = opened
     assert state.pending_approval is not None
-    number, first, first_digest = (
-        state.pending_approval.pr_number,
-        state.pending_approval.head_sha,
-        state.pending_approval.evidence_digest,
-    )
+    first_digest = state.pending_approval.evidence_digest
     owner = stack.github().get_repo(repository)
     main_before = owner.get_branch("main").commit.sha
     branch = branch_for(wf)
@@ -245,10 +221,8 @@ async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merge
 
 
 @pytest.mark.timeout(900)
-async def test_a_breaking_push_after_the_approval_is_never_offered(stack_with_worker: E2EStack) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, first = pr_and_head(state)
+async def test_a_breaking_push_after_the_approval_is_never_offered(opened: OpenedRun) -> None:
+    stack, client, repository, issue, wf, number, first, _ = opened
     main_before = stack.github().get_repo(repository).get_branch("main").commit.sha
     with webhooks_paused(stack, repository):
         pushed = push_breaking_test(stack, repository, wf)
@@ -260,11 +234,9 @@ async def test_a_breaking_push_after_the_approval_is_never_offered(stack_with_wo
 
 @pytest.mark.timeout(900)
 async def test_main_moved_during_the_wait_is_verified_again_then_merged_with_both_changes(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, first = pr_and_head(state)
+    stack, client, repository, issue, wf, number, first, _ = opened
     fixed_cart = file_on_branch(stack, repository, branch_for(wf), "cart.py")
     # Someone else's change lands on main while the run waits for its review.
     moved_main = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made")

@@ -12,9 +12,9 @@ from temporalio.client import Client
 
 from pipeline.ids import branch_for
 from pipeline.state import RunState
+from tests.e2e.review_runs import OpenedRun
 from tests.e2e.test_pipeline import file_on_main, finished, state_when
-from tests.e2e.test_review_gate import opened_for_review, pr_and_head
-from tests.support.e2e_stack import E2EStack, footprint
+from tests.support.e2e_stack import footprint
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -34,11 +34,9 @@ async def revised_from(client: Client, wf: str, head: str) -> RunState:
 
 @pytest.mark.timeout(900)
 async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_head_merges(
-    stack_with_worker: E2EStack,
+    opened: OpenedRun,
 ) -> None:
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, first = pr_and_head(state)
+    stack, client, repository, issue, wf, number, first, _ = opened
 
     repo = stack.github(stack.reviewer_token).get_repo(repository)
     pr = repo.get_pull(number)
@@ -82,10 +80,8 @@ async def test_changes_requested_revises_the_same_branch_and_pr_and_the_revised_
 
 
 @pytest.mark.timeout(1200)
-async def test_the_revision_budget_ends_the_run_honestly_when_spent(stack_with_worker: E2EStack) -> None:
-    stack = stack_with_worker
-    client, repository, _, wf, state = await opened_for_review(stack)
-    number, first = pr_and_head(state)
+async def test_the_revision_budget_ends_the_run_honestly_when_spent(opened: OpenedRun) -> None:
+    stack, client, repository, _, wf, number, first, state = opened
     repo = stack.github(stack.reviewer_token).get_repo(repository)
     heads = [first]
     budget = state.budgets.revisions_max

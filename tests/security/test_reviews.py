@@ -249,12 +249,10 @@ def _key_of(body: str | None) -> str | None:
 async def test_an_approve_update_sent_straight_to_temporal_merges_nothing_and_the_run_asks_for_a_review(
     stack_with_worker: E2EStack,
 ) -> None:
+    from tests.e2e.review_runs import opened_for_review
     from tests.e2e.test_pipeline import finished, state_when
-    from tests.e2e.test_review_gate import opened_for_review, pr_and_head
 
-    stack = stack_with_worker
-    client, repository, issue, wf, state = await opened_for_review(stack)
-    number, head = pr_and_head(state)
+    stack, client, repository, issue, wf, number, head, _ = await opened_for_review(stack_with_worker)
 
     # Another PR's number: refused before it enters history.
     with pytest.raises(WorkflowUpdateFailedError):
