@@ -747,6 +747,15 @@ async def approve(
     )
 
 
+async def run_approved(h: Harness) -> tuple[str, RunState]:
+    """Start a run, approve the head it asks a review of (:data:`CANDIDATE`) once it waits at review, and wait
+    for the run's end: its workflow ID and final state."""
+    wf = await h.start()
+    await h.wait_phase(wf, Phase.AWAITING_REVIEW)
+    await approve(h, wf)
+    return wf, await h.result(wf)
+
+
 async def test_happy_path_merges_the_approved_head_and_cleans_up(harness: Harness) -> None:
     wf = await harness.start()
     st = await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
@@ -1048,10 +1057,7 @@ async def test_moved_head_after_approval_is_verified_before_a_renewed_review(har
 async def test_moved_head_after_approval_that_fails_is_never_offered(harness: Harness) -> None:
     harness.script.merge_answers = [MergeStatus.HEAD_MOVED]
     harness.script.pushed_head_fails = True
-    wf = await harness.start()
-    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-    await approve(harness, wf)
-    final = await harness.result(wf)
+    wf, final = await run_approved(harness)
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE
     assert MOVED[:12] in final.outcome_detail and "failed verification" in final.outcome_detail
     assert [(p.head_sha, p.status.value) for p in final.head_pushes] == [(MOVED, "failed")]
@@ -1104,10 +1110,7 @@ async def test_approval_of_a_head_the_run_never_verified_has_it_verified_first(h
 
 async def test_a_moved_base_is_verified_again_before_the_approved_head_merges(harness: Harness) -> None:
     harness.script.base_now = "e" * 40
-    wf = await harness.start()
-    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-    await approve(harness, wf)
-    final = await harness.result(wf)
+    wf, final = await run_approved(harness)
     assert final.outcome == Outcome.MERGED
     names = harness.script.names()
     assert names.index("read_branch") < names.index("rebuild_on_base") < names.index("merge")
@@ -1126,10 +1129,7 @@ async def test_a_moved_base_is_verified_again_before_the_approved_head_merges(ha
 async def test_a_base_the_change_conflicts_with_is_said_and_never_merged_around(harness: Harness) -> None:
     harness.script.base_now = "e" * 40
     harness.script.rebuild = RebuiltOnBase(conflict=True, detail="conflicts in cart.py")
-    wf = await harness.start()
-    await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-    await approve(harness, wf)
-    final = await harness.result(wf)
+    wf, final = await run_approved(harness)
     assert final.outcome == Outcome.NEEDS_HUMAN_TRIAGE and "conflicts in cart.py" in final.outcome_detail
     assert "merge" not in harness.script.names()
     keys = [c.key for n, c in harness.script.calls if n == "ensure_comment"]
@@ -1589,10 +1589,7 @@ async def test_a_host_bound_step_whose_worker_dies_more_than_twice_is_sent_to_th
     harness.script.provision_hosts = ["here"]
     harness.script.reproduce_lost = 3
     async with host_worker(harness, "here"):
-        wf = await harness.start()
-        await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-        await approve(harness, wf)
-        final = await harness.result(wf)
+        wf, final = await run_approved(harness)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     base = [c for c in host_calls(harness, "reproduce") if c.revision == BASE]
     assert len(base) == 4 and {c.op_id for c in base} == {f"{wf}:reproduce-base:1"}, base
@@ -1739,10 +1736,7 @@ async def test_a_command_reproduction_against_the_app_is_provisioned_reproduced_
     harness.script.environment_gone = 1
     harness.script.provision_hosts = ["here", "here", "here"]
     async with host_worker(harness, "here"):
-        wf = await harness.start()
-        await harness.wait_phase(wf, Phase.AWAITING_REVIEW)
-        await approve(harness, wf)
-        final = await harness.result(wf)
+        wf, final = await run_approved(harness)
     assert final.outcome == Outcome.MERGED, final.outcome_detail
     assert final.reproduction_kind == "command" and final.reproduction_app
     env_steps = [
