@@ -38,10 +38,11 @@ from evidence.observations import CheckObservation, Observations, moment_of, rea
 from evidence.procedure_view import as_yaml, check_parts, load_procedure, step_html
 from evidence.report_parts import (
     SIDE_LABEL,
+    check_row,
+    checks_table,
     link,
     observed_value,
     runs_note,
-    side_expectation,
     verdict_class,
     verdict_table,
 )
@@ -250,11 +251,6 @@ def _proof(
     if not indices:
         return f'{head}<p class="note">the procedure names no checks and no log recorded any.</p></section>'
     sides = (bundle.base, bundle.candidate)
-    columns = "".join(
-        f'<th scope="col">{SIDE_LABEL[s.role]} {code(s.revision[:12], "sha")}<br>'
-        f'<span class="note">expected: {side_expectation(s.role)}</span></th>'
-        for s in sides
-    )
     rows = []
     for index in indices:
         if index < len(checks):
@@ -263,14 +259,8 @@ def _proof(
             described = next((o.descriptions[index] for o in observed.values() if index in o.descriptions), "")
             subject, condition = code(described or f"check {index + 1}"), ""
         cells = "".join(_observed_cell(s, observed[s.role], index, images) for s in sides)
-        rows.append(
-            f'<tr id="check-{index + 1}"><th scope="row">{index + 1}. {subject}</th>'
-            f"<td>{condition or '<span class=note>(not stated)</span>'}</td>{cells}</tr>"
-        )
-    return (
-        f'{head}<table><tr><th scope="col">check: what it reads</th><th scope="col">expected there</th>'
-        f"{columns}</tr>{''.join(rows)}</table></section>"
-    )
+        rows.append(check_row(index, subject, condition, cells))
+    return checks_table(head, sides, rows)
 
 
 def _observed_cell(side: RevisionEvidence, observations: Observations, index: int, images: _Images) -> str:

@@ -1,7 +1,10 @@
-"""Pieces of the reviewer's report that every kind of reproduction shows alike: the revisions' labels, a
-verdict against what was expected, and a link to a stored artifact."""
+"""Pieces of the reviewer's report that every kind of reproduction shows alike: the revisions' labels and column
+heads, the table of the checks that prove the fix, a verdict against what was expected, and a link to a stored
+artifact."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from evidence.bundle import RevisionEvidence
 from evidence.interface import ArtifactRef, ArtifactStore
@@ -17,6 +20,35 @@ def side_expectation(role: str) -> str:
     if role == "base":
         return "every check holds (the bug is present)"
     return "some check does not hold (the bug is gone)"
+
+
+def column_heads(sides: Sequence[RevisionEvidence], expectation: bool = True) -> str:
+    """A column head (HTML) for each of ``sides``: its label and revision and, with ``expectation``, what is
+    expected of the checks on it."""
+    heads = []
+    for side in sides:
+        expected = f'<br><span class="note">expected: {side_expectation(side.role)}</span>' if expectation else ""
+        heads.append(f'<th scope="col">{SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}{expected}</th>')
+    return "".join(heads)
+
+
+def check_row(index: int, subject: str, condition: str, cells: str) -> str:
+    """The row of the ``index``-th (from 0) check in :func:`checks_table`: ``subject`` (what the check reads) and
+    ``condition`` (what it expects there; empty when the procedure does not state it), both HTML, then
+    ``cells``: a ``<td>`` per side, in the table's column order."""
+    return (
+        f'<tr id="check-{index + 1}"><th scope="row">{index + 1}. {subject}</th>'
+        f"<td>{condition or '<span class=note>(not stated)</span>'}</td>{cells}</tr>"
+    )
+
+
+def checks_table(head: str, sides: Sequence[RevisionEvidence], rows: Sequence[str]) -> str:
+    """The proof section: ``head`` (the section's opening and what the checks mean, HTML), then the table of the
+    checks' ``rows`` (:func:`check_row`) with a column per side of ``sides``, then the section's end."""
+    return (
+        f'{head}<table><tr><th scope="col">check: what it reads</th><th scope="col">expected there</th>'
+        f"{column_heads(sides)}</tr>{''.join(rows)}</table></section>"
+    )
 
 
 def status_text(status: str) -> str:

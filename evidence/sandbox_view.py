@@ -21,11 +21,12 @@ from evidence.markup import code, esc
 from evidence.output_view import Marks, lines_read, show_output
 from evidence.procedure_view import as_yaml
 from evidence.report_parts import (
-    SIDE_LABEL,
+    check_row,
+    checks_table,
+    column_heads,
     link,
     observed_value,
     runs_note,
-    side_expectation,
     verdict_class,
     verdict_table,
 )
@@ -62,14 +63,6 @@ def _sides(bundle: EvidenceBundle) -> tuple[RevisionEvidence, RevisionEvidence]:
     return bundle.base, bundle.candidate
 
 
-def _column_heads(bundle: EvidenceBundle, expectation: bool = True) -> str:
-    heads = []
-    for side in _sides(bundle):
-        expected = f'<br><span class="note">expected: {side_expectation(side.role)}</span>' if expectation else ""
-        heads.append(f'<th scope="col">{SIDE_LABEL[side.role]} {code(side.revision[:12], "sha")}{expected}</th>')
-    return "".join(heads)
-
-
 # ---- what proves the fix -----------------------------------------------------------------------------------
 
 
@@ -97,14 +90,8 @@ def proof(bundle: EvidenceBundle, kind: str, view: SandboxProcedureView | None, 
         else:
             subject, condition = code(_description(runs, index) or f"check {index + 1}"), ""
         cells = "".join(_check_cell(side, runs[side.role], index) for side in _sides(bundle))
-        rows.append(
-            f'<tr id="check-{index + 1}"><th scope="row">{index + 1}. {subject}</th>'
-            f"<td>{condition or '<span class=note>(not stated)</span>'}</td>{cells}</tr>"
-        )
-    return (
-        f'{head}<table><tr><th scope="col">check: what it reads</th><th scope="col">expected there</th>'
-        f"{_column_heads(bundle)}</tr>{''.join(rows)}</table></section>"
-    )
+        rows.append(check_row(index, subject, condition, cells))
+    return checks_table(head, _sides(bundle), rows)
 
 
 def _check_parts(spec: CheckSpec) -> tuple[str, str]:
@@ -208,7 +195,7 @@ def _test_proof(bundle: EvidenceBundle, view: SandboxProcedureView | None, runs:
             + "</tr>"
         )
     table = (
-        f'<table class="tests"><tr><th scope="col">test</th>{_column_heads(bundle, expectation=False)}</tr>'
+        f'<table class="tests"><tr><th scope="col">test</th>{column_heads(_sides(bundle), expectation=False)}</tr>'
         + "".join(rows)
         + "</table>"
     )
@@ -282,7 +269,7 @@ def comparison(
     )
     head = (
         '<section id="reproduction"><h2>Observed vs expected</h2>'
-        f'<table class="sides"><tr>{_column_heads(bundle, expectation=False)}</tr><tr>{verdicts}</tr></table>'
+        f'<table class="sides"><tr>{column_heads(_sides(bundle), expectation=False)}</tr><tr>{verdicts}</tr></table>'
     )
     numbers = sorted({n for r in runs.values() if r.record for n in r.record.run_numbers})
     commands = _commands(kind, view, runs)
@@ -302,7 +289,8 @@ def comparison(
     )
     if not rows:
         return f'{head}{intro}<p class="note">no run was recorded on either revision</p></section>'
-    table = f'<table class="outputs"><tr><th scope="col">command</th>{_column_heads(bundle, expectation=False)}</tr>'
+    columns = column_heads(_sides(bundle), expectation=False)
+    table = f'<table class="outputs"><tr><th scope="col">command</th>{columns}</tr>'
     return f"{head}{intro}{table}{''.join(rows)}</table></section>"
 
 
