@@ -13,6 +13,9 @@ A webhook delivery's decision is the ``deliver`` Update with the delivery's GUID
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -376,3 +379,20 @@ async def status_and_state(client: Client, workflow_id: str) -> tuple[WorkflowEx
     update) and pair with a closed status read after them."""
     status = await status_of(client, workflow_id)
     return status, await get_state(client, workflow_id)
+
+
+async def polled_states(
+    client: Client, workflow_id: str, deadline: float, interval_s: float = 0.5
+) -> AsyncIterator[tuple[WorkflowExecutionStatus | None, RunState]]:
+    """The run's status and state (:func:`status_and_state`) every ``interval_s`` until ``time.monotonic()``
+    passes ``deadline``, for a caller waiting for the run to reach a point: it stops iterating once it has, and
+    the iteration ends (without raising) at the deadline. A read that fails is skipped, not raised: the run may not
+    exist yet (its trigger not handled) or no worker may answer its query yet."""
+    while time.monotonic() < deadline:
+        try:
+            read = await status_and_state(client, workflow_id)
+        except Exception:  # the run not started yet, or its query not answered yet: read again
+            await asyncio.sleep(interval_s)
+            continue
+        yield read
+        await asyncio.sleep(interval_s)

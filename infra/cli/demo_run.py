@@ -52,13 +52,7 @@ class DemoRun:
         self, client: Client, workflow_id: str, started: float, timeout_s: float, quiet: bool, *, until_review: bool
     ) -> RunState:
         last = ""
-        deadline = started + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                status, state = await runs.status_and_state(client, workflow_id)
-            except Exception:  # the webhook may not have started the run yet
-                await asyncio.sleep(0.5)
-                continue
+        async for status, state in runs.polled_states(client, workflow_id, started + timeout_s):
             line = state.phase.value + (f" -> {state.outcome.value}" if state.outcome else "")
             if line != last:
                 self._say(quiet, f"[{time.monotonic() - started:6.1f}s] {line}")
@@ -67,7 +61,6 @@ class DemoRun:
                 return state
             if until_review and state.pending_approval is not None:
                 return state
-            await asyncio.sleep(0.5)
         raise DemoFailed(f"the run did not finish within {timeout_s:.0f}s (last phase {last})")
 
     def _result(

@@ -57,17 +57,10 @@ RUN_TIMEOUT_S = 300
 
 async def state_when(client: Client, workflow_id: str, predicate: Any, timeout_s: float = RUN_TIMEOUT_S) -> RunState:
     """Poll the run's state until ``predicate(state, status)`` holds."""
-    deadline = time.monotonic() + timeout_s
     last: RunState | None = None
-    while time.monotonic() < deadline:
-        try:
-            status, last = await runs.status_and_state(client, workflow_id)
-        except Exception:  # the webhook may not have started the run yet
-            await asyncio.sleep(0.5)
-            continue
+    async for status, last in runs.polled_states(client, workflow_id, time.monotonic() + timeout_s):
         if predicate(last, status):
             return last
-        await asyncio.sleep(0.5)
     raise AssertionError(f"{workflow_id}: condition not met in {timeout_s}s; last state {last!r}")
 
 
