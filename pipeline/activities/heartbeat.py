@@ -6,6 +6,14 @@ was cancelled. :class:`Heartbeat` beats from a helper thread while the activity 
 cannot beat itself (a setup command, a readiness wait, a model call), carrying the sub-state of the work in
 its details, with the seconds spent in it: ``setup: npm ci (41 s)``. ``durafix status`` shows it.
 
+A block without a carry sends its first beat once it has lasted ``every_s``: most steps (a forge call, a model
+turn) end well within a second, and a beat at their entry was one more heartbeat RPC and history-store write
+per step, for a sub-state nobody could have read before the step ended. Nothing of the heartbeat's guarantees
+rests on that first beat: the server's heartbeat timeout counts from the attempt's start, and a cancellation
+reaches a longer step at its first beat, a second in, as it did at the one after. A block with a carry beats at
+its entry, so that a retry of an attempt that fails at once still finds the carry. A new sub-state
+(:meth:`Heartbeat.set`) is beaten at once as before.
+
 Every beat of a block, the first and each new sub-state's among them, is sent by that helper thread, never by
 the activity's own: the SDK hands a sync activity's heartbeat to the worker's event loop and blocks the caller
 until the loop has taken it, a wait that would hold up the activity's work at every beat. The block's end waits
@@ -50,7 +58,8 @@ _CURRENT: contextvars.ContextVar[Heartbeat | None] = contextvars.ContextVar("dur
 
 
 class Heartbeat:
-    """Context manager: heartbeat the current sub-state every ``every_s`` seconds until the block ends."""
+    """Context manager: heartbeat the current sub-state every ``every_s`` seconds until the block ends, the
+    first beat ``every_s`` after its entry unless it carries facts (then at once: see the module)."""
 
     def __init__(self, detail: str, every_s: float = BEAT_EVERY_S, carry: Mapping[str, object] | None = None) -> None:
         self.detail = detail
@@ -106,7 +115,9 @@ class Heartbeat:
         self._token = _CURRENT.set(self)
         ctx = contextvars.copy_context()
         self._thread = threading.Thread(target=ctx.run, args=(self._beat,), daemon=True, name="heartbeat")
-        self._owe()
+        if self.carry:
+            # A carry reaches the next attempt only in a beat: owed at once, so an attempt failing at once hands it on.
+            self._owe()
         self._thread.start()
         return self
 
