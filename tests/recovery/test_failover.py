@@ -204,8 +204,9 @@ def test_a_wrapped_activity_beats_under_its_name_and_an_inner_heartbeat_takes_ov
     inp = EnsureTicketInput(op_id="op", repository="o/r", issue_number=1, title="t", body="b")
     assert env.run(wrapped, inp) == "op"
     kinds = ["inner" if isinstance(b, dict) else str(b).split(" (")[0] for b in beats]
-    # Outer first, then only the inner one (with its carry) while it lasts, then the outer again.
-    assert kinds[0] == "forge.sample" and kinds[-1] == "forge.sample"
+    # The inner one (with its carry, so at once: the outer, without one, beats only once it has lasted its period)
+    # and only it while it lasts, then the outer again.
+    assert kinds[0] == "inner" and kinds[-1] == "forge.sample"
     first_inner, last_inner = kinds.index("inner"), len(kinds) - 1 - kinds[::-1].index("inner")
     assert set(kinds[first_inner : last_inner + 1]) == {"inner"}
     assert all(b == {"detail": b["detail"], "spent": 1} for b in beats if isinstance(b, dict))
