@@ -7,6 +7,7 @@ The end-to-end tests in ``tests/e2e`` run the same workflow against the real for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -19,6 +20,7 @@ from temporalio import activity
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 
 from browser.results import ReproductionStatus
@@ -691,10 +693,12 @@ def doubles(s: Script) -> dict[TaskQueue, list[Callable[..., Any]]]:
 class Harness:
     client: Client
     script: Script
+    started: list[str] = field(default_factory=list)
 
     async def start(self, issue: int | None = None, **policy: Any) -> str:
         issue = issue or (uuid.uuid4().int % 1_000_000) + 1
         wf_id = f"repair:acme/shop#{issue}"
+        self.started.append(wf_id)
         await self.client.start_workflow(
             RepairBugWorkflow.run,
             RepairInput(repository="acme/shop", issue_number=issue, policy=RunPolicy.fast().model_copy(update=policy)),
@@ -725,6 +729,15 @@ class Harness:
             await asyncio.sleep(0.1)
         return status
 
+    async def terminate_running(self) -> None:
+        """End every run this harness started that still runs: the session's server is shared by the process's
+        later tests, and one that lists open runs (the reconciler's) would meet a run nobody serves any more."""
+        for wf_id in self.started:
+            handle = self.client.get_workflow_handle(wf_id)
+            with contextlib.suppress(RPCError):
+                if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                    await handle.terminate("the test that started it is over")
+
     async def result(self, wf_id: str) -> RunState:
         final: RunState = await self.client.get_workflow_handle(wf_id, result_type=RunState).result()
         return final
@@ -734,7 +747,11 @@ class Harness:
 async def harness(temporal_client: Client) -> AsyncIterator[Harness]:
     script = Script()
     async with running(pipeline_workers(temporal_client, doubles(script))):
-        yield Harness(temporal_client, script)
+        harness = Harness(temporal_client, script)
+        try:
+            yield harness
+        finally:
+            await harness.terminate_running()
 
 
 async def approve(
