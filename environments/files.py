@@ -15,6 +15,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -82,6 +83,39 @@ def remove_tree(path: Path) -> None:
         shutil.rmtree(doomed)
     else:
         path.unlink()
+
+
+def discard_tree(path: Path) -> None:
+    """Remove ``path`` and everything under it without following a symbolic link (a link is removed, never
+    its target), as far as it can: errors are ignored, what could not be removed stays.
+
+    A directory that is not writable (something made it read-only) is made writable (0700) and the removal
+    retried; it is opened with ``O_NOFOLLOW`` and changed through that descriptor, so no link is followed. For
+    trees whose files untrusted code may have written, where leaving a remnant beats failing; unlike
+    :func:`remove_tree`, which raises on what it cannot remove."""
+
+    def retry(function: Callable[..., object], failed: str, exc: BaseException) -> None:
+        if not isinstance(exc, PermissionError):
+            return
+        parent = os.path.dirname(failed)
+        with contextlib.suppress(OSError):
+            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
+            function(failed)
+
+    if os.path.islink(path):
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return
+    if sys.version_info >= (3, 12):
+        shutil.rmtree(path, onexc=retry)
+    else:
+        shutil.rmtree(path, onerror=lambda function, failed, info: retry(function, failed, info[1]))
+    if os.path.lexists(path):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @contextlib.contextmanager

@@ -2,7 +2,7 @@
 that is removed when the process ends, by the process itself or by whoever outlives it.
 
 A ``durafix worker`` process (the supervisor, each of its children, an unsupervised worker) makes its root
-first thing, ``BASE/durafix-worker-<pid namespace>-<pid>-<start time>-XXXXXXXX`` (:func:`start`), where ``BASE``
+first thing, ``BASE/durafix-worker-<pid namespace>-<pid>-<start time>-<random>`` (:func:`start`), where ``BASE``
 is the temporary directory the process was started with (``TMPDIR``, else ``/tmp``), and points Python's
 :mod:`tempfile` at it (``tempfile.tempdir``): Chromium's home (:class:`browser.sandbox.BrowserHome`), git's empty
 home, the sandbox's ``/etc`` stubs, the claim scratch repository and every per-call directory (a reproduction's,
@@ -25,7 +25,8 @@ Contracts:
   name (a recycled pid is never taken for it), in this process's PID namespace (a worker in another container
   that shares ``BASE`` is never judged by pids that are not its own). A live worker's root is never touched.
 - Only real directories owned by this process's user are considered (a link or another user's directory named
-  like a root is left alone), and removal never follows a symbolic link out of the tree (:func:`remove_tree`).
+  like a root is left alone), and removal never follows a symbolic link out of the tree
+  (:func:`environments.files.discard_tree`).
 - Mode 0711: Chromium runs as an unprivileged user when the worker is root and must pass through the root to
   reach its home (which :class:`~browser.sandbox.BrowserHome` makes 0711 and 0700 inside); it cannot list it.
 - Names stay short: a unix socket path is limited to 108 bytes, and the egress proxy's socket lives two levels
@@ -34,17 +35,14 @@ Contracts:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shutil
 import stat
-import sys
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from environments.files import discard_tree
 from environments.processes import is_running, start_time
 
 PREFIX = "durafix-worker-"
@@ -92,7 +90,7 @@ class TmpRoot:
         If it is still this process's temporary directory, :mod:`tempfile` goes back to ``base``."""
         if tempfile.tempdir == str(self.path):
             tempfile.tempdir = str(self.base)
-        remove_tree(self.path)
+        discard_tree(self.path)
 
 
 def start(base: Path | None = None) -> TmpRoot:
@@ -150,34 +148,3 @@ def remove_of(base: Path, pid: int, started: int) -> list[Path]:
             root.remove()
             removed.append(root.path)
     return removed
-
-
-def remove_tree(path: Path) -> None:
-    """Remove ``path`` and everything under it without following a symbolic link (a link is removed, never
-    its target), as far as it can: errors are ignored, what could not be removed stays.
-
-    A directory that is not writable (something made it read-only) is made writable (0700) and the removal
-    retried; it is opened with ``O_NOFOLLOW`` and changed through that descriptor, so no link is followed."""
-
-    def retry(function: Callable[..., object], failed: str, exc: BaseException) -> None:
-        if not isinstance(exc, PermissionError):
-            return
-        parent = os.path.dirname(failed)
-        with contextlib.suppress(OSError):
-            fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-            try:
-                os.fchmod(fd, 0o700)
-            finally:
-                os.close(fd)
-            function(failed)
-
-    if os.path.islink(path):
-        with contextlib.suppress(OSError):
-            os.unlink(path)
-        return
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=lambda function, failed, info: retry(function, failed, info[1]))
-    if os.path.lexists(path):
-        shutil.rmtree(path, ignore_errors=True)
