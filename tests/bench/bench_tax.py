@@ -83,6 +83,7 @@ from tests.bench.tax_breakdown import (
     breakdown_lines,
     plain_breakdown,
 )
+from tests.bench.tax_floor import floor_seconds, floor_workers, waves
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 from tests.support.run_history import run_histories
 
@@ -327,6 +328,8 @@ async def approve_when_asked(client: Client, workflow_id: str) -> None:
 class Round:
     plain: Timed
     temporal: Timed
+    # Temporal's floor under the plain run's critical path (:mod:`tests.bench.tax_floor`), measured in the round.
+    floor: float
 
 
 STACK_STARTS = 3
@@ -370,7 +373,7 @@ def bench(rounds: int, *, warm: bool = True) -> list[Round]:
 async def on_stack(stack: E2EStack, rounds: int, *, warm: bool) -> list[Round]:
     tax = Tax(stack)
     client = await runs.connect(stack.config)
-    async with tax.workers(client, stack.config):
+    async with tax.workers(client, stack.config), floor_workers(client):
         return await rounds_of(tax, client, rounds, warm=warm)
 
 
@@ -379,6 +382,7 @@ async def rounds_of(tax: Tax, client: Client, rounds: int, *, warm: bool) -> lis
         print("warming up: one run each way (not measured)", file=sys.stderr, flush=True)
         await tax.plain()
         await tax.temporal(client)
+        await floor_seconds(client, [0.0])
     out: list[Round] = []
     for i in range(rounds):
         if i % 2 == 0:
@@ -387,12 +391,13 @@ async def rounds_of(tax: Tax, client: Client, rounds: int, *, warm: bool) -> lis
         else:
             temporal = await tax.temporal(client)
             plain = await tax.plain()
+        floor = await floor_seconds(client, waves([s.span for s in plain.breakdown.steps]))
         print(
-            f"  round {i + 1}: plain {plain.seconds:.1f}s, temporal {temporal.seconds:.1f}s",
+            f"  round {i + 1}: plain {plain.seconds:.1f}s, temporal {temporal.seconds:.1f}s, floor {floor:.2f}s",
             file=sys.stderr,
             flush=True,
         )
-        out.append(Round(plain, temporal))
+        out.append(Round(plain, temporal, floor))
     return out
 
 
@@ -423,9 +428,27 @@ def report(results: list[Round], command: str) -> None:
             f"{sum(r.plain.merged for r in results)} / {sum(r.temporal.merged for r in results)}",
         ),
     ]
-    print_rows(rows)
+    print_rows(rows + floor_rows(results, plain, temporal))
     for line in breakdown_lines([(r.plain.breakdown, r.temporal.breakdown) for r in results]):
         print(line)
+
+
+def floor_rows(results: list[Round], plain: float, temporal: float) -> list[tuple[str, str]]:
+    """Temporal's own floor under the run (:mod:`tests.bench.tax_floor`): the least tax one activity a step
+    costs on this server, the best ratio it leaves reachable, and the tax beyond it (durafix's own)."""
+    path = [waves([s.span for s in r.plain.breakdown.steps]) for r in results]
+    n_waves = statistics.median(len(p) for p in path)
+    least = statistics.median(r.floor - sum(p) for r, p in zip(results, path, strict=True))
+    return [
+        ("the plain run's critical path (steps side by side merged)", f"{n_waves:.0f} steps"),
+        (
+            "Temporal's floor: that path as waiting no-op activities",
+            f"{statistics.median(r.floor for r in results):.2f} s",
+        ),
+        ("  the least tax of one activity a step", f"{least:+.2f} s ({least / n_waves * 1000:.1f} ms a step)"),
+        ("  the best ratio one activity a step leaves", f"{(plain + least) / plain:.3f}x"),
+        ("  the tax beyond the floor (durafix's own)", f"{temporal - plain - least:+.2f} s"),
+    ]
 
 
 def main() -> None:
