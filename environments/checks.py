@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from opentelemetry import trace
 
 from environments.ca_bundle import SYSTEM_BUNDLE
-from environments.commands import command_env, exit_text, run_to_completion, tail
+from environments.commands import command_env, exit_text, log_note, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.diagnosis import FailedCommand, Stage
 from environments.egress import (
@@ -286,7 +286,7 @@ def run_setup(
             # of its index is explained where whoever reads any of them looks.
             _log.warning("%s", warning)
             progress(warning)
-            _log_line(log_path, warning)
+            log_note(log_path, warning)
         env = command_env(recipe, marker=marker, worker=worker.env, allowed_secrets=allowed_secrets)
         run = _Runner(
             ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
@@ -472,13 +472,7 @@ class _Runner:
 
 
 def _note(log_path: Path, text: str) -> None:
-    _log_line(log_path, f"dependency cache: {text}")
-
-
-def _log_line(log_path: Path, text: str) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"# {text}\n")
+    log_note(log_path, f"dependency cache: {text}")
 
 
 def run_tests(
