@@ -53,7 +53,7 @@ from environments.egress import (
     log_events,
     parse_hosts,
 )
-from environments.files import locked, path_key, remove_tree, try_locked
+from environments.files import locked, path_key, remove_abandoned, remove_tree
 from environments.git import GitError, GitInterrupted, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import Screened, check_patterns, screen
@@ -179,7 +179,8 @@ class SetupSettings:
                 return
         root = self.package_caches.absolute()
         root.mkdir(parents=True, exist_ok=True)
-        _remove_dead_throwaways(root)
+        # Throwaway package caches whose setup's worker died: nobody reads them any more.
+        remove_abandoned(root.glob(f"{THROWAWAY_PREFIX}*"), remove_tree)
         throwaway = root / f"{THROWAWAY_PREFIX}{uuid.uuid4().hex}"
         lock = throwaway.with_name(throwaway.name + ".lock")
         try:
@@ -206,18 +207,6 @@ def _is_base_tree(ws: Path, base_revision: str) -> bool:
             return git.run(["write-tree"]) == git.run(["rev-parse", "--verify", f"{base_revision}^{{tree}}"])
     except (GitError, GitInterrupted):
         return False
-
-
-def _remove_dead_throwaways(root: Path) -> None:
-    """Throwaway package caches whose setup's worker died (their lock is free): nobody reads them any more."""
-    for leftover in root.glob(f"{THROWAWAY_PREFIX}*"):
-        if leftover.name.endswith(".lock") or not leftover.is_dir():
-            continue
-        lock = leftover.with_name(leftover.name + ".lock")
-        with try_locked(lock, create=False) as free:
-            if free:
-                remove_tree(leftover)
-                lock.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
