@@ -42,7 +42,7 @@ from pathlib import Path, PurePosixPath
 from opentelemetry import trace
 
 from environments.ca_bundle import SYSTEM_BUNDLE
-from environments.commands import command_env, exit_text, run_to_completion, tail
+from environments.commands import command_env, exit_text, log_note, run_to_completion, tail
 from environments.depcache import BuildRecord, CacheKey, DependencyCache, Restored
 from environments.diagnosis import FailedCommand, Stage
 from environments.egress import (
@@ -53,7 +53,7 @@ from environments.egress import (
     log_events,
     parse_hosts,
 )
-from environments.files import locked, path_key, remove_tree, try_locked
+from environments.files import locked, path_key, remove_abandoned, remove_tree
 from environments.git import GitError, GitInterrupted, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress, TestRunResult
 from environments.passthrough import Screened, check_patterns, screen
@@ -179,7 +179,8 @@ class SetupSettings:
                 return
         root = self.package_caches.absolute()
         root.mkdir(parents=True, exist_ok=True)
-        _remove_dead_throwaways(root)
+        # Throwaway package caches whose setup's worker died: nobody reads them any more.
+        remove_abandoned(root.glob(f"{THROWAWAY_PREFIX}*"), remove_tree)
         throwaway = root / f"{THROWAWAY_PREFIX}{uuid.uuid4().hex}"
         lock = throwaway.with_name(throwaway.name + ".lock")
         try:
@@ -206,18 +207,6 @@ def _is_base_tree(ws: Path, base_revision: str) -> bool:
             return git.run(["write-tree"]) == git.run(["rev-parse", "--verify", f"{base_revision}^{{tree}}"])
     except (GitError, GitInterrupted):
         return False
-
-
-def _remove_dead_throwaways(root: Path) -> None:
-    """Throwaway package caches whose setup's worker died (their lock is free): nobody reads them any more."""
-    for leftover in root.glob(f"{THROWAWAY_PREFIX}*"):
-        if leftover.name.endswith(".lock") or not leftover.is_dir():
-            continue
-        lock = leftover.with_name(leftover.name + ".lock")
-        with try_locked(lock, create=False) as free:
-            if free:
-                remove_tree(leftover)
-                lock.unlink(missing_ok=True)
 
 
 @dataclass(frozen=True)
@@ -286,7 +275,7 @@ def run_setup(
             # of its index is explained where whoever reads any of them looks.
             _log.warning("%s", warning)
             progress(warning)
-            _log_line(log_path, warning)
+            log_note(log_path, warning)
         env = command_env(recipe, marker=marker, worker=worker.env, allowed_secrets=allowed_secrets)
         run = _Runner(
             ws_path, recipe, env, marker, log_path, timeout_s, progress, stop_grace_s, sandbox, packages, settings
@@ -472,13 +461,7 @@ class _Runner:
 
 
 def _note(log_path: Path, text: str) -> None:
-    _log_line(log_path, f"dependency cache: {text}")
-
-
-def _log_line(log_path: Path, text: str) -> None:
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with log_path.open("a", encoding="utf-8") as log:
-        log.write(f"# {text}\n")
+    log_note(log_path, f"dependency cache: {text}")
 
 
 def run_tests(

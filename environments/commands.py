@@ -152,6 +152,14 @@ def run_to_completion(
     return code, time.monotonic() - started
 
 
+def log_note(log_path: Path, text: str) -> None:
+    """Append ``text`` to the command log at ``log_path`` as a ``# `` line (its folder made if missing), so
+    durafix's own remarks stand apart from the commands' output and their ``$ command`` lines."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("a", encoding="utf-8") as log:
+        log.write(f"# {text}\n")
+
+
 def tail(path: Path, limit: int = TAIL_BYTES) -> str:
     """The last ``limit`` bytes of ``path`` as text (empty if the file does not exist)."""
     try:

@@ -94,7 +94,16 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from environments.cache_entries import CacheEntries
-from environments.files import locked, locked_within, path_key, read_json, remove_tree, try_locked, write_json_atomic
+from environments.files import (
+    locked,
+    locked_within,
+    path_key,
+    read_json,
+    remove_abandoned,
+    remove_tree,
+    try_locked,
+    write_json_atomic,
+)
 from environments.git import GitError, isolated_git
 from environments.interface import AppRecipe, EnvironmentError, Progress
 from environments.spec import cached_paths, dependency_lock_hash, lock_file_digests
@@ -453,14 +462,9 @@ class DependencyCache(CacheEntries):
         removals (only ever started under the build lock, which the caller now holds)."""
         for leftover in entry.parent.glob(f".{entry.name}{REMOVING_MARK}*"):
             shutil.rmtree(leftover, ignore_errors=True)
-        for leftover in entry.parent.glob(f".{entry.name}{TMP_MARK}*"):
-            if leftover.name.endswith(".lock") or not leftover.is_dir():
-                continue
-            lock = leftover.with_name(leftover.name + ".lock")
-            with try_locked(lock, create=False) as free:
-                if free:
-                    shutil.rmtree(leftover, ignore_errors=True)
-                    lock.unlink(missing_ok=True)
+        remove_abandoned(
+            entry.parent.glob(f".{entry.name}{TMP_MARK}*"), lambda tmp: shutil.rmtree(tmp, ignore_errors=True)
+        )
 
 
 class _Copier:

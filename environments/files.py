@@ -18,7 +18,7 @@ import shutil
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -142,6 +142,25 @@ def try_locked(lock_path: Path, *, create: bool = True) -> Iterator[bool]:
             yield True
     finally:
         os.close(fd)
+
+
+def remove_abandoned(leftovers: Iterable[Path], remove: Callable[[Path], None]) -> None:
+    """Remove with ``remove`` each directory among ``leftovers`` whose user died, then its lock file.
+
+    For work directories used only under an exclusive lock on their sibling ``<name>.lock`` (see :func:`locked`),
+    held from before the directory is made until after it is removed: a directory whose lock nobody holds (or
+    whose lock file is gone) was left by a process that died, and nobody will read it. Lock files and anything
+    that is not a directory among ``leftovers`` (such as a glob of both) are passed over; a directory in use is
+    left alone. ``remove`` decides whether a failure to remove raises.
+    """
+    for leftover in leftovers:
+        if leftover.name.endswith(".lock") or not leftover.is_dir():
+            continue
+        lock = leftover.with_name(leftover.name + ".lock")
+        with try_locked(lock, create=False) as free:
+            if free:
+                remove(leftover)
+                lock.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager

@@ -52,7 +52,7 @@ from typing import Any
 
 from environments import app_forwarder
 from environments.checks import SetupOutcome, SetupSettings, result_of_tests, run_setup, run_tests
-from environments.commands import command_env, exit_text, run_to_completion, spawn, tail
+from environments.commands import command_env, exit_text, log_note, run_to_completion, spawn, tail
 from environments.diagnosis import FailedCommand, Stage
 from environments.files import locked, path_key, read_json, write_json_atomic
 from environments.interface import (
@@ -350,9 +350,7 @@ class LocalProcessProvider(EnvironmentProvider):
         progress(f"waiting for readiness at {_url(record)}{recipe.readiness.path}")
         if not wait_ready(_url(record), recipe.readiness, still_running=lambda: _alive(record)):
             running = _alive(record)
-            with log_path.open("a", encoding="utf-8") as log:
-                found = verdict(_url(record), recipe.readiness) if running else "readiness: the app exited"
-                log.write(f"# {found}\n")
+            log_note(log_path, verdict(_url(record), recipe.readiness) if running else "readiness: the app exited")
             self._abandon(run_dir, key, record)
             raise NotReadyError(
                 f"{start!r} did not answer GET {recipe.readiness.path} with "

@@ -245,6 +245,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(size))
         self.send_header("Cache-Control", "public, max-age=31536000, immutable")
         self.send_header("ETag", f'"{sha256}"')
+        self._end_headers_hardened()
+
+    def _end_headers_hardened(self) -> None:
+        """End the headers of any answer with the ones every answer carries: stored artifacts are untrusted
+        content, so no type sniffing, the policy of ``_CSP`` and no framing."""
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Content-Security-Policy", _CSP)
         self.send_header("X-Frame-Options", "DENY")
@@ -285,10 +290,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("WWW-Authenticate", 'Bearer realm="durafix evidence"')
         self.send_header("Content-Type", media_type)
         self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Content-Security-Policy", _CSP)
-        self.send_header("X-Frame-Options", "DENY")
-        self.end_headers()
+        self._end_headers_hardened()
         if send_body:
             self.wfile.write(data)
 

@@ -63,6 +63,7 @@ import docker
 from docker.errors import APIError, ImageNotFound
 
 from environments.ca_bundle import SYSTEM_BUNDLE, CABundle
+from environments.commands import log_note
 from environments.commands import tail as log_tail
 from environments.diagnosis import FailedCommand, Stage
 from environments.docker.setup_containers import SetupCommandFailed, container_passthrough, run_setup_containers
@@ -557,11 +558,9 @@ class ImageBuilder:
         key = self.setup_key(tag)
         worker_env = container_passthrough(self.passthrough, os.environ)
         if log_path is not None:
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            with log_path.open("a", encoding="utf-8") as log:
-                log.write(f"# setup in containers committed to {tag}; network: the egress proxy only\n")
-                if worker_env:
-                    log.write(f"# worker variables passed to setup: {', '.join(sorted(worker_env))}\n")
+            log_note(log_path, f"setup in containers committed to {tag}; network: the egress proxy only")
+            if worker_env:
+                log_note(log_path, f"worker variables passed to setup: {', '.join(sorted(worker_env))}")
         try:
             self.last_egress = run_setup_containers(
                 self.client,
@@ -701,9 +700,7 @@ def _say(text: str, progress: Progress, log_path: Path | None) -> None:
     """``text`` to ``progress`` and, as a ``#`` line, to the build's log when there is one."""
     progress(text)
     if log_path is not None:
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with log_path.open("a", encoding="utf-8") as log:
-            log.write(f"# {text}\n")
+        log_note(log_path, text)
 
 
 def _apt_install(rootfs: Path, packages: list[str], log: Path) -> None:

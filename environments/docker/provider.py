@@ -74,6 +74,7 @@ from requests.exceptions import RequestException
 
 from environments.ca_bundle import SYSTEM_BUNDLE
 from environments.checks import SetupError, result_of_tests
+from environments.commands import log_note
 from environments.docker.hardening import hardened
 from environments.docker.images import APP_DIR, ImageBuilder, SetupStepError
 from environments.docker.naming import (
@@ -342,8 +343,7 @@ class DockerProvider(EnvironmentProvider):
             else:
                 # A dead worker's attempt of this op made it (the same image and command): its run is this one's.
                 run.progress(f"adopting {name}")
-                with log_path.open("a", encoding="utf-8") as log:
-                    log.write(f"# {name} adopted as an earlier attempt of {checks_op} left it ({container.status})\n")
+                log_note(log_path, f"{name} adopted as an earlier attempt of {checks_op} left it ({container.status})")
         started = time.monotonic()
         code: int | None = None
         try:
