@@ -38,6 +38,7 @@ from pipeline.services import Services
 from pipeline.state import Outcome, RunState
 from tests.conftest import require
 from tests.support.chromium import chromium_path
+from tests.support.gitrepo import write_files
 from tests.support.proctree import environ_pids
 from tests.support.waiting import wait_for as wait_for  # the stack's tests wait with it
 
@@ -149,9 +150,7 @@ class E2EStack:
             subprocess.run(
                 ["git", "clone", "-q", "-b", branch, url, str(work)], env=env, check=True, capture_output=True
             )
-            for rel, text in files.items():
-                (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                (work / rel).write_text(text)
+            write_files(work, files)
             git("add", "-A")
             git("commit", "-q", "-m", message)
             git("push", "-q", "origin", f"HEAD:{branch}")
