@@ -86,6 +86,7 @@ from tests.bench.tax_breakdown import (
 from tests.bench.tax_floor import floor_seconds, floor_workers, waves
 from tests.support.e2e_stack import E2EStack, combined_model_script, running_e2e_stack
 from tests.support.run_history import run_histories
+from tests.support.temporal_workers import running
 
 DEFAULT_ROUNDS = 3
 REVIEWER = "bench-operator"
@@ -259,12 +260,10 @@ class Tax:
         served = Services(config)
         with concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="durafix-activity") as pool:
             built = build_workers(client, config, ALL_QUEUES, pool, services=served, interceptors=[self.clock])
-            polling = [asyncio.create_task(w.run()) for w in built]
             try:
-                yield
+                async with running(built, best_effort_shutdown=True):
+                    yield
             finally:
-                await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
-                await asyncio.gather(*polling, return_exceptions=True)
                 for services in (served, self.services):
                     if "browser" in services.__dict__:  # launched (a cached property): close it
                         await asyncio.to_thread(services.browser.close)

@@ -26,8 +26,7 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -55,6 +54,7 @@ from tests.bench.bench_parked import REPOSITORY, bounded
 from tests.bench.report import argument_parser, print_rows
 from tests.conftest import start_dev_server, temporal_binary
 from tests.integration.workflow.test_workflow_logic import CANDIDATE
+from tests.support.temporal_workers import running
 from tests.support.workers.parked import double_workers
 
 DEFAULT_RUNS = 24
@@ -214,17 +214,6 @@ def workers(client: Client, watcher: EvidencePosted) -> list[Worker]:
     return built
 
 
-@asynccontextmanager
-async def running(client: Client, watcher: EvidencePosted) -> AsyncIterator[None]:
-    built = workers(client, watcher)
-    tasks = [asyncio.create_task(w.run()) for w in built]
-    try:
-        yield
-    finally:
-        await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
-        await asyncio.gather(*tasks, return_exceptions=True)
-
-
 async def bench(n: int, concurrency: int, reps: int, warmup: int = WARMUP_RUNS) -> list[Rep]:
     """``reps`` repetitions (see the module) on one fresh dev server; each repetition's facts."""
     binary = temporal_binary()
@@ -233,7 +222,7 @@ async def bench(n: int, concurrency: int, reps: int, warmup: int = WARMUP_RUNS) 
     try:
         watcher = EvidencePosted()
         with tempfile.TemporaryDirectory(prefix="durafix-bench-throughput-") as tmp:
-            async with running(env.client, watcher):
+            async with running(workers(env.client, watcher), best_effort_shutdown=True):
                 b = Bench(env.client, watcher, Path(tmp))
                 for _ in range(warmup):  # imports, the sandbox, serializer schemas: paid once, not measured
                     await b.one_run()

@@ -29,7 +29,7 @@ from repair.procedure_draft import SUBMIT, TASK_MARKER
 from tests.support.cart_reproductions import CART_API_TOTAL, reported
 from tests.support.chromium import chromium_path
 from tests.support.durafix_cli import DURAFIX, durafix
-from tests.support.gitrepo import git
+from tests.support.gitrepo import commit_files, git
 from tests.support.modelserver import Serve, recorded, serve, tool_turn
 from tests.support.projects import is_number_package
 from tests.support.sandbox import require_bubblewrap
@@ -40,14 +40,9 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "cart"
 def checkout(root: Path, files: dict[str, str], recipe: Mapping[str, object] | None) -> Path:
     """A git checkout at ``root`` with ``files`` (and ``durafix.yaml`` from ``recipe``) committed."""
     root.mkdir(parents=True)
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    if recipe is not None:
-        (root / "durafix.yaml").write_text(yaml.safe_dump(dict(recipe), sort_keys=False))
     git("init", "-q", "-b", "main", cwd=root)
-    git("add", "-A", cwd=root)
-    git("commit", "-q", "-m", "project", cwd=root)
+    recipe_file = {} if recipe is None else {"durafix.yaml": yaml.safe_dump(dict(recipe), sort_keys=False)}
+    commit_files(root, {**files, **recipe_file}, "project")
     return root
 
 

@@ -29,7 +29,7 @@ from pipeline.ids import branch_for
 from tests.e2e.history_size import executions, report
 from tests.e2e.review_runs import opened_for_review
 from tests.e2e.test_pipeline import file_on_main, finished, state_when
-from tests.e2e.test_review_gate import push_to_branch, review_of
+from tests.e2e.test_review_gate import review_of
 from tests.support.e2e_stack import E2EStack, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.browser]
@@ -140,7 +140,7 @@ async def test_300_deliveries_and_30_moved_heads_in_one_review_wait_merge_with_b
 
     head = first
     for k in range(1, MOVED_HEADS + 1):
-        pushed = push_to_branch(stack, repository, branch, {"NOTES.md": notes(k)}, f"Note how totals are made ({k})")
+        pushed = stack.push_files(repository, {"NOTES.md": notes(k)}, f"Note how totals are made ({k})", branch=branch)
         if k > 1:
             remarks.send(pairs_after(k - 1), k - 1)
         state = await review_of(client, wf, pushed)

@@ -21,7 +21,6 @@ import pytest
 from github.Repository import Repository
 from temporalio.client import Client
 
-from infra.cli.demo import maintainer_git_env
 from pipeline import client as runs
 from pipeline.ids import branch_for
 from pipeline.state import HeadPush, RunState
@@ -43,32 +42,10 @@ class MaintainerTest(unittest.TestCase):
 NOTES = "Cart totals are the sum of each line's unit price times its quantity.\n"
 
 
-def push_to_branch(stack: E2EStack, repository: str, branch: str, files: dict[str, str], message: str) -> str:
-    """As the repository's owner, commit ``files`` (path -> text) on top of ``branch`` and push it with git over
-    HTTP; the new head."""
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp) / "work"
-        env = maintainer_git_env(stack.owner_token(), Path(tmp))
-        url = f"{stack.config.forge_git_base}/{repository}.git"
-
-        def git(*args: str) -> str:
-            done = subprocess.run(["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True)
-            return done.stdout.strip()
-
-        subprocess.run(["git", "clone", "-q", "-b", branch, url, str(work)], env=env, check=True, capture_output=True)
-        for rel, text in files.items():
-            (work / rel).parent.mkdir(parents=True, exist_ok=True)
-            (work / rel).write_text(text)
-        git("add", "-A")
-        git("commit", "-q", "-m", message)
-        git("push", "-q", "origin", f"HEAD:{branch}")
-        return git("rev-parse", "HEAD")
-
-
 def push_breaking_test(stack: E2EStack, repository: str, wf: str) -> str:
     """As the repository's owner, push :data:`BREAKING_TEST` onto the run's branch; the new head."""
-    return push_to_branch(
-        stack, repository, branch_for(wf), {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test"
+    return stack.push_files(
+        repository, {"tests/test_maintainer.py": BREAKING_TEST}, "Add a maintainer's test", branch=branch_for(wf)
     )
 
 
@@ -157,7 +134,7 @@ async def test_a_push_signalled_while_awaiting_review_is_verified_and_its_approv
     stack, client, repository, _, wf, number, first, state = opened
     assert state.pending_approval is not None and state.publish is not None
     first_digest = state.pending_approval.evidence_digest
-    pushed = push_to_branch(stack, repository, branch_for(wf), {"NOTES.md": NOTES}, "Note how totals are made")
+    pushed = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made", branch=branch_for(wf))
     push = HeadPush(pr_number=number, head_sha=pushed, before=first, pusher="owner", source="webhook:test")
     await runs.head_moved(client, wf, push)
     await runs.head_moved(client, wf, push)  # the same head told twice is acted on once
@@ -192,7 +169,7 @@ async def test_a_push_after_the_approval_is_verified_with_new_evidence_and_merge
     # Nobody tells the run of this push (its webhook is missed): the merge of the approved head finds it moved
     # (or the reconciler does, if a pass comes first).
     with webhooks_paused(stack, repository):
-        pushed = push_to_branch(stack, repository, branch, {"NOTES.md": NOTES}, "Note how totals are made")
+        pushed = stack.push_files(repository, {"NOTES.md": NOTES}, "Note how totals are made", branch=branch)
     stack.approve_on_forge(repository, number, first)
     state = await review_of(client, wf, pushed)
     assert state.pending_approval is not None, state.outcome_detail

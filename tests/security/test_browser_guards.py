@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from tests.support.browser_apps import serve_static
 from tests.support.chromium import chromium_path
 from tests.support.evidence_samples import run_bundle, solid_png, store_cart_bundle
 from tests.support.proctree import Proc, descendants, is_chromium, is_chromium_browser
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 BASE = "a" * 40
 CANDIDATE = "b" * 40
@@ -102,21 +102,13 @@ class CountingServer(ThreadingHTTPServer):
         return f"http://127.0.0.1:{self.server_address[1]}"
 
 
-class _Answer(BaseHTTPRequestHandler):
+class _Answer(QuietHandler):
     server: CountingServer
 
     def do_GET(self) -> None:
         with self.server.lock:
             self.server.paths.append(self.path)
-        self.send_response(200)
-        self.send_header("Content-Type", "text/plain")
-        self.send_header("Access-Control-Allow-Origin", "*")
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: the test reads the counters, not an access log."""
+        self.answer(200, b"ok", ("Content-Type", "text/plain"), ("Access-Control-Allow-Origin", "*"))
 
 
 @contextmanager

@@ -41,7 +41,7 @@ from pipeline.steps import AgentRunInput, AgentToolCall, PrepareSpecInput
 from repair.agent_command import ShellAgent
 from tests.integration.repair.test_command_engine import activity_env, attempt_input
 from tests.integration.repair.test_command_engine import engine as command_engine
-from tests.support.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo
+from tests.support.gitrepo import CART_APP, Repo, fixed_cart_source, git, make_repo, write_files
 from tests.support.modelserver import Serve, serve
 from tests.support.repair import CART_SCRIPTS
 from tests.support.step_inputs import first_verify
@@ -85,9 +85,7 @@ def plant_script(canary: Path, *, break_objects: bool = True) -> str:
 
 def patch_of(repo: Repo, files: dict[str, str]) -> str:
     """A patch (git's binary diff) adding or changing ``files`` on the base revision."""
-    for name, content in files.items():
-        (repo.work / name).parent.mkdir(parents=True, exist_ok=True)
-        (repo.work / name).write_text(content)
+    write_files(repo.work, files)
     git("add", "-A", cwd=repo.work)
     patch = git("diff", "--cached", "--binary", cwd=repo.work) + "\n"
     git("reset", "-q", "--hard", "HEAD", cwd=repo.work)

@@ -15,7 +15,7 @@ import json
 import socket
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -24,6 +24,7 @@ import pytest
 from infra.modelserver.server import ScriptedModelServer
 from repair.model_proxy import ModelProxy
 from tests.support.modelserver import Serve, inject_fault, recorded, serve
+from tests.support.served import QuietHandler
 
 __all__ = ["serve"]
 
@@ -204,20 +205,13 @@ def test_an_error_answer_without_usage_is_not_charged(upstream: ScriptedModelSer
     assert proxy.spent == charged(served(upstream)) > 0
 
 
-class _NoUsage(BaseHTTPRequestHandler):
+class _NoUsage(QuietHandler):
     """An upstream that answers every request 200 with a whole answer and no ``usage``."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         raw = json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}}]}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+        self.answer(200, raw, ("Content-Type", "application/json"))
 
 
 def test_an_answer_without_usage_costs_its_whole_reservation() -> None:

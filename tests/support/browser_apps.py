@@ -12,11 +12,11 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 from environments.ports import free_port
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 CART_DIR = Path(__file__).resolve().parents[2] / "examples" / "cart"
 BUGGY_TOTAL = "return sum(item.unit_price_cents for item in items)"
@@ -74,19 +74,11 @@ def _wait_healthy(proc: subprocess.Popen[bytes], base_url: str, deadline_s: floa
     raise RuntimeError(f"cart app did not answer {base_url}/healthz within {deadline_s} s")
 
 
-class _HtmlHandler(BaseHTTPRequestHandler):
+class _HtmlHandler(QuietHandler):
     """A handler answering HTML, silently."""
 
     def _send(self, status: int, body: str) -> None:
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Silent: per-request lines would drown the test output; failures show as HTTP answers."""
+        self.answer(status, body.encode(), ("Content-Type", "text/html; charset=utf-8"))
 
 
 class PagesHandler(_HtmlHandler):

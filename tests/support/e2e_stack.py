@@ -38,6 +38,7 @@ from pipeline.services import Services
 from pipeline.state import Outcome, RunState
 from tests.conftest import require
 from tests.support.chromium import chromium_path
+from tests.support.gitrepo import write_files
 from tests.support.proctree import environ_pids
 from tests.support.waiting import wait_for as wait_for  # the stack's tests wait with it
 
@@ -133,8 +134,9 @@ class E2EStack:
             self.config, self.admin_token, "reviewer", self.receiver.url, name=f"cart-{uuid.uuid4().hex[:8]}"
         )
 
-    def push_files(self, repository: str, files: dict[str, str], message: str) -> str:
-        """Commit ``files`` (path -> text) on top of ``main`` as the repositories' owner and push; the new head."""
+    def push_files(self, repository: str, files: dict[str, str], message: str, *, branch: str = "main") -> str:
+        """Commit ``files`` (path -> text) on top of ``branch`` as the repositories' owner and push it with git over
+        HTTP; the new head."""
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp) / "work"
             env = maintainer_git_env(self.owner_token(), Path(tmp))
@@ -145,13 +147,13 @@ class E2EStack:
                     ["git", *args], cwd=work, env=env, check=True, capture_output=True, text=True
                 ).stdout.strip()
 
-            subprocess.run(["git", "clone", "-q", url, str(work)], env=env, check=True, capture_output=True)
-            for rel, text in files.items():
-                (work / rel).parent.mkdir(parents=True, exist_ok=True)
-                (work / rel).write_text(text)
+            subprocess.run(
+                ["git", "clone", "-q", "-b", branch, url, str(work)], env=env, check=True, capture_output=True
+            )
+            write_files(work, files)
             git("add", "-A")
             git("commit", "-q", "-m", message)
-            git("push", "-q", "origin", "HEAD:main")
+            git("push", "-q", "origin", f"HEAD:{branch}")
             return git("rev-parse", "HEAD")
 
     def open_report(

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from github.Repository import Repository
 from infra.forge.gitrepo import GitRepo
 from infra.forge.testing import ForgeHandle
 from infra.forge.testing import client as forge_client
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 GIT_ENV = {
     "GIT_CONFIG_GLOBAL": os.devnull,
@@ -94,21 +94,13 @@ def running_receiver(path: str = "/hook") -> Iterator[Receiver]:
     """A :class:`Receiver` served on a free port of 127.0.0.1 at ``path`` until the block ends."""
     state: dict[str, Receiver] = {}
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             rec = state["r"]
             with rec.lock:
                 rec.received.append(Received(self.path, dict(self.headers.items()), body))
-            reply = b'{"ok": true}'
-            self.send_response(rec.status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(reply)))
-            self.end_headers()
-            self.wfile.write(reply)
-
-        def log_message(self, format: str, *args: object) -> None:
-            """Quiet: the test reads what was received, not the server's access log."""
+            self.answer(rec.status, b'{"ok": true}', ("Content-Type", "application/json"))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     state["r"] = Receiver(f"http://127.0.0.1:{server.server_address[1]}{path}")

@@ -15,6 +15,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.support.gitrepo import Repo
+from tests.support.served import QuietHandler
 
 # The token the served repositories demand, in tests that check it never reaches the disk.
 TOKEN = "ghs_token-that-must-never-touch-disk"
@@ -38,15 +39,12 @@ class GitHttpServer:
         self._lock = threading.Lock()
         server = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self) -> None:
                 server._serve(self, b"")
 
             def do_POST(self) -> None:
                 server._serve(self, _read_body(self))
-
-            def log_message(self, format: str, *args: object) -> None:
-                """Silent: per-request lines would drown the test output."""
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._httpd.server_address[1]
@@ -95,13 +93,10 @@ class GitHttpServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def _serve(self, handler: BaseHTTPRequestHandler, body: bytes) -> None:
+    def _serve(self, handler: QuietHandler, body: bytes) -> None:
         if handler.headers.get("Authorization") != self.expected:
             self.refused_requests += 1
-            handler.send_response(401)
-            handler.send_header("WWW-Authenticate", 'Basic realm="git"')
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
+            handler.answer(401, b"", ("WWW-Authenticate", 'Basic realm="git"'))
             return
         self.authorized_requests += 1
         parts = urlsplit(handler.path)
@@ -112,9 +107,7 @@ class GitHttpServer:
                 handler.close_connection = True
                 handler.connection.shutdown(socket.SHUT_RDWR)
                 return
-            handler.send_response(status)
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
+            handler.answer(status)
             return
         env = {
             "PATH": os.environ["PATH"],
@@ -138,9 +131,7 @@ class GitHttpServer:
         if not sep:
             head, sep, payload = out.partition(b"\n\n")
         if not sep:
-            handler.send_response(500)
-            handler.send_header("Content-Length", "0")
-            handler.end_headers()
+            handler.answer(500)
             return
         status = 200
         headers = []
@@ -150,12 +141,7 @@ class GitHttpServer:
                 status = int(value.split()[0])
             else:
                 headers.append((name, value))
-        handler.send_response(status)
-        for name, value in headers:
-            handler.send_header(name, value)
-        handler.send_header("Content-Length", str(len(payload)))
-        handler.end_headers()
-        handler.wfile.write(payload)
+        handler.answer(status, payload, *headers)
 
 
 def _read_body(handler: BaseHTTPRequestHandler) -> bytes:

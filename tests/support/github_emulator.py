@@ -26,6 +26,7 @@ from pipeline.cli.forge import ADMIN_TOKEN_ENV, OWNER_TOKEN_ENV
 from pipeline.config import DurafixConfig
 from tests.support.forge import GIT_ENV, Receiver
 from tests.support.forge import running_receiver as forge_receiver
+from tests.support.gitrepo import write_files
 
 WEBHOOK_SECRET = "onboarding-hook-secret"
 
@@ -114,9 +115,7 @@ test: python3 -m unittest discover
 
 
 def commit(checkout: Path, files: dict[str, str], message: str) -> str:
-    for rel, text in files.items():
-        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / rel).write_text(text)
+    write_files(checkout, files)
     git(checkout, "add", "-A")
     git(checkout, "commit", "-q", "-m", message)
     return git(checkout, "rev-parse", "HEAD")

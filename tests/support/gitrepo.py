@@ -1,10 +1,12 @@
-"""Real git repositories for the tests: the sample cart app committed into a bare repository."""
+"""Real git repositories for the tests: the sample cart app committed into a bare repository; files written into
+a work tree and committed there."""
 
 from __future__ import annotations
 
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,6 +32,23 @@ def git(*args: str, cwd: Path | None = None, stdin: str | None = None) -> str:
     if proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed: {proc.stderr}")
     return proc.stdout.strip()
+
+
+def write_files(root: Path, files: Mapping[str, str]) -> Path:
+    """``files`` (path relative to ``root`` -> text) written under ``root``, their directories made as needed,
+    a file already there overwritten; ``root``."""
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def commit_files(root: Path, files: Mapping[str, str], message: str) -> None:
+    """``files`` written into the work tree ``root`` (:func:`write_files`) and everything there committed as
+    ``message`` by :func:`git`'s fixed author."""
+    write_files(root, files)
+    git("add", "-A", cwd=root)
+    git("commit", "-q", "-m", message, cwd=root)
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 
 from repair.procedure_draft import SUBMIT, TASK_MARKER
-from tests.support.gitrepo import git
+from tests.support.gitrepo import commit_files, git
 from tests.support.modelserver import tool_turn
 from tests.support.projects import is_number_package
 from tests.support.real_projects import Report
@@ -557,11 +557,7 @@ def build_library(library: Library, parent: Path) -> Path:
     root.mkdir(parents=True)
     git("init", "-q", "-b", "main", cwd=root)
     for message, files in library.commits:
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-        git("add", "-A", cwd=root)
-        git("commit", "-q", "-m", message, cwd=root)
+        commit_files(root, files, message)
     return root
 
 

@@ -7,14 +7,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def _text(value: object) -> str:
     return str(getattr(value, which)) if which else ""
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     server: Collector
 
     def do_POST(self) -> None:
@@ -82,15 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         request = ExportTraceServiceRequest()
         request.ParseFromString(body)
         self.server.keep(request)
-        answer = ExportTraceServiceResponse().SerializeToString()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-protobuf")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
+        self.answer(200, ExportTraceServiceResponse().SerializeToString(), ("Content-Type", "application/x-protobuf"))
 
 
 @contextmanager

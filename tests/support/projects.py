@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.support.gitrepo import Repo, make_repo
+from tests.support.gitrepo import Repo, make_repo, write_files
 
 IS_NUMBER_LOCK = {
     "name": "durafix-npm-fixture",
@@ -75,9 +75,7 @@ def counter_lines(counter: Path) -> int:
 
 def write_project(root: Path, files: dict[str, str], recipe: dict[str, object]) -> Path:
     root.mkdir(parents=True)
-    for name, content in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(content)
+    write_files(root, files)
     (root / "durafix.yaml").write_text(yaml.safe_dump(recipe, sort_keys=False))
     return root
 

@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from pipeline.ops.forge_setup import maintainer_git_env
-from tests.support.gitrepo import git
+from tests.support.gitrepo import commit_files, git
 from tests.support.modelserver import tool_turn
 from tests.support.projects import is_number_package
 
@@ -454,11 +454,7 @@ def build_checkout(project: Project, parent: Path) -> Path:
         changelog = f"- 1.0.{n}: release {n}\n" + changelog
         changes.append((f"Release 1.0.{n}", {"CHANGELOG.md": "# Changelog\n\n" + changelog}))
     for n, (message, files) in enumerate(changes):
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text)
-        git("add", "-A", cwd=root)
-        git("commit", "-q", "-m", message, cwd=root)
+        commit_files(root, files, message)
         if n % 10 == 9:
             git("tag", "-a", f"v1.0.{n}", "-m", f"Release 1.0.{n}", cwd=root)
         else:
@@ -471,11 +467,7 @@ def pull_and_commit(checkout: Path, clone_url: str, files: dict[str, str], messa
     forge into ``checkout`` (``git pull CLONE_URL main``, anonymously: the repository is public), then commit
     ``files`` there and tag the commit ``tag``; the new head."""
     git("pull", "-q", clone_url, "main", cwd=checkout)
-    for rel, text in files.items():
-        (checkout / rel).parent.mkdir(parents=True, exist_ok=True)
-        (checkout / rel).write_text(text)
-    git("add", "-A", cwd=checkout)
-    git("commit", "-q", "-m", message, cwd=checkout)
+    commit_files(checkout, files, message)
     git("tag", tag, cwd=checkout)
     return git("rev-parse", "HEAD", cwd=checkout)
 

@@ -1,5 +1,5 @@
-"""A socket server of a test, serving from a thread for the length of a block; a server started as a child
-process."""
+"""A socket server of a test, serving from a thread for the length of a block; the request handler of a test's
+HTTP server; a server started as a child process."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TypeVar
 
@@ -26,6 +27,24 @@ def served(server: S) -> Iterator[S]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A test server's request handler: it writes no access log (a test reads what its server saw or answered,
+    and a line a request would drown the test's output) and answers with :meth:`answer`."""
+
+    def answer(self, status: int, body: bytes = b"", *headers: tuple[str, str]) -> None:
+        """``status`` with ``headers`` (name, value) in their order and then ``body``, its length said last (so
+        the client reads the body to its end and no further)."""
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Silent (see the class)."""
 
 
 def started_printing_url(argv: list[str], cwd: Path | None = None) -> tuple[subprocess.Popen[str], str]:

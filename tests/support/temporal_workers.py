@@ -32,11 +32,15 @@ def pipeline_workers(
 
 
 @asynccontextmanager
-async def running(workers: Sequence[Worker]) -> AsyncIterator[None]:
-    """``workers`` polling for the block; shut down, and their runs awaited, after it."""
+async def running(workers: Sequence[Worker], *, best_effort_shutdown: bool = False) -> AsyncIterator[None]:
+    """``workers`` polling for the block; shut down, and their runs awaited, after it.
+
+    A worker's failing shutdown fails the block (a test hears of it), unless ``best_effort_shutdown`` (the
+    benchmarks and their worker processes, whose measurements are taken by then): it is passed over, and the
+    other workers are still shut down and every run awaited."""
     runs = [asyncio.create_task(w.run()) for w in workers]
     try:
         yield
     finally:
-        await asyncio.gather(*(w.shutdown() for w in workers))
+        await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=best_effort_shutdown)
         await asyncio.gather(*runs, return_exceptions=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 import httpx
 import pytest
@@ -13,26 +13,22 @@ import pytest
 from environments.interface import ReadinessProbe
 from environments.ports import free_port
 from environments.readiness import answers, probe_once
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 _STATUS_BY_PATH = {"/healthz": 200, "/missing": 404, "/broken": 500, "/moved": 302}
 _PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(QuietHandler):
     def do_GET(self) -> None:
         status = _STATUS_BY_PATH.get(self.path, 404)
         body = f"status {status}\n".encode()
-        self.send_response(status)
         if status == 302:
             # A redirect to a dead port: following it would turn an answer into a failure.
-            self.send_header("Location", f"http://127.0.0.1:{self.server.dead_port}/")  # type: ignore[attr-defined]
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: object) -> None:
-        """Quiet: the tests read the probe's answers, not the server's access log."""
+            dead = f"http://127.0.0.1:{self.server.dead_port}/"  # type: ignore[attr-defined]
+            self.answer(status, body, ("Location", dead))
+        else:
+            self.answer(status, body)
 
 
 @pytest.fixture

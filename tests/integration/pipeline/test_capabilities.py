@@ -23,7 +23,7 @@ from pipeline.worker import capabilities
 from pipeline.worker.capabilities import Missing, QueueCheck, probe, refusal
 from tests.conftest import require
 from tests.support.chromium import chromium_path
-from tests.support.served import served
+from tests.support.served import QuietHandler, served
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
@@ -49,16 +49,11 @@ def answering() -> Iterator[tuple[str, list[str | None]]]:
     Authorization header of every request is recorded."""
     seen: list[str | None] = []
 
-    class Handler(http.server.BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             auth = self.headers.get("Authorization")
             seen.append(auth)
-            self.send_response(401 if auth is not None and auth.endswith(" bad") else 404)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass
+            self.answer(401 if auth is not None and auth.endswith(" bad") else 404)
 
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     with served(server):

@@ -21,7 +21,7 @@ from pipeline.config import DurafixConfig
 from pipeline.failures import FailureClass
 from pipeline.services import Services
 from pipeline.steps import BaselineInput, CleanupRunInput, PrepareSpecInput, ProvisionInput
-from tests.support.gitrepo import make_repo
+from tests.support.gitrepo import make_repo, write_files
 
 PACKAGE_LOCK = {
     "name": "shop",
@@ -41,10 +41,8 @@ PACKAGE_LOCK = {
 
 
 def write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(textwrap.dedent(text).lstrip())
-    return root
+    """``files`` under ``root``, each dedented (the tests indent them with their code); ``root``."""
+    return write_files(root, {rel: textwrap.dedent(text).lstrip() for rel, text in files.items()})
 
 
 def init(tmp_path: Path, *args: str) -> int:

@@ -18,6 +18,7 @@ from temporalio.worker import Worker
 from pipeline.steps import TaskQueue
 from pipeline.worker.runner import STICKY_SCHEDULE_TO_START
 from pipeline.workflow import WORKFLOWS
+from tests.support.temporal_workers import running
 from tests.support.workers.parked import double_workers
 
 
@@ -34,11 +35,9 @@ async def serve(address: str) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    tasks = [asyncio.create_task(w.run()) for w in built]
-    print("ready", flush=True)
-    await stop.wait()
-    await asyncio.gather(*(w.shutdown() for w in built), return_exceptions=True)
-    await asyncio.gather(*tasks, return_exceptions=True)
+    async with running(built, best_effort_shutdown=True):
+        print("ready", flush=True)
+        await stop.wait()
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from temporalio.worker import (
 from pipeline.steps import MergeStatus, TaskQueue
 from pipeline.workflow import WORKFLOWS
 from tests.integration.workflow.test_workflow_logic import Script, doubles
+from tests.support.temporal_workers import running
 
 RUNNING_GAUGE = "durafix_bench_activities_running"
 
@@ -130,14 +131,12 @@ async def serve(target: str, namespace: str, metrics_address: str, cache_size: i
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGTERM, stop.set)
-    runs = [asyncio.create_task(w.run()) for w in workers]
-    print("ready", flush=True)
-    # The SDK core logs its warnings to fd 1, which the parent reads only up to "ready": once the pipe is
-    # full, the core's logging thread would block the worker. From here on they go to the log (fd 2).
-    os.dup2(2, 1)
-    await stop.wait()
-    await asyncio.gather(*(w.shutdown() for w in workers), return_exceptions=True)
-    await asyncio.gather(*runs, return_exceptions=True)
+    async with running(workers, best_effort_shutdown=True):
+        print("ready", flush=True)
+        # The SDK core logs its warnings to fd 1, which the parent reads only up to "ready": once the pipe is
+        # full, the core's logging thread would block the worker. From here on they go to the log (fd 2).
+        os.dup2(2, 1)
+        await stop.wait()
 
 
 if __name__ == "__main__":
