@@ -151,9 +151,14 @@ def main(argv: list[str]) -> int:
     return reaped_exit_code(child)
 
 
-def serve_in_background(listener: socket.socket, handle: Callable[[socket.socket], None]) -> None:
+def serve_in_background(listener: socket.socket, handle: Callable[[socket.socket], None]) -> threading.Thread:
     """Hand every connection ``listener`` accepts to ``handle``, each on a thread of its own; the accepting thread
-    runs in the background until the listener is closed."""
+    (returned) runs in the background until ``accept`` fails.
+
+    Closing the listener alone does not end it: a thread blocked in ``accept`` keeps the socket, which goes on
+    listening (and accepting) on its port. Whoever stops serving while the process goes on shuts the listener
+    down first (``shutdown`` wakes the ``accept``, which fails), joins the thread, then closes the listener.
+    """
 
     def accept() -> None:
         while True:
@@ -163,7 +168,9 @@ def serve_in_background(listener: socket.socket, handle: Callable[[socket.socket
                 return
             threading.Thread(target=handle, args=(conn,), daemon=True).start()
 
-    threading.Thread(target=accept, daemon=True).start()
+    accepting = threading.Thread(target=accept, daemon=True)
+    accepting.start()
+    return accepting
 
 
 def reaped_exit_code(child: subprocess.Popen[bytes]) -> int:

@@ -3,14 +3,17 @@ HTTP server; a server started as a child process."""
 
 from __future__ import annotations
 
+import socket
 import socketserver
 import subprocess
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import TypeVar
+
+from environments.app_forwarder import serve_in_background
 
 S = TypeVar("S", bound=socketserver.BaseServer)
 
@@ -53,3 +56,24 @@ def started_printing_url(argv: list[str], cwd: Path | None = None) -> tuple[subp
     proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
+
+
+@contextmanager
+def accepting(handle: Callable[[socket.socket], None], backlog: int = 8) -> Iterator[int]:
+    """A listener on a free loopback port for the block, handing each connection to ``handle`` on a thread of
+    its own (:func:`environments.app_forwarder.serve_in_background`); yields the port.
+
+    At the end the listener is shut down, its accepting thread joined, and only then closed: a listener closed
+    under a thread blocked in ``accept`` goes on listening on its port, and a thread about to call ``accept``
+    could find the listener's descriptor number reused by a later test's server and take its connections."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(backlog)
+    thread = serve_in_background(listener, handle)
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        with suppress(OSError):
+            listener.shutdown(socket.SHUT_RDWR)
+        thread.join(timeout=10)
+        listener.close()

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from environments.app_forwarder import serve_in_background
 from environments.git import (
     GitError,
     GitProtocolError,
@@ -25,6 +24,7 @@ from environments.ports import free_port
 from environments.workspace import WorkspaceManager
 from tests.support.git_http import TOKEN, GitHttpServer
 from tests.support.gitrepo import Repo, git
+from tests.support.served import accepting
 
 RUN = "repair:acme/cart#7"
 
@@ -43,17 +43,13 @@ def _failure(args: list[str], **kwargs: object) -> GitError:
 @pytest.fixture
 def hangs_up() -> Iterator[str]:
     """A URL whose server accepts every connection and closes it without answering."""
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
 
     def hang_up(conn: socket.socket) -> None:
         conn.recv(65536)
         conn.close()
 
-    serve_in_background(listener, hang_up)
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}/gone.git"
-    listener.close()
+    with accepting(hang_up) as port:
+        yield f"http://127.0.0.1:{port}/gone.git"
 
 
 # --- classification, from what real git prints ---------------------------------------------------------------

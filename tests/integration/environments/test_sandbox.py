@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from environments.app_forwarder import serve_in_background
 from environments.commands import run_to_completion
 from environments.interface import EnvironmentError, RecoverySpec
 from environments.local import LocalProcessProvider
@@ -27,6 +26,7 @@ from pipeline.state import EnvironmentFact, EnvironmentState
 from tests.integration.workflow.test_workflow_logic import ref
 from tests.support.gitrepo import CART_APP
 from tests.support.sandbox import sandbox
+from tests.support.served import accepting
 from tests.unit.pipeline.test_messages import state
 
 __all__ = ["sandbox"]
@@ -42,18 +42,14 @@ def workspace(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def listener() -> Iterator[tuple[int, list[bytes]]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(8)
     seen: list[bytes] = []
 
     def record(conn: socket.socket) -> None:
         with conn:
             seen.append(conn.recv(64))
 
-    serve_in_background(sock, record)
-    yield sock.getsockname()[1], seen
-    sock.close()
+    with accepting(record) as port:
+        yield port, seen
 
 
 def run(sandbox: Sandbox, ws: Path, command: str, *, network: Network = Network.NONE, marker: str = "t/x") -> str:
