@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import NoReturn
@@ -18,6 +18,9 @@ import pytest
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+
+from browser.driver_temp import keep_driver_temporaries_in, release_driver_temporaries
+from tests.support.tmp_dirs import passable_tmp
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
@@ -80,6 +83,19 @@ TESTS = Path(__file__).resolve().parent
 # The folders of tests/ that are a kind, each its own marker (registered in pyproject.toml): `-m unit` runs the
 # unit tests wherever a test file is added, and a marker cannot disagree with where its test lives.
 KINDS = frozenset({"unit", "integration", "e2e", "recovery", "security", "infra", "bench", "replay"})
+
+
+@pytest.fixture(scope="session", autouse=True)
+def playwright_temporaries() -> Iterator[None]:
+    """Playwright's drivers started by this test process (and by children that do not make their own worker root)
+    keep their temporary folders in one folder of its own, removed when the session ends
+    (:mod:`browser.driver_temp`): tests that kill a driver on purpose would leave them in ``/tmp``."""
+    with passable_tmp("durafix-test-playwright-") as folder:
+        keep_driver_temporaries_in(folder)
+        try:
+            yield
+        finally:
+            release_driver_temporaries(folder)
 
 
 def kind_of(path: Path) -> str | None:

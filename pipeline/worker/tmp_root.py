@@ -6,9 +6,10 @@ first thing, ``BASE/durafix-worker-<pid namespace>-<pid>-<start time>-<random>``
 is the temporary directory the process was started with (``TMPDIR``, else ``/tmp``), and points Python's
 :mod:`tempfile` at it (``tempfile.tempdir``): Chromium's home (:class:`browser.sandbox.BrowserHome`), git's empty
 home, the sandbox's ``/etc`` stubs, the claim scratch repository and every per-call directory (a reproduction's,
-a verification's, ...) are made in there. The environment's ``TMPDIR`` is left as it was: git, Playwright's
-driver and recipe commands get the operator's, because a sandboxed command sees a private ``/tmp`` in which a
-path of the worker's would not exist.
+a verification's, ...) are made in there, and so are the folders Playwright's driver makes for each browser launch
+(:mod:`browser.driver_temp`: a driver killed with its worker would leave them). The environment's ``TMPDIR`` is
+left as it was: git and recipe commands get the operator's, because a sandboxed command sees a private ``/tmp``
+in which a path of the worker's would not exist.
 
 Who removes a root:
 
@@ -42,6 +43,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from browser.driver_temp import keep_driver_temporaries_in, release_driver_temporaries
 from environments.files import discard_tree
 from environments.processes import is_running, start_time
 
@@ -82,14 +84,18 @@ class TmpRoot:
         return namespace != pid_namespace() or is_running(pid, started)
 
     def adopt(self) -> None:
-        """Make this the process's temporary directory for :mod:`tempfile` (its environment is unchanged)."""
+        """Make this the process's temporary directory for :mod:`tempfile` and for the Playwright drivers it
+        starts (:func:`browser.driver_temp.keep_driver_temporaries_in`; its ``TMPDIR`` is unchanged)."""
         tempfile.tempdir = str(self.path)
+        keep_driver_temporaries_in(self.path)
 
     def remove(self) -> None:
         """Remove the root and everything in it (its owner, stopping; or anyone, once the owner is dead).
-        If it is still this process's temporary directory, :mod:`tempfile` goes back to ``base``."""
+        If it is still this process's temporary directory, :mod:`tempfile` and Playwright's drivers go back to
+        ``base``."""
         if tempfile.tempdir == str(self.path):
             tempfile.tempdir = str(self.base)
+        release_driver_temporaries(self.path)
         discard_tree(self.path)
 
 

@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 import time
@@ -49,6 +48,7 @@ from tests.support.e2e_stack import (
     wait_for,
 )
 from tests.support.metrics_text import Exposition, named_metrics, scrape
+from tests.support.tmp_dirs import passable_tmp
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -106,14 +106,9 @@ def redeliver_review_webhooks(stack: E2EStack, repository: str) -> list[int]:
 
 @pytest.fixture
 def worker_tmp() -> Iterator[Path]:
-    """A temporary directory of its own for a test's workers (their ``TMPDIR``), where nothing else makes files.
-    Beside the others, not under ``tmp_path``: Chromium's user must pass through it (pytest's base is 0700)."""
-    tmp = Path(tempfile.mkdtemp(prefix="e2e-worker-tmp-"))
-    tmp.chmod(0o711)
-    try:
+    """A temporary directory of its own for a test's workers (their ``TMPDIR``), where nothing else makes files."""
+    with passable_tmp("e2e-worker-tmp-") as tmp:
         yield tmp
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @pytest.fixture
