@@ -33,6 +33,12 @@ close, continue-as-new, and the workflow tasks (on the queue, in the worker); be
 (timed by :meth:`PlainContext.send`) and the time between them. Then each step's implementation, matched by
 name and occurrence, through Temporal against the plain loop: the steps it lengthens most.
 
+Then Temporal's own floor under the run (:mod:`tests.bench.tax_floor`), measured in each round on the same
+server: the plain run's critical path (its steps, those that ran side by side merged) replayed through a workflow
+whose activities only wait as long as each step took, with empty payloads and no durafix code. What it adds to
+the waits is the least tax any workflow of one activity a step pays here; the run's tax beyond it is durafix's
+own.
+
 The plain loop is meant for the happy path (what the demo's run does): a step that fails raises its error as
 the activity raised it (no retries), and a run that ends otherwise than merged is reported as not merged.
 """
