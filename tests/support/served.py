@@ -1,5 +1,6 @@
 """A socket server of a test, serving from a thread for the length of a block; the request handler of a test's
-HTTP server; a server started as a child process."""
+HTTP server; a bare listener handing each connection to a function, stopped for good after its block; a server
+started as a child process."""
 
 from __future__ import annotations
 
