@@ -192,7 +192,8 @@ def test_a_cancelled_attempt_kills_the_agent_process_group(tmp_path: Path, repo:
     thread = threading.Thread(target=run)
     thread.start()
     deadline = time.monotonic() + 30
-    while not sleepers(marker) and time.monotonic() < deadline:
+    # Both sleeps, the shell's background one and its own: the first can be seen before the second has started.
+    while len(sleepers(marker)) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
     assert len(sleepers(marker)) == 2
     env.cancel()
