@@ -95,6 +95,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from environments.cache_entries import CacheEntries
 from environments.files import (
+    discard_tree,
     locked,
     locked_within,
     path_key,
@@ -461,10 +462,8 @@ class DependencyCache(CacheEntries):
         """What dead builders of ``entry`` left: unfinished builds whose builder's lock is free, and interrupted
         removals (only ever started under the build lock, which the caller now holds)."""
         for leftover in entry.parent.glob(f".{entry.name}{REMOVING_MARK}*"):
-            shutil.rmtree(leftover, ignore_errors=True)
-        remove_abandoned(
-            entry.parent.glob(f".{entry.name}{TMP_MARK}*"), lambda tmp: shutil.rmtree(tmp, ignore_errors=True)
-        )
+            discard_tree(leftover)
+        remove_abandoned(entry.parent.glob(f".{entry.name}{TMP_MARK}*"), discard_tree)
 
 
 class _Copier:
